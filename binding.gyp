@@ -1,0 +1,17 @@
+{
+  "target_defaults": {
+    "cflags!": ["-fno-exceptions"],
+    "cflags_cc!": ["-fno-exceptions"],
+    "cflags": ["-O2", "-fstack-protector-strong", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"],
+    "cflags_cc": ["-O2", "-std=c++17", "-fstack-protector-strong", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"],
+    "defines": ["NAPI_VERSION=8", "NAPI_DISABLE_CPP_EXCEPTIONS", "_FORTIFY_SOURCE=2", "_GNU_SOURCE"]
+  },
+  "targets": [
+    {
+      "target_name": "leash_native",
+      "sources": ["native/module.cc", "native/errors.cc", "native/sockopt.cc", "native/notify.cc"],
+      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
+      "libraries": ["-lpthread"]
+    }
+  ]
+}

@@ -1,0 +1,18 @@
+// The addon's one entry point: each mechanism lives in its own file.
+#include <napi.h>
+
+#include "notify.h"
+#include "sockopt.h"
+
+namespace {
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("originalDst", Napi::Function::New(env, leash::OriginalDst, "originalDst"));
+  exports.Set("peerCred", Napi::Function::New(env, leash::PeerCred, "peerCred"));
+  exports.Set("sdNotify", Napi::Function::New(env, leash::SdNotify, "sdNotify"));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(leash_native, Init)

@@ -1,0 +1,21 @@
+import type { FailMode, SurfacePolicy, ToolsSurfacePolicy } from '../engine/types.js';
+
+/** The whole /etc/leash/leash.yaml after defaults are applied. The schema lives in schema.ts. */
+export interface Config {
+  /** The leashed account of the single-subject path (null until `leash init`). */
+  user: string | null;
+  fail_mode: FailMode;
+  network: SurfacePolicy & {
+    /** Resolvers the leashed UID may reach on UDP/53 and the proxy resolves through; empty = /etc/resolv.conf. */
+    dns_resolvers: string[];
+    udp: 'drop' | 'allow';
+  };
+  filesystem: SurfacePolicy & {
+    /** Extra paths whose filesystems are marked even when no entry names them. */
+    watch: string[];
+  };
+  commands: SurfacePolicy;
+  tools: ToolsSurfacePolicy;
+  logging: { level: 'debug' | 'info' | 'warn' | 'error'; decisions: string };
+  enforcers: { network: boolean; filesystem: boolean; tools: boolean };
+}

@@ -1,0 +1,104 @@
+/**
+ * The engine's contract. Every enforcer speaks these types; nothing here does I/O.
+ */
+
+/** The four surfaces. These are also the config section names and the log's `surface`. */
+export type Surface = 'network' | 'filesystem' | 'commands' | 'tools';
+export const SURFACES: readonly Surface[] = ['network', 'filesystem', 'commands', 'tools'];
+
+/** whitelist = default-deny (only `allow` passes); blacklist = default-allow (only `deny` blocks). */
+export type Mode = 'whitelist' | 'blacklist';
+export type FailMode = 'closed' | 'open';
+export type InspectCategory = 'secrets' | 'pii' | 'priv_esc';
+export type InspectAction = 'block' | 'log' | 'allow';
+
+/** One surface's policy as written in the config or a profile. */
+export interface SurfacePolicy {
+  mode: Mode;
+  allow: string[];
+  deny: string[];
+}
+
+export interface ToolsSurfacePolicy extends SurfacePolicy {
+  inspect: Record<InspectCategory, InspectAction>;
+}
+
+/** The resolved, fully-defaulted policy of one subject (what the engine judges against). */
+export interface PolicyInput {
+  fail_mode: FailMode;
+  network: SurfacePolicy;
+  filesystem: SurfacePolicy;
+  commands: SurfacePolicy;
+  tools: ToolsSurfacePolicy;
+}
+
+/** What is being judged, per surface. */
+export interface NetworkSubject {
+  /** SNI or Host name, if the connection carried one. */
+  domain?: string | null;
+  /** Original destination address (IPv4 dotted, IPv6, or IPv4-mapped IPv6). */
+  ip?: string | null;
+  port: number;
+}
+export interface FilesystemSubject {
+  path: string;
+}
+export interface CommandSubject {
+  /** The executable's path (absolute when it comes from the kernel). */
+  binary: string;
+}
+export interface ToolSubject {
+  name: string;
+  inputs?: unknown;
+}
+export interface SubjectOf {
+  network: NetworkSubject;
+  filesystem: FilesystemSubject;
+  commands: CommandSubject;
+  tools: ToolSubject;
+}
+
+/**
+ * Stable reason codes (snake_case). Every one is documented in docs/errors.md.
+ * - allow_entry:   an allow entry matched (whitelist)
+ * - mode_allow:    blacklist mode, no deny entry matched (mode default)
+ * - deny_entry:    a deny entry matched (deny wins in both modes)
+ * - not_allowed:   whitelist mode, no allow entry matched (mode default)
+ * - inspect_secrets | inspect_pii | inspect_priv_esc: tool input inspection blocked
+ * - no_policy:     the subject has no resolved policy (fail_mode decides)
+ * - engine_error:  the engine threw (fail_mode decides)
+ */
+export type Reason =
+  | 'allow_entry'
+  | 'mode_allow'
+  | 'deny_entry'
+  | 'not_allowed'
+  | 'inspect_secrets'
+  | 'inspect_pii'
+  | 'inspect_priv_esc'
+  | 'no_policy'
+  | 'engine_error';
+
+/** Which part of the policy decided: an entry of a list, the mode default, inspection, or a failure. */
+export type VerdictSource = 'allow' | 'deny' | 'mode' | 'inspect' | 'fail_mode';
+
+/** A decision. `rule` is the entry that decided, or null for a mode default / failure. */
+export interface Verdict {
+  action: 'allow' | 'block';
+  reason: Reason;
+  source: VerdictSource;
+  rule: string | null;
+  /** Inspection findings (tools), already masked; absent elsewhere. */
+  findings?: InspectFinding[];
+}
+
+export interface InspectFinding {
+  category: InspectCategory;
+  /** Detector id, e.g. "aws_access_key", "email", "sudo". */
+  detector: string;
+  /** JSON-path-like location in the inputs, e.g. "args[1]" or "env.TOKEN". */
+  at: string;
+  /** The match, masked (never the raw secret). */
+  masked: string;
+  action: InspectAction;
+}
