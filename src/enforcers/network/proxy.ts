@@ -242,9 +242,10 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     }
 
     let target = ip;
-    if (domain && !isAddressRule(verdict.rule)) {
+    if (domain && verdict.rule !== null && !isAddressRule(verdict.rule)) {
       // Decided on the name: connect where the name resolves (through our resolvers), never to the address the
-      // agent supplied, so a forged SNI/Host cannot carry an allowed name to an arbitrary address.
+      // agent supplied, so a forged SNI/Host cannot carry an allowed name to an arbitrary address. A mode default
+      // (blacklist, nothing denied) judged the address as well as the name, so it goes to the address.
       let r: Resolved;
       try {
         r = await resolve(domain);
