@@ -212,7 +212,7 @@ export function suggest(word: string, candidates: readonly string[]): string | n
       bestD = d;
     }
   }
-  return best !== null && bestD <= Math.max(1, Math.floor(best.length / 3)) ? best : null;
+  return best !== null && bestD <= Math.min(Math.max(2, Math.floor(best.length / 3)), word.length - 1) ? best : null;
 }
 
 export function levenshtein(a: string, b: string): number {
