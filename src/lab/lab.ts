@@ -66,7 +66,6 @@ export interface EnforcerHandle {
 export interface LabEnforcerSpec {
   subjects: { uid: number; port: number; policy: PolicyInput | null }[];
   udp?: 'drop' | 'allow';
-  engine?: string;
   peekTimeoutMs?: number;
 }
 

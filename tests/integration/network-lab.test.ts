@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { DecisionRecord } from '../../src/enforcers/network/proxy.js';
 import type { Probe, ProbeResult } from '../../src/lab/probe.js';
-import { canRunLab, netPolicy, NETENGINE, useLab, type EnforcerHandle, type LabUser } from '../lab/index.js';
+import { canRunLab, netPolicy, useLab, type EnforcerHandle, type LabUser } from '../lab/index.js';
 
 // Acting as the leashed accounts inside the lab: every assertion is what the agent sees (a reset, EPERM, the
 // upstream's report of where it landed) and what the decision log says.
@@ -36,7 +36,6 @@ describe.skipIf(!canRunLab)('network surface in the lab', () => {
     black = await lab.createUser('leash-tn2');
     none = await lab.createUser('leash-tn3');
     enf = await lab.startEnforcer({
-      engine: NETENGINE,
       peekTimeoutMs: 500,
       subjects: [
         {

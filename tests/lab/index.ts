@@ -13,9 +13,6 @@ export { netPolicy } from './policy.js';
 export const isRoot = process.getuid?.() === 0;
 export const canRunLab = isRoot && nativeAvailable();
 
-/** The stand-in network engine until src/engine lands (path for the enforcer's `engine` option). */
-export const NETENGINE = new URL('./netengine.mjs', import.meta.url).pathname;
-
 export function useLab(id: string): { get: () => Lab } {
   let lab: Lab | null = null;
   beforeAll(async () => {

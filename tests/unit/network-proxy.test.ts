@@ -5,7 +5,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createProxy, isAddressRule, type DecisionRecord, type Proxy } from '../../src/enforcers/network/proxy.js';
 import { answerDns } from '../../src/lab/upstream.js';
 import type { OriginalDst } from '../../src/native.js';
-import { compilePolicy, decide, type NetPolicy } from '../lab/netengine.mjs';
+import { compilePolicy, decide, type CompiledPolicy } from '../../src/engine/index.js';
 import { netPolicy } from '../lab/policy.js';
 
 // The proxy on loopback with SO_ORIGINAL_DST faked: every behaviour that does not need the kernel's redirect.
@@ -17,7 +17,7 @@ let echo: net.Server;
 let echoPort: number;
 let dnsSock: dgram.Socket;
 let dnsPort: number;
-let proxy: Proxy<NetPolicy>;
+let proxy: Proxy<CompiledPolicy>;
 let proxyPort: number;
 let fakeDst: OriginalDst | Error;
 const lines: DecisionRecord[] = [];
@@ -54,7 +54,7 @@ beforeAll(async () => {
   await new Promise<void>((r) => dnsSock.bind(0, '127.0.0.1', r));
   dnsPort = dnsSock.address().port;
   proxyPort = await freePort();
-  proxy = createProxy<NetPolicy>({
+  proxy = createProxy<CompiledPolicy>({
     decide: (s, subj, p) => {
       decideCalls++;
       return decide(s, subj, p);

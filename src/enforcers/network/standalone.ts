@@ -5,59 +5,18 @@
  * differs; SIGTERM/SIGINT release every chain it applied and exit.
  */
 import fs from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
-import type { PolicyInput, Verdict, NetworkSubject } from '../../engine/types.js';
+import { compilePolicy, decide, type CompiledPolicy, type PolicyInput } from '../../engine/index.js';
+import { createDecisionLog } from '../../log/decisions.js';
 import { startNetworkEnforcer, type NetworkEnforcer } from './enforcer.js';
-import type { DecisionLogLike, DecisionRecord } from './proxy.js';
 import { hostRunner } from './run.js';
 
 export interface StandaloneSpec {
   subjects: { uid: number; port: number; policy: PolicyInput | null }[];
   resolvers: string[];
   udp?: 'drop' | 'allow';
-  /** Decision log sink: a file path or "stdout". */
+  /** Decision log sink: an absolute file path (stdout carries this process's own "ready"/"reloaded"). */
   decisions: string;
-  /** Module exporting compilePolicy/decide (default: the engine, src/engine/index.js). */
-  engine?: string;
   peekTimeoutMs?: number;
-}
-
-interface EngineModule {
-  compilePolicy(p: PolicyInput): unknown;
-  decide(surface: 'network', subject: NetworkSubject, policy: unknown): Verdict;
-}
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-
-async function loadEngine(spec: StandaloneSpec): Promise<EngineModule> {
-  const target = spec.engine ?? path.resolve(here, '../../engine/index.js');
-  return (await import(pathToFileURL(target).href)) as EngineModule;
-}
-
-interface LogModule {
-  createDecisionLog(o: { sink: string }): DecisionLogLike & { close(): Promise<void> };
-}
-
-/** The project's decision log when present; otherwise the same line shape written here. */
-async function openLog(sink: string): Promise<DecisionLogLike & { close(): Promise<void> }> {
-  try {
-    const mod = (await import(pathToFileURL(path.resolve(here, '../../log/decisions.js')).href)) as LogModule;
-    return mod.createDecisionLog({ sink });
-  } catch {
-    const fd = sink === 'stdout' ? 1 : fs.openSync(sink, 'a', 0o640);
-    let n = 0;
-    return {
-      write(rec: DecisionRecord) {
-        const ref = `${process.pid.toString(36)}-${(++n).toString(36)}`;
-        fs.writeSync(fd, JSON.stringify({ ts: new Date().toISOString(), ref, ...rec }) + '\n');
-        return ref;
-      },
-      async close() {
-        if (fd !== 1) fs.closeSync(fd);
-      },
-    };
-  }
 }
 
 async function main(): Promise<void> {
@@ -65,11 +24,10 @@ async function main(): Promise<void> {
   if (!specPath) throw new Error('usage: standalone.js <spec.json>');
   const read = () => JSON.parse(fs.readFileSync(specPath, 'utf8')) as StandaloneSpec;
   let spec = read();
-  const engine = await loadEngine(spec);
-  const log = await openLog(spec.decisions);
-  const enf: NetworkEnforcer<unknown> = await startNetworkEnforcer<unknown>({
+  const log = createDecisionLog({ sink: spec.decisions });
+  const enf: NetworkEnforcer<CompiledPolicy> = await startNetworkEnforcer<CompiledPolicy>({
     runner: hostRunner(),
-    decide: (s, subj, p) => engine.decide(s, subj, p),
+    decide,
     log,
     resolvers: spec.resolvers,
     udp: spec.udp ?? 'drop',
@@ -84,7 +42,7 @@ async function main(): Promise<void> {
     for (const sub of s.subjects) {
       const key = JSON.stringify(sub);
       if (current.get(sub.uid) === key) continue;
-      const policy = sub.policy ? engine.compilePolicy(sub.policy) : null;
+      const policy = sub.policy ? compilePolicy(sub.policy) : null;
       const outcome = await enf.setSubject({ uid: sub.uid, port: sub.port, policy });
       current.set(sub.uid, key);
       process.stderr.write(`subject ${sub.uid} port ${sub.port}: ${outcome}\n`);
