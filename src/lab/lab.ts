@@ -149,6 +149,39 @@ export interface LabOptions {
   /** Unique per helper and run: namespaces are lt-<id>-a / lt-<id>-u. */
   id: string;
   hosts?: LabHost[];
+  /** The caller's cleanup registry (so a Ctrl-C during the build can still undo what exists so far). */
+  cleanups?: Cleanups;
+}
+
+/** A LIFO registry of undo steps. `run` never throws; it returns what failed. */
+export interface Cleanups {
+  defer(what: string, fn: () => unknown): void;
+  run(): Promise<string[]>;
+}
+
+export function createCleanups(): Cleanups {
+  const steps: { what: string; fn: () => unknown }[] = [];
+  let running: Promise<string[]> | null = null;
+  return {
+    defer: (what, fn) => void steps.push({ what, fn }),
+    run() {
+      // A second call (Ctrl-C during teardown) waits for the first instead of racing it.
+      running ??= (async () => {
+        const problems: string[] = [];
+        while (steps.length) {
+          const c = steps.pop()!;
+          try {
+            await c.fn();
+          } catch (e) {
+            problems.push(`${c.what}: ${(e as Error).message}`);
+          }
+        }
+        running = null;
+        return problems;
+      })();
+      return running;
+    },
+  };
 }
 
 /** Builds the lab. On failure everything made so far is torn down before the error is rethrown. */
@@ -158,27 +191,15 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
   const agentNs = `lt-${id}-a`;
   const upstreamNs = `lt-${id}-u`;
   const hosts = opts.hosts ?? LAB.hosts;
-  const cleanups: { what: string; fn: () => unknown }[] = [];
-  const defer = (what: string, fn: () => unknown) => cleanups.push({ what, fn });
+  const cleanups = opts.cleanups ?? createCleanups();
+  const defer = cleanups.defer;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `leash-lab-${id}-`));
   fs.chmodSync(dir, 0o755);
   defer(`rm ${dir}`, () => fs.rmSync(dir, { recursive: true, force: true }));
   const agent = netnsRunner(agentNs);
   const upstream = netnsRunner(upstreamNs);
-  const children: ChildProcess[] = [];
 
-  const teardown = async (): Promise<string[]> => {
-    const problems: string[] = [];
-    while (cleanups.length) {
-      const c = cleanups.pop()!;
-      try {
-        await c.fn();
-      } catch (e) {
-        problems.push(`${c.what}: ${(e as Error).message}`);
-      }
-    }
-    return problems;
-  };
+  const teardown = () => cleanups.run();
 
   try {
     for (const ns of [agentNs, upstreamNs]) {
@@ -187,6 +208,18 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
       await must(host, ['ip', 'netns', 'add', ns]);
       defer(`ip netns del ${ns}`, () => must(host, ['ip', 'netns', 'del', ns]));
       await must(host, ['ip', '-n', ns, 'link', 'set', 'lo', 'up']);
+      // No duplicate address detection in the lab: a tentative link-local address delays the first IPv6
+      // neighbour solicitation by a second, which would show up as set-up time that is not Leash's.
+      await must(host, [
+        'ip',
+        'netns',
+        'exec',
+        ns,
+        'sysctl',
+        '-qw',
+        'net.ipv6.conf.all.accept_dad=0',
+        'net.ipv6.conf.default.accept_dad=0',
+      ]);
     }
     // Both ends are created inside the namespaces: nothing ever appears in the host's own.
     await must(host, [
@@ -224,6 +257,22 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
       ['-6', 'addr', 'add', `${LAB.upstreamV6}/64`, 'dev', 'veth0', 'nodad'],
       ['link', 'set', 'veth0', 'up'],
       ...upAddrs,
+    ]);
+
+    // Static neighbour entries: the first IPv6 connection otherwise waits ~1 s for neighbour discovery (measured
+    // here), which would show up as set-up time that is not Leash's.
+    const mac = async (ns: string) =>
+      (
+        JSON.parse((await must(host, ['ip', '-n', ns, '-j', 'link', 'show', 'veth0'])).stdout) as { address: string }[]
+      )[0]!.address;
+    const [agentMac, upMac] = [await mac(agentNs), await mac(upstreamNs)];
+    await sh(agentNs, [
+      ['neigh', 'replace', LAB.upstreamV4, 'lladdr', upMac, 'dev', 'veth0', 'nud', 'permanent'],
+      ['-6', 'neigh', 'replace', LAB.upstreamV6, 'lladdr', upMac, 'dev', 'veth0', 'nud', 'permanent'],
+    ]);
+    await sh(upstreamNs, [
+      ['neigh', 'replace', LAB.agentV4, 'lladdr', agentMac, 'dev', 'veth0', 'nud', 'permanent'],
+      ['-6', 'neigh', 'replace', LAB.agentV6, 'lladdr', agentMac, 'dev', 'veth0', 'nud', 'permanent'],
     ]);
 
     // `ip netns exec` bind-mounts /etc/netns/<ns>/resolv.conf over /etc/resolv.conf: the agent resolves via the lab.
@@ -269,7 +318,6 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
       ['ip', 'netns', 'exec', upstreamNs, process.execPath, path.join(dist, 'lab', 'upstream.js'), upCfgPath],
       'lab upstream servers',
     );
-    children.push(up.child);
     defer(`stop upstream pid ${up.child.pid}`, () => stopChild(up.child));
     // The probe runs as the leashed account: give it a copy it can read.
     fs.copyFileSync(path.join(dist, 'lab', 'probe.js'), path.join(dir, 'probe.mjs'));
@@ -290,7 +338,8 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
     defer,
     teardown,
     async createUser(name) {
-      if (!/^leash-t[a-z0-9-]{1,24}$/.test(name)) throw new Error(`test account name ${name} must be leash-t…`);
+      if (!/^leash-(t[a-z0-9-]{1,24}|demo)$/.test(name))
+        throw new Error(`lab account name ${name} must be leash-t… or leash-demo`);
       // Left over from a crashed run: remove first so the uid/gid are ours.
       await host(['userdel', name]);
       await must(host, [
@@ -328,7 +377,6 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
         ],
         'network enforcer',
       );
-      children.push(child);
       defer(`stop enforcer pid ${child.pid}`, () => stopChild(child));
       const lines = readline.createInterface({ input: child.stdout! });
       const reloads: (() => void)[] = [];
