@@ -149,6 +149,8 @@ export interface LabOptions {
   /** Unique per helper and run: namespaces are lt-<id>-a / lt-<id>-u. */
   id: string;
   hosts?: LabHost[];
+  /** Bench: a bulk source port in the upstream namespace (see UpstreamConfig.bulk). */
+  bulk?: { port: number; bytes: number };
   /** The caller's cleanup registry (so a Ctrl-C during the build can still undo what exists so far). */
   cleanups?: Cleanups;
 }
@@ -310,6 +312,7 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
       tlsPorts: LAB.tlsPorts,
       dns: [LAB.dnsV4, LAB.dnsV6],
       names,
+      bulk: opts.bulk,
     };
     const upCfgPath = path.join(dir, 'upstream.json');
     fs.writeFileSync(upCfgPath, JSON.stringify(upCfg));

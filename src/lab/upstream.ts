@@ -19,6 +19,8 @@ export interface UpstreamConfig {
   dns: string[];
   /** name -> addresses (A and AAAA answers). */
   names: Record<string, string[]>;
+  /** Bench source: on each connection, after the first bytes arrive, send `bytes` and close. */
+  bulk?: { port: number; bytes: number };
 }
 
 function plain(addr: string | undefined): string {
@@ -119,6 +121,26 @@ async function main(): Promise<void> {
     });
     srv.on('tlsClientError', () => {});
     listen(srv, port);
+  }
+  if (cfg.bulk) {
+    const { bytes } = cfg.bulk;
+    const chunk = Buffer.alloc(1 << 20, 0x61);
+    const srv = net.createServer((s) => {
+      s.on('error', () => {});
+      s.once('data', () => {
+        let left = bytes;
+        const pump = () => {
+          while (left > 0) {
+            const n = Math.min(left, chunk.length);
+            left -= n;
+            if (!s.write(n === chunk.length ? chunk : chunk.subarray(0, n))) return void s.once('drain', pump);
+          }
+          s.end();
+        };
+        pump();
+      });
+    });
+    listen(srv, cfg.bulk.port);
   }
   for (const addr of cfg.dns) {
     const udp = dgram.createSocket(net.isIPv6(addr) ? 'udp6' : 'udp4');
