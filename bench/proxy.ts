@@ -159,15 +159,25 @@ async function main(): Promise<void> {
 
     const bulk: Record<PathName, number[]> = { direct: [], leash: [], nginx: [] };
     let leashCpu = 0;
+    let nginxCpu = 0;
+    const ngxWorkers = () =>
+      fs
+        .readFileSync(`/proc/${ngx.pid}/task/${ngx.pid}/children`, 'utf8')
+        .trim()
+        .split(/\s+/)
+        .filter(Boolean)
+        .map(Number);
+    const ngxCpu = () => ngxWorkers().reduce((a, p) => a + cpuSeconds(p), cpuSeconds(ngx.pid!));
     for (let rep = 0; rep < REPS; rep++) {
       for (const p of paths) {
-        const c0 = p === 'leash' ? cpuSeconds(enforcer.pid) : 0;
+        const c0 = p === 'leash' ? cpuSeconds(enforcer.pid) : p === 'nginx' ? ngxCpu() : 0;
         const r = (await client(lab, users[p], ['bulk', TARGET.v4, String(BULK_PORT), helloFile])) as {
           bytes: number;
           ms: number;
         };
         if (r.bytes !== BULK_BYTES) throw new Error(`${p}: bulk got ${r.bytes} bytes`);
         if (p === 'leash') leashCpu += cpuSeconds(enforcer.pid) - c0;
+        if (p === 'nginx') nginxCpu += ngxCpu() - c0;
         bulk[p].push((r.bytes * 8) / (r.ms / 1000) / 1e9);
       }
     }
@@ -229,7 +239,7 @@ async function main(): Promise<void> {
     process.stdout.write(
       `  ${'p99 set-up vs direct'.padEnd(22)} +${f(dP99)} ms  target <= +2 ms  ${dP99 <= 2 ? 'met' : 'MISSED'}\n`,
     );
-    process.stdout.write(`  Leash proxy CPU: ${f(leashCpu / REPS)} s per GiB bulk\n`);
+    process.stdout.write(`  proxy CPU per GiB bulk: Leash ${f(leashCpu / REPS)} s, nginx ${f(nginxCpu / REPS)} s\n`);
     process.stdout.write(
       `  bulk samples (Gbit/s): ${paths.map((p) => `${p} ${bulk[p].map((x) => f(x)).join('/')}`).join('; ')}\n`,
     );
@@ -237,7 +247,11 @@ async function main(): Promise<void> {
     if (ji >= 0) {
       fs.writeFileSync(
         args[ji + 1]!,
-        JSON.stringify({ load0, load1, rows, bulk, leashCpuPerGiB: leashCpu / REPS }, null, 2),
+        JSON.stringify(
+          { load0, load1, rows, bulk, leashCpuPerGiB: leashCpu / REPS, nginxCpuPerGiB: nginxCpu / REPS },
+          null,
+          2,
+        ),
       );
     }
     await enforcer.stop();

@@ -3,6 +3,7 @@
 
 #include "notify.h"
 #include "sockopt.h"
+#include "splice.h"
 
 namespace {
 
@@ -10,6 +11,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("originalDst", Napi::Function::New(env, leash::OriginalDst, "originalDst"));
   exports.Set("peerCred", Napi::Function::New(env, leash::PeerCred, "peerCred"));
   exports.Set("sdNotify", Napi::Function::New(env, leash::SdNotify, "sdNotify"));
+  leash::InitSplice(env, exports);
   return exports;
 }
 

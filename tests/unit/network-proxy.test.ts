@@ -53,30 +53,9 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => dnsSock.bind(0, '127.0.0.1', r));
   dnsPort = dnsSock.address().port;
-  proxyPort = await freePort();
-  proxy = createProxy<CompiledPolicy>({
-    decide: (s, subj, p) => {
-      decideCalls++;
-      return decide(s, subj, p);
-    },
-    log: { write: (rec) => (lines.push(rec), String(lines.length)) },
-    resolvers: [`127.0.0.1:${dnsPort}`],
-    hosts: ['127.0.0.1'],
-    peekTimeoutMs: 300,
-    originalDst: () => {
-      if (fakeDst instanceof Error) throw fakeDst;
-      return fakeDst;
-    },
-  });
-  await proxy.setSubject({
-    uid: 4242,
-    port: proxyPort,
-    policy: compilePolicy(netPolicy({ allow: ['good.test', '127.0.0.0/30'], deny: ['127.0.0.2'] })),
-  });
 });
 
 afterAll(async () => {
-  await proxy?.close();
   upstream?.close();
   echo?.close();
   dnsSock?.close();
@@ -108,7 +87,37 @@ function through(
 
 const get = (host: string) => `GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`;
 
-describe('proxy (loopback, faked original destination)', () => {
+describe.each([
+  { splice: true, name: 'splice(2) pump' },
+  { splice: false, name: 'Node pipe' },
+])('proxy (loopback, faked original destination, $name)', ({ splice }) => {
+  beforeAll(async () => {
+    proxyPort = await freePort();
+    proxy = createProxy<CompiledPolicy>({
+      decide: (s, subj, p) => {
+        decideCalls++;
+        return decide(s, subj, p);
+      },
+      log: { write: (rec) => (lines.push(rec), String(lines.length)) },
+      resolvers: [`127.0.0.1:${dnsPort}`],
+      hosts: ['127.0.0.1'],
+      peekTimeoutMs: 300,
+      splice,
+      originalDst: () => {
+        if (fakeDst instanceof Error) throw fakeDst;
+        return fakeDst;
+      },
+    });
+    await proxy.setSubject({
+      uid: 4242,
+      port: proxyPort,
+      policy: compilePolicy(netPolicy({ allow: ['good.test', '127.0.0.0/30'], deny: ['127.0.0.2'] })),
+    });
+  });
+  afterAll(async () => {
+    await proxy?.close();
+  });
+
   it('connects a domain-decided allow to the resolved address, not the one the agent supplied', async () => {
     fakeDst = { family: 4, address: '10.9.9.9', port: upPort };
     const r = await through(get(`good.test:${upPort}`));

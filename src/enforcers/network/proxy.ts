@@ -4,6 +4,7 @@ import type { NetworkSubject, Verdict } from '../../engine/types.js';
 import { loadNative, type OriginalDst } from '../../native.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekDestination, type PeekResult } from './peek.js';
+import { createSplicePump, stopReading, type SplicePump } from './splice.js';
 
 /**
  * The transparent proxy: one listener per subject (on 127.0.0.1 and ::1, where `redirect` sends IPv4 and IPv6),
@@ -58,6 +59,8 @@ export interface ProxyOptions<P> {
   peekBytes?: number;
   peekTimeoutMs?: number;
   connectTimeoutMs?: number;
+  /** Move allowed bytes with splice(2) on the addon's pump thread (default true; false = a Node pipe). */
+  splice?: boolean;
   /** Operational errors (upstream unreachable and the like), for the service's own log. */
   onError?: (err: Error, ctx: { uid: number; stage: string }) => void;
 }
@@ -78,6 +81,8 @@ interface Entry<P> {
   policy: P | null;
   servers: net.Server[];
   sockets: Set<net.Socket>;
+  /** Spliced pairs: their sockets belong to the pump until it reports; closing means aborting them. */
+  spliced: Set<number>;
 }
 
 function plainIp(a: string): string {
@@ -116,6 +121,8 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const resolver = new dns.promises.Resolver({ timeout: 2000, tries: 2 });
   if (opts.resolvers.length) resolver.setServers(opts.resolvers);
   const cache = new Map<string, Resolved>();
+  const pump: SplicePump | null = opts.splice === false ? null : createSplicePump();
+  const pumped = new WeakSet<net.Socket>();
 
   /** Every address:port this proxy listens on: a connection whose original destination is one of them was not redirected. */
   function isListenerAddress(dst: OriginalDst): boolean {
@@ -290,13 +297,44 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     up.on('error', (err) => {
       clearTimeout(timer);
       onError(err, { uid: e.uid, stage: 'upstream' });
-      client.resetAndDestroy();
+      if (!pumped.has(client)) client.resetAndDestroy();
     });
-    client.on('error', () => up.destroy());
+    client.on('error', () => {
+      if (!pumped.has(up)) up.destroy();
+    });
     up.once('connect', () => {
       clearTimeout(timer);
       if (client.destroyed) {
         up.destroy();
+        return;
+      }
+      if (pump) {
+        // Nothing more is read by Node from here on: the pump thread owns both directions.
+        up.pause();
+        const rest = stopReading(client);
+        const first = rest.length ? Buffer.concat([head, rest]) : head;
+        const go = () => {
+          if (client.destroyed || up.destroyed) {
+            client.destroy();
+            up.destroy();
+            return;
+          }
+          stopReading(up);
+          pumped.add(client);
+          pumped.add(up);
+          const { id, done } = pump.start(client, up);
+          e.spliced.add(id);
+          void done.then((r) => {
+            e.spliced.delete(id);
+            pumped.delete(client);
+            pumped.delete(up);
+            if (r.error && r.error !== 'ECANCELED') client.resetAndDestroy();
+            else client.destroy();
+            up.destroy();
+          });
+        };
+        if (first.length) up.write(first, go);
+        else go();
         return;
       }
       if (head.length) up.write(head);
@@ -305,19 +343,19 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       client.pipe(up);
       up.pipe(client);
       client.resume();
-    });
-    let ended = 0;
-    const both = () => {
-      if (++ended === 2) {
-        client.destroy();
-        up.destroy();
-      }
-    };
-    client.on('end', both);
-    up.on('end', both);
-    client.on('close', () => up.destroy());
-    up.on('close', () => {
-      if (!client.destroyed && !client.writableEnded) client.destroy();
+      let ended = 0;
+      const both = () => {
+        if (++ended === 2) {
+          client.destroy();
+          up.destroy();
+        }
+      };
+      client.on('end', both);
+      up.on('end', both);
+      client.on('close', () => up.destroy());
+      up.on('close', () => {
+        if (!client.destroyed && !client.writableEnded) client.destroy();
+      });
     });
   }
 
@@ -343,8 +381,11 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   }
 
   async function closeEntry(e: Entry<P>): Promise<void> {
-    await Promise.all(e.servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
-    for (const s of e.sockets) s.destroy();
+    const closing = e.servers.map((s) => new Promise<void>((r) => s.close(() => r())));
+    // Spliced sockets are the pump's until it reports: abort, and let its completion destroy them.
+    for (const id of e.spliced) pump?.abort(id);
+    for (const s of e.sockets) if (!pumped.has(s)) s.destroy();
+    await Promise.all(closing);
   }
 
   return {
@@ -358,7 +399,14 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
         subjects.delete(s.uid);
         await closeEntry(cur);
       }
-      const e: Entry<P> = { uid: s.uid, port: s.port, policy: s.policy, servers: [], sockets: new Set() };
+      const e: Entry<P> = {
+        uid: s.uid,
+        port: s.port,
+        policy: s.policy,
+        servers: [],
+        sockets: new Set(),
+        spliced: new Set(),
+      };
       subjects.set(s.uid, e);
       try {
         await open(e);
@@ -381,6 +429,9 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       const all = [...subjects.values()];
       subjects.clear();
       await Promise.all(all.map(closeEntry));
+      // Let the aborted pairs report (their sockets are destroyed then) before the pump thread stops.
+      while (pump && pump.size() > 0) await new Promise((r) => setTimeout(r, 5));
+      pump?.close();
     },
   };
 }
