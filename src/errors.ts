@@ -35,6 +35,12 @@ export const ERROR_CODES = {
   usage: EXIT.refused,
   user_invalid: EXIT.refused,
   user_unknown: EXIT.refused,
+  // network enforcer (src/enforcers/network)
+  iptables_failed: EXIT.failed,
+  iptables_single_subject: EXIT.failed,
+  network_rule_invalid: EXIT.refused,
+  nft_failed: EXIT.failed,
+  nft_missing_multi: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 
@@ -72,6 +78,17 @@ export const REASONS = {
   no_policy: 'the subject has no resolved policy; fail_mode decided',
   not_allowed: 'whitelist mode and no allow entry matched',
 } as const satisfies Record<Reason, string>;
+
+/**
+ * Reasons the network proxy writes itself, for connections it refuses before (or instead of) asking the
+ * engine. They appear in decision lines like the engine's REASONS.
+ */
+export const PROXY_REASONS = {
+  ambiguous_host: 'the HTTP head names two different hosts; a server could pick either',
+  no_original_dst: 'SO_ORIGINAL_DST could not be read, so the connection cannot be shown to be redirected (critical)',
+  not_redirected: 'a direct connection to a proxy listener, or to the reserved loopback range 18000-18999 (critical)',
+  resolve_failed: 'a name-decided allow whose name did not resolve through the configured resolvers',
+} as const;
 
 /** One `path: message` line of an invalid config (path is dotted, e.g. `network.mode`). */
 export interface ConfigIssue {
@@ -112,5 +129,10 @@ export function isLeashError(e: unknown): e is LeashError {
 
 /** Every documented code, for the docs test. */
 export function allCodes(): string[] {
-  return [...Object.keys(ERROR_CODES), ...Object.keys(FINDING_CODES), ...Object.keys(REASONS)];
+  return [
+    ...Object.keys(ERROR_CODES),
+    ...Object.keys(FINDING_CODES),
+    ...Object.keys(REASONS),
+    ...Object.keys(PROXY_REASONS),
+  ];
 }

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import net from 'node:net';
-import { CommandError, type Runner } from './run.js';
+import { LeashError } from '../../errors.js';
+import type { Runner } from './run.js';
 
 /**
  * The kernel side of the network surface.
@@ -60,11 +61,12 @@ function dispatchComment(uid: number): string {
 
 function validate(s: SubjectRules): void {
   if (!Number.isInteger(s.uid) || s.uid < 0 || s.uid > 0xfffffffe)
-    throw new CommandError('bad_uid', `bad uid ${s.uid}`);
+    throw new LeashError('network_rule_invalid', `bad uid ${s.uid}`);
   if (!Number.isInteger(s.port) || s.port < 1 || s.port > 65535)
-    throw new CommandError('bad_port', `bad proxy port ${s.port}`);
+    throw new LeashError('network_rule_invalid', `bad proxy port ${s.port}`);
   for (const r of s.resolvers)
-    if (net.isIP(r) === 0) throw new CommandError('bad_resolver', `resolver ${JSON.stringify(r)} is not an IP address`);
+    if (net.isIP(r) === 0)
+      throw new LeashError('network_rule_invalid', `resolver ${JSON.stringify(r)} is not an IP address`);
 }
 
 /** Renders one subject's chain contents (pure; the unit tests pin the exact rules). */
@@ -154,7 +156,9 @@ export async function readState(runner: Runner): Promise<RulesetState> {
     out.set(key(t), st);
     if (res.code !== 0) {
       if (/No such file or directory|does not exist/i.test(res.stderr)) continue;
-      throw new CommandError('nft_failed', `nft list table ${t.family} ${t.table}: ${res.stderr.trim()}`, res);
+      throw new LeashError('nft_failed', `nft list table ${t.family} ${t.table}: ${res.stderr.trim()}`, {
+        stderr: res.stderr.trim(),
+      });
     }
     st.exists = true;
     const doc = JSON.parse(res.stdout) as { nftables: Record<string, unknown>[] };
@@ -239,7 +243,8 @@ export function renderRelease(state: RulesetState, uids: number[]): string {
 
 async function nftApply(runner: Runner, script: string): Promise<void> {
   const res = await runner(['nft', '-f', '-'], script);
-  if (res.code !== 0) throw new CommandError('nft_failed', `nft -f failed: ${res.stderr.trim()}`, res);
+  if (res.code !== 0)
+    throw new LeashError('nft_failed', `nft -f failed: ${res.stderr.trim()}`, { stderr: res.stderr.trim() });
 }
 
 export type ApplyOutcome = 'added' | 'changed' | 'unchanged';
@@ -315,14 +320,18 @@ export function renderIptables(s: SubjectRules): string[] {
 
 async function iptablesLeashLines(runner: Runner): Promise<string[]> {
   const res = await runner(['iptables', '-w', '-t', 'nat', '-S', 'OUTPUT']);
-  if (res.code !== 0) throw new CommandError('iptables_failed', `iptables -S failed: ${res.stderr.trim()}`, res);
+  if (res.code !== 0)
+    throw new LeashError('iptables_failed', `iptables -S failed: ${res.stderr.trim()}`, { stderr: res.stderr.trim() });
   return res.stdout.split('\n').filter((l) => /--comment "?leash:\d+"?/.test(l));
 }
 
 async function iptablesRestore(runner: Runner, lines: string[]): Promise<void> {
   if (!lines.length) return;
   const res = await runner(['iptables-restore', '-w', '--noflush'], `*nat\n${lines.join('\n')}\nCOMMIT\n`);
-  if (res.code !== 0) throw new CommandError('iptables_failed', `iptables-restore failed: ${res.stderr.trim()}`, res);
+  if (res.code !== 0)
+    throw new LeashError('iptables_failed', `iptables-restore failed: ${res.stderr.trim()}`, {
+      stderr: res.stderr.trim(),
+    });
 }
 
 /** Applies the single subject with iptables; one transaction (iptables-restore --noflush). */
@@ -330,7 +339,7 @@ export async function applyIptables(runner: Runner, s: SubjectRules): Promise<Ap
   const want = renderIptables(s);
   const have = await iptablesLeashLines(runner);
   const others = have.filter((l) => !l.includes(`"${dispatchComment(s.uid)}"`) && !l.endsWith(dispatchComment(s.uid)));
-  if (others.length) throw new CommandError('iptables_single_subject', 'the iptables fallback holds one subject only');
+  if (others.length) throw new LeashError('iptables_single_subject', 'the iptables fallback holds one subject only');
   if (have.length === want.length && have.every((l, i) => l === want[i])) return 'unchanged';
   await iptablesRestore(runner, [...have.map((l) => l.replace(/^-A /, '-D ')), ...want]);
   return have.length ? 'changed' : 'added';
@@ -381,7 +390,7 @@ export async function openFirewall(opts: FirewallOptions): Promise<Firewall> {
     };
   }
   if (opts.subjects > 1)
-    throw new CommandError(
+    throw new LeashError(
       'nft_missing_multi',
       `nft is not available and ${opts.subjects} subjects are configured: the iptables fallback enforces one UID only; install nftables`,
     );

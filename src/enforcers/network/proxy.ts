@@ -1,6 +1,7 @@
 import dns from 'node:dns';
 import net from 'node:net';
-import type { NetworkSubject, Verdict } from '../../engine/types.js';
+import type { NetworkSubject, Reason, Verdict } from '../../engine/types.js';
+import type { PROXY_REASONS } from '../../errors.js';
 import { loadNative, type OriginalDst } from '../../native.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekDestination, type PeekResult } from './peek.js';
@@ -29,16 +30,8 @@ export interface DecisionLogLike {
   write(rec: DecisionRecord): string;
 }
 
-/** Reason codes the proxy adds to the engine's (documented in docs/network.md and docs/errors.md). */
-export type ProxyReason =
-  /** The connection reached a proxy listener without being redirected to it (a direct connection). */
-  | 'not_redirected'
-  /** SO_ORIGINAL_DST could not be read, so the proxy cannot show the connection was redirected. */
-  | 'no_original_dst'
-  /** The HTTP head names two different hosts; a server could pick either. */
-  | 'ambiguous_host'
-  /** A domain-decided allow whose name did not resolve through the configured resolvers. */
-  | 'resolve_failed';
+/** Reason codes the proxy writes itself (catalogued in src/errors.ts PROXY_REASONS, documented in docs/errors.md). */
+export type ProxyReason = keyof typeof PROXY_REASONS;
 
 export interface ProxySubject<P> {
   uid: number;
@@ -150,7 +143,11 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     return out;
   }
 
-  function refuse(e: Entry<P>, sock: net.Socket, rec: Omit<DecisionRecord, 'uid' | 'surface' | 'action'>): void {
+  function refuse(
+    e: Entry<P>,
+    sock: net.Socket,
+    rec: Omit<DecisionRecord, 'uid' | 'surface' | 'action' | 'reason'> & { reason: ProxyReason | Reason },
+  ): void {
     opts.log.write({ uid: e.uid, surface: 'network', action: 'block', ...rec });
     sock.resetAndDestroy();
   }

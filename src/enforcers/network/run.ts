@@ -37,15 +37,3 @@ export function hostRunner(): Runner {
 export function netnsRunner(ns: string): Runner {
   return (argv, input) => spawnRun(['ip', 'netns', 'exec', ns, ...argv], input);
 }
-
-/** An error from an external command, with the stable code the caller branches on. */
-export class CommandError extends Error {
-  constructor(
-    readonly code: string,
-    message: string,
-    readonly result?: RunResult,
-  ) {
-    super(message);
-    this.name = 'CommandError';
-  }
-}
