@@ -181,8 +181,10 @@ async function main(): Promise<void> {
         bulk[p].push((r.bytes * 8) / (r.ms / 1000) / 1e9);
       }
     }
-    const conns: Record<PathName, { rate: number; errors: number }> = {} as never;
+    const conns: Record<PathName, { rate: number; errors: number; cpuUsPerConn: number | null }> = {} as never;
     for (const p of paths) {
+      const cpu = p === 'leash' ? () => cpuSeconds(enforcer.pid) : p === 'nginx' ? ngxCpu : null;
+      const c0 = cpu?.() ?? 0;
       const r = (await client(lab, users[p], [
         'conns',
         TARGET.v4,
@@ -195,7 +197,11 @@ async function main(): Promise<void> {
         errors: number;
         ms: number;
       };
-      conns[p] = { rate: r.count / (r.ms / 1000), errors: r.errors };
+      conns[p] = {
+        rate: r.count / (r.ms / 1000),
+        errors: r.errors,
+        cpuUsPerConn: cpu ? ((cpu() - c0) * 1e6) / Math.max(1, r.count) : null,
+      };
     }
     const setup: Record<PathName, { p50: number; p99: number }> = {} as never;
     for (const p of paths) {
@@ -240,6 +246,9 @@ async function main(): Promise<void> {
       `  ${'p99 set-up vs direct'.padEnd(22)} +${f(dP99)} ms  target <= +2 ms  ${dP99 <= 2 ? 'met' : 'MISSED'}\n`,
     );
     process.stdout.write(`  proxy CPU per GiB bulk: Leash ${f(leashCpu / REPS)} s, nginx ${f(nginxCpu / REPS)} s\n`);
+    process.stdout.write(
+      `  proxy CPU per new TLS connection: Leash ${f(conns.leash.cpuUsPerConn ?? 0, 0)} us, nginx ${f(conns.nginx.cpuUsPerConn ?? 0, 0)} us (errors: ${paths.map((p) => `${p} ${conns[p].errors}`).join(', ')})\n`,
+    );
     process.stdout.write(
       `  bulk samples (Gbit/s): ${paths.map((p) => `${p} ${bulk[p].map((x) => f(x)).join('/')}`).join('; ')}\n`,
     );

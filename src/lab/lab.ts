@@ -375,6 +375,8 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
           'exec',
           agentNs,
           process.execPath,
+          // e.g. LEASH_LAB_NODE_ARGS=--cpu-prof to profile the enforcer under a benchmark
+          ...(process.env.LEASH_LAB_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
           path.join(distSrc(), 'enforcers', 'network', 'standalone.js'),
           specPath,
         ],
