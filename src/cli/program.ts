@@ -5,6 +5,7 @@ import { runService } from '../service/start.js';
 import { register as check } from './check.js';
 import { configPath } from './context.js';
 import { registerDemo } from './demo.js';
+import { registerTeardown } from './teardown.js';
 import { register as init } from './init.js';
 import { register as logs } from './logs.js';
 import { register as status } from './status.js';
@@ -20,7 +21,16 @@ export type CommandGroup = (program: Command) => void;
  * and appending it here, or, without touching this file, by passing it to `buildProgram([extra])`.
  * Throw LeashError for refusals: the top-level handler in main.ts prints it and sets the exit code.
  */
-export const COMMAND_GROUPS: CommandGroup[] = [init, status, validate, surface, check, logs, registerDemo];
+export const COMMAND_GROUPS: CommandGroup[] = [
+  init,
+  status,
+  validate,
+  surface,
+  check,
+  logs,
+  registerDemo,
+  registerTeardown,
+];
 
 export function buildProgram(extra: CommandGroup[] = []): Command {
   const program = new Command('leash')

@@ -105,3 +105,32 @@ describe.skipIf(!isRoot)('nft apply in a namespace', () => {
     });
   });
 });
+
+describe.skipIf(!isRoot)('leash teardown', () => {
+  const TNS = 'lt-net-td';
+  let cleanup: (() => Promise<void>) | null = null;
+  beforeAll(async () => {
+    cleanup = await bareNetns(TNS);
+  });
+  afterAll(async () => {
+    await cleanup?.();
+  });
+
+  it('releases the named UID, then every remaining one, leaving no leash table', async () => {
+    const run = netnsRunner(TNS);
+    await applySubject(run, a);
+    await applySubject(run, b);
+    const { spawnSync } = await import('node:child_process');
+    const cli = (args: string[]) =>
+      spawnSync(process.execPath, ['dist/src/cli/main.js', 'teardown', '--netns', TNS, '--json', ...args], {
+        encoding: 'utf8',
+      });
+    const one = cli(['--uid', String(a.uid)]);
+    expect(one.status).toBe(0);
+    expect(JSON.parse(one.stdout)).toEqual({ released: [a.uid] });
+    expect((await run(['nft', 'list', 'ruleset'])).stdout).toContain('agent_61002');
+    const rest = cli([]);
+    expect(JSON.parse(rest.stdout)).toEqual({ released: [b.uid] });
+    expect((await run(['nft', 'list', 'ruleset'])).stdout).not.toMatch(/leash/);
+  });
+});
