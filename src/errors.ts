@@ -119,9 +119,9 @@ export class LeashError extends Error {
     if (details !== undefined) this.details = details;
   }
 
-  /** The lines printed to stderr: the message, then any `path: message` issues indented. */
+  /** The lines printed to stderr: the message with its code (see docs/errors.md), then any `path: message` issues. */
   lines(): string[] {
-    const out = [`leash: ${this.message}`];
+    const out = [`leash: ${this.message} [${this.code}]`];
     const issues = this.details?.issues as ConfigIssue[] | undefined;
     if (Array.isArray(issues)) for (const i of issues) out.push(`  ${i.path}: ${i.message}`);
     return out;
