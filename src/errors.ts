@@ -30,6 +30,7 @@ export const ERROR_CODES = {
   mode_invalid: EXIT.refused,
   native_unavailable: EXIT.failed,
   service_failed: EXIT.failed,
+  service_signal_failed: EXIT.failed,
   subject_invalid: EXIT.refused,
   surface_unknown: EXIT.refused,
   usage: EXIT.refused,

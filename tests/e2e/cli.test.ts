@@ -367,3 +367,54 @@ describe('usage errors', () => {
     expect((await leash(['--version'])).code).toBe(0);
   });
 });
+
+describe('reload after an edit', () => {
+  /** A fake systemctl that records its arguments and answers is-active with $ACTIVE. */
+  function fakeSystemctl(active: boolean, killFails = false): { bin: string; calls: () => string[] } {
+    const dir = tmpDir();
+    const bin = path.join(dir, 'systemctl');
+    const rec = path.join(dir, 'calls');
+    fs.writeFileSync(
+      bin,
+      `#!/bin/sh\necho "$*" >> ${rec}\ncase "$1" in is-active) exit ${active ? 0 : 3};; kill) ${killFails ? 'echo "Failed to kill unit" >&2; exit 1' : 'exit 0'};; esac\n`,
+      { mode: 0o755 },
+    );
+    return { bin, calls: () => (fs.existsSync(rec) ? fs.readFileSync(rec, 'utf8').trim().split('\n') : []) };
+  }
+
+  it('signals the main PID of a running service with SIGHUP after a change', async () => {
+    const sc = fakeSystemctl(true);
+    const r = await leash(['-c', configFile(POLICY('stdout')), 'net', 'allow', 'pypi.org', '--json'], {
+      env: { LEASH_SYSTEMCTL: sc.bin },
+    });
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout).service).toEqual({ signalled: true });
+    expect(sc.calls()).toEqual(['is-active --quiet leash.service', 'kill --kill-whom=main --signal=HUP leash.service']);
+  });
+
+  it('does not signal when nothing changed, with --no-reconcile, or when the service is not running', async () => {
+    const file = configFile(POLICY('stdout'));
+    const running = fakeSystemctl(true);
+    await leash(['-c', file, 'net', 'allow', 'github.com'], { env: { LEASH_SYSTEMCTL: running.bin } });
+    await leash(['-c', file, 'net', 'allow', 'a.example', '--no-reconcile'], { env: { LEASH_SYSTEMCTL: running.bin } });
+    expect(running.calls()).toEqual([]);
+    const stopped = fakeSystemctl(false);
+    const r = await leash(['-c', file, 'cmd', 'mode', 'blacklist', '--json'], {
+      env: { LEASH_SYSTEMCTL: stopped.bin },
+    });
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout).service.signalled).toBe(false);
+    expect(stopped.calls()).toEqual(['is-active --quiet leash.service']);
+  });
+
+  it('a failed signal is exit 3 service_signal_failed: the policy is written but not in force', async () => {
+    const file = configFile(POLICY('stdout'));
+    const sc = fakeSystemctl(true, true);
+    const r = await leash(['-c', file, 'net', 'deny', 'bad.example', '--json'], { env: { LEASH_SYSTEMCTL: sc.bin } });
+    expect(r.code).toBe(3);
+    const out = JSON.parse(r.stdout);
+    expect(out.error.code).toBe('service_signal_failed');
+    expect(out.error.details.command).toBe('systemctl kill --kill-whom=main --signal=HUP leash.service');
+    expect(fs.readFileSync(file, 'utf8')).toContain('bad.example');
+  });
+});

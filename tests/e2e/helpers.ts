@@ -36,7 +36,8 @@ export function leash(
   opts: { env?: Record<string, string | undefined>; input?: string } = {},
 ): Promise<Result> {
   return new Promise((resolve, reject) => {
-    const env = { ...process.env, ...opts.env };
+    // Never signal a real leash.service on the host running the tests.
+    const env = { ...process.env, LEASH_SYSTEMCTL: '/nonexistent/systemctl', ...opts.env };
     for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
     const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
