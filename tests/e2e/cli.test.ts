@@ -418,3 +418,42 @@ describe('reload after an edit', () => {
     expect(fs.readFileSync(file, 'utf8')).toContain('bad.example');
   });
 });
+
+describe('leash check tools with inputs', () => {
+  const cfg = () =>
+    configFile(
+      'user: nobody\ntools: { allow: [run, read_file], inspect: { secrets: block, pii: log, priv_esc: block } }\n',
+    );
+
+  it('blocks privilege escalation in the inputs (inspect_priv_esc), exit 1', async () => {
+    const r = await leash(['-c', cfg(), 'check', 'tool', 'run', '--inputs', '{"cmd":"sudo rm -rf /"}', '--json']);
+    expect(r.code).toBe(1);
+    expect(JSON.parse(r.stdout)).toMatchObject({ action: 'block', reason: 'inspect_priv_esc' });
+  });
+
+  it('blocks a secret and never prints it unmasked', async () => {
+    const key = 'AKIAIOSFODNN7EXAMPLE';
+    const r = await leash(['-c', cfg(), 'check', 'tool', 'run', '--inputs', JSON.stringify({ env: `AWS=${key}` })]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain('inspect_secrets');
+    expect(r.stdout).not.toContain(key);
+    const j = await leash([
+      '-c',
+      cfg(),
+      'check',
+      'tool',
+      'run',
+      '--inputs',
+      JSON.stringify({ env: `AWS=${key}` }),
+      '--json',
+    ]);
+    expect(JSON.parse(j.stdout).reason).toBe('inspect_secrets');
+    expect(j.stdout).not.toContain(key);
+  });
+
+  it('bad --inputs JSON is subject_invalid, exit 2', async () => {
+    const r = await leash(['-c', cfg(), 'check', 'tool', 'run', '--inputs', '{nope', '--json']);
+    expect(r.code).toBe(2);
+    expect(JSON.parse(r.stdout).error.code).toBe('subject_invalid');
+  });
+});

@@ -37,7 +37,11 @@ export function leash(
 ): Promise<Result> {
   return new Promise((resolve, reject) => {
     // Never signal a real leash.service on the host running the tests.
-    const env = { ...process.env, LEASH_SYSTEMCTL: '/nonexistent/systemctl', ...opts.env };
+    const env: Record<string, string | undefined> = {
+      ...process.env,
+      LEASH_SYSTEMCTL: '/nonexistent/systemctl',
+      ...opts.env,
+    };
     for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
     const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
