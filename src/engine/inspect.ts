@@ -225,10 +225,10 @@ function commandWord(id: string, word: string): Detector {
   });
 }
 
-const RM_WORD = /(?<![\w.\/-])(?:\/[\w.\/-]{0,64}\/)?rm\s/;
+const RM_WORD = /(?<![\w./-])(?:\/[\w./-]{0,64}\/)?rm\s/;
 /** Shell words and the separators that end a command (`;`, `&`, `|`, parentheses, backquote, newline). */
 const SHELL_TOKENS = /[;&|()`\n\r]|[^\s;&|()`]+/g;
-const RM_TOKEN = /^['"]*(?:\/[\w.\/-]{0,64}\/)?rm$/;
+const RM_TOKEN = /^['"]*(?:\/[\w./-]{0,64}\/)?rm$/;
 /** Words examined after an rm: enough for any honest flag list, and a bound on the work per rm. */
 const RM_MAX_ARGS = 64;
 
@@ -320,7 +320,7 @@ const PRIV_ESC_DETECTORS: Detector[] = [
   regexDetector(
     'su_root',
     'priv_esc',
-    /(?<![\w.\/-])(?:\/[\w.\/-]{0,64}\/)?su(?:[ \t]+-[A-Za-z]*|[ \t]+root(?![\w-])|(?=[ \t]*$))/,
+    /(?<![\w./-])(?:\/[\w./-]{0,64}\/)?su(?:[ \t]+-[A-Za-z]*|[ \t]+root(?![\w-])|(?=[ \t]*$))/,
     {
       mask: (m) => m[0],
     },
