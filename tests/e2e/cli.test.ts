@@ -356,10 +356,13 @@ describe('usage errors', () => {
     noStack(r.stderr);
   });
 
-  it('an unknown option is exit 2', async () => {
+  it('an unknown option is exit 2, usage in --json', async () => {
     const r = await leash(['status', '--frobnicate']);
     expect(r.code).toBe(2);
     noStack(r.stderr);
+    const j = await leash(['status', '--json', '--frobnicate']);
+    expect(j.code).toBe(2);
+    expect(JSON.parse(j.stdout).error.code).toBe('usage');
   });
 
   it('--help and --version exit 0', async () => {
@@ -405,6 +408,16 @@ describe('reload after an edit', () => {
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout).service.signalled).toBe(false);
     expect(stopped.calls()).toEqual(['is-active --quiet leash.service']);
+  });
+
+  it('leash restart runs systemctl restart leash.service; a failure is exit 3 service_failed', async () => {
+    const ok = fakeSystemctl(true);
+    const r = await leash(['restart'], { env: { LEASH_SYSTEMCTL: ok.bin } });
+    expect(r.code).toBe(0);
+    expect(ok.calls()).toEqual(['restart leash.service']);
+    const r2 = await leash(['restart'], { env: { LEASH_SYSTEMCTL: '/nonexistent/systemctl' } });
+    expect(r2.code).toBe(3);
+    expect(r2.stderr).toMatch(/\[service_failed\]$/m);
   });
 
   it('a failed signal is exit 3 service_signal_failed: the policy is written but not in force', async () => {
