@@ -23,6 +23,7 @@ export const ERROR_CODES = {
   config_syntax: EXIT.refused,
   config_unreadable: EXIT.refused,
   config_write_failed: EXIT.failed,
+  default_policy_missing: EXIT.failed,
   entry_inert: EXIT.refused,
   internal: EXIT.internal,
   log_sink_stdout: EXIT.refused,

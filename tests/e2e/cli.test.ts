@@ -470,3 +470,20 @@ describe('leash check tools with inputs', () => {
     expect(JSON.parse(r.stdout).error.code).toBe('subject_invalid');
   });
 });
+
+describe('leash init default policy lookup', () => {
+  it('LEASH_DEFAULT_POLICY overrides the shipped file; a missing override falls back to it', async () => {
+    const dir = tmpDir();
+    const mine = path.join(dir, 'mine.yaml');
+    fs.writeFileSync(mine, '# site default\nuser: null\nnetwork: { allow: [intranet.example] }\n');
+    const file = path.join(dir, 'leash.yaml');
+    const r = await leash(['-c', file, 'init', '--user', 'nobody'], { env: { LEASH_DEFAULT_POLICY: mine } });
+    expect(r.code).toBe(0);
+    expect(fs.readFileSync(file, 'utf8')).toContain('# site default');
+    // An explicit override that does not exist falls through to the shipped file, which exists here.
+    const r2 = await leash(['-c', path.join(dir, 'b.yaml'), 'init', '--user', 'nobody'], {
+      env: { LEASH_DEFAULT_POLICY: path.join(dir, 'absent.yaml') },
+    });
+    expect(r2.code).toBe(0);
+  });
+});
