@@ -8,6 +8,7 @@ import { registerDemo } from './demo.js';
 import { registerTeardown } from './teardown.js';
 import { register as init } from './init.js';
 import { register as logs } from './logs.js';
+import { register as restart } from './reconcile.js';
 import { register as status } from './status.js';
 import { register as surface } from './surface.js';
 import { register as validate } from './validate.js';
@@ -28,6 +29,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   surface,
   check,
   logs,
+  restart,
   registerDemo,
   registerTeardown,
 ];
