@@ -175,8 +175,20 @@ export async function runDemo(opts: DemoOptions = {}): Promise<number> {
   const out = opts.out ?? ((s: string) => process.stdout.write(s));
   if (process.getuid?.() !== 0)
     throw new LeashError('usage', 'leash demo needs root (it creates network namespaces and an account)');
-  if (!(await nftAvailable(hostRunner())))
+  const host = hostRunner();
+  if (!(await nftAvailable(host)))
     throw new LeashError('service_failed', 'leash demo needs nftables: apt-get install -y nftables');
+  const missing: string[] = [];
+  for (const [tool, pkg] of [
+    ['ip', 'iproute2'],
+    ['openssl', 'openssl'],
+    ['setpriv', 'util-linux'],
+    ['useradd', 'passwd'],
+  ] as const) {
+    if ((await host(['sh', '-c', `command -v ${tool}`])).code !== 0) missing.push(pkg);
+  }
+  if (missing.length)
+    throw new LeashError('service_failed', `leash demo needs: apt-get install -y ${missing.join(' ')}`, { missing });
   if (!nativeAvailable())
     throw new LeashError('native_unavailable', 'the native addon is not built (npm run build:native)');
   const policyPath = opts.policyPath ?? defaultPolicyPath();
