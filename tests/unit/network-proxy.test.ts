@@ -68,7 +68,7 @@ beforeEach(() => {
 
 /** Sends `payload` through the proxy; resolves with what came back, or the error code. */
 function through(
-  payload: string | null,
+  payload: string | Buffer | null,
   opts: { end?: boolean } = {},
 ): Promise<{ data: string; err: string | null; ms: number }> {
   return new Promise((resolve) => {
@@ -204,6 +204,19 @@ describe.each([
       setTimeout(() => c.end('late'), 600);
     });
     expect(r).toBe('got:late');
+  });
+
+  it('stops peeking at the size bound and judges by address', async () => {
+    fakeDst = { family: 4, address: '10.9.9.9', port: echoPort };
+    // A handshake record announcing a 60 KiB ClientHello that never completes: 'more' forever.
+    const head = Buffer.from([0x16, 0x03, 0x01, 0x48, 0x00, 0x01, 0x00, 0xf0, 0x00]);
+    const t0 = Date.now();
+    // 17,000 bytes stay inside the announced 18 KiB record: every prefix parses as 'more', so only the size
+    // bound (16 KiB) can end the peek before the time-out.
+    const r = await through(Buffer.concat([head, Buffer.alloc(17000 - head.length, 1)]));
+    expect(r.err).toBe('ECONNRESET');
+    expect(Date.now() - t0).toBeLessThan(250); // well before the 300 ms peek time-out
+    expect(lines[0]).toMatchObject({ reason: 'not_allowed', subject: { domain: null, ip: '10.9.9.9' } });
   });
 
   it('blocks an HTTP head naming two hosts', async () => {
