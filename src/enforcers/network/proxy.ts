@@ -325,9 +325,14 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
             e.spliced.delete(id);
             pumped.delete(client);
             pumped.delete(up);
-            if (r.error && r.error !== 'ECANCELED') client.resetAndDestroy();
-            else client.destroy();
-            up.destroy();
+            // A reset on either side is passed on as a reset on both.
+            if (r.error && r.error !== 'ECANCELED') {
+              client.resetAndDestroy();
+              up.resetAndDestroy();
+            } else {
+              client.destroy();
+              up.destroy();
+            }
           });
         };
         if (first.length) up.write(first, go);
