@@ -15,7 +15,9 @@ export type Probe =
   | { kind: 'tcp'; host: string; port: number; send?: string }
   | { kind: 'udp'; host: string; port: number }
   | { kind: 'dns'; name: string }
-  | { kind: 'dnsserver'; server: string; name: string };
+  | { kind: 'dnsserver'; server: string; name: string }
+  /** One A query over TCP (what a resolver library falls back to for a truncated answer). */
+  | { kind: 'dnstcp'; server: string; name: string };
 
 export interface ProbeResult {
   ok: boolean;
@@ -90,6 +92,38 @@ async function lookup(name: string, server?: string): Promise<ProbeResult> {
   }
 }
 
+function dnsTcp(server: string, name: string): Promise<ProbeResult> {
+  const t0 = performance.now();
+  const q = Buffer.concat([
+    Buffer.from([0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]),
+    ...name.split('.').map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)])),
+    Buffer.from([0, 0, 1, 0, 1]),
+  ]);
+  const len = Buffer.alloc(2);
+  len.writeUInt16BE(q.length);
+  return new Promise((resolve) => {
+    let acc = Buffer.alloc(0);
+    const s = net.connect(53, server, () => s.write(Buffer.concat([len, q])));
+    const timer = setTimeout(() => done(finish(t0, false, 'ETIMEDOUT', '')), 5000);
+    const done = (r: ProbeResult) => {
+      clearTimeout(timer);
+      s.destroy();
+      resolve(r);
+    };
+    s.on('data', (d: Buffer) => {
+      acc = Buffer.concat([acc, d]);
+      if (acc.length >= 2 && acc.length >= 2 + acc.readUInt16BE(0)) {
+        const msg = acc.subarray(2);
+        // The last 4 bytes of a one-answer A response are the address.
+        const ok = msg.readUInt16BE(6) > 0;
+        done(finish(t0, ok, ok ? null : 'ENODATA', ok ? [...msg.subarray(msg.length - 4)].join('.') : ''));
+      }
+    });
+    s.on('error', (e: NodeJS.ErrnoException) => done(finish(t0, false, e.code ?? 'ERR', '')));
+    s.on('end', () => done(finish(t0, false, 'EOF', '')));
+  });
+}
+
 export async function runProbe(p: Probe): Promise<ProbeResult> {
   switch (p.kind) {
     case 'tls':
@@ -112,6 +146,8 @@ export async function runProbe(p: Probe): Promise<ProbeResult> {
       return lookup(p.name);
     case 'dnsserver':
       return lookup(p.name, p.server);
+    case 'dnstcp':
+      return dnsTcp(p.server, p.name);
   }
 }
 

@@ -179,6 +179,15 @@ describe.skipIf(!canRunLab)('network surface in the lab', () => {
     expect(udpToResolver).toMatchObject({ ok: false, code: 'EPERM' });
   });
 
+  it('TCP DNS to the resolver goes through the proxy and is judged like any TCP', async () => {
+    // The whitelist subject does not list the resolver: its TCP fallback is reset. The blacklist one passes.
+    const [w] = await L.get().probe(white, [{ kind: 'dnstcp', server: '198.18.1.53', name: 'good.lab' }]);
+    const [b] = await L.get().probe(black, [{ kind: 'dnstcp', server: '198.18.1.53', name: 'good.lab' }]);
+    expect(w).toMatchObject({ ok: false, code: 'ECONNRESET' });
+    expect(b).toMatchObject({ ok: true, data: '198.18.1.10' });
+    expect(linesFor(white.uid).at(-1)).toMatchObject({ action: 'block', subject: { ip: '198.18.1.53', port: 53 } });
+  });
+
   it("root's traffic is untouched", async () => {
     const [t, u] = await L.get().probe(null, [
       tls('198.18.1.20', 'evil.lab'),
