@@ -227,6 +227,7 @@ export async function runDemo(opts: DemoOptions = {}): Promise<number> {
       const outcome = await step.run(ctx);
       rows.push({ step, outcome, decisions: enforcer.decisions().slice(before) });
     }
+    if (interrupted) return 130;
     const ok = rows.filter((r) => r.outcome.result === r.step.expect).length;
     if (opts.json) {
       out(
