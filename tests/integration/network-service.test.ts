@@ -46,3 +46,33 @@ describe.skipIf(!isRoot)('network enforcer factory (service path)', () => {
     expect(await run(['nft', 'list', 'ruleset'])).toMatchObject({ stdout: expect.not.stringMatching(/leash/) });
   });
 });
+
+describe.skipIf(!isRoot)('proxy on a host with IPv6 disabled', () => {
+  const NS6 = 'lt-net-nov6';
+  let cleanup: (() => Promise<void>) | null = null;
+  beforeAll(async () => {
+    cleanup = await bareNetns(NS6);
+  });
+  afterAll(async () => {
+    await cleanup?.();
+  });
+
+  it('listens on 127.0.0.1 alone instead of failing the subject', async () => {
+    const run = netnsRunner(NS6);
+    await run(['sysctl', '-qw', 'net.ipv6.conf.all.disable_ipv6=1', 'net.ipv6.conf.default.disable_ipv6=1']);
+    await run(['sysctl', '-qw', 'net.ipv6.conf.lo.disable_ipv6=1']);
+    await run(['ip', 'link', 'set', 'lo', 'up']);
+    const proxyJs = new URL('../../dist/src/enforcers/network/proxy.js', import.meta.url).pathname;
+    const script = `import(${JSON.stringify(proxyJs)}).then(async (m) => {
+      const errs = [];
+      const p = m.createProxy({ decide: () => ({ action: 'block', reason: 'not_allowed', source: 'mode', rule: null }),
+        log: { write: () => '' }, resolvers: [], onError: (e, c) => errs.push(c.stage + ':' + e.code) });
+      await p.setSubject({ uid: 1, port: 18443, policy: null });
+      console.log(JSON.stringify({ ports: [...p.ports()], errs }));
+      await p.close();
+    })`;
+    const r = await run([process.execPath, '-e', script]);
+    expect(r.stderr).toBe('');
+    expect(JSON.parse(r.stdout)).toEqual({ ports: [[1, 18443]], errs: ['listen_ipv6:EADDRNOTAVAIL'] });
+  });
+});

@@ -371,13 +371,23 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
           sock.resetAndDestroy();
         });
       });
-      await new Promise<void>((resolve, reject) => {
-        srv.once('error', reject);
-        srv.listen({ host, port: e.port, exclusive: true, backlog: 1024 }, () => {
-          srv.off('error', reject);
-          resolve();
+      try {
+        await new Promise<void>((resolve, reject) => {
+          srv.once('error', reject);
+          srv.listen({ host, port: e.port, exclusive: true, backlog: 1024 }, () => {
+            srv.off('error', reject);
+            resolve();
+          });
         });
-      });
+      } catch (err) {
+        // A host with IPv6 disabled has no ::1 (and no IPv6 connection to redirect): IPv4 alone is complete.
+        const code = (err as NodeJS.ErrnoException).code;
+        if (net.isIPv6(host) && (code === 'EADDRNOTAVAIL' || code === 'EAFNOSUPPORT')) {
+          onError(err as Error, { uid: e.uid, stage: 'listen_ipv6' });
+          continue;
+        }
+        throw err;
+      }
       e.servers.push(srv);
     }
   }
