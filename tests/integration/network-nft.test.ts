@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { teardownNetwork } from '../../src/enforcers/network/enforcer.js';
 import {
   applySubject,
+  dropLegacyShape,
   openFirewall,
   readState,
   releaseSubjects,
@@ -71,6 +72,24 @@ describe.skipIf(!isRoot)('nft apply in a namespace', () => {
     expect(text).not.toContain('61001');
     expect(text).toContain('agent_61002');
     expect(await handlesOf(b.uid)).toEqual(bBefore);
+  });
+
+  it('drops a leash table still in the pre-per-UID shape at startup, and leaves the per-UID shape alone', async () => {
+    const warned: string[] = [];
+    expect(await dropLegacyShape(run, (m) => warned.push(m))).toEqual([]);
+    expect(await listing()).toContain('agent_61002');
+    const legacy = await run(
+      ['nft', '-f', '-'],
+      'table ip6 leash { chain output { type nat hook output priority -100; meta skuid 61009 tcp dport 443 redirect to :8443; }; }\n',
+    );
+    expect(legacy.code).toBe(0);
+    expect(await dropLegacyShape(run, (m) => warned.push(m))).toEqual(['ip6 leash']);
+    expect(warned.join('\n')).toMatch(/old shape: ip6 leash/);
+    const after = await listing();
+    expect(after).not.toContain('61009');
+    expect(after).toContain('table ip leash'); // the per-UID tables were not touched
+    expect(await applySubject(run, b)).toBe('changed'); // ip6 part re-created on the next apply
+    expect(await applySubject(run, b)).toBe('unchanged');
   });
 
   it('teardown of the last subject drops the tables', async () => {
