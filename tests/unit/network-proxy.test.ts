@@ -219,6 +219,33 @@ describe.each([
     expect(lines[0]).toMatchObject({ reason: 'not_allowed', subject: { domain: null, ip: '10.9.9.9' } });
   });
 
+  it('uses an injected resolve() instead of DNS when given one', async () => {
+    const port = await freePort();
+    const asked: string[] = [];
+    const p2 = createProxy<CompiledPolicy>({
+      decide,
+      log: { write: (rec) => (lines.push(rec), 'r') },
+      resolvers: [],
+      resolve: async (name) => (asked.push(name), ['127.0.0.1']),
+      hosts: ['127.0.0.1'],
+      splice,
+      originalDst: () => ({ family: 4, address: '10.1.1.1', port: upPort }),
+    });
+    await p2.setSubject({ uid: 7, port, policy: compilePolicy(netPolicy({ allow: ['made.up'] })) });
+    try {
+      const r = await new Promise<string>((resolve) => {
+        const c = net.connect(port, '127.0.0.1', () => c.write(get('made.up')));
+        let data = '';
+        c.on('data', (d) => (data += d.toString()));
+        c.on('close', () => resolve(data));
+      });
+      expect(r).toContain('"host":"made.up"');
+      expect(asked).toEqual(['made.up']);
+    } finally {
+      await p2.close();
+    }
+  });
+
   it('blocks an HTTP head naming two hosts', async () => {
     fakeDst = { family: 4, address: '127.0.0.1', port: upPort };
     const r = await through('GET http://good.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n');

@@ -43,8 +43,10 @@ export interface ProxySubject<P> {
 export interface ProxyOptions<P> {
   decide: NetworkDecide<P>;
   log: DecisionLogLike;
-  /** Resolvers a domain-decided allow is resolved through (IP literals). */
+  /** Resolvers a domain-decided allow is resolved through (IP literals, optionally :port). */
   resolvers: string[];
+  /** Replaces the built-in resolution (dns.Resolver on `resolvers`, cached by TTL); returns the name's addresses. */
+  resolve?: (name: string) => Promise<string[]>;
   /** Listen addresses (default 127.0.0.1 and ::1). */
   hosts?: string[];
   /** Reads SO_ORIGINAL_DST (default: the addon). */
@@ -125,6 +127,10 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   }
 
   async function resolve(name: string): Promise<Resolved> {
+    if (opts.resolve) {
+      const all = (await opts.resolve(name)).map((a) => plainIp(a));
+      return { v4: all.filter((a) => net.isIPv4(a)), v6: all.filter((a) => net.isIPv6(a)), expires: 0 };
+    }
     const hit = cache.get(name);
     if (hit && hit.expires > Date.now()) return hit;
     const [a, aaaa] = await Promise.allSettled([
