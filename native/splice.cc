@@ -47,6 +47,10 @@ struct Dir {
 
 struct Pair {
   uint32_t id = 0;
+  // EPOLLOUT is armed on a socket only once a write to it would block: registered for it up front, every
+  // new connection would wake the pump thread at once for sockets that are simply writable.
+  bool outArmedA = false;
+  bool outArmedB = false;
   Dir ab;
   Dir ba;
   int err = 0;
@@ -60,7 +64,7 @@ struct Done {
   double ba;
 };
 
-enum class Step { kWait, kDone, kError };
+enum class Step { kWaitIn, kWaitOut, kDone, kError };
 
 // Empty pipes of finished pairs are kept for the next connection: two pipe2() and four close() per
 // connection are a measurable part of a short connection's cost on this kind of VM.
@@ -113,7 +117,7 @@ void MaybeGrow(Dir& d) {
 }
 
 
-/** Moves what can be moved now; kWait when a socket would block, kDone at EOF (after shutdown). */
+/** Moves what can be moved now; kWaitIn/kWaitOut when a socket would block, kDone at EOF (after shutdown). */
 Step Pump(Dir& d, int* err) {
   if (d.done) return Step::kDone;
   for (;;) {
@@ -125,7 +129,7 @@ Step Pump(Dir& d, int* err) {
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) return Step::kWait;
+      if (n < 0 && errno == EAGAIN) return Step::kWaitOut;
       *err = n < 0 ? errno : EPIPE;
       return Step::kError;
     }
@@ -143,7 +147,7 @@ Step Pump(Dir& d, int* err) {
     } else if (errno == EINTR) {
       continue;
     } else if (errno == EAGAIN) {
-      return Step::kWait;  // the pipe is empty here, so it is the socket that has nothing
+      return Step::kWaitIn;  // the pipe is empty here, so it is the socket that has nothing
     } else {
       *err = errno;
       return Step::kError;
@@ -215,7 +219,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     // Registered from this thread (epoll_ctl is thread-safe): no wake-up of the pump thread per
     // connection. EPOLLET + ADD reports data already waiting, so nothing is missed.
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
     ev.data.ptr = p;
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, a, &ev) != 0) {
       int e = errno;
@@ -297,6 +301,16 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     graveyard_.push_back(p);
   }
 
+  void ArmOut(Pair* p, int fd, bool& armed) {
+    if (armed) return;
+    armed = true;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.data.ptr = p;
+    // MOD re-checks readiness: a socket that became writable in between still reports.
+    epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+  }
+
   void Run(Pair* p) {
     if (p->finished) return;
     int err = 0;
@@ -304,6 +318,8 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     if (a == Step::kError) return Finish(p, err);
     Step b = Pump(p->ba, &err);
     if (b == Step::kError) return Finish(p, err);
+    if (a == Step::kWaitOut) ArmOut(p, p->ab.out, p->outArmedB);
+    if (b == Step::kWaitOut) ArmOut(p, p->ba.out, p->outArmedA);
     if (a == Step::kDone && b == Step::kDone) Finish(p, 0);
   }
 
