@@ -32,7 +32,7 @@ export const LAB = {
   upstreamV6: '2001:db8::2',
   dnsV4: '198.18.1.53',
   dnsV6: '2001:db8:1::53',
-  /** Not a resolver: an address that answers nothing on UDP (a tunnel endpoint, as far as the agent knows). */
+  /** Upstream hosts (addresses on the upstream namespace's lo); the last has no name (reachable by address only). */
   hosts: [
     { name: 'good.lab', v4: '198.18.1.10', v6: '2001:db8:1::10' },
     { name: 'evil.lab', v4: '198.18.1.20', v6: '2001:db8:1::20' },
