@@ -188,6 +188,28 @@ describe.skipIf(!canRunLab)('network surface in the lab', () => {
     expect(linesFor(white.uid).at(-1)).toMatchObject({ action: 'block', subject: { ip: '198.18.1.53', port: 53 } });
   });
 
+  it('escape attempts: a user namespace, an IPv4-mapped address, a raw socket', async () => {
+    const lab = L.get();
+    const as = ['setpriv', `--reuid=${white.uid}`, `--regid=${white.gid}`, '--clear-groups'];
+    // "root" inside a user namespace of its own: the socket still belongs to the real UID, so the redirect holds.
+    const probe = JSON.stringify([tls('198.18.1.20', 'evil.lab'), tls('::ffff:198.18.1.20', 'evil.lab')]);
+    const inUserns = await lab.agent([...as, 'unshare', '-Ur', process.execPath, `${lab.dir}/probe.mjs`, probe]);
+    expect(inUserns.code).toBe(0);
+    const out = JSON.parse(inUserns.stdout) as { uid: number; results: ProbeResult[] };
+    expect(out.uid).toBe(0);
+    for (const r of out.results) expect(r).toMatchObject({ ok: false, code: 'ECONNRESET' });
+    // A raw socket (which nft's TCP redirect would not see) needs CAP_NET_RAW in the namespace's owner.
+    const raw = await lab.agent([
+      ...as,
+      'unshare',
+      '-Ur',
+      '/usr/bin/python3',
+      '-c',
+      'import socket\ntry:\n socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP); print("raw ok")\nexcept PermissionError as e: print("EPERM")',
+    ]);
+    expect(raw.stdout.trim()).toBe('EPERM');
+  });
+
   it("root's traffic is untouched", async () => {
     const [t, u] = await L.get().probe(null, [
       tls('198.18.1.20', 'evil.lab'),
