@@ -277,7 +277,7 @@ export async function runDemo(opts: DemoOptions = {}): Promise<number> {
 export function registerDemo(program: Command): void {
   program
     .command('demo')
-    .description('Show Leash deciding, in a throw-away lab: allowed and blocked actions of a demo agent, and why')
+    .description('show Leash deciding, in a throw-away lab: allowed and blocked actions of a demo agent, and why')
     .option('--json', 'print the steps and decisions as JSON')
     .option('--policy <file>', 'policy to run (default: the shipped leash.default.yaml)')
     .action(async (o: { json?: boolean; policy?: string }) => {

@@ -11,7 +11,7 @@ import { hostRunner, netnsRunner } from '../enforcers/network/run.js';
 export function registerTeardown(program: Command): void {
   program
     .command('teardown')
-    .description('Release the leash nftables rules (all leashed UIDs, or those given)')
+    .description('release the leash nftables rules (all leashed UIDs, or those given)')
     .option('--uid <uid...>', 'release only these UIDs')
     .option('--netns <name>', 'act inside this network namespace instead of the host')
     .option('--json', 'print the released UIDs as JSON')
