@@ -1,0 +1,57 @@
+import type { Config } from '../config/types.js';
+import { readBindings } from '../policy/bindings.js';
+import { isPolicyError } from '../policy/errors.js';
+import { floorOf } from '../policy/fragment.js';
+import { profileLoader } from '../policy/profiles.js';
+import { resolveSubject } from '../policy/resolve.js';
+import type { PasswdSource } from '../subjects/discovery.js';
+import { discover } from '../subjects/discovery.js';
+import { assignPorts } from '../subjects/ports.js';
+import type { Observation } from './plan.js';
+
+export interface ObserveOptions {
+  config: Config;
+  stateDir: string;
+  passwd?: PasswdSource;
+}
+
+/**
+ * The I/O half of a reconcile pass: passwd, ports, bindings, profiles -> an Observation for
+ * planReconcile. Wholesale failures (passwd, port map, bindings file) become `ok: false`. With no
+ * agent accounts nothing under the state directory is created.
+ */
+export function observe(opts: ObserveOptions): Observation {
+  try {
+    const d = discover(opts.config.user, opts.passwd);
+    let ports: Record<string, { port: number }> = {};
+    let unassigned: string[] = [];
+    if (d.mode === 'multi') {
+      const a = assignPorts(opts.stateDir, d.subjects);
+      ports = a.ports;
+      unassigned = a.unassigned;
+    }
+    const state = {
+      floor: floorOf(opts.config),
+      bindings: readBindings(opts.stateDir),
+      profile: profileLoader(opts.stateDir),
+    };
+    return {
+      ok: true,
+      mode: d.mode,
+      warnings: d.warnings,
+      subjects: d.subjects.map((subject) => ({
+        subject,
+        port:
+          d.mode === 'single' || unassigned.includes(subject.account)
+            ? d.mode === 'single'
+              ? 18443
+              : null
+            : (ports[subject.account]?.port ?? null),
+        resolution: resolveSubject(subject, state),
+      })),
+    };
+  } catch (e) {
+    if (isPolicyError(e)) return { ok: false, code: e.code, message: e.message };
+    return { ok: false, code: 'reconcile_error', message: (e as Error).message };
+  }
+}

@@ -1,0 +1,133 @@
+import type { Effective } from '../policy/fragment.js';
+import type { Resolution, SubjectFailure } from '../policy/resolve.js';
+import type { Subject } from '../subjects/discovery.js';
+import { PORT_RESERVED } from '../subjects/ports.js';
+
+/** What the service has in force for one UID. `failed` has no chain; `orphaned` keeps its chain and has no policy. */
+export interface AppliedSubject {
+  account: string;
+  uid: number;
+  port: number | null;
+  state: 'active' | 'failed' | 'orphaned';
+  /** Canonical policy hash of what is applied (null unless active). */
+  hash: string | null;
+}
+
+export interface AppliedState {
+  mode: 'single' | 'multi';
+  /** Keyed by UID: nft and fanotify match the UID, not the name. */
+  subjects: Map<number, AppliedSubject>;
+}
+
+export function emptyApplied(mode: 'single' | 'multi'): AppliedState {
+  return { mode, subjects: new Map() };
+}
+
+/** One subject as a reconcile pass found it: discovered, given a port (or not), resolved (or not). */
+export interface Observed {
+  subject: Subject;
+  port: number | null;
+  resolution: Resolution;
+}
+
+export type Observation =
+  | { ok: true; mode: 'single' | 'multi'; subjects: Observed[]; warnings: string[] }
+  /** passwd unreadable, port map corrupt, floor unreadable: "I could not look" changes nothing. */
+  | { ok: false; code: string; message: string };
+
+export type PlanFailure = SubjectFailure | { code: 'no_port'; message: string };
+
+export type Action =
+  /** New subject (or one that had no chain): its chain, its listener, its watcher map entry. */
+  | { kind: 'add'; account: string; uid: number; port: number; policy: Effective; hash: string }
+  /** Policy (or port) changed: re-apply that one chain, swap its map entries. */
+  | {
+      kind: 'reapply';
+      account: string;
+      uid: number;
+      port: number;
+      policy: Effective;
+      hash: string;
+      previousHash: string | null;
+    }
+  /** Not touched at all. */
+  | { kind: 'unchanged'; account: string; uid: number }
+  /** Cannot be resolved: critical warning, no chain (drop it if one exists), every fs/exec event denied. */
+  | { kind: 'fail'; account: string; uid: number; port: number | null; failure: PlanFailure; hadChain: boolean }
+  /** Left discovery: keep the chain, drop the policy (listener refuses, fs/exec denied). */
+  | { kind: 'orphan'; account: string; uid: number; port: number | null };
+
+export type Plan =
+  | { ok: true; actions: Action[]; next: AppliedState; notes: string[] }
+  | { ok: false; code: string; message: string; actions: []; next: AppliedState };
+
+function hasChain(a: AppliedSubject | undefined): boolean {
+  return a !== undefined && a.state !== 'failed';
+}
+
+/**
+ * The pure planner of a reconcile: previous applied state + what was just observed -> per-subject
+ * actions, and the state that holds once they are done. Only what differs is touched; a wholesale
+ * failure plans nothing; the first agent on a host that started single-subject is refused (a
+ * SIGHUP cannot grow the single listener into a per-subject set: the service must be restarted).
+ */
+export function planReconcile(prev: AppliedState, obs: Observation): Plan {
+  if (!obs.ok) return { ok: false, code: obs.code, message: obs.message, actions: [], next: prev };
+  if (prev.mode === 'single' && obs.mode === 'multi' && prev.subjects.size > 0) {
+    return {
+      ok: false,
+      code: 'first_agent_needs_restart',
+      message:
+        'agent accounts appeared on a host that started single-subject: a SIGHUP cannot grow the single listener into a per-subject set; restart leash.service once (no agent has enforcement to lose yet)',
+      actions: [],
+      next: prev,
+    };
+  }
+  const actions: Action[] = [];
+  const next: AppliedState = { mode: prev.subjects.size > 0 ? prev.mode : obs.mode, subjects: new Map() };
+  const seen = new Set<number>();
+  for (const o of obs.subjects) {
+    const { account, uid } = o.subject;
+    seen.add(uid);
+    const before = prev.subjects.get(uid);
+    const port = next.mode === 'single' ? PORT_RESERVED : o.port;
+    if (port === null) {
+      actions.push({
+        kind: 'fail',
+        account,
+        uid,
+        port: null,
+        failure: { code: 'no_port', message: `${account}: no free port in the pool` },
+        hadChain: hasChain(before),
+      });
+      next.subjects.set(uid, { account, uid, port: null, state: 'failed', hash: null });
+      continue;
+    }
+    if (!o.resolution.ok) {
+      const already = before?.state === 'failed' && before.port === port;
+      actions.push(
+        already
+          ? { kind: 'unchanged', account, uid }
+          : { kind: 'fail', account, uid, port, failure: o.resolution.failure, hadChain: hasChain(before) },
+      );
+      next.subjects.set(uid, { account, uid, port, state: 'failed', hash: null });
+      continue;
+    }
+    const { policy, hash } = o.resolution;
+    next.subjects.set(uid, { account, uid, port, state: 'active', hash });
+    if (!hasChain(before)) actions.push({ kind: 'add', account, uid, port, policy, hash });
+    else if (before?.state === 'active' && before.hash === hash && before.port === port && before.account === account)
+      actions.push({ kind: 'unchanged', account, uid });
+    else actions.push({ kind: 'reapply', account, uid, port, policy, hash, previousHash: before?.hash ?? null });
+  }
+  for (const [uid, before] of prev.subjects) {
+    if (seen.has(uid)) continue;
+    next.subjects.set(uid, { ...before, state: 'orphaned', hash: null });
+    actions.push(
+      before.state === 'orphaned'
+        ? { kind: 'unchanged', account: before.account, uid }
+        : { kind: 'orphan', account: before.account, uid, port: before.port },
+    );
+  }
+  return { ok: true, actions, next, notes: obs.warnings };
+}
