@@ -35,6 +35,25 @@ export const ERROR_CODES = {
   usage: EXIT.refused,
   user_invalid: EXIT.refused,
   user_unknown: EXIT.refused,
+  // policy store, subjects, reconcile (branch policy)
+  ack_invalid: EXIT.refused,
+  binding_not_found: EXIT.refused,
+  bindings_corrupt: EXIT.failed,
+  ledger_unwritable: EXIT.failed,
+  loosening_unacknowledged: EXIT.refused,
+  passwd_unreadable: EXIT.failed,
+  policy_unjudgeable: EXIT.refused,
+  ports_corrupt: EXIT.failed,
+  ports_exhausted: EXIT.failed,
+  profile_changed: EXIT.failed,
+  profile_inert_entry: EXIT.refused,
+  profile_invalid: EXIT.refused,
+  profile_name_invalid: EXIT.refused,
+  profile_not_found: EXIT.refused,
+  reconcile_signal_failed: EXIT.failed,
+  scope_invalid: EXIT.refused,
+  scope_unknown_account: EXIT.refused,
+  state_locked: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 

@@ -5,7 +5,7 @@ import type { Discovery, PasswdEntry, Subject } from '../subjects/discovery.js';
 import { AGENT_PREFIX } from '../subjects/discovery.js';
 import { PolicyError } from './errors.js';
 import type { Effective, Fragment } from './fragment.js';
-import { appendLineDurable, atomicWriteFileSync, testPause, withLockSync } from './fsutil.js';
+import { appendLineDurable, atomicWriteFileSync, testPause, withFileLock } from './fsutil.js';
 import { inertInFragment } from './inert.js';
 import type { Loosening } from './loosen.js';
 import { judgeOverlay, loosenings, mergeFindings, parseAgentAck, parseToken } from './loosen.js';
@@ -43,7 +43,7 @@ export function ledgerFile(stateDir: string): string {
 }
 /** The one writer lock for bindings and profiles together (the profile library has none of its own). */
 export function writerLock(stateDir: string): string {
-  return path.join(stateDir, '.bindings.lock');
+  return `${bindingsFile(stateDir)}.lock`;
 }
 
 function corrupt(file: string, why: string): PolicyError {
@@ -93,7 +93,7 @@ export function serializeBindings(doc: BindingsDoc): string {
 
 export function writeBindings(stateDir: string, doc: BindingsDoc): void {
   fs.mkdirSync(stateDir, { recursive: true, mode: 0o750 });
-  atomicWriteFileSync(bindingsFile(stateDir), serializeBindings(doc), 0o640);
+  atomicWriteFileSync(bindingsFile(stateDir), serializeBindings(doc));
 }
 
 /**
@@ -335,7 +335,7 @@ function checkAckTokens(acks: string[]): void {
  * writer lock against the bindings as they are then, after checking that the profile judged is
  * still the one on disk.
  */
-export function bind(ctx: StoreContext, scopeRaw: string, name: string, acks: string[]): BindResult {
+export async function bind(ctx: StoreContext, scopeRaw: string, name: string, acks: string[]): Promise<BindResult> {
   checkProfileName(name);
   checkAckTokens(acks);
   const scope = parseScope(scopeRaw, ctx.discovery.accounts, ctx.configuredUser);
@@ -347,7 +347,7 @@ export function bind(ctx: StoreContext, scopeRaw: string, name: string, acks: st
   };
   const pre = judge(readBindings(ctx.stateDir), loadProfile(ctx.stateDir, name));
   fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
-  return withLockSync(writerLock(ctx.stateDir), () => {
+  return withFileLock(bindingsFile(ctx.stateDir), () => {
     const st = loadProfile(ctx.stateDir, name);
     if (st.status !== 'ok' || st.hash !== pre.hash) {
       throw new PolicyError(
@@ -403,10 +403,10 @@ export interface UnbindResult {
  * the difference like a bind. The acks go to the append-only ledger, fsynced before the binding
  * is removed: no record, no removal.
  */
-export function unbind(ctx: StoreContext, scopeRaw: string, acks: string[]): UnbindResult {
+export async function unbind(ctx: StoreContext, scopeRaw: string, acks: string[]): Promise<UnbindResult> {
   checkAckTokens(acks);
   fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
-  return withLockSync(writerLock(ctx.stateDir), () => {
+  return withFileLock(bindingsFile(ctx.stateDir), () => {
     const bindings = readBindings(ctx.stateDir);
     const scope = (
       scopeRaw in bindings.bindings ? scopeRaw : parseScope(scopeRaw, ctx.discovery.accounts, ctx.configuredUser)
@@ -462,13 +462,13 @@ export interface SaveResult {
  * first and the profile second (a crash between leaves inert, stale consent, never a loosened
  * profile beside agents that did not consent); a failed profile write puts the bindings back.
  */
-export function saveProfile(
+export async function saveProfile(
   ctx: StoreContext,
   name: string,
   text: string,
   source: string,
   acksRaw: string[],
-): SaveResult {
+): Promise<SaveResult> {
   checkProfileName(name);
   const fragment = parseProfileText(text, source);
   const inert = inertInFragment(fragment, ctx.floor);
@@ -497,7 +497,7 @@ export function saveProfile(
   }
   const newSt: ProfileStatus = { status: 'ok', name, fragment, hash: hashText(text), text };
   fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
-  return withLockSync(writerLock(ctx.stateDir), () => {
+  return withFileLock(bindingsFile(ctx.stateDir), () => {
     const bindings = readBindings(ctx.stateDir);
     const oldSt = loadProfile(ctx.stateDir, name);
     const loader = profileLoader(ctx.stateDir);
@@ -574,7 +574,7 @@ export function saveProfile(
     } catch (e) {
       if (bindingsChanged) {
         if (oldBindingsText === null) fs.rmSync(bindingsFile(ctx.stateDir), { force: true });
-        else atomicWriteFileSync(bindingsFile(ctx.stateDir), oldBindingsText, 0o640);
+        else atomicWriteFileSync(bindingsFile(ctx.stateDir), oldBindingsText);
       }
       throw e;
     }
@@ -597,10 +597,10 @@ export interface DeleteResult {
 }
 
 /** Deleting only tightens: a binding naming the profile dangles and holds its subject fail-closed. */
-export function deleteProfile(ctx: StoreContext, name: string): DeleteResult {
+export async function deleteProfile(ctx: StoreContext, name: string): Promise<DeleteResult> {
   checkProfileName(name);
   fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
-  return withLockSync(writerLock(ctx.stateDir), () => {
+  return withFileLock(bindingsFile(ctx.stateDir), () => {
     if (loadProfile(ctx.stateDir, name).status === 'missing')
       throw new PolicyError('profile_not_found', `no profile ${name}`, { profile: name });
     removeProfileFile(ctx.stateDir, name);

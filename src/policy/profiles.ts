@@ -1,10 +1,10 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import YAML from 'yaml';
+import { parseFragment } from '../config/load.js';
+import { LeashError } from '../errors.js';
 import { PolicyError } from './errors.js';
 import type { Fragment } from './fragment.js';
-import { validateFragment } from './fragment.js';
 import { atomicWriteFileSync } from './fsutil.js';
 
 /** Lowercase, starts alphanumeric: a profile name is also a file name, so no `/`, no leading dot. */
@@ -41,26 +41,38 @@ export type ProfileStatus =
   | { status: 'missing'; name: string }
   | { status: 'broken'; name: string; message: string };
 
-/** Parses profile text as a fragment; `profile_invalid` lists every `path: message`. */
+/**
+ * Parses profile text with the config's own fragment schema. A profile may not set `user` (whose
+ * account is confined) or `logging` (where decisions go): those are not policy. A fail_mode typo,
+ * which the floor reads as closed with a warning, is refused here: a profile is written by a
+ * command that can say no.
+ */
 export function parseProfileText(text: string, source: string): Fragment {
-  let doc: unknown;
+  let parsed: ReturnType<typeof parseFragment>;
   try {
-    doc = YAML.parse(text, { uniqueKeys: true });
+    parsed = parseFragment(text, source);
   } catch (e) {
-    throw new PolicyError('profile_invalid', `${source}: not YAML: ${(e as Error).message}`, { source });
+    if (e instanceof LeashError) {
+      throw new PolicyError(
+        'profile_invalid',
+        `${source} is not a valid profile fragment`,
+        { source, issues: e.details?.issues ?? [] },
+        { cause: e },
+      );
+    }
+    throw e;
   }
-  const v = validateFragment(doc);
-  if (!v.ok) {
-    throw new PolicyError(
-      'profile_invalid',
-      `${source} is not a valid profile fragment:\n${v.issues.map((i) => `  ${i.path}: ${i.message}`).join('\n')}`,
-      {
-        source,
-        issues: v.issues,
-      },
-    );
+  const issues: { path: string; message: string }[] = [];
+  for (const k of ['user', 'logging'] as const) {
+    if (parsed.fragment[k] !== undefined)
+      issues.push({ path: k, message: 'not policy: a profile sets only fail_mode, the four surfaces and enforcers' });
   }
-  return v.fragment;
+  for (const f of parsed.findings)
+    if (f.code === 'fail_mode_invalid') issues.push({ path: f.path, message: f.message });
+  if (issues.length)
+    throw new PolicyError('profile_invalid', `${source} is not a valid profile fragment`, { source, issues });
+  const { user: _u, logging: _l, ...fragment } = parsed.fragment;
+  return fragment;
 }
 
 export function loadProfile(stateDir: string, name: string): ProfileStatus {
@@ -114,7 +126,7 @@ export function listProfiles(stateDir: string): string[] {
 
 export function writeProfileText(stateDir: string, name: string, text: string): void {
   fs.mkdirSync(profilesDir(stateDir), { recursive: true, mode: 0o750 });
-  atomicWriteFileSync(profilePath(stateDir, name), text, 0o640);
+  atomicWriteFileSync(profilePath(stateDir, name), text);
 }
 
 export function removeProfileFile(stateDir: string, name: string): void {

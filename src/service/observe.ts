@@ -20,13 +20,13 @@ export interface ObserveOptions {
  * planReconcile. Wholesale failures (passwd, port map, bindings file) become `ok: false`. With no
  * agent accounts nothing under the state directory is created.
  */
-export function observe(opts: ObserveOptions): Observation {
+export async function observe(opts: ObserveOptions): Promise<Observation> {
   try {
     const d = discover(opts.config.user, opts.passwd);
     let ports: Record<string, { port: number }> = {};
     let unassigned: string[] = [];
     if (d.mode === 'multi') {
-      const a = assignPorts(opts.stateDir, d.subjects);
+      const a = await assignPorts(opts.stateDir, d.subjects);
       ports = a.ports;
       unassigned = a.unassigned;
     }

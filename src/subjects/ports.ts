@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { PolicyError } from '../policy/errors.js';
-import { atomicWriteFileSync, withLockSync } from '../policy/fsutil.js';
+import { atomicWriteFileSync, withFileLock } from '../policy/fsutil.js';
 
 export const PORT_MIN = 18000;
 export const PORT_MAX = 18999;
@@ -76,7 +76,10 @@ export interface PortAssignment {
  * accounts that have left discovery). Writes atomically under the port-map lock only if something
  * was added. A corrupt map throws `ports_corrupt` and writes nothing.
  */
-export function assignPorts(stateDir: string, accounts: { account: string; uid: number }[]): PortAssignment {
+export async function assignPorts(
+  stateDir: string,
+  accounts: { account: string; uid: number }[],
+): Promise<PortAssignment> {
   const file = portsFile(stateDir);
   const assign = (): PortAssignment => {
     const ports = readPorts(stateDir);
@@ -95,12 +98,12 @@ export function assignPorts(stateDir: string, accounts: { account: string; uid: 
       used.add(next);
       added = true;
     }
-    if (added) atomicWriteFileSync(file, `${JSON.stringify({ version: 1, ports }, null, 2)}\n`, 0o640);
+    if (added) atomicWriteFileSync(file, `${JSON.stringify({ version: 1, ports }, null, 2)}\n`);
     return { ports, unassigned, written: added };
   };
   // Fast path without the lock when nothing is new (the common reconcile).
   const current = readPorts(stateDir);
   if (accounts.every((a) => current[a.account])) return { ports: current, unassigned: [], written: false };
   fs.mkdirSync(stateDir, { recursive: true, mode: 0o750 });
-  return withLockSync(path.join(stateDir, '.ports.lock'), assign);
+  return withFileLock(file, assign);
 }
