@@ -71,6 +71,12 @@ export const FINDING_CODES = {
   inert_deny: 'critical',
   user_unknown: 'critical',
   user_unset: 'warning',
+  // policy store (branch policy): what `leash validate` says about profiles and bindings
+  ack_stale: 'warning',
+  binding_dangling: 'warning',
+  binding_for_nobody: 'warning',
+  profile_broken: 'critical',
+  subject_unresolvable: 'warning',
 } as const satisfies Record<string, 'warning' | 'critical'>;
 export type FindingCode = keyof typeof FINDING_CODES;
 export type Severity = 'warning' | 'critical';
