@@ -1,0 +1,131 @@
+import { describe, expect, it } from 'vitest';
+import { configSchema } from '../../src/config/schema.js';
+import { floorOf } from '../../src/policy/fragment.js';
+import type { Resolution } from '../../src/policy/resolve.js';
+import { policyHash } from '../../src/policy/resolve.js';
+import type { AppliedState, AppliedSubject, Observation, Observed } from '../../src/service/plan.js';
+import { planReconcile } from '../../src/service/plan.js';
+
+const pA = floorOf(configSchema.parse({ network: { allow: ['a.com'] } }));
+const pB = floorOf(configSchema.parse({ network: { allow: ['b.com'] } }));
+const ok = (p = pA): Resolution => ({ ok: true, policy: p, hash: policyHash(p), layers: ['floor'] });
+const bad: Resolution = {
+  ok: false,
+  failure: { code: 'dangling_profile', scope: 'agent:leash-x', profile: 'gone', message: 'dangling' },
+};
+
+function obs(...subjects: [string, number, number | null, Resolution][]): Observation {
+  return {
+    ok: true,
+    mode: 'multi',
+    warnings: [],
+    subjects: subjects.map(([account, uid, port, resolution]): Observed => ({
+      subject: { kind: 'agent', account, uid },
+      port,
+      resolution,
+    })),
+  };
+}
+function applied(...subjects: [string, number, number | null, AppliedSubject['state'], string | null][]): AppliedState {
+  return {
+    mode: 'multi',
+    subjects: new Map(subjects.map(([account, uid, port, state, hash]) => [uid, { account, uid, port, state, hash }])),
+  };
+}
+const hA = policyHash(pA);
+
+describe('reconcile planner', () => {
+  it.each<[string, AppliedState, Observation, string[]]>([
+    ['a new subject is added', applied(), obs(['leash-a', 1, 18000, ok()]), ['add:leash-a']],
+    [
+      'an unchanged subject is not touched',
+      applied(['leash-a', 1, 18000, 'active', hA]),
+      obs(['leash-a', 1, 18000, ok()]),
+      ['unchanged:leash-a'],
+    ],
+    [
+      'a changed policy re-applies that one chain',
+      applied(['leash-a', 1, 18000, 'active', hA], ['leash-b', 2, 18001, 'active', hA]),
+      obs(['leash-a', 1, 18000, ok(pB)], ['leash-b', 2, 18001, ok()]),
+      ['reapply:leash-a', 'unchanged:leash-b'],
+    ],
+    [
+      'a subject that fails is failed alone',
+      applied(['leash-a', 1, 18000, 'active', hA], ['leash-b', 2, 18001, 'active', hA]),
+      obs(['leash-a', 1, 18000, bad], ['leash-b', 2, 18001, ok()]),
+      ['fail:leash-a', 'unchanged:leash-b'],
+    ],
+    [
+      'a still-failing subject is left as it is',
+      applied(['leash-a', 1, 18000, 'failed', null]),
+      obs(['leash-a', 1, 18000, bad]),
+      ['unchanged:leash-a'],
+    ],
+    [
+      'a failed subject that resolves again gets its chain',
+      applied(['leash-a', 1, 18000, 'failed', null]),
+      obs(['leash-a', 1, 18000, ok()]),
+      ['add:leash-a'],
+    ],
+    [
+      'a subject that left discovery keeps its chain, loses its policy',
+      applied(['leash-a', 1, 18000, 'active', hA], ['leash-b', 2, 18001, 'active', hA]),
+      obs(['leash-b', 2, 18001, ok()]),
+      ['unchanged:leash-b', 'orphan:leash-a'],
+    ],
+    [
+      'an orphan stays orphaned without churn',
+      applied(['leash-a', 1, 18000, 'orphaned', null]),
+      obs(),
+      ['unchanged:leash-a'],
+    ],
+    [
+      'an orphan that returns is re-applied on its kept chain',
+      applied(['leash-a', 1, 18000, 'orphaned', null]),
+      obs(['leash-a', 1, 18000, ok()]),
+      ['reapply:leash-a'],
+    ],
+    [
+      'no port from the pool fails that subject alone',
+      applied(),
+      obs(['leash-a', 1, null, ok()], ['leash-b', 2, 18001, ok()]),
+      ['fail:leash-a', 'add:leash-b'],
+    ],
+  ])('%s', (_n, prev, o, expected) => {
+    const plan = planReconcile(prev, o);
+    expect(plan.ok).toBe(true);
+    expect(plan.actions.map((a) => `${a.kind}:${a.account}`)).toEqual(expected);
+  });
+
+  it('a wholesale failure plans nothing and keeps what is applied', () => {
+    const prev = applied(['leash-a', 1, 18000, 'active', hA]);
+    const plan = planReconcile(prev, { ok: false, code: 'passwd_unreadable', message: 'EACCES' });
+    expect(plan.ok).toBe(false);
+    expect(plan.actions).toEqual([]);
+    expect(plan.next).toBe(prev);
+  });
+
+  it('refuses to grow the first agent into a single-subject service', () => {
+    const prev: AppliedState = {
+      mode: 'single',
+      subjects: new Map([[1000, { account: 'fido', uid: 1000, port: 18443, state: 'active', hash: hA }]]),
+    };
+    const plan = planReconcile(prev, obs(['leash-a', 1, 18000, ok()]));
+    expect(plan.ok).toBe(false);
+    if (!plan.ok) expect(plan.code).toBe('first_agent_needs_restart');
+    expect(plan.actions).toEqual([]);
+  });
+
+  it('records the state the actions lead to', () => {
+    const plan = planReconcile(
+      applied(['leash-a', 1, 18000, 'active', hA]),
+      obs(['leash-a', 1, 18000, bad], ['leash-b', 2, 18001, ok(pB)]),
+    );
+    expect(plan.ok && [...plan.next.subjects.values()].map((s) => `${s.account}:${s.state}`)).toEqual([
+      'leash-a:failed',
+      'leash-b:active',
+    ]);
+    const fail = plan.actions.find((a) => a.kind === 'fail');
+    expect(fail && fail.kind === 'fail' && fail.hadChain).toBe(true);
+  });
+});
