@@ -109,7 +109,8 @@ describe('resolve', () => {
 
   it('hashes canonically: key order does not matter, content does', () => {
     const a = { ...floor };
-    const reordered = JSON.parse(JSON.stringify({ tools: floor.tools, ...floor })) as Effective;
+    const { tools, ...rest } = floor;
+    const reordered = JSON.parse(JSON.stringify({ tools, ...rest })) as Effective;
     expect(policyHash(reordered)).toBe(policyHash(a));
     expect(policyHash({ ...floor, fail_mode: 'open' })).not.toBe(policyHash(floor));
   });
