@@ -1,4 +1,4 @@
-import type { Reason } from './engine/types.js';
+import type { EntryProblemCode, Reason } from './engine/types.js';
 
 /**
  * The one catalogue of Leash's machine-readable codes, documented in docs/errors.md (a unit test
@@ -44,7 +44,6 @@ export const ERROR_CODES = {
   passwd_unreadable: EXIT.failed,
   policy_unjudgeable: EXIT.refused,
   ports_corrupt: EXIT.failed,
-  ports_exhausted: EXIT.failed,
   profile_changed: EXIT.failed,
   profile_inert_entry: EXIT.refused,
   profile_invalid: EXIT.refused,
@@ -53,7 +52,6 @@ export const ERROR_CODES = {
   reconcile_signal_failed: EXIT.failed,
   scope_invalid: EXIT.refused,
   scope_unknown_account: EXIT.refused,
-  state_locked: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 
@@ -98,6 +96,32 @@ export const REASONS = {
   not_allowed: 'whitelist mode and no allow entry matched',
 } as const satisfies Record<Reason, string>;
 
+/**
+ * Why an entry can never match (engine grammar), as carried in `inert_entries[].problem.code`
+ * of `validate --json` and of an `entry_inert` refusal.
+ */
+export const ENTRY_PROBLEMS = {
+  arguments: 'a command entry with arguments',
+  bad_cidr: 'a CIDR with a bad prefix length or host bits set',
+  bad_domain: 'a malformed host name',
+  bad_glob: 'a glob that does not compile',
+  bad_ip: 'a malformed IP address or brackets',
+  bad_name: 'a malformed tool name',
+  bad_port: 'a non-numeric or out-of-range port',
+  empty: 'an empty entry',
+  glob_not_supported: 'a glob where the surface takes none',
+  home_path: 'a ~ path',
+  host_path: 'host/path',
+  leading_dot: 'a leading dot',
+  non_ascii: 'a non-ASCII name',
+  not_a_string: 'not a string',
+  relative_path: 'a relative path',
+  url: 'a URL',
+  userinfo: 'user@host',
+  whitespace: 'whitespace or a control character',
+  wildcard: 'a * anywhere but a leading *.',
+} as const satisfies Record<EntryProblemCode, string>;
+
 /** One `path: message` line of an invalid config (path is dotted, e.g. `network.mode`). */
 export interface ConfigIssue {
   path: string;
@@ -137,5 +161,12 @@ export function isLeashError(e: unknown): e is LeashError {
 
 /** Every documented code, for the docs test. */
 export function allCodes(): string[] {
-  return [...Object.keys(ERROR_CODES), ...Object.keys(FINDING_CODES), ...Object.keys(REASONS)];
+  return [
+    ...new Set([
+      ...Object.keys(ERROR_CODES),
+      ...Object.keys(FINDING_CODES),
+      ...Object.keys(REASONS),
+      ...Object.keys(ENTRY_PROBLEMS),
+    ]),
+  ];
 }

@@ -1,4 +1,4 @@
-import type { Surface } from '../engine/types.js';
+import type { EntryProblemCode, Surface } from '../engine/types.js';
 import { SURFACES } from '../engine/types.js';
 import { entryProblem } from '../policy-engine.js';
 import type { Effective, Fragment } from './fragment.js';
@@ -15,6 +15,8 @@ export interface InertEntry {
   entry: string;
   severity: 'warning' | 'critical';
   why: string;
+  /** The engine's entry problem code; null for an allow entry a blacklist never consults. */
+  problem: EntryProblemCode | null;
 }
 
 /** Every inert entry of a resolved policy. */
@@ -23,19 +25,34 @@ export function inertEntries(p: Effective): InertEntry[] {
   for (const s of SURFACES) {
     const sec = p[s];
     sec.allow.forEach((e, i) => {
-      const why = entryProblem(s, e);
-      if (why) out.push({ path: `${s}.allow[${i}]`, entry: e, severity: 'warning', why });
-      else if (sec.mode === 'blacklist')
+      const problem = entryProblem(s, e);
+      if (problem)
         out.push({
           path: `${s}.allow[${i}]`,
           entry: e,
           severity: 'warning',
+          why: problem.message,
+          problem: problem.code,
+        });
+      else if (sec.mode === 'blacklist')
+        out.push({
+          path: `${s}.allow[${i}]`,
+          entry: e,
+          severity: 'critical',
           why: 'blacklist mode never consults allow',
+          problem: null,
         });
     });
     sec.deny.forEach((e, i) => {
-      const why = entryProblem(s, e);
-      if (why) out.push({ path: `${s}.deny[${i}]`, entry: e, severity: 'critical', why });
+      const problem = entryProblem(s, e);
+      if (problem)
+        out.push({
+          path: `${s}.deny[${i}]`,
+          entry: e,
+          severity: 'critical',
+          why: problem.message,
+          problem: problem.code,
+        });
     });
   }
   return out;

@@ -1,9 +1,12 @@
 import fs from 'node:fs';
 import { FINDING_CODES, type FindingCode, type Severity } from '../errors.js';
+import type { Config } from '../config/types.js';
 import type { Discovery } from '../subjects/discovery.js';
+import { discover } from '../subjects/discovery.js';
 import type { Binding, Scope } from './bindings.js';
 import { bindingFindings, listBindings, readBindings } from './bindings.js';
 import type { Effective } from './fragment.js';
+import { floorOf } from './fragment.js';
 import { inertInFragment } from './inert.js';
 import { listProfiles, profileLoader } from './profiles.js';
 import { resolveSubject } from './resolve.js';
@@ -85,4 +88,13 @@ export function validateStore(stateDir: string, floor: Effective, discovery: Dis
   }
   const rank = (s: Severity) => (s === 'critical' ? 0 : 1);
   return out.sort((a, b) => rank(a.severity) - rank(b.severity));
+}
+
+/**
+ * `leash validate`'s call: the store judged against a loaded config's floor and passwd
+ * (LEASH_PASSWD in tests). A host without a state directory (single-subject) has nothing to report.
+ */
+export function storeFindings(config: Config, stateDir: string): StoreFinding[] {
+  if (!fs.existsSync(stateDir)) return [];
+  return validateStore(stateDir, floorOf(config), discover(config.user));
 }
