@@ -327,3 +327,80 @@ describe('signalling the service', () => {
     expect(leash(['profile', 'show', 'tight', '--json']).code).toBe(0);
   });
 });
+
+describe('leash validate: the policy store', () => {
+  beforeEach(() => {
+    // validate resolves the configured user through the host's own getent: use an account every host has.
+    fs.writeFileSync(path.join(dir, 'leash.yaml'), FLOOR.replace('user: fido', 'user: nobody'));
+    fs.appendFileSync(path.join(dir, 'passwd'), 'nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n');
+  });
+
+  it('is clean for a store with nothing wrong, and with no store at all', () => {
+    expect(leash(['validate']).code).toBe(0);
+    leash(['profile', 'save', 'tight', '--from', file('t.yaml', TIGHT), '--no-reconcile']);
+    leash(['bind', 'agent:leash-iris', 'tight', '--no-reconcile']);
+    const r = leash(['validate', '--json']);
+    expect(r.code).toBe(0);
+    expect((JSON.parse(r.stdout) as { policy_store: unknown[] }).policy_store).toEqual([]);
+  });
+
+  it('exits 1 on an inert deny in a profile and reports stale acks, dangling bindings and bindings for nobody', () => {
+    leash([
+      'profile',
+      'save',
+      'web',
+      '--from',
+      file('w.yaml', 'network: { allow: ["github.com", "openai.com"] }\n'),
+      '--no-reconcile',
+    ]);
+    leash(['bind', 'agent:leash-iris', 'web', '--ack', 'network.allow:openai.com', '--no-reconcile']);
+    leash([
+      'profile',
+      'save',
+      'web',
+      '--from',
+      file('w2.yaml', 'network: { allow: ["github.com"] }\n'),
+      '--no-reconcile',
+    ]);
+    leash(['profile', 'save', 'gone', '--from', file('g.yaml', TIGHT), '--no-reconcile']);
+    leash(['bind', 'agent:leash-vader', 'gone', '--no-reconcile']);
+    leash(['profile', 'delete', 'gone', '--no-reconcile']);
+    const warn = JSON.parse(leash(['validate', '--json']).stdout) as { policy_store: { code: string; path: string }[] };
+    expect(warn.policy_store.map((f) => f.code).sort()).toEqual([
+      'ack_stale',
+      'binding_dangling',
+      'subject_unresolvable',
+    ]);
+    // An inert deny cannot be saved through the CLI; one written by hand is critical.
+    fs.writeFileSync(path.join(dir, 'state/profiles/bad.yaml'), 'network: { deny: ["https://evil.example/x"] }\n');
+    const r = leash(['validate']);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/critical inert_deny profiles\/bad.yaml:network.deny\[0\]/);
+    expect(r.stdout).toMatch(/warning ack_stale bindings.yaml:agent:leash-iris/);
+    expect(r.stdout).toMatch(/warning binding_dangling bindings.yaml:agent:leash-vader/);
+  });
+});
+
+describe('--json on every policy command', () => {
+  it('prints one JSON document per command', () => {
+    const outs = [
+      leash(['profile', 'save', 'tight', '--from', file('t.yaml', TIGHT), '--json', '--no-reconcile']),
+      leash(['profile', 'list', '--json']),
+      leash(['profile', 'show', 'tight', '--json']),
+      leash(['bind', 'agent:leash-iris', 'tight', '--json', '--no-reconcile']),
+      leash(['bindings', '--json']),
+      leash(['unbind', 'agent:leash-iris', '--ack', 'commands.unset.deny:nc', '--json', '--no-reconcile']),
+      leash(['profile', 'delete', 'tight', '--json', '--no-reconcile']),
+    ];
+    for (const o of outs) {
+      expect(o.code).toBe(0);
+      expect(() => JSON.parse(o.stdout) as unknown).not.toThrow();
+    }
+    expect(JSON.parse(outs[3]!.stdout)).toMatchObject({
+      ok: true,
+      scope: 'agent:leash-iris',
+      reconcile: { sent: false },
+    });
+    expect(JSON.parse(outs[1]!.stdout)).toMatchObject({ profiles: [{ name: 'tight', bound_to: [] }] });
+  });
+});
