@@ -6,7 +6,7 @@ import { profileLoader } from '../policy/profiles.js';
 import { resolveSubject } from '../policy/resolve.js';
 import type { PasswdSource } from '../subjects/discovery.js';
 import { discover } from '../subjects/discovery.js';
-import { assignPorts } from '../subjects/ports.js';
+import { assignPorts, PORT_RESERVED } from '../subjects/ports.js';
 import type { Observation } from './plan.js';
 
 export interface ObserveOptions {
@@ -24,11 +24,9 @@ export async function observe(opts: ObserveOptions): Promise<Observation> {
   try {
     const d = discover(opts.config.user, opts.passwd);
     let ports: Record<string, { port: number }> = {};
-    let unassigned: string[] = [];
     if (d.mode === 'multi') {
       const a = await assignPorts(opts.stateDir, d.subjects);
       ports = a.ports;
-      unassigned = a.unassigned;
     }
     const state = {
       floor: floorOf(opts.config),
@@ -41,12 +39,9 @@ export async function observe(opts: ObserveOptions): Promise<Observation> {
       warnings: d.warnings,
       subjects: d.subjects.map((subject) => ({
         subject,
-        port:
-          d.mode === 'single' || unassigned.includes(subject.account)
-            ? d.mode === 'single'
-              ? 18443
-              : null
-            : (ports[subject.account]?.port ?? null),
+        // Single-subject: the one listener on the reserved port. Multi: the account's port for life, or
+        // none (the pool is exhausted) and that subject fails alone.
+        port: d.mode === 'single' ? PORT_RESERVED : (ports[subject.account]?.port ?? null),
         resolution: resolveSubject(subject, state),
       })),
     };

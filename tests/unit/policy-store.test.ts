@@ -144,6 +144,19 @@ describe('bind', () => {
     ]);
   });
 
+  it('re-checks under the lock that the profile it judged is still the one on disk', async () => {
+    await saveProfile(ctx, 'tight', TIGHT, 'f', []);
+    const lock = `${path.join(ctx.stateDir, 'bindings.yaml')}.lock`;
+    fs.writeFileSync(lock, `${process.pid}\n`); // a live writer holds the lock
+    const pending = bind(ctx, 'agent:leash-iris', 'tight', []).catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 100));
+    // Swapped on disk behind bind's back (as another writer would, under the lock).
+    fs.writeFileSync(path.join(ctx.stateDir, 'profiles/tight.yaml'), 'fail_mode: open\n');
+    fs.rmSync(lock);
+    expect(await pending).toMatchObject({ code: 'profile_changed' });
+    expect(readBindings(ctx.stateDir).bindings).toEqual({});
+  });
+
   it('refuses when the profile does not exist', async () => {
     await expect(bind(ctx, 'agent:leash-iris', 'nope', [])).rejects.toMatchObject({ code: 'profile_not_found' });
   });
