@@ -115,3 +115,28 @@ describe('resolve', () => {
     expect(policyHash({ ...floor, fail_mode: 'open' })).not.toBe(policyHash(floor));
   });
 });
+
+describe('resolved policies through the engine', () => {
+  it('each agent is decided against its own resolved policy', async () => {
+    const { compilePolicy, decide } = await import('../../src/engine/index.js');
+    const s = state(
+      { 'agent:leash-iris': { profile: 'web', acks: ['network.allow:openai.com', 'commands.unset.deny:ssh'] } },
+      { web: { network: { allow: ['github.com', 'openai.com'] }, commands: { deny: [] } } },
+    );
+    const verdict = (subj: Subject, domain: string) => {
+      const r = resolveSubject(subj, s);
+      if (!r.ok) throw new Error(r.failure.message);
+      return decide('network', { domain, port: 443 }, compilePolicy(r.policy)).action;
+    };
+    expect(verdict(iris, 'api.openai.com')).toBe('allow');
+    expect(verdict(vader, 'api.openai.com')).toBe('block');
+    expect(verdict(fido, 'api.openai.com')).toBe('block');
+    expect(verdict(vader, 'github.com')).toBe('allow');
+    const ssh = (subj: Subject) => {
+      const r = resolveSubject(subj, s);
+      return r.ok ? decide('commands', { binary: '/usr/bin/ssh' }, compilePolicy(r.policy)).action : null;
+    };
+    expect(ssh(iris)).toBe('allow');
+    expect(ssh(vader)).toBe('block');
+  });
+});
