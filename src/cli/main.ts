@@ -28,7 +28,7 @@ export async function run(argv: string[] = process.argv, extra: CommandGroup[] =
       return e.exitCode;
     }
     const err = e as Error;
-    process.stderr.write(`leash: internal error: ${err?.message ?? String(e)}\n`);
+    process.stderr.write(`leash: internal error: ${err?.message ?? String(e)} [internal]\n`);
     if (process.env.LEASH_DEBUG === '1' && err?.stack) process.stderr.write(`${err.stack}\n`);
     return EXIT.internal;
   }
@@ -43,7 +43,17 @@ function isMain(): boolean {
   }
 }
 
+function crash(e: unknown): void {
+  // Last resort for an error thrown outside a command (an enforcer's callback): one line, exit 70.
+  const err = e as Error;
+  process.stderr.write(`leash: internal error: ${err?.message ?? String(e)} [internal]\n`);
+  if (process.env.LEASH_DEBUG === '1' && err?.stack) process.stderr.write(`${err.stack}\n`);
+  process.exit(EXIT.internal);
+}
+
 if (isMain()) {
+  process.on('uncaughtException', crash);
+  process.on('unhandledRejection', crash);
   run().then(
     (code) => {
       process.exitCode = code;

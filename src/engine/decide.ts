@@ -3,9 +3,12 @@
  *
  * Per surface: a matching deny entry blocks (in both modes: deny wins); otherwise whitelist
  * allows only a matching allow entry and blocks the rest, and blacklist allows the rest (its
- * allow list is never consulted). Tools that pass the registry are then inspected.
+ * allow list is never consulted). A tool the registry allows is then inspected: if any finding's
+ * category is set to `block`, the call is blocked (`inspect_<category>`, rule `inspect.<category>`,
+ * secrets before priv_esc before pii); findings set to `log` ride along on the allow verdict.
  */
 import { CommandIndex, normalizeBinary } from './command.js';
+import { CATEGORY_PRIORITY, inspectInputs } from './inspect.js';
 import { NetworkIndex, newPreparedNetwork, prepareNetworkSubject } from './network.js';
 import { PathIndex, normalizePath } from './path.js';
 import { ToolIndex, normalizeToolName } from './tool.js';
@@ -141,7 +144,22 @@ function decideUnsafe(surface: Surface, subject: unknown, policy: CompiledPolicy
     case 'tools': {
       const s = subject as SubjectOf['tools'];
       if (typeof s.name !== 'string') throw new TypeError('subject name is not a string');
-      return byLists(policy.tools, normalizeToolName(s.name));
+      const registry = byLists(policy.tools, normalizeToolName(s.name));
+      if (registry.action === 'block') return registry;
+      const findings = inspectInputs(s.inputs, policy.tools.inspect);
+      if (findings.length === 0) return registry;
+      for (const category of CATEGORY_PRIORITY) {
+        if (findings.some((f) => f.category === category && f.action === 'block')) {
+          return {
+            action: 'block',
+            reason: `inspect_${category}`,
+            source: 'inspect',
+            rule: `inspect.${category}`,
+            findings,
+          };
+        }
+      }
+      return { ...registry, findings };
     }
     default:
       throw new TypeError(`unknown surface ${String(surface)}`);

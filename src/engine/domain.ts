@@ -10,7 +10,7 @@
  * an FNV hash of the label computed in place, so a lookup costs one probe per label of the
  * subject and nothing per entry in the list.
  */
-import { FNV_INIT, fnvStep, rangeEquals } from './hash.js';
+import { FNV_INIT, IntTable, fnvStep, rangeEquals } from './hash.js';
 import { PortRules } from './port.js';
 import type { EntryProblem } from './types.js';
 
@@ -82,7 +82,7 @@ interface DomainNode {
   label: string;
   /** Next sibling with the same label hash (collision chain). */
   next: DomainNode | null;
-  children: Map<number, DomainNode> | null;
+  children: IntTable<DomainNode> | null;
   /** Entries naming exactly this domain (`github.com`): they match it and everything below. */
   self: PortRules | null;
   /** Entries matching strictly below this domain (`github.com` and `*.github.com`). */
@@ -125,7 +125,7 @@ export class DomainIndex {
       let child = findChild(node, domain, start, end, h);
       if (child === null) {
         child = newNode(domain.slice(start, end));
-        if (node.children === null) node.children = new Map();
+        if (node.children === null) node.children = new IntTable();
         child.next = node.children.get(h) ?? null;
         node.children.set(h, child);
       }

@@ -19,7 +19,7 @@
  * `/` boundary, so it costs O(path length) whatever the list size; a glob's RegExp runs only when
  * the subject passes through its literal prefix. Globs sharing one prefix are tried in turn.
  */
-import { FNV_INIT, fnvStep } from './hash.js';
+import { FNV_INIT, IntTable, fnvStep } from './hash.js';
 import type { EntryProblem } from './types.js';
 
 /**
@@ -192,7 +192,7 @@ function globPrefix(glob: string): string {
 
 /** A compiled set of path entries (one filesystem list). Build once, query many times. */
 export class PathIndex {
-  private readonly map = new Map<number, PrefixNode>();
+  private readonly map = new IntTable<PrefixNode>();
   /** Entry `/` (covers everything) and globs anchored at the root (`/*`, `/**` /x). */
   private rootRule: string | null = null;
   private rootGlobs: Glob[] | null = null;

@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { InspectFinding, Surface } from '../engine/types.js';
-import { maskSecrets } from '../policy-engine.js';
+import { maskInputs } from '../policy-engine.js';
 
 /** What an enforcer hands the log for one decision. */
 export interface DecisionRecord {
@@ -46,7 +46,7 @@ export function newRef(): string {
 function safeSubject(surface: Surface, subject: unknown): unknown {
   if (surface !== 'tools' || subject === null || typeof subject !== 'object') return subject;
   const s = subject as { name?: unknown; inputs?: unknown };
-  return 'inputs' in s ? { ...s, inputs: maskSecrets(s.inputs) } : s;
+  return 'inputs' in s ? { ...s, inputs: maskInputs(s.inputs) } : s;
 }
 
 /** Formats one decision as its JSON line (with the newline). */
