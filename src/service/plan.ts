@@ -35,7 +35,7 @@ export type Observation =
   /** passwd unreadable, port map corrupt, floor unreadable: "I could not look" changes nothing. */
   | { ok: false; code: string; message: string };
 
-export type PlanFailure = SubjectFailure | { code: 'no_port'; message: string };
+export type PlanFailure = SubjectFailure | { code: 'no_port' | 'apply_failed'; message: string };
 
 export type Action =
   /** New subject (or one that had no chain): its chain, its listener, its watcher map entry. */
@@ -130,4 +130,92 @@ export function planReconcile(prev: AppliedState, obs: Observation): Plan {
     );
   }
   return { ok: true, actions, next, notes: obs.warnings };
+}
+
+export type ApplyAction = Extract<Action, { kind: 'add' | 'reapply' }>;
+export type FailAction = Extract<Action, { kind: 'fail' }>;
+export type OrphanAction = Extract<Action, { kind: 'orphan' }>;
+
+/**
+ * The mechanics a plan is carried out with (the network enforcer, the watcher map, the journal).
+ * `apply`: listener, chain and map entry for the resolved policy. `deny`: no chain (drop one that
+ * exists), listener refuses, map entry null under fail_mode closed. `orphan`: keep the chain, drop
+ * the policy (listener refuses, map entry null).
+ */
+export interface PlanHooks {
+  apply(a: ApplyAction): Promise<void>;
+  deny(a: FailAction): Promise<void>;
+  orphan(a: OrphanAction): Promise<void>;
+  /** A critical warning, said out loud (the journal). */
+  critical(message: string, detail: Record<string, unknown>): void;
+}
+
+export interface Execution {
+  /** What is in force now (the next pass's `prev`). */
+  state: AppliedState;
+  applied: string[];
+  denied: string[];
+}
+
+/**
+ * Carries out a plan one subject at a time. A subject whose chain will not apply or whose listener
+ * will not bind is denied alone and said out loud; every other subject's action still runs. An
+ * `unchanged` subject is not touched.
+ */
+export async function executePlan(plan: Plan, hooks: PlanHooks): Promise<Execution> {
+  const state: AppliedState = { mode: plan.next.mode, subjects: new Map(plan.next.subjects) };
+  const out: Execution = { state, applied: [], denied: [] };
+  if (!plan.ok) {
+    hooks.critical(`reconcile changed nothing: ${plan.message}`, { code: plan.code });
+    return out;
+  }
+  const deny = async (a: FailAction): Promise<void> => {
+    hooks.critical(`${a.account} (uid ${a.uid}) fails alone and is denied everything: ${a.failure.message}`, {
+      uid: a.uid,
+      code: a.failure.code,
+    });
+    out.denied.push(a.account);
+    try {
+      await hooks.deny(a);
+    } catch (e) {
+      hooks.critical(`${a.account}: denying it failed too: ${(e as Error).message}`, { uid: a.uid });
+    }
+  };
+  for (const a of plan.actions) {
+    switch (a.kind) {
+      case 'unchanged':
+        break;
+      case 'add':
+      case 'reapply':
+        try {
+          await hooks.apply(a);
+          out.applied.push(a.account);
+        } catch (e) {
+          await deny({
+            kind: 'fail',
+            account: a.account,
+            uid: a.uid,
+            port: a.port,
+            // A failed apply may have left part of a chain: the deny hook drops whatever exists.
+            hadChain: true,
+            failure: { code: 'apply_failed', message: `applying its policy failed: ${(e as Error).message}` },
+          });
+          state.subjects.set(a.uid, { account: a.account, uid: a.uid, port: a.port, state: 'failed', hash: null });
+        }
+        break;
+      case 'fail':
+        await deny(a);
+        break;
+      case 'orphan':
+        try {
+          await hooks.orphan(a);
+        } catch (e) {
+          hooks.critical(`${a.account} left discovery and dropping its policy failed: ${(e as Error).message}`, {
+            uid: a.uid,
+          });
+        }
+        break;
+    }
+  }
+  return out;
 }

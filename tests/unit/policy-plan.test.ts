@@ -4,7 +4,7 @@ import { floorOf } from '../../src/policy/fragment.js';
 import type { Resolution } from '../../src/policy/resolve.js';
 import { policyHash } from '../../src/policy/resolve.js';
 import type { AppliedState, AppliedSubject, Observation, Observed } from '../../src/service/plan.js';
-import { planReconcile } from '../../src/service/plan.js';
+import { executePlan, planReconcile } from '../../src/service/plan.js';
 
 const pA = floorOf(configSchema.parse({ network: { allow: ['a.com'] } }));
 const pB = floorOf(configSchema.parse({ network: { allow: ['b.com'] } }));
@@ -127,5 +127,81 @@ describe('reconcile planner', () => {
     ]);
     const fail = plan.actions.find((a) => a.kind === 'fail');
     expect(fail && fail.kind === 'fail' && fail.hadChain).toBe(true);
+  });
+});
+
+describe('executing a plan', () => {
+  function hooks(failApply: string[] = []) {
+    const calls: string[] = [];
+    const critical: string[] = [];
+    return {
+      calls,
+      critical,
+      h: {
+        apply: async (a: { account: string; kind: string }) => {
+          calls.push(`${a.kind}:${a.account}`);
+          if (failApply.includes(a.account)) throw new Error('listener would not bind');
+        },
+        deny: async (a: { account: string }) => {
+          calls.push(`deny:${a.account}`);
+        },
+        orphan: async (a: { account: string }) => {
+          calls.push(`orphan:${a.account}`);
+        },
+        critical: (m: string) => {
+          critical.push(m);
+        },
+      },
+    };
+  }
+
+  it('touches only what changed, and a subject whose apply fails is denied alone', async () => {
+    const prev = applied(
+      ['leash-a', 1, 18000, 'active', hA],
+      ['leash-b', 2, 18001, 'active', hA],
+      ['leash-c', 3, 18002, 'active', hA],
+    );
+    const plan = planReconcile(
+      prev,
+      obs(
+        ['leash-a', 1, 18000, ok()],
+        ['leash-b', 2, 18001, ok(pB)],
+        ['leash-c', 3, 18002, ok(pB)],
+        ['leash-d', 4, 18003, bad],
+      ),
+    );
+    const { calls, critical, h } = hooks(['leash-b']);
+    const ex = await executePlan(plan, h);
+    expect(calls).toEqual(['reapply:leash-b', 'deny:leash-b', 'reapply:leash-c', 'deny:leash-d']);
+    expect(ex.applied).toEqual(['leash-c']);
+    expect(ex.denied).toEqual(['leash-b', 'leash-d']);
+    expect(critical.join('\n')).toMatch(/leash-b .*fails alone.*listener would not bind/);
+    expect(ex.state.subjects.get(2)?.state).toBe('failed');
+    expect(ex.state.subjects.get(3)?.state).toBe('active');
+    // The next pass retries the failed one as a new chain and leaves the rest alone.
+    const again = planReconcile(
+      ex.state,
+      obs(
+        ['leash-a', 1, 18000, ok()],
+        ['leash-b', 2, 18001, ok(pB)],
+        ['leash-c', 3, 18002, ok(pB)],
+        ['leash-d', 4, 18003, bad],
+      ),
+    );
+    expect(again.actions.map((a) => `${a.kind}:${a.account}`)).toEqual([
+      'unchanged:leash-a',
+      'add:leash-b',
+      'unchanged:leash-c',
+      'unchanged:leash-d',
+    ]);
+  });
+
+  it('a wholesale failure touches nothing and says so', async () => {
+    const prev = applied(['leash-a', 1, 18000, 'active', hA]);
+    const { calls, critical, h } = hooks();
+    const ex = await executePlan(planReconcile(prev, { ok: false, code: 'ports_corrupt', message: 'bad json' }), h);
+    expect(calls).toEqual([]);
+    expect(critical[0]).toMatch(/changed nothing/);
+    expect(ex.state.subjects.get(1)?.state).toBe('active');
   });
 });
