@@ -34,8 +34,10 @@ export interface Discovery {
 
 export type PasswdSource = { path: string } | { getent: true };
 
+/** /etc/passwd, or LEASH_PASSWD: a file path, or `getent` to enumerate through NSS. */
 export function defaultPasswdSource(): PasswdSource {
-  return { path: process.env.LEASH_PASSWD ?? '/etc/passwd' };
+  const v = process.env.LEASH_PASSWD;
+  return v === 'getent' ? { getent: true } : { path: v ?? '/etc/passwd' };
 }
 
 /** Parses passwd(5) text. A malformed line is skipped with a warning, not a reason to look no further. */
