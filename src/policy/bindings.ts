@@ -189,9 +189,15 @@ export function judgeTransition(
     const rb = resolveSubject(s, before);
     const ra = resolveSubject(s, after);
     if (!ra.ok) {
-      if (ra.failure.scope === scope && ra.failure.code === 'unacknowledged_loosening')
+      if (ra.failure.scope === scope && ra.failure.code === 'unacknowledged_loosening') {
         lists.push(ra.failure.missing ?? []);
-      else unjudgeable.push({ account: s.account, failure: ra.failure });
+      } else if (ra.failure.scope !== scope && ra.failure.scope !== 'global') {
+        // A global change leaves this subject held fail-closed by its own binding: a tightening for it,
+        // and whatever fixes that binding later (bind, profile save) is judged then.
+      } else {
+        // Still unresolvable without (or with) the change at this tier: Leash cannot judge it.
+        unjudgeable.push({ account: s.account, failure: ra.failure });
+      }
       continue;
     }
     if (!rb.ok) {

@@ -205,6 +205,27 @@ describe('unbind', () => {
     expect(readBindings(ctx.stateDir).bindings['agent:leash-iris']?.profile).toBe('tight');
   });
 
+  it('refuses an unbind it cannot judge: the subject is still unresolvable without the binding', async () => {
+    await saveProfile(ctx, 'tight', TIGHT, 'f', []);
+    await saveProfile(ctx, 'g', TIGHT, 'f', []);
+    await bind(ctx, 'agent:leash-iris', 'tight', []);
+    await bind(ctx, 'global', 'g', []);
+    await deleteProfile(ctx, 'g'); // the global binding dangles: every subject is held fail-closed
+    await expect(unbind(ctx, 'agent:leash-iris', ['commands.unset.deny:nc'])).rejects.toMatchObject({
+      code: 'policy_unjudgeable',
+    });
+    expect(readBindings(ctx.stateDir).bindings['agent:leash-iris']?.profile).toBe('tight');
+  });
+
+  it('a global change is not blocked by an agent its own binding holds fail-closed', async () => {
+    await saveProfile(ctx, 'gone', TIGHT, 'f', []);
+    await saveProfile(ctx, 'g', TIGHT, 'f', []);
+    await bind(ctx, 'agent:leash-vader', 'gone', []);
+    await deleteProfile(ctx, 'gone');
+    const r = await bind(ctx, 'global', 'g', []);
+    expect(r.impact.map((i) => `${i.account}:${i.failure.code}`)).toEqual(['leash-vader:dangling_profile']);
+  });
+
   it('unbinding a narrowing global judges every subject', async () => {
     await saveProfile(ctx, 'tight', TIGHT, 'f', []);
     await bind(ctx, 'global', 'tight', []);
