@@ -345,9 +345,15 @@ export async function bind(ctx: StoreContext, scopeRaw: string, name: string, ac
   checkProfileName(name);
   checkAckTokens(acks);
   const scope = parseScope(scopeRaw, ctx.discovery.accounts, ctx.configuredUser);
+  // Consent already on this scope's binding of the same profile still counts (a re-bind is idempotent).
+  const held = (bindings: BindingsDoc): string[] => {
+    const old = bindings.bindings[scope];
+    return old && old.profile === name ? old.acks : [];
+  };
   const judge = (bindings: BindingsDoc, st: ProfileStatus): BindJudgement => {
     const j = judgeBind(ctx, bindings, scope, name, st);
-    const missing = j.required.filter((f) => !acks.includes(f.token)).map((f) => f.token);
+    const have = [...acks, ...held(bindings)];
+    const missing = j.required.filter((f) => !have.includes(f.token)).map((f) => f.token);
     if (missing.length) throw refuse(`bind ${scope} ${name}`, j.required, missing, { scope, profile: name });
     return j;
   };
@@ -365,7 +371,7 @@ export async function bind(ctx: StoreContext, scopeRaw: string, name: string, ac
     const bindings = readBindings(ctx.stateDir);
     const j = judge(bindings, st);
     const old = bindings.bindings[scope];
-    const keep = old && old.profile === name ? old.acks : [];
+    const keep = held(bindings);
     const baseTokens = j.base.map((f) => f.token);
     const stored = [...new Set([...keep, ...acks])].filter((a) => baseTokens.includes(a));
     if (old && j.changeOnly.length) {

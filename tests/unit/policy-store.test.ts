@@ -110,6 +110,15 @@ describe('bind', () => {
     expect(readBindings(ctx.stateDir).bindings['agent:leash-iris']).toEqual({ profile: 'wide', acks: r.acks });
   });
 
+  it('a re-bind of the same profile keeps the consent already on the binding', async () => {
+    await saveProfile(ctx, 'web', WEB, 'f', []);
+    await bind(ctx, 'agent:leash-iris', 'web', ['network.allow:openai.com']);
+    const r = await bind(ctx, 'agent:leash-iris', 'web', []);
+    expect(r.acks).toEqual(['network.allow:openai.com']);
+    await saveProfile(ctx, 'web2', WEB, 'f', []);
+    await expect(bind(ctx, 'agent:leash-iris', 'web2', [])).rejects.toMatchObject({ code: 'loosening_unacknowledged' });
+  });
+
   it('lets a profile tighten freely', async () => {
     await saveProfile(ctx, 'tight', TIGHT, 'f', []);
     await bind(ctx, 'agent:leash-iris', 'tight', []);
