@@ -124,6 +124,33 @@ describe('leash bind: consent', () => {
     expect(bindings()['agent:leash-iris']).toEqual({ profile: 'wide', acks: WIDE_TOKENS });
   });
 
+  it('an edit of a bound profile is refused per agent, and the printed command carries each agent consent', () => {
+    leash([
+      'profile',
+      'save',
+      'web',
+      '--from',
+      file('w.yaml', 'network: { allow: ["github.com"] }\n'),
+      '--no-reconcile',
+    ]);
+    leash(['bind', 'agent:leash-iris', 'web', '--no-reconcile']);
+    leash(['bind', 'agent:leash-vader', 'web', '--no-reconcile']);
+    const wider = file('w2.yaml', 'network: { allow: ["github.com", "openai.com"] }\n');
+    const r = leash(['profile', 'save', 'web', '--from', wider, '--no-reconcile']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`--ack 'agent:leash-iris=network.allow:openai.com'`);
+    expect(r.stderr).toContain(`--ack 'agent:leash-vader=network.allow:openai.com'`);
+    const line =
+      r.stderr
+        .split('\n')
+        .find((l) => l.trim().startsWith('leash profile save'))
+        ?.trim() ?? '';
+    const ok = rerun(line);
+    expect(ok.code).toBe(0);
+    expect(bindings()['agent:leash-iris']?.acks).toEqual(['network.allow:openai.com']);
+    expect(bindings()['agent:leash-vader']?.acks).toEqual(['network.allow:openai.com']);
+  });
+
   it('refuses a display name, naming the real account', () => {
     leash(['profile', 'save', 'tight', '--from', file('t.yaml', TIGHT), '--no-reconcile']);
     const r = leash(['bind', 'agent:Iris', 'tight', '--no-reconcile']);
