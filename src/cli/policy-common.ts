@@ -123,16 +123,15 @@ export type SignalOutcome = { sent: true; via: 'systemd' | 'pidfile'; pid?: numb
 
 /**
  * Tells the running service to reconcile (SIGHUP to the main process only: a cgroup-wide HUP
- * would kill an nft child in flight). Under systemd: `systemctl kill --kill-whom=main`; otherwise
- * the pid file (LEASH_PID_FILE overrides /run/leash/leash.pid). A service that is not running
- * has nothing to pick up; a signal that fails throws `reconcile_signal_failed` with the command
+ * would kill an nft child in flight). systemd as PID 1 with leash.service active: `systemctl kill
+ * --kill-whom=main`; otherwise the pid file (LEASH_PID_FILE overrides /run/leash/leash.pid), whose
+ * pid must be a leash process. A service that is not running has nothing to pick up; a signal that fails throws `reconcile_signal_failed` with the command
  * to run by hand, because "on disk and not in force" must not exit 0.
  */
 export function signalService(): SignalOutcome {
   const pidFile = process.env.LEASH_PID_FILE;
-  if (!pidFile && systemdIsInit()) {
-    if (!unitActive())
-      return { sent: false, why: 'leash.service is not running: the change takes effect when it starts' };
+  // LEASH_PID_FILE pins the pid-file path (tests never reach the host's systemd).
+  if (!pidFile && systemdIsInit() && unitActive()) {
     try {
       execFileSync('systemctl', ['kill', '--kill-whom=main', '--signal=HUP', 'leash.service'], {
         stdio: ['ignore', 'ignore', 'pipe'],
@@ -166,6 +165,9 @@ export function signalService(): SignalOutcome {
   const pid = Number.parseInt(text.trim(), 10);
   try {
     if (!Number.isInteger(pid) || pid <= 1) throw new Error(`${file} holds no pid`);
+    // A stale pid file whose pid was reused must not HUP (and so kill) an unrelated process.
+    const cmdline = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    if (!cmdline.includes('leash')) throw new Error(`pid ${pid} is not a leash process (stale pid file)`);
     process.kill(pid, 'SIGHUP');
   } catch (e) {
     throw new LeashError(

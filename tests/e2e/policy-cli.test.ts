@@ -326,6 +326,7 @@ describe('signalling the service', () => {
       [
         '-e',
         `process.on('SIGHUP', () => require('fs').appendFileSync(${JSON.stringify(got)}, 'x')); setInterval(() => {}, 1000);`,
+        'leash-fake-service',
       ],
       {
         stdio: 'ignore',
@@ -342,6 +343,20 @@ describe('signalling the service', () => {
     leash(['bind', 'agent:leash-iris', 'tight', '--no-reconcile']);
     await new Promise((r) => setTimeout(r, 200));
     expect(fs.readFileSync(got, 'utf8')).toBe('x');
+  });
+
+  it('never signals a process that is not leash (a stale pid file with a reused pid)', async () => {
+    const other = spawn('sleep', ['30'], { stdio: 'ignore' });
+    onTestFinished(() => {
+      other.kill('SIGKILL');
+    });
+    fs.writeFileSync(env.LEASH_PID_FILE as string, `${other.pid}\n`);
+    const r = leash(['profile', 'save', 'tight', '--from', file('t.yaml', TIGHT)]);
+    expect(r.code).toBe(3);
+    expect(r.stderr).toContain('not a leash process');
+    await new Promise((res) => setTimeout(res, 100));
+    expect(other.exitCode).toBeNull();
+    expect(other.signalCode).toBeNull();
   });
 
   it('a failed signal exits non-zero with the command to run by hand', () => {
