@@ -1,6 +1,6 @@
 import type { Config } from '../config/types.js';
 import { readBindings } from '../policy/bindings.js';
-import { isPolicyError } from '../policy/errors.js';
+import { isLeashError } from '../errors.js';
 import { floorOf } from '../policy/fragment.js';
 import { profileLoader } from '../policy/profiles.js';
 import { resolveSubject } from '../policy/resolve.js';
@@ -10,7 +10,8 @@ import { assignPorts, PORT_RESERVED } from '../subjects/ports.js';
 import type { Observation } from './plan.js';
 
 export interface ObserveOptions {
-  config: Config;
+  /** The floor, or how to re-read it (a SIGHUP re-reads leash.yaml too; a failed read changes nothing). */
+  config: Config | (() => Config);
   stateDir: string;
   passwd?: PasswdSource;
 }
@@ -22,14 +23,15 @@ export interface ObserveOptions {
  */
 export async function observe(opts: ObserveOptions): Promise<Observation> {
   try {
-    const d = discover(opts.config.user, opts.passwd);
+    const config = typeof opts.config === 'function' ? opts.config() : opts.config;
+    const d = discover(config.user, opts.passwd);
     let ports: Record<string, { port: number }> = {};
     if (d.mode === 'multi') {
       const a = await assignPorts(opts.stateDir, d.subjects);
       ports = a.ports;
     }
     const state = {
-      floor: floorOf(opts.config),
+      floor: floorOf(config),
       bindings: readBindings(opts.stateDir),
       profile: profileLoader(opts.stateDir),
     };
@@ -46,7 +48,7 @@ export async function observe(opts: ObserveOptions): Promise<Observation> {
       })),
     };
   } catch (e) {
-    if (isPolicyError(e)) return { ok: false, code: e.code, message: e.message };
+    if (isLeashError(e)) return { ok: false, code: e.code, message: e.message };
     return { ok: false, code: 'reconcile_error', message: (e as Error).message };
   }
 }

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config/load.js';
 import { configSchema } from '../../src/config/schema.js';
 import { observe } from '../../src/service/observe.js';
 import { emptyApplied, planReconcile } from '../../src/service/plan.js';
@@ -68,9 +69,17 @@ describe('reconcile observation', () => {
         fs.writeFileSync(path.join(stateDir, 'bindings.yaml'), 'bindings: [1, 2]\n');
       },
     ],
+    [
+      'floor unreadable',
+      'config_missing',
+      () => {
+        fs.writeFileSync(passwd, BASE);
+      },
+    ],
   ])('a wholesale failure (%s) plans nothing', async (_n, code, setup) => {
     setup();
-    const o = await observe({ config, stateDir, passwd: { path: passwd } });
+    const load = () => (code === 'config_missing' ? loadConfig(path.join(dir, 'none.yaml')).config : config);
+    const o = await observe({ config: load, stateDir, passwd: { path: passwd } });
     expect(o).toMatchObject({ ok: false, code });
     const prev = emptyApplied('multi');
     prev.subjects.set(2001, { account: 'leash-a', uid: 2001, port: 18001, state: 'active', hash: 'h' });
