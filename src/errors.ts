@@ -23,6 +23,7 @@ export const ERROR_CODES = {
   config_syntax: EXIT.refused,
   config_unreadable: EXIT.refused,
   config_write_failed: EXIT.failed,
+  default_policy_missing: EXIT.failed,
   entry_inert: EXIT.refused,
   internal: EXIT.internal,
   log_sink_stdout: EXIT.refused,
@@ -50,7 +51,6 @@ export const ERROR_CODES = {
   profile_invalid: EXIT.refused,
   profile_name_invalid: EXIT.refused,
   profile_not_found: EXIT.refused,
-  reconcile_signal_failed: EXIT.failed,
   scope_invalid: EXIT.refused,
   scope_unknown_account: EXIT.refused,
 } as const satisfies Record<string, ExitCode>;

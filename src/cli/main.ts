@@ -17,10 +17,13 @@ export async function run(argv: string[] = process.argv, extra: CommandGroup[] =
     return typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok;
   } catch (e) {
     if (e instanceof CommanderError) {
-      // commander has already printed its message (help and --version are exit 0).
-      return e.code === 'commander.helpDisplayed' || e.code === 'commander.version' || e.exitCode === 0
-        ? EXIT.ok
-        : EXIT.refused;
+      // commander has already printed its message on stderr (help and --version are exit 0).
+      if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version' || e.exitCode === 0) return EXIT.ok;
+      if (json) {
+        const error = { code: 'usage', message: e.message.replace(/^error: /, ''), details: { commander: e.code } };
+        process.stdout.write(`${JSON.stringify({ error }, null, 2)}\n`);
+      }
+      return EXIT.refused;
     }
     if (isLeashError(e)) {
       if (json) process.stdout.write(`${JSON.stringify(e.toJSON(), null, 2)}\n`);

@@ -1,4 +1,3 @@
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import type { Command } from 'commander';
 import type { Account } from '../config/accounts.js';
@@ -8,10 +7,10 @@ import type { StoreContext } from '../policy/bindings.js';
 import { floorOf } from '../policy/fragment.js';
 import { ackFlags, shellQuote } from '../policy/loosen.js';
 import { discoverFrom, readPasswd, defaultPasswdSource } from '../subjects/discovery.js';
+import { signalService as signalSystemd } from './reconcile.js';
 
 export const DEFAULT_STATE_DIR = '/var/lib/leash';
 export const DEFAULT_PID_FILE = '/run/leash/leash.pid';
-export const SYSTEMD_SIGNAL = 'systemctl kill --kill-whom=main --signal=HUP leash.service';
 
 export interface PolicyOpts {
   stateDir?: string;
@@ -110,43 +109,21 @@ function systemdIsInit(): boolean {
   return fs.existsSync('/run/systemd/system');
 }
 
-function unitActive(): boolean {
-  try {
-    execFileSync('systemctl', ['is-active', '--quiet', 'leash.service'], { stdio: 'ignore', timeout: 10_000 });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 export type SignalOutcome = { sent: true; via: 'systemd' | 'pidfile'; pid?: number } | { sent: false; why: string };
 
 /**
- * Tells the running service to reconcile (SIGHUP to the main process only: a cgroup-wide HUP
- * would kill an nft child in flight). systemd as PID 1 with leash.service active: `systemctl kill
- * --kill-whom=main`; otherwise the pid file (LEASH_PID_FILE overrides /run/leash/leash.pid), whose
- * pid must be a leash process. A service that is not running has nothing to pick up; a signal that fails throws `reconcile_signal_failed` with the command
- * to run by hand, because "on disk and not in force" must not exit 0.
+ * Tells the running service to reconcile (SIGHUP to the main process only). With systemd as PID 1
+ * and leash.service active: the shared `systemctl kill --kill-whom=main` sender (src/cli/reconcile.ts,
+ * which throws `service_signal_failed` with the command to run by hand). Otherwise the pid file
+ * (LEASH_PID_FILE overrides /run/leash/leash.pid; setting it also keeps tests off the host's
+ * systemd), whose pid must be a leash process: a stale pid file must not HUP, and so kill, whatever
+ * reused the pid. A service that is not running has nothing to pick up.
  */
 export function signalService(): SignalOutcome {
   const pidFile = process.env.LEASH_PID_FILE;
-  // LEASH_PID_FILE pins the pid-file path (tests never reach the host's systemd).
-  if (!pidFile && systemdIsInit() && unitActive()) {
-    try {
-      execFileSync('systemctl', ['kill', '--kill-whom=main', '--signal=HUP', 'leash.service'], {
-        stdio: ['ignore', 'ignore', 'pipe'],
-        timeout: 10_000,
-      });
-      return { sent: true, via: 'systemd' };
-    } catch (e) {
-      throw new LeashError(
-        'reconcile_signal_failed',
-        `the policy is written but not in force: signalling leash.service failed (${(e as Error).message.split('\n')[0]}); run by hand: ${SYSTEMD_SIGNAL}`,
-        {
-          command: SYSTEMD_SIGNAL,
-        },
-      );
-    }
+  if (!pidFile && systemdIsInit()) {
+    const r = signalSystemd();
+    if (r.signalled) return { sent: true, via: 'systemd' };
   }
   const file = pidFile ?? DEFAULT_PID_FILE;
   const byHand = `kill -HUP "$(cat ${file})"`;
@@ -155,9 +132,9 @@ export function signalService(): SignalOutcome {
     text = fs.readFileSync(file, 'utf8');
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT')
-      return { sent: false, why: `no ${file}: the service is not running; the change takes effect when it starts` };
+      return { sent: false, why: `the service is not running (no ${file}); the change takes effect when it starts` };
     throw new LeashError(
-      'reconcile_signal_failed',
+      'service_signal_failed',
       `the policy is written but not in force: cannot read ${file}; run by hand: ${byHand}`,
       { command: byHand },
     );
@@ -165,18 +142,14 @@ export function signalService(): SignalOutcome {
   const pid = Number.parseInt(text.trim(), 10);
   try {
     if (!Number.isInteger(pid) || pid <= 1) throw new Error(`${file} holds no pid`);
-    // A stale pid file whose pid was reused must not HUP (and so kill) an unrelated process.
     const cmdline = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
     if (!cmdline.includes('leash')) throw new Error(`pid ${pid} is not a leash process (stale pid file)`);
     process.kill(pid, 'SIGHUP');
   } catch (e) {
     throw new LeashError(
-      'reconcile_signal_failed',
+      'service_signal_failed',
       `the policy is written but not in force: SIGHUP to pid ${text.trim()} failed (${(e as Error).message}); run by hand: ${byHand}`,
-      {
-        command: byHand,
-        pid: text.trim(),
-      },
+      { command: byHand, pid: text.trim() },
     );
   }
   return { sent: true, via: 'pidfile', pid };

@@ -1,4 +1,5 @@
 import { spawnSync } from 'node:child_process';
+import type { Command } from 'commander';
 import { LeashError } from '../errors.js';
 
 export const UNIT = 'leash.service';
@@ -32,4 +33,27 @@ export function signalService(systemctl = process.env.LEASH_SYSTEMCTL ?? 'system
     );
   }
   return { signalled: true };
+}
+
+/** `leash restart`: a full restart through systemd (drops and re-applies every enforcer). */
+export function restartService(systemctl = process.env.LEASH_SYSTEMCTL ?? 'systemctl'): void {
+  const args = ['restart', UNIT];
+  const r = spawnSync(systemctl, args, { encoding: 'utf8', stdio: ['ignore', 'ignore', 'pipe'] });
+  if (r.error || r.status !== 0) {
+    throw new LeashError(
+      'service_failed',
+      `systemctl ${args.join(' ')} failed: ${(r.stderr ?? '').trim() || r.error?.message || `exit ${r.status}`}`,
+      { command: `systemctl ${args.join(' ')}` },
+    );
+  }
+}
+
+export function register(program: Command): void {
+  program
+    .command('restart')
+    .description('restart leash.service (edits reload it in place with SIGHUP; a restart briefly unconfines)')
+    .action(() => {
+      restartService();
+      process.stdout.write(`${UNIT} restarted\n`);
+    });
 }

@@ -116,12 +116,12 @@ function engineError(failMode: FailMode): Verdict {
   return { action: failMode === 'open' ? 'allow' : 'block', reason: 'engine_error', source: 'fail_mode', rule: null };
 }
 
-function byLists(lists: Lists<{ match(s: never): string | null }>, subject: unknown): Verdict {
-  const m = lists as unknown as Lists<{ match(s: unknown): string | null }>;
-  const denied = m.deny.match(subject);
+/** Deny first (both modes), then the mode: whitelist consults allow, blacklist allows. */
+function byLists<T>(lists: Lists<{ match(s: T): string | null }>, subject: T): Verdict {
+  const denied = lists.deny.match(subject);
   if (denied !== null) return { action: 'block', reason: 'deny_entry', source: 'deny', rule: denied };
-  if (m.mode === 'blacklist') return { action: 'allow', reason: 'mode_allow', source: 'mode', rule: null };
-  const allowed = m.allow.match(subject);
+  if (lists.mode === 'blacklist') return { action: 'allow', reason: 'mode_allow', source: 'mode', rule: null };
+  const allowed = lists.allow.match(subject);
   if (allowed !== null) return { action: 'allow', reason: 'allow_entry', source: 'allow', rule: allowed };
   return { action: 'block', reason: 'not_allowed', source: 'mode', rule: null };
 }

@@ -338,6 +338,11 @@ const PRIV_ESC_DETECTORS: Detector[] = [
 const DETECTORS: readonly Detector[] = [...SECRET_DETECTORS, ...PII_DETECTORS, ...PRIV_ESC_DETECTORS];
 const MASKING_DETECTORS: readonly Detector[] = [...SECRET_DETECTORS, ...PII_DETECTORS];
 
+/** Deeper than any honest tool input; deeper input is refused (engine_error) rather than half-inspected. */
+const MAX_DEPTH = 256;
+/** Findings kept per call, so a flood of matches cannot blow up a verdict or a log line. */
+const MAX_FINDINGS = 64;
+
 /** Keys whose string value is a credential whatever it looks like (`{"password": "hunter2"}`). */
 const SENSITIVE_KEY =
   /^(?:.*[_.-])?(?:password|passwd|passphrase|pwd|secret|client[_-]?secret|token|access[_-]?token|refresh[_-]?token|auth[_-]?token|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key|credentials?|authorization|cookie)$/i;
@@ -388,11 +393,6 @@ export function maskInputs(value: unknown, depth = 0): unknown {
   }
   return value;
 }
-
-/** Deeper than any honest tool input; deeper input is refused (engine_error) rather than half-inspected. */
-const MAX_DEPTH = 256;
-/** Findings kept per call, so a flood of matches cannot blow up a verdict or a log line. */
-const MAX_FINDINGS = 64;
 
 function childPath(parent: string, key: string): string {
   const k = maskSecrets(key);

@@ -163,9 +163,13 @@ function wordMask(bits: number): number {
   return (0xffffffff << (32 - bits)) >>> 0;
 }
 
+/** MASKS[len * 4 + k]: the mask of word k for prefix length len (0..128), computed once. */
+const MASKS = new Uint32Array(129 * 4);
+for (let len = 0; len <= 128; len++) for (let k = 0; k < 4; k++) MASKS[len * 4 + k] = wordMask(len - 32 * k);
+
 /** Masked word k of a 128-bit value for a prefix length. */
 function maskedWord(w: Uint32Array, k: number, len: number): number {
-  return (w[k]! & wordMask(len - 32 * k)) >>> 0;
+  return (w[k]! & MASKS[len * 4 + k]!) >>> 0;
 }
 
 /** True when `w` has no bits set beyond the prefix length `len` (a canonical network address). */

@@ -356,10 +356,13 @@ describe('usage errors', () => {
     noStack(r.stderr);
   });
 
-  it('an unknown option is exit 2', async () => {
+  it('an unknown option is exit 2, usage in --json', async () => {
     const r = await leash(['status', '--frobnicate']);
     expect(r.code).toBe(2);
     noStack(r.stderr);
+    const j = await leash(['status', '--json', '--frobnicate']);
+    expect(j.code).toBe(2);
+    expect(JSON.parse(j.stdout).error.code).toBe('usage');
   });
 
   it('--help and --version exit 0', async () => {
@@ -405,6 +408,16 @@ describe('reload after an edit', () => {
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout).service.signalled).toBe(false);
     expect(stopped.calls()).toEqual(['is-active --quiet leash.service']);
+  });
+
+  it('leash restart runs systemctl restart leash.service; a failure is exit 3 service_failed', async () => {
+    const ok = fakeSystemctl(true);
+    const r = await leash(['restart'], { env: { LEASH_SYSTEMCTL: ok.bin } });
+    expect(r.code).toBe(0);
+    expect(ok.calls()).toEqual(['restart leash.service']);
+    const r2 = await leash(['restart'], { env: { LEASH_SYSTEMCTL: '/nonexistent/systemctl' } });
+    expect(r2.code).toBe(3);
+    expect(r2.stderr).toMatch(/\[service_failed\]$/m);
   });
 
   it('a failed signal is exit 3 service_signal_failed: the policy is written but not in force', async () => {
@@ -455,5 +468,22 @@ describe('leash check tools with inputs', () => {
     const r = await leash(['-c', cfg(), 'check', 'tool', 'run', '--inputs', '{nope', '--json']);
     expect(r.code).toBe(2);
     expect(JSON.parse(r.stdout).error.code).toBe('subject_invalid');
+  });
+});
+
+describe('leash init default policy lookup', () => {
+  it('LEASH_DEFAULT_POLICY overrides the shipped file; a missing override falls back to it', async () => {
+    const dir = tmpDir();
+    const mine = path.join(dir, 'mine.yaml');
+    fs.writeFileSync(mine, '# site default\nuser: null\nnetwork: { allow: [intranet.example] }\n');
+    const file = path.join(dir, 'leash.yaml');
+    const r = await leash(['-c', file, 'init', '--user', 'nobody'], { env: { LEASH_DEFAULT_POLICY: mine } });
+    expect(r.code).toBe(0);
+    expect(fs.readFileSync(file, 'utf8')).toContain('# site default');
+    // An explicit override that does not exist falls through to the shipped file, which exists here.
+    const r2 = await leash(['-c', path.join(dir, 'b.yaml'), 'init', '--user', 'nobody'], {
+      env: { LEASH_DEFAULT_POLICY: path.join(dir, 'absent.yaml') },
+    });
+    expect(r2.code).toBe(0);
   });
 });

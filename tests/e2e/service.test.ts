@@ -90,8 +90,9 @@ describe.skipIf(!nativeAvailable())('leash service (no subcommand)', () => {
     await notify.waitFor('READY=1');
     fs.writeFileSync(file, 'network: { mode: greylist }\n');
     svc.child.kill('SIGHUP');
-    for (let i = 0; i < 100 && !svc.err().includes('reload refused'); i++) await new Promise((r) => setTimeout(r, 50));
-    expect(svc.err()).toContain('config_invalid');
+    for (let i = 0; i < 100 && !svc.err().includes('"code":"config_invalid"'); i++)
+      await new Promise((r) => setTimeout(r, 50));
+    expect(svc.err()).toContain('"code":"config_invalid"');
     expect(svc.child.exitCode).toBeNull();
     fs.writeFileSync(file, policy('stdout').replace('user: nobody', 'user: nobody\nfail_mode: open'));
     svc.child.kill('SIGHUP');

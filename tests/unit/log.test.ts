@@ -62,7 +62,13 @@ describe('decision log', () => {
   it('creates the file 0600 in a 0750 directory and appends', async () => {
     const dir = path.join(tmpDir(), 'var', 'log', 'leash');
     const file = path.join(dir, 'decisions.jsonl');
-    const l1 = createDecisionLog({ sink: file });
+    const old = process.umask(0o077);
+    let l1;
+    try {
+      l1 = createDecisionLog({ sink: file });
+    } finally {
+      process.umask(old);
+    }
     l1.write({
       uid: 1,
       surface: 'filesystem',

@@ -68,6 +68,10 @@ describe('inspection: secrets', () => {
     ['credential_assignment', 'AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY'],
     ['bearer_token', 'Authorization: Bearer abcdef0123456789abcdef'],
     ['url_credentials', 'git clone https://bob:pa55word@git.example.com/x.git'],
+    ['basic_auth', 'Authorization: Basic Ym9iOnBhNTV3b3JkMTIz'],
+    ['slack_webhook', j('https://hooks.slack.com/services/', 'T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX')],
+    ['huggingface_token', j('hf_', 'aBcDeFgHiJkLmNoPqRsTuVwXyZaBcDeFgH')],
+    ['sendgrid_key', j('SG.', 'aBcDeFgHiJkLmNoPqRsTuV', '.', 'aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789aBcDeFg')],
   ])('%s in %j', (id, text) => {
     expect(detectors({ text })).toContain(id);
   });
@@ -98,6 +102,23 @@ describe('inspection: secrets', () => {
 
   it('scans keys as well as values', () => {
     expect(detectors({ [AWS]: true })).toContain('aws_access_key');
+  });
+
+  it('reads numbers as text and reports the root as $', () => {
+    expect(inspectInputs(4111111111111111, ACTIONS)).toEqual([
+      { category: 'pii', detector: 'credit_card', at: '$', masked: '****1111', action: 'block' },
+    ]);
+  });
+
+  it('keeps at most 64 findings', () => {
+    const many = Array.from({ length: 200 }, (_, i) => `user${i}@example.com`);
+    expect(inspectInputs(many, ACTIONS)).toHaveLength(64);
+  });
+
+  it('masks secret keys in the reported path', () => {
+    const f = inspectInputs({ [AWS]: { x: 'a@b.io' } }, ACTIONS);
+    expect(JSON.stringify(f)).not.toContain(AWS);
+    expect(f.map((x) => x.at)).toContain('["AKIA****"].x');
   });
 
   it('walks nested arrays and objects and reports where', () => {
@@ -159,6 +180,10 @@ describe('inspection: privilege escalation', () => {
     ['setuid_chmod', 'chmod 2755 /tmp/sh'],
     ['setuid_chmod', 'chmod -R u+x,u+s /tmp/d'],
     ['setuid_call', 'os.setuid(0)'],
+    ['setuid_call', 'setresuid(0, 0, 0);'],
+    ['setuid_call', 'setgid( 0 )'],
+    ['setuid_chmod', 'chmod a=rwxs f'],
+    ['su_root', 'su'],
     ['rm_rf_root', 'rm -rf /'],
     ['rm_rf_root', 'rm -fr /'],
     ['rm_rf_root', 'rm -r -f /'],
