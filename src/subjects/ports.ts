@@ -88,7 +88,15 @@ export async function assignPorts(
     let next = PORT_MIN;
     let added = false;
     for (const a of accounts) {
-      if (ports[a.account]) continue;
+      const held = ports[a.account];
+      if (held) {
+        // Same account name, new UID (recreated): it keeps its port; the map follows the UID.
+        if (held.uid !== a.uid) {
+          ports[a.account] = { port: held.port, uid: a.uid };
+          added = true;
+        }
+        continue;
+      }
       while (next <= PORT_MAX && (used.has(next) || next === PORT_RESERVED)) next++;
       if (next > PORT_MAX) {
         unassigned.push(a.account);
@@ -103,7 +111,8 @@ export async function assignPorts(
   };
   // Fast path without the lock when nothing is new (the common reconcile).
   const current = readPorts(stateDir);
-  if (accounts.every((a) => current[a.account])) return { ports: current, unassigned: [], written: false };
+  if (accounts.every((a) => current[a.account]?.uid === a.uid))
+    return { ports: current, unassigned: [], written: false };
   fs.mkdirSync(stateDir, { recursive: true, mode: 0o750 });
   return withFileLock(file, assign);
 }

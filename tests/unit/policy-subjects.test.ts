@@ -79,6 +79,10 @@ describe('port map', () => {
     expect(b.ports['leash-c']?.port).toBe(PORT_MIN + 2);
     const c = await assignPorts(dir, [{ account: 'leash-b', uid: 2 }]);
     expect(c.written).toBe(false);
+    // Recreated with a new UID: same port, the map follows the UID.
+    const d = await assignPorts(dir, [{ account: 'leash-b', uid: 22 }]);
+    expect(d.ports['leash-b']).toEqual({ port: PORT_MIN + 1, uid: 22 });
+    expect(d.written).toBe(true);
     expect(readPorts(dir)['leash-b']?.port).toBe(PORT_MIN + 1);
   });
 
