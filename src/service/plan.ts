@@ -73,7 +73,7 @@ function hasChain(a: AppliedSubject | undefined): boolean {
  */
 export function planReconcile(prev: AppliedState, obs: Observation): Plan {
   if (!obs.ok) return { ok: false, code: obs.code, message: obs.message, actions: [], next: prev };
-  if (prev.mode === 'single' && obs.mode === 'multi' && prev.subjects.size > 0) {
+  if (prev.mode === 'single' && obs.mode === 'multi') {
     return {
       ok: false,
       code: 'first_agent_needs_restart',
@@ -84,7 +84,8 @@ export function planReconcile(prev: AppliedState, obs: Observation): Plan {
     };
   }
   const actions: Action[] = [];
-  const next: AppliedState = { mode: prev.subjects.size > 0 ? prev.mode : obs.mode, subjects: new Map() };
+  // The mode is fixed at start (emptyApplied(observation.mode)): a running service never changes shape.
+  const next: AppliedState = { mode: prev.mode, subjects: new Map() };
   const seen = new Set<number>();
   for (const o of obs.subjects) {
     const { account, uid } = o.subject;

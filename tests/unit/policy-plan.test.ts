@@ -4,7 +4,7 @@ import { floorOf } from '../../src/policy/fragment.js';
 import type { Resolution } from '../../src/policy/resolve.js';
 import { policyHash } from '../../src/policy/resolve.js';
 import type { AppliedState, AppliedSubject, Observation, Observed } from '../../src/service/plan.js';
-import { executePlan, planReconcile } from '../../src/service/plan.js';
+import { emptyApplied, executePlan, planReconcile } from '../../src/service/plan.js';
 
 const pA = floorOf(configSchema.parse({ network: { allow: ['a.com'] } }));
 const pB = floorOf(configSchema.parse({ network: { allow: ['b.com'] } }));
@@ -114,6 +114,21 @@ describe('reconcile planner', () => {
     expect(plan.ok).toBe(false);
     if (!plan.ok) expect(plan.code).toBe('first_agent_needs_restart');
     expect(plan.actions).toEqual([]);
+  });
+
+  it('a single-subject service stays single: the user is re-applied on the reserved port, agents need a restart', () => {
+    const user = (r: Resolution): Observation => ({
+      ok: true,
+      mode: 'single',
+      warnings: [],
+      subjects: [{ subject: { kind: 'user', account: 'fido', uid: 1000 }, port: 18443, resolution: r }],
+    });
+    const start = planReconcile(emptyApplied('single'), user(ok()));
+    expect(start.actions).toMatchObject([{ kind: 'add', account: 'fido', port: 18443 }]);
+    const changed = planReconcile(start.next, user(ok(pB)));
+    expect(changed.actions.map((a) => a.kind)).toEqual(['reapply']);
+    const empty = planReconcile(emptyApplied('single'), obs(['leash-a', 1, 18000, ok()]));
+    expect(empty.ok).toBe(false);
   });
 
   it('records the state the actions lead to', () => {
