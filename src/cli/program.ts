@@ -12,6 +12,7 @@ import { register as restart } from './reconcile.js';
 import { register as status } from './status.js';
 import { register as surface } from './surface.js';
 import { register as validate } from './validate.js';
+import { registerPolicyCommands as policy } from './bind.js';
 
 /** A command group: one file in src/cli/ exporting `register(program)`. */
 export type CommandGroup = (program: Command) => void;
@@ -30,6 +31,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   check,
   logs,
   restart,
+  policy,
   registerDemo,
   registerTeardown,
 ];
