@@ -1,5 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/load.js';
+import { decide, type CompiledPolicy } from '../../src/engine/index.js';
+import { startNetworkEnforcer } from '../../src/enforcers/network/enforcer.js';
+import { networkPlanHooks } from '../../src/enforcers/network/plan-hooks.js';
+import type { Effective } from '../../src/policy/fragment.js';
 import { networkEnforcerFactory } from '../../src/enforcers/network/service.js';
 import { netnsRunner, type Runner } from '../../src/enforcers/network/run.js';
 import type { DecisionRecord } from '../../src/log/decisions.js';
@@ -74,5 +78,69 @@ describe.skipIf(!isRoot)('proxy on a host with IPv6 disabled', () => {
     const r = await run([process.execPath, '-e', script]);
     expect(r.stderr).toBe('');
     expect(JSON.parse(r.stdout)).toEqual({ ports: [[1, 18443]], errs: ['listen_ipv6:EADDRNOTAVAIL'] });
+  });
+});
+
+describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)', () => {
+  const NSP = 'lt-net-plan';
+  let cleanup: (() => Promise<void>) | null = null;
+  beforeAll(async () => {
+    cleanup = await bareNetns(NSP);
+  });
+  afterAll(async () => {
+    await cleanup?.();
+  });
+
+  const effective = (text: string): Effective => {
+    const { user: _u, logging: _l, ...rest } = parseConfig(text, 'test', { lookup: () => null }).config;
+    return rest;
+  };
+
+  it('apply / orphan / deny: chains per subject with its own udp and resolvers, kept on orphan, dropped on deny', async () => {
+    const run = netnsRunner(NSP);
+    const enf = await startNetworkEnforcer<CompiledPolicy>({
+      runner: run,
+      decide,
+      log: { write: () => 'r' },
+      resolvers: ['198.18.1.53'],
+      udp: 'drop',
+      expectedSubjects: 2,
+      proxy: { hosts: ['127.0.0.1'] },
+    });
+    const hooks = networkPlanHooks(enf);
+    try {
+      const a = effective('network: { mode: whitelist, allow: [example.org] }\n');
+      const b = effective('network: { mode: blacklist, udp: allow, dns_resolvers: [2001:db8::53] }\n');
+      await hooks.apply({ kind: 'add', account: 'leash-ta', uid: 62001, port: 18961, policy: a, hash: 'h1' });
+      await hooks.apply({ kind: 'add', account: 'leash-tb', uid: 62002, port: 18962, policy: b, hash: 'h2' });
+      const chain = async (fam: string, uid: number) =>
+        (await run(['nft', 'list', 'chain', fam, fam === 'inet' ? 'leash_filter' : 'leash', `agent_${uid}`])).stdout;
+      expect(await chain('inet', 62001)).toContain('198.18.1.53');
+      expect(await chain('inet', 62002)).toContain('meta l4proto udp return');
+      expect(await chain('ip', 62002)).toContain('redirect to :18962');
+      expect([...enf.proxy.ports()]).toEqual([
+        [62001, 18961],
+        [62002, 18962],
+      ]);
+
+      await hooks.orphan({ kind: 'orphan', account: 'leash-ta', uid: 62001, port: 18961 });
+      expect(await chain('ip', 62001)).toContain('redirect to :18961');
+      expect(enf.proxy.ports().get(62001)).toBe(18961);
+
+      await hooks.deny({
+        kind: 'fail',
+        account: 'leash-tb',
+        uid: 62002,
+        port: 18962,
+        failure: { code: 'no_port', message: 'x' },
+        hadChain: true,
+      });
+      const rs = (await run(['nft', 'list', 'ruleset'])).stdout;
+      expect(rs).not.toContain('agent_62002');
+      expect(rs).toContain('agent_62001');
+      expect(enf.proxy.ports().get(62002)).toBe(18962); // still listening, refusing
+    } finally {
+      await enf.stop();
+    }
   });
 });

@@ -30,6 +30,10 @@ export interface NetworkSubjectSpec<P> {
   uid: number;
   port: number;
   policy: P | null;
+  /** This subject's `network.udp` (default: the enforcer's). */
+  udp?: 'drop' | 'allow';
+  /** This subject's resolvers for the UDP/53 exception (default: the enforcer's). */
+  resolvers?: string[];
 }
 
 export interface NetworkEnforcerOptions<P> {
@@ -51,6 +55,13 @@ export interface NetworkEnforcer<P> {
   setSubject(s: NetworkSubjectSpec<P>): Promise<ApplyOutcome>;
   /** Releases the chain first, then closes the listener. */
   releaseSubject(uid: number): Promise<void>;
+  /**
+   * A subject that cannot be resolved: no chain at all (any it had is dropped), and its listener, when it has a
+   * port, stays open refusing everything (a stale redirect must land somewhere that says so).
+   */
+  denySubject(uid: number, port: number | null): Promise<void>;
+  /** A subject that left discovery: its chain is kept (the UID may still run), its listener refuses everything. */
+  orphanSubject(uid: number, port: number | null): Promise<void>;
   /** Releases every subject this enforcer applied and closes the proxy. */
   stop(): Promise<void>;
 }
@@ -65,7 +76,12 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
     proxy,
     async setSubject(s) {
       await proxy.setSubject(s);
-      const outcome = await firewall.apply({ uid: s.uid, port: s.port, resolvers: opts.resolvers, udp: opts.udp });
+      const outcome = await firewall.apply({
+        uid: s.uid,
+        port: s.port,
+        resolvers: s.resolvers ?? opts.resolvers,
+        udp: s.udp ?? opts.udp,
+      });
       applied.add(s.uid);
       return outcome;
     },
@@ -73,6 +89,15 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
       await firewall.release([uid]);
       applied.delete(uid);
       await proxy.removeSubject(uid);
+    },
+    async denySubject(uid, port) {
+      await firewall.release([uid]);
+      applied.delete(uid);
+      if (port === null) await proxy.removeSubject(uid);
+      else await proxy.setSubject({ uid, port, policy: null });
+    },
+    async orphanSubject(uid, port) {
+      if (port !== null) await proxy.setSubject({ uid, port, policy: null });
     },
     async stop() {
       try {
