@@ -274,6 +274,9 @@ async function main(): Promise<void> {
     process.stdout.write(
       `  bulk samples (Gbit/s): ${paths.map((p) => `${p} ${bulk[p].map((x) => f(x)).join('/')}`).join('; ')}\n`,
     );
+    process.stdout.write(
+      `  conns/s samples: ${paths.map((p) => `${p} ${rates[p].map((x) => f(x, 0)).join('/')}`).join('; ')}\n`,
+    );
     const ji = args.indexOf('--json');
     if (ji >= 0) {
       fs.writeFileSync(
@@ -285,6 +288,10 @@ async function main(): Promise<void> {
         ),
       );
     }
+    const ngxLog = path.join(lab.dir, 'nginx-error.log');
+    const errLines = fs.existsSync(ngxLog) ? fs.readFileSync(ngxLog, 'utf8').trim().split('\n').filter(Boolean) : [];
+    if (errLines.length)
+      process.stdout.write(`  nginx error log: ${errLines.length} lines, last: ${errLines.at(-1)}\n`);
     await enforcer.stop();
   } finally {
     const problems = await cleanups.run();
