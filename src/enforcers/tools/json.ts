@@ -70,7 +70,10 @@ export function jsonType(v: JsonValue): 'string' | 'number' | 'boolean' | 'null'
 
 class Reader {
   i = 0;
-  constructor(readonly b: Buffer) {}
+  constructor(
+    readonly b: Buffer,
+    readonly fileWs = false,
+  ) {}
 
   fail(code: JsonErrorCode, at = this.i): never {
     throw new JsonError(code, at);
@@ -80,6 +83,10 @@ class Reader {
     const b = this.b;
     // Only the space: a raw TAB, CR or other control byte anywhere in a line is refused, because a
     // reader that splits lines on a bare CR would see two messages where the gate saw one.
+    if (this.fileWs) {
+      for (let c = b[this.i]; c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09; c = b[++this.i]);
+      return;
+    }
     while (this.i < b.length && b[this.i] === 0x20) this.i++;
   }
 
@@ -316,9 +323,10 @@ class Reader {
 /**
  * Parses one JSON text from a Buffer (the bytes of one line, without its LF), strictly.
  * Throws JsonError with a machine-readable code on anything that is not one clean JSON value.
+ * `fileWhitespace` admits TAB/CR/LF between tokens (a file an operator wrote, never the wire).
  */
-export function parseStrict(buf: Buffer): JsonValue {
-  const r = new Reader(buf);
+export function parseStrict(buf: Buffer, opts?: { fileWhitespace?: boolean }): JsonValue {
+  const r = new Reader(buf, opts?.fileWhitespace === true);
   r.ws();
   if (r.i >= buf.length) r.fail('empty');
   const v = r.value(0);

@@ -59,7 +59,7 @@ export function logJudgment(
       : undefined;
   const subject: Record<string, unknown> = { method: j.method };
   if (j.name !== undefined) subject.name = cut(ctx.mask(j.name));
-  if (args !== undefined) subject.args = redactForLog(args, ctx.mask);
+  if (args !== undefined) subject.inputs = redactForLog(args, ctx.mask);
   if (j.verdict?.at) subject.at = cut(j.verdict.at);
   if (j.verdict?.findings?.length) subject.findings = j.verdict.findings;
   if (j.action === 'deny' && j.code !== -32001) subject.code = j.code;

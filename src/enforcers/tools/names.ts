@@ -9,7 +9,7 @@
 
 // Invisible: controls, format characters (zero-width, bidi, BOM, soft hyphen, tags), combining
 // marks, line/paragraph separators, variation selectors, and the Hangul fillers that render blank.
-const INVISIBLE = /[\p{Cc}\p{Cf}\p{Mn}\p{Me}\p{Zl}\p{Zp}\u115f\u1160\u3164\uffa0\u034f]/gu;
+const INVISIBLE = /[\p{Cc}\p{Cf}\p{Mn}\p{Me}\p{Zl}\p{Zp}\u115f\u1160\u3164\uffa0]/gu;
 
 /** Normalises a tool name (or a selector such as a URI) for comparison. */
 export function normalizeToolName(name: string): string {
