@@ -207,7 +207,8 @@ export function loadScript(file: string): LearnedCall[] {
   if (!Array.isArray(v)) throw new Error(`${file}: a calls script is a JSON array of {"tool", "arguments"}`);
   return v.map((c, i) => {
     if (!isObject(c)) throw new Error(`${file}[${i}]: each call is an object`);
-    for (const k of Object.keys(c)) if (k !== 'tool' && k !== 'arguments') throw new Error(`${file}[${i}]: unknown key '${k}'`);
+    for (const k of Object.keys(c))
+      if (k !== 'tool' && k !== 'arguments') throw new Error(`${file}[${i}]: unknown key '${k}'`);
     if (typeof c.tool !== 'string' || c.tool === '') throw new Error(`${file}[${i}].tool: a non-empty string`);
     if (c.arguments !== undefined && !isObject(c.arguments)) throw new Error(`${file}[${i}].arguments: an object`);
     return { tool: c.tool, arguments: c.arguments };
@@ -257,13 +258,17 @@ export async function learnScripted(o: {
       try {
         v = parseStrict(line);
       } catch {
-        o.errout.write(`leash mcp learn: skipped a non-JSON line from the server: ${line.toString('utf8').slice(0, 200)}\n`);
+        o.errout.write(
+          `leash mcp learn: skipped a non-JSON line from the server: ${line.toString('utf8').slice(0, 200)}\n`,
+        );
         continue;
       }
       if (!isObject(v)) continue;
       if (typeof v.method === 'string' && v.id !== undefined) {
         // A server-to-client request: we offer no client capabilities, so say so.
-        child.stdin.write(stringifyAscii({ jsonrpc: '2.0', id: v.id, error: { code: -32601, message: 'not supported' } }) + '\n');
+        child.stdin.write(
+          stringifyAscii({ jsonrpc: '2.0', id: v.id, error: { code: -32601, message: 'not supported' } }) + '\n',
+        );
         continue;
       }
       if (typeof v.id === 'number') waiting.get(v.id)?.(v);
@@ -278,7 +283,10 @@ export async function learnScripted(o: {
     if (o.timeoutMs > 0)
       racers.push(
         new Promise((_, reject) => {
-          const t = setTimeout(() => reject(new LearnError(`the server did not answer ${method} within ${o.timeoutMs} ms`)), o.timeoutMs);
+          const t = setTimeout(
+            () => reject(new LearnError(`the server did not answer ${method} within ${o.timeoutMs} ms`)),
+            o.timeoutMs,
+          );
           void answer.finally(() => clearTimeout(t));
         }),
       );
@@ -290,8 +298,10 @@ export async function learnScripted(o: {
       capabilities: {},
       clientInfo: { name: 'leash-mcp-learn', version: '0.1.0' },
     });
-    if (isObject(init.error)) throw new LearnError(`the server refused initialize: ${String(init.error.message ?? '')}`);
-    if (isObject(init.result) && typeof init.result.protocolVersion === 'string') learner.revision = init.result.protocolVersion;
+    if (isObject(init.error))
+      throw new LearnError(`the server refused initialize: ${String(init.error.message ?? '')}`);
+    if (isObject(init.result) && typeof init.result.protocolVersion === 'string')
+      learner.revision = init.result.protocolVersion;
     send({ jsonrpc: '2.0', method: 'notifications/initialized' });
     let cursor: JsonValue | undefined;
     for (let page = 0; page < 100; page++) {
@@ -315,7 +325,9 @@ export async function learnScripted(o: {
   }
   // End the session the way the stdio transport asks: EOF, then grace, then SIGTERM.
   child.removeAllListeners('exit');
-  const exited = new Promise<void>((r) => (child.exitCode !== null || child.signalCode !== null ? r() : child.once('exit', () => r())));
+  const exited = new Promise<void>((r) =>
+    child.exitCode !== null || child.signalCode !== null ? r() : child.once('exit', () => r()),
+  );
   child.stdin.end();
   const t = setTimeout(() => child.kill('SIGTERM'), o.graceMs);
   const k = setTimeout(() => child.kill('SIGKILL'), o.graceMs + 5000);

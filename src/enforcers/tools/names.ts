@@ -6,13 +6,17 @@
  * Member names of the JSON-RPC envelope are never folded: a member that folds to an envelope name
  * without being it is refused (see `isOtherSpelling`).
  */
+import { normalizeToolName } from '../../engine/index.js';
 
 // Invisible: controls, format characters (zero-width, bidi, BOM, soft hyphen, tags), combining
 // marks, line/paragraph separators, variation selectors, and the Hangul fillers that render blank.
 const INVISIBLE = /[\p{Cc}\p{Cf}\p{Mn}\p{Me}\p{Zl}\p{Zp}\u115f\u1160\u3164\uffa0]/gu;
 
-/** Normalises a tool name (or a selector such as a URI) for comparison. */
-export function normalizeToolName(name: string): string {
+/** Tool names (and selectors such as URIs) compare as the engine normalises them: one definition. */
+export { normalizeToolName };
+
+/** Folding for lookalike detection (NFKC, case, invisibles, marks), independent of the engine's fast path. */
+function fold(name: string): string {
   let s = name.normalize('NFKC').replace(INVISIBLE, '');
   // toUpperCase then toLowerCase approximates full case folding (ß → SS → ss, ſ → S → s).
   s = s.toUpperCase().toLowerCase().normalize('NFKC').replace(INVISIBLE, '');
@@ -21,7 +25,7 @@ export function normalizeToolName(name: string): string {
 
 /** A stricter skeleton for lookalike detection: accents are stripped too (`méthod` → `method`). */
 export function skeleton(name: string): string {
-  return normalizeToolName(name.normalize('NFKD').replace(INVISIBLE, ''))
+  return fold(name.normalize('NFKD').replace(INVISIBLE, ''))
     .normalize('NFKD')
     .replace(INVISIBLE, '')
     .replace(/\s+/gu, '');

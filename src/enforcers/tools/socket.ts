@@ -107,7 +107,14 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
           if (policy === null) j = noPolicyJudgment(method);
           else j = judgeRequest(method, params, policy) as GateJudgment;
           if (policy === null) {
-            j.ref = o.log.write({ uid, surface: 'tools', action: 'block', reason: 'no_policy', subject: { method }, rule: null });
+            j.ref = o.log.write({
+              uid,
+              surface: 'tools',
+              action: 'block',
+              reason: 'no_policy',
+              subject: { method },
+              rule: null,
+            });
           } else {
             const ref = logJudgment(j, params, ctx);
             if (ref !== undefined) j.ref = ref;
@@ -238,7 +245,8 @@ export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promis
     },
     async hidden(names) {
       const r = await ask({ op: 'hidden', names });
-      if (!Array.isArray(r.hidden) || r.hidden.length !== names.length) throw new Error('bad hidden list from the service');
+      if (!Array.isArray(r.hidden) || r.hidden.length !== names.length)
+        throw new Error('bad hidden list from the service');
       return r.hidden.map((h) => h === true);
     },
     event(ev) {
