@@ -103,13 +103,27 @@ export function resolveCommand(cmd: string, envPath = process.env.PATH ?? ''): s
   throw new GateExit(2, `cannot run the server ${JSON.stringify(cmd)}: ${why}`);
 }
 
+/**
+ * A closed standard input or output means there is no client. Node reopens a closed stdio
+ * descriptor on /dev/null at start-up, so /dev/null counts as closed too.
+ */
 function requireStdio(): void {
+  let devNull: bigint | null = null;
+  try {
+    devNull = fs.statSync('/dev/null', { bigint: true }).rdev;
+  } catch {
+    /* no /dev/null: nothing to compare */
+  }
   for (const fd of [0, 1]) {
+    let closed = false;
     try {
-      fs.fstatSync(fd);
+      const st = fs.fstatSync(fd, { bigint: true });
+      closed = st.isCharacterDevice() && devNull !== null && st.rdev === devNull;
     } catch {
-      throw new GateExit(2, `standard ${fd === 0 ? 'input' : 'output'} is closed: there is no client to talk to`);
+      closed = true;
     }
+    if (closed)
+      throw new GateExit(2, `standard ${fd === 0 ? 'input' : 'output'} is closed: there is no client to talk to`);
   }
 }
 

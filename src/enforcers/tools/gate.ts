@@ -676,7 +676,7 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     o.input.pause();
     if (timeouts > 0)
       say(`server did not answer ${timeouts} request${timeouts === 1 ? '' : 's'} within ${timeoutMs} ms`);
-    else if (code === 3 && failReason) say(failReason);
+    if (code === 3 && failReason) say(failReason);
     if (code === 3 || code === 2) killServer('SIGKILL');
     judge.close?.();
     resolveDone(code);
