@@ -292,32 +292,33 @@ export function register(program: Command): void {
       });
     });
 
+  // --timeout and --grace belong to `mcp` itself (commander hands them to the parent wherever they
+  // are written), so the subcommands read them with optsWithGlobals().
   mcp
     .command('learn')
     .description('write the tightest-fit tools profile from calls the server answered successfully')
-    .usage('[--script calls.json] --out FILE -- SERVER [ARGS...]')
+    .usage('[--script calls.json] --out FILE [--timeout MS] [--grace MS] -- SERVER [ARGS...]')
     .option('--script <file>', 'drive these calls ([{"tool","arguments"}]) instead of relaying a live client')
     .requiredOption(
       '--out <file>',
       'where the profile is written (atomically; nothing is written if the session fails)',
     )
-    .option('--timeout <ms>', 'per request (0 = wait for ever)', '30000')
-    .option('--grace <ms>', 'time the server gets to exit once its input is closed', '5000')
     .argument('[server...]', 'the server command, after --')
-    .action(
-      async (server: string[] | undefined, opts: { script?: string; out: string; timeout: string; grace: string }) => {
-        await guarded(() => runLearn(server, opts));
-      },
-    );
+    .action(async (server: string[] | undefined, _o: unknown, cmd: Command) => {
+      const opts = cmd.optsWithGlobals<{ script?: string; out: string; timeout: string; grace: string }>();
+      await guarded(() => runLearn(server, opts));
+    });
 
   mcp
     .command('check')
     .description('judge one tool call against a policy file (name, argument rules, inspection); exit 1 when blocked')
+    .usage('NAME [--inputs JSON] --policy FILE')
     .argument('<name>', 'the tool name')
     .option('--inputs <json>', 'the call arguments as JSON', '{}')
-    .requiredOption('--policy <file>', 'the policy file')
-    .action(async (name: string, opts: { inputs: string; policy: string }) => {
+    .action(async (name: string, _o: unknown, cmd: Command) => {
+      const opts = cmd.optsWithGlobals<{ inputs: string; policy?: string }>();
       await guarded(async () => {
+        if (opts.policy === undefined) throw new GateExit(2, 'leash mcp check needs --policy FILE');
         const { policy } = loadPolicy(opts.policy);
         const r = runCheckTool(name, opts.inputs, policy);
         process.stdout.write(`${JSON.stringify(r.verdict)}\n`);

@@ -65,7 +65,7 @@ export const toolsGateFields = {
 const inspectAction = z.enum(['block', 'log', 'allow']);
 
 /** A `leash mcp --policy FILE`: a leash.yaml (or a fragment) with a tools section. */
-export const gatePolicyFileSchema = z.object({
+export const gatePolicyFileSchema = z.strictObject({
   fail_mode: z.enum(['closed', 'open']).catch('closed').default('closed'),
   tools: z.strictObject({
     mode: z.enum(['whitelist', 'blacklist']).default('whitelist'),
@@ -81,6 +81,15 @@ export const gatePolicyFileSchema = z.object({
     ...toolsGateFields,
   }),
   logging: z.object({ decisions: z.string().optional() }).loose().optional(),
+  // A whole leash.yaml is a policy file too: its other sections are accepted and not read here.
+  user: z.unknown().optional(),
+  network: z.unknown().optional(),
+  filesystem: z.unknown().optional(),
+  commands: z.unknown().optional(),
+  enforcers: z.unknown().optional(),
+  // Notes (learn writes them); never read.
+  _comment: z.unknown().optional(),
+  _not_called: z.unknown().optional(),
 });
 
 const KNOWN = [
