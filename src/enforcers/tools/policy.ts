@@ -3,6 +3,7 @@
  * mcp-leash features (argument rules, strict_args, policed_methods, deny_methods, hide_denied,
  * log_args), and the pure judgment of one JSON-RPC request against it.
  */
+import type { TOOLS_GATE_REASONS } from '../../errors.js';
 import type { PolicyInput, ToolSubject, ToolsSurfacePolicy, Verdict, FailMode } from '../../engine/types.js';
 import {
   ArgRuleError,
@@ -121,17 +122,11 @@ export function compileGatePolicy(tools: ToolsGatePolicy, failMode: FailMode, en
   };
 }
 
-/** Reasons the gate adds to the engine's (documented in docs/errors.md, section tools gate). */
-export type GateReason =
-  | ArgsReason
-  | 'method_denied'
-  | 'bad_selector'
-  | 'bad_params'
-  | 'protocol_client'
-  | 'protocol_server'
-  | 'server_timeout'
-  | 'server_closed'
-  | 'server_stalled';
+/** Reasons the gate adds to the engine's (the catalogue and docs/errors.md list them). */
+export type GateReason = keyof typeof TOOLS_GATE_REASONS;
+// Compile-time guarantee that every argument-rule reason is in the catalogue.
+const _argsReasonsCatalogued: ArgsReason extends GateReason ? true : false = true;
+void _argsReasonsCatalogued;
 
 export interface ToolVerdict {
   action: 'allow' | 'block';
