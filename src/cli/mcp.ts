@@ -31,9 +31,16 @@ import {
 import { loadGatePolicyFile } from '../enforcers/tools/schema.js';
 import { connectToolsJudge, DEFAULT_TOOLS_SOCKET } from '../enforcers/tools/socket.js';
 import { createDecisionLog, formatDecision, newRef } from '../log/decisions.js';
+import { maskSecrets } from '../policy-engine.js';
 
 /** The engine as the gate uses it. */
 export const toolsEngine: ToolsEngine = { compilePolicy, decide: decide as ToolsEngine['decide'] };
+
+/** Secret masking for strings the gate logs outside `inputs` (names, refused lines). */
+export const maskString = (s: string): string => {
+  const m = maskSecrets(s);
+  return typeof m === 'string' ? m : s;
+};
 
 class GateExit extends Error {
   constructor(
@@ -276,7 +283,7 @@ export function register(program: Command): void {
         if (opts.policy !== undefined) {
           const { policy, decisions } = loadPolicy(opts.policy);
           const log = openLog(opts.log ?? decisions);
-          judge = createLocalJudge({ policy, log, uid: process.getuid?.() ?? -1 });
+          judge = createLocalJudge({ policy, log, uid: process.getuid?.() ?? -1, mask: maskString });
         } else {
           try {
             judge = await connectToolsJudge(opts.socket);

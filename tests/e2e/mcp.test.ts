@@ -404,6 +404,9 @@ describe.skipIf(!built)('leash mcp: time-outs, cancellation, failures, signals',
     g.end();
     await g.exited;
     expect(g.received().map((m) => (m as { method: string }).method)).toEqual(['initialize']);
+    // A notification is never answered, not even when refused.
+    expect(g.stdout()).toHaveLength(1);
+    expect(g.log().some((l) => (l.subject as { code?: string }).code === 'cancel_initialize')).toBe(true);
   });
 
   it('fails pending calls with -32603 and exits 3 when the server dies mid-call', async () => {

@@ -443,7 +443,18 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     if (fm === 'notifications/cancelled' && isObject(v.params) && has(v.params, 'requestId')) {
       const k = idKey(v.params.requestId!);
       const p = k ? pending.get(k) : undefined;
-      if (p && p.method === 'initialize') return refuseClient(null, -32600, 'cancel_initialize', line, method);
+      if (p && p.method === 'initialize') {
+        // MCP does not let a client cancel initialize: not passed on, logged, and (a notification)
+        // never answered.
+        judge.event({
+          reason: 'protocol_client',
+          rejected: 'client',
+          code: 'cancel_initialize',
+          method,
+          line: line.toString('utf8'),
+        });
+        return;
+      }
     }
     const go = (j: GateJudgment | null) => {
       if (j === null || j.action === 'deny') return; // a denied notification is logged and dropped
