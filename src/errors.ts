@@ -1,4 +1,4 @@
-import type { Reason } from './engine/types.js';
+import type { EntryProblemCode, Reason } from './engine/types.js';
 
 /**
  * The one catalogue of Leash's machine-readable codes, documented in docs/errors.md (a unit test
@@ -74,6 +74,32 @@ export const REASONS = {
 } as const satisfies Record<Reason, string>;
 
 /**
+ * Why an entry can never match (engine grammar), as carried in `inert_entries[].problem.code`
+ * of `validate --json` and of an `entry_inert` refusal.
+ */
+export const ENTRY_PROBLEMS = {
+  arguments: 'a command entry with arguments',
+  bad_cidr: 'a CIDR with a bad prefix length or host bits set',
+  bad_domain: 'a malformed host name',
+  bad_glob: 'a glob that does not compile',
+  bad_ip: 'a malformed IP address or brackets',
+  bad_name: 'a malformed tool name',
+  bad_port: 'a non-numeric or out-of-range port',
+  empty: 'an empty entry',
+  glob_not_supported: 'a glob where the surface takes none',
+  home_path: 'a ~ path',
+  host_path: 'host/path',
+  leading_dot: 'a leading dot',
+  non_ascii: 'a non-ASCII name',
+  not_a_string: 'not a string',
+  relative_path: 'a relative path',
+  url: 'a URL',
+  userinfo: 'user@host',
+  whitespace: 'whitespace or a control character',
+  wildcard: 'a * anywhere but a leading *.',
+} as const satisfies Record<EntryProblemCode, string>;
+
+/**
  * Reason codes the tools gate (`leash mcp`) adds to the engine's: argument rules, method policy,
  * protocol refusals and server failures. They appear in decision log lines with surface `tools`
  * and in the `data.reason` of the JSON-RPC error the gate answers with.
@@ -134,9 +160,12 @@ export function isLeashError(e: unknown): e is LeashError {
 /** Every documented code, for the docs test. */
 export function allCodes(): string[] {
   return [
-    ...Object.keys(ERROR_CODES),
-    ...Object.keys(FINDING_CODES),
-    ...Object.keys(REASONS),
-    ...Object.keys(TOOLS_GATE_REASONS),
+    ...new Set([
+      ...Object.keys(ERROR_CODES),
+      ...Object.keys(FINDING_CODES),
+      ...Object.keys(REASONS),
+      ...Object.keys(ENTRY_PROBLEMS),
+      ...Object.keys(TOOLS_GATE_REASONS),
+    ]),
   ];
 }

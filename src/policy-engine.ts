@@ -1,56 +1,57 @@
 /**
- * The engine as the config, CLI and log code use it. PLACEHOLDER until branch `engine` merges:
- * then this file only adapts src/engine/index.ts (entry grammar, inertEntries, compilePolicy,
- * decide, maskSecrets) and holds no logic of its own.
+ * The engine as the config, CLI and log code use it: one import point over src/engine/index.ts.
+ * `inertEntries` and `maskSecrets` are local until the engine exports its own (the issue puts
+ * both in the engine); this file then re-exports them and keeps no logic.
  */
-import type { PolicyInput, Surface, SubjectOf, Verdict } from './engine/types.js';
+import {
+  commandEntryProblem,
+  compilePolicy,
+  decide,
+  networkEntryProblem,
+  pathEntryProblem,
+  toolEntryProblem,
+  type CompiledPolicy,
+  type EntryProblem,
+  type InertEntry,
+  type Surface,
+} from './engine/index.js';
 
-export interface InertEntry {
-  surface: Surface;
-  list: 'allow' | 'deny';
-  entry: string;
-  problem: string;
+export { compilePolicy, decide };
+export type { CompiledPolicy, EntryProblem, InertEntry };
+
+const GRAMMAR: Record<Surface, (entry: unknown) => EntryProblem | null> = {
+  network: networkEntryProblem,
+  filesystem: pathEntryProblem,
+  commands: commandEntryProblem,
+  tools: toolEntryProblem,
+};
+
+/** Why an entry of `surface` can never match, or null (the engine's grammar). */
+export function entryProblem(surface: Surface, entry: unknown): EntryProblem | null {
+  return GRAMMAR[surface](entry);
 }
 
-/** The problem with one entry of a surface (null = the entry can match something). */
-export function entryProblem(surface: Surface, entry: string): string | null {
-  if (entry.trim() !== entry || /\s/.test(entry)) return 'contains whitespace';
-  if (entry === '') return 'is empty';
-  if (surface === 'filesystem' && !entry.startsWith('/')) return 'is not an absolute path';
-  if (surface === 'network' && /^[a-z]+:\/\//i.test(entry)) return 'is a URL, not a host';
-  return null;
-}
+type Lists = { allow?: unknown; deny?: unknown };
 
-/** Every inert entry of a (partial) policy: allow and deny lists of the four surfaces. */
-export function inertEntries(fragment: Partial<Record<Surface, { allow?: string[]; deny?: string[] }>>): InertEntry[] {
+/**
+ * Every inert entry of a config or fragment (allow and deny of the four surfaces). An inert deny
+ * is critical (it blocks nothing); an inert allow is a warning (it already fails closed).
+ */
+export function inertEntries(fragment: Partial<Record<Surface, Lists>>): InertEntry[] {
   const out: InertEntry[] = [];
   for (const surface of ['network', 'filesystem', 'commands', 'tools'] as const) {
     const s = fragment[surface];
     if (!s) continue;
     for (const list of ['allow', 'deny'] as const) {
-      for (const entry of s[list] ?? []) {
+      const entries = s[list];
+      if (!Array.isArray(entries)) continue;
+      for (const entry of entries) {
         const problem = entryProblem(surface, entry);
-        if (problem) out.push({ surface, list, entry, problem });
+        if (problem) out.push({ surface, list, entry, problem, severity: list === 'deny' ? 'critical' : 'warning' });
       }
     }
   }
   return out;
-}
-
-export interface CompiledPolicy {
-  input: PolicyInput;
-}
-
-export function compilePolicy(input: PolicyInput): CompiledPolicy {
-  return { input };
-}
-
-export function decide<S extends Surface>(
-  _surface: S,
-  _subject: SubjectOf[S],
-  _policy: CompiledPolicy | null,
-): Verdict {
-  throw new Error('engine not merged yet');
 }
 
 /** Masks secrets and PII in a tool's inputs before they are logged. */
