@@ -23,6 +23,7 @@ export const ERROR_CODES = {
   config_syntax: EXIT.refused,
   config_unreadable: EXIT.refused,
   config_write_failed: EXIT.failed,
+  default_policy_missing: EXIT.failed,
   entry_inert: EXIT.refused,
   internal: EXIT.internal,
   log_sink_stdout: EXIT.refused,
@@ -30,6 +31,7 @@ export const ERROR_CODES = {
   mode_invalid: EXIT.refused,
   native_unavailable: EXIT.failed,
   service_failed: EXIT.failed,
+  service_signal_failed: EXIT.failed,
   subject_invalid: EXIT.refused,
   surface_unknown: EXIT.refused,
   usage: EXIT.refused,
@@ -140,9 +142,9 @@ export class LeashError extends Error {
     if (details !== undefined) this.details = details;
   }
 
-  /** The lines printed to stderr: the message, then any `path: message` issues indented. */
+  /** The lines printed to stderr: the message with its code (see docs/errors.md), then any `path: message` issues. */
   lines(): string[] {
-    const out = [`leash: ${this.message}`];
+    const out = [`leash: ${this.message} [${this.code}]`];
     const issues = this.details?.issues as ConfigIssue[] | undefined;
     if (Array.isArray(issues)) for (const i of issues) out.push(`  ${i.path}: ${i.message}`);
     return out;

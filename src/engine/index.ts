@@ -13,3 +13,5 @@ export { parsePort } from './port.js';
 export { pathEntryProblem, normalizePath, isGlob, compileGlob } from './path.js';
 export { commandEntryProblem } from './command.js';
 export { toolEntryProblem, normalizeToolName } from './tool.js';
+export { entryProblem, inertEntries } from './inert.js';
+export { inspectInputs, maskSecrets, maskInputs, maskValue } from './inspect.js';

@@ -1,25 +1,24 @@
-/**
- * Filesystem paths.
- *
- * An entry is absolute. Without glob characters (`*`, `?`, `[`) it names a path and covers it and
- * everything beneath it: `/home/a` matches `/home/a` and `/home/a/x`, never `/home/ab`. With them
- * it is a glob over the whole path: `*` is any run of characters within one segment, `?` one
- * character other than `/`, `[abc]`, `[a-z]`, `[!abc]` / `[^abc]` a class (never matching `/`),
- * `**` any run of characters across segments, and a `**` segment zero or more whole segments
- * (`/a/**` /b matches `/a/b` and `/a/x/y/b`). A glob also covers what is beneath a match
- * (`/home/*` /.ssh denies `/home/u/.ssh/id_ed25519`), so globs and plain entries mean the same
- * kind of thing: a set of paths and their contents. No backslash escapes.
- *
- * Subjects and entries are normalised lexically before matching: `//` and `/./` collapse, `..`
- * removes the previous segment, `..` at the root stays at the root (`/../../etc` is `/etc`), a
- * trailing `/` is dropped. Symlinks are not resolved (the kernel reports the opened path).
- *
- * Index: plain entries and the literal directory prefix of every glob sit in one hash map keyed by
- * an FNV hash of the prefix. A lookup hashes the subject once, left to right, and probes at each
- * `/` boundary, so it costs O(path length) whatever the list size; a glob's RegExp runs only when
- * the subject passes through its literal prefix. Globs sharing one prefix are tried in turn.
- */
-import { FNV_INIT, fnvStep } from './hash.js';
+// Filesystem paths.
+//
+// An entry is absolute. Without glob characters (`*`, `?`, `[`) it names a path and covers it and
+// everything beneath it: `/home/a` matches `/home/a` and `/home/a/x`, never `/home/ab`. With them
+// it is a glob over the whole path: `*` is any run of characters within one segment, `?` one
+// character other than `/`, `[abc]`, `[a-z]`, `[!abc]` / `[^abc]` a class (never matching `/`),
+// `**` inside a segment any run of characters across segments, and a `**` segment zero or more
+// whole segments (`/a/**/b` matches `/a/b` and `/a/x/y/b`; `/a/**` is the same as `/a`). A glob
+// also covers what is beneath a match (`/home/*/.ssh` denies `/home/u/.ssh/id_ed25519`), so
+// globs and plain entries mean the same kind of thing: a set of paths and their contents. No
+// backslash escapes.
+//
+// Subjects and entries are normalised lexically before matching: `//` and `/./` collapse, `..`
+// removes the previous segment, `..` at the root stays at the root (`/../../etc` is `/etc`), a
+// trailing `/` is dropped. Symlinks are not resolved (the kernel reports the opened path).
+//
+// Index: plain entries and the literal directory prefix of every glob sit in one hash table keyed
+// by an FNV hash of the prefix. A lookup hashes the subject once, left to right, and probes at each
+// `/` boundary, so it costs O(path length) whatever the list size; a glob's RegExp runs only when
+// the subject passes through its literal prefix. Globs sharing one prefix are tried in turn.
+import { FNV_INIT, IntTable, fnvStep } from './hash.js';
 import type { EntryProblem } from './types.js';
 
 /**
@@ -192,8 +191,8 @@ function globPrefix(glob: string): string {
 
 /** A compiled set of path entries (one filesystem list). Build once, query many times. */
 export class PathIndex {
-  private readonly map = new Map<number, PrefixNode>();
-  /** Entry `/` (covers everything) and globs anchored at the root (`/*`, `/**` /x). */
+  private readonly map = new IntTable<PrefixNode>();
+  /** Entry `/` (covers everything) and globs whose first segment has a wildcard (`/*`, `/**`). */
   private rootRule: string | null = null;
   private rootGlobs: Glob[] | null = null;
   size = 0;
