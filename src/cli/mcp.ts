@@ -9,7 +9,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { compilePolicy, decide } from '../engine/index.js';
+import { compilePolicy, decide, maskSecrets } from '../engine/index.js';
 import { createMcpGate, type GateObserver } from '../enforcers/tools/gate.js';
 import { createLocalJudge, type DecisionLog, type GateJudge } from '../enforcers/tools/judge.js';
 import { JsonError, parseStrict, toPlain } from '../enforcers/tools/json.js';
@@ -31,16 +31,12 @@ import {
 import { loadGatePolicyFile } from '../enforcers/tools/schema.js';
 import { connectToolsJudge, DEFAULT_TOOLS_SOCKET } from '../enforcers/tools/socket.js';
 import { createDecisionLog, formatDecision, newRef } from '../log/decisions.js';
-import { maskSecrets } from '../policy-engine.js';
 
 /** The engine as the gate uses it. */
 export const toolsEngine: ToolsEngine = { compilePolicy, decide: decide as ToolsEngine['decide'] };
 
 /** Secret masking for strings the gate logs outside `inputs` (names, refused lines). */
-export const maskString = (s: string): string => {
-  const m = maskSecrets(s);
-  return typeof m === 'string' ? m : s;
-};
+export const maskString = (s: string): string => maskSecrets(s);
 
 class GateExit extends Error {
   constructor(

@@ -13,7 +13,7 @@ import {
   type CompiledToolArgs,
   type ToolArgsSpec,
 } from './args.js';
-import { isObject, JsonNumber, type JsonObject, type JsonValue } from './json.js';
+import { isObject, JsonNumber, toPlain, type JsonObject, type JsonValue } from './json.js';
 import { normalizeToolName, otherSpellingOf } from './names.js';
 
 /** The gate's extension of the config's `tools` section (all optional in YAML). */
@@ -111,7 +111,13 @@ export function compileGatePolicy(tools: ToolsGatePolicy, failMode: FailMode, en
   };
   const compiled = engine.compilePolicy(input) as never;
   return {
-    decideTool: (name, inputs) => engine.decide('tools', { name, inputs }, compiled),
+    // The engine inspects plain values: floats and big integers are handed over as doubles.
+    decideTool: (name, inputs) =>
+      engine.decide(
+        'tools',
+        { name, inputs: inputs === undefined ? undefined : toPlain(inputs as JsonValue) },
+        compiled,
+      ),
     args,
     strictArgs: tools.strict_args ?? false,
     policed: new Set(['tools/call', ...(tools.policed_methods ?? []).map(normalizeToolName)]),
