@@ -160,26 +160,6 @@ function loadPolicy(file: string): { policy: CompiledGatePolicy; decisions: stri
   }
 }
 
-/** Signals that were ignored when we started stay ignored (nohup). */
-function ignoredSignals(): Set<string> {
-  const out = new Set<string>();
-  try {
-    const m = /^SigIgn:\s*([0-9a-f]+)$/m.exec(fs.readFileSync('/proc/self/status', 'utf8'));
-    if (m) {
-      const mask = BigInt(`0x${m[1]}`);
-      const nums: [string, number][] = [
-        ['SIGHUP', 1],
-        ['SIGINT', 2],
-        ['SIGTERM', 15],
-      ];
-      for (const [n, k] of nums) if ((mask >> BigInt(k - 1)) & 1n) out.add(n);
-    }
-  } catch {
-    /* not Linux procfs: catch them all */
-  }
-  return out;
-}
-
 async function flushAndExit(code: number): Promise<never> {
   await new Promise<void>((r) => {
     if (process.stdout.writableLength === 0) return r();
@@ -210,13 +190,14 @@ async function runSession(o: RunOptions): Promise<number> {
     errout: process.stderr,
     observer: o.observer,
   });
-  const ignored = ignoredSignals();
   const handlers: [NodeJS.Signals, () => void][] = [
     ['SIGTERM', () => gate.terminate(143)],
     ['SIGHUP', () => gate.terminate(129)],
     ['SIGINT', () => gate.interrupt()],
   ];
-  for (const [sig, h] of handlers) if (!ignored.has(sig)) process.on(sig, h);
+  // Node resets inherited signal dispositions at start-up, so a signal nohup ignored is caught
+  // here too (docs/tools.md says so).
+  for (const [sig, h] of handlers) process.on(sig, h);
   try {
     return await gate.done;
   } finally {

@@ -459,6 +459,19 @@ describe.skipIf(!built)('leash mcp: time-outs, cancellation, failures, signals',
     expect(await g.exited).toBe(code);
   });
 
+  it('a second SIGTERM does not wait out --grace', async () => {
+    const g = startGate({ policy: POLICY, mode: 'ignoreterm', cliArgs: ['--grace', '20000'] });
+    g.send(init(0));
+    await g.answer(0);
+    const t0 = Date.now();
+    g.proc.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(g.proc.exitCode).toBeNull(); // still winding down: the server ignores SIGTERM
+    g.proc.kill('SIGTERM');
+    expect(await g.exited).toBe(143);
+    expect(Date.now() - t0).toBeLessThan(5000);
+  });
+
   it('stops a server that outlives --grace and still exits 0', async () => {
     const g = startGate({ policy: POLICY, mode: 'ignoreterm', cliArgs: ['--grace', '100'] });
     g.send(init(0));

@@ -484,6 +484,9 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     deadlineTimer = null;
     if (finished) return;
     const now = performance.now();
+    // A request is "unanswered" only if the server took it. When output to the server has been
+    // stuck for most of the timeout, the server stopped reading: that is the stall, not a time-out.
+    if (unflushed.length > 0 && now - unflushed[0]! >= timeoutMs / 2) return stalled();
     for (const [key, p] of pending) {
       if (p.deadline > now) {
         armDeadline(p.deadline - now);
