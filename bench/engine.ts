@@ -18,8 +18,8 @@ import { compilePolicy, decide, type PolicyInput, type Surface, type SubjectOf }
 
 const SIZES = [10, 1_000, 100_000] as const;
 const QUERIES = 4096;
-const MEASURE_MS = Number(process.env.BENCH_MS ?? 100);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+const MEASURE_MS = Number(process.env.BENCH_MS ?? 60);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 9);
 
 function mulberry32(seed: number): () => number {
   let a = seed >>> 0;

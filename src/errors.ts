@@ -37,6 +37,22 @@ export const ERROR_CODES = {
   usage: EXIT.refused,
   user_invalid: EXIT.refused,
   user_unknown: EXIT.refused,
+  // policy store, subjects, reconcile (branch policy)
+  ack_invalid: EXIT.refused,
+  binding_not_found: EXIT.refused,
+  bindings_corrupt: EXIT.failed,
+  ledger_unwritable: EXIT.failed,
+  loosening_unacknowledged: EXIT.refused,
+  passwd_unreadable: EXIT.failed,
+  policy_unjudgeable: EXIT.refused,
+  ports_corrupt: EXIT.failed,
+  profile_changed: EXIT.failed,
+  profile_inert_entry: EXIT.refused,
+  profile_invalid: EXIT.refused,
+  profile_name_invalid: EXIT.refused,
+  profile_not_found: EXIT.refused,
+  scope_invalid: EXIT.refused,
+  scope_unknown_account: EXIT.refused,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 
@@ -54,6 +70,12 @@ export const FINDING_CODES = {
   inert_deny: 'critical',
   user_unknown: 'critical',
   user_unset: 'warning',
+  // policy store (branch policy): what `leash validate` says about profiles and bindings
+  ack_stale: 'warning',
+  binding_dangling: 'warning',
+  binding_for_nobody: 'warning',
+  profile_broken: 'critical',
+  subject_unresolvable: 'warning',
 } as const satisfies Record<string, 'warning' | 'critical'>;
 export type FindingCode = keyof typeof FINDING_CODES;
 export type Severity = 'warning' | 'critical';

@@ -386,8 +386,8 @@ export function maskInputs(value: unknown, depth = 0): unknown {
   if (value !== null && typeof value === 'object') {
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(value)) {
-      out[maskSecrets(k)] =
-        SENSITIVE_KEY.test(k) && typeof v === 'string' && v.length > 0 ? maskValue(v) : maskInputs(v, depth + 1);
+      const secretScalar = typeof v === 'string' || typeof v === 'number' || typeof v === 'bigint';
+      out[maskSecrets(k)] = SENSITIVE_KEY.test(k) && secretScalar ? maskValue(String(v)) : maskInputs(v, depth + 1);
     }
     return out;
   }
@@ -456,8 +456,9 @@ export function inspectInputs(
       for (const [k, child] of Object.entries(v)) {
         const path = childPath(at, k);
         scan(k, path, active);
-        if (SENSITIVE_KEY.test(k) && typeof child === 'string' && actions.secrets !== 'allow') {
-          const value = child.trim();
+        const scalar = typeof child === 'string' || typeof child === 'number' || typeof child === 'bigint';
+        if (SENSITIVE_KEY.test(k) && scalar && actions.secrets !== 'allow') {
+          const value = String(child).trim();
           if (value.length >= 4 && !PLACEHOLDER.test(value))
             report('credential_field', 'secrets', path, maskValue(value));
         }

@@ -96,8 +96,11 @@ describe('inspection: secrets', () => {
   });
 
   it('flags a credential by its key name whatever the value looks like', () => {
-    const f = inspectInputs({ config: { password: 'hunter2' } }, ACTIONS);
+    const f = inspectInputs({ config: { password: 'hunter2', token: 12345678 } }, ACTIONS);
     expect(f).toContainEqual(expect.objectContaining({ detector: 'credential_field', at: 'config.password' }));
+    expect(f).toContainEqual(
+      expect.objectContaining({ detector: 'credential_field', at: 'config.token', masked: '12****' }),
+    );
   });
 
   it('scans keys as well as values', () => {
@@ -334,10 +337,14 @@ describe('masking', () => {
   });
 
   it('maskInputs masks strings, keys and sensitively named values deeply', () => {
-    const out = maskInputs({ a: [`t=${GHP}`], [AWS]: 1, nested: { password: 'hunter2', n: 5 } });
+    const out = maskInputs({
+      a: [`t=${GHP}`],
+      [AWS]: 1,
+      nested: { password: 'hunter2', pin: 1, n: 5, api_key: 98765432 },
+    });
     const json = JSON.stringify(out);
-    for (const raw of [GHP, AWS, 'hunter2']) expect(json).not.toContain(raw);
-    expect(out).toMatchObject({ nested: { password: '****', n: 5 } });
+    for (const raw of [GHP, AWS, 'hunter2', '98765432']) expect(json).not.toContain(raw);
+    expect(out).toMatchObject({ nested: { password: '****', n: 5, api_key: '98****' } });
   });
 });
 

@@ -144,3 +144,35 @@ describe('indexed matchers agree with a reference implementation', () => {
     );
   });
 });
+
+describe('glob matcher agrees with the RegExp statement of the same glob', () => {
+  it('on generated globs and paths', async () => {
+    const { compileGlob, parseGlob, matchGlob, normalizePath } = await import('../../../src/engine/index.js');
+    const r = rng(5);
+    const atoms = ['a', 'b', '.', '*', '**', '?', '[ab]', '[!a]', '[a-c]', 'é', '𝒳'];
+    const chars = ['a', 'b', 'c', '.', 'é', '𝒳'];
+    let compared = 0;
+    for (let g = 0; g < 400; g++) {
+      const glob = normalizePath(
+        '/' +
+          many(r, 1 + Math.floor(r() * 4), () => many(r, 1 + Math.floor(r() * 3), () => pick(r, atoms)).join('')).join(
+            '/',
+          ),
+      )!;
+      const re = compileGlob(glob);
+      const tokens = parseGlob(glob);
+      if (!(re instanceof RegExp) || !Array.isArray(tokens)) continue;
+      for (let k = 0; k < 40; k++) {
+        const path = normalizePath(
+          '/' +
+            many(r, 1 + Math.floor(r() * 5), () =>
+              many(r, 1 + Math.floor(r() * 3), () => pick(r, chars)).join(''),
+            ).join('/'),
+        )!;
+        expect(matchGlob(tokens, path), `${glob} vs ${path}`).toBe(re.test(path));
+        compared++;
+      }
+    }
+    expect(compared).toBeGreaterThan(10_000);
+  });
+});
