@@ -10,6 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { compilePolicy, decide, maskSecrets } from '../engine/index.js';
+import { isLeashError, LeashError } from '../errors.js';
 import { createMcpGate, type GateObserver } from '../enforcers/tools/gate.js';
 import { createLocalJudge, type DecisionLog, type GateJudge } from '../enforcers/tools/judge.js';
 import { JsonError, parseStrict, toPlain } from '../enforcers/tools/json.js';
@@ -219,6 +220,9 @@ async function guarded(fn: () => Promise<number>): Promise<never> {
     if (e instanceof GateExit) {
       say(e.message);
       code = e.code;
+    } else if (isLeashError(e)) {
+      for (const l of e.lines()) process.stderr.write(`${l}\n`);
+      code = e.exitCode;
     } else throw e;
   }
   return flushAndExit(code);
@@ -313,7 +317,7 @@ export function register(program: Command): void {
 
 /**
  * `check tool NAME --inputs JSON` as a function the `check` command can call: the verdict and the
- * exit code (0 allow, 1 block, 2 inputs that are not strict JSON).
+ * exit code (0 allow, 1 block). Inputs that are not strict JSON throw LeashError subject_invalid.
  */
 export function runCheckTool(
   name: string,
@@ -324,7 +328,8 @@ export function runCheckTool(
   try {
     inputs = parseStrict(Buffer.from(inputsJson, 'utf8'), { fileWhitespace: true });
   } catch (e) {
-    if (e instanceof JsonError) throw new GateExit(2, `--inputs is not strict JSON: ${e.code}`);
+    if (e instanceof JsonError)
+      throw new LeashError('subject_invalid', `--inputs is not strict JSON: ${e.code}`, { code: e.code });
     throw e;
   }
   const v = checkTool(name, inputs, policy);
