@@ -8,6 +8,7 @@ import { registerDemo } from './demo.js';
 import { registerTeardown } from './teardown.js';
 import { register as init } from './init.js';
 import { register as logs } from './logs.js';
+import { register as mcp } from './mcp.js';
 import { register as restart } from './reconcile.js';
 import { register as status } from './status.js';
 import { register as surface } from './surface.js';
@@ -32,6 +33,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   logs,
   restart,
   policy,
+  mcp,
   registerDemo,
   registerTeardown,
 ];
