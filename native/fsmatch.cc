@@ -14,93 +14,203 @@ const char* const kReasonNames[] = {"allow_entry", "mode_allow", "deny_entry", "
 
 bool IsGlob(std::string_view s) { return s.find_first_of("*?[") != std::string_view::npos; }
 
-// Parses a bracket class starting at p[i] == '['. Returns the index after ']' and
-// whether c matched, or npos when the class is unterminated (then '[' is literal).
-size_t MatchClass(std::string_view p, size_t i, char c, bool* matched) {
-  size_t j = i + 1;
-  bool negate = false;
-  if (j < p.size() && (p[j] == '!' || p[j] == '^')) {
-    negate = true;
-    j++;
-  }
-  bool hit = false;
-  bool first = true;
-  while (j < p.size() && (first || p[j] != ']')) {
-    first = false;
-    char lo = p[j];
-    if (j + 2 < p.size() && p[j + 1] == '-' && p[j + 2] != ']') {
-      char hi = p[j + 2];
-      if (c >= lo && c <= hi) hit = true;
-      j += 3;
-    } else {
-      if (c == lo) hit = true;
-      j++;
+// UTF-8 -> code points. Invalid bytes map to U+DC80..U+DCFF (distinct, never '/').
+std::u32string Decode(std::string_view s) {
+  std::u32string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+    bool ok = len > 0 && i + len <= s.size();
+    for (int k = 1; ok && k < len; k++) {
+      unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc >> 6) != 2) ok = false;
+      cp = (cp << 6) | (cc & 0x3F);
     }
-  }
-  if (j >= p.size()) return std::string_view::npos;
-  *matched = (hit != negate) && c != '/';
-  return j + 1;
-}
-
-// Glob match of a whole normalised path: `*` and `?` and classes stay within one
-// segment; `**` crosses segments, and `/**/` also matches a single `/`.
-bool GlobAt(std::string_view p, size_t pi, std::string_view s, size_t si) {
-  while (pi < p.size()) {
-    char c = p[pi];
-    if (c == '*') {
-      if (pi + 1 < p.size() && p[pi + 1] == '*') {
-        size_t pj = pi + 2;
-        while (pj < p.size() && p[pj] == '*') pj++;
-        bool segStart = pi == 0 || p[pi - 1] == '/';
-        if (segStart && pj < p.size() && p[pj] == '/' && GlobAt(p, pj + 1, s, si)) return true;
-        if (pj == p.size()) return true;
-        for (size_t k = si; k <= s.size(); k++) {
-          if (GlobAt(p, pj, s, k)) return true;
-        }
-        return false;
-      }
-      size_t pj = pi + 1;
-      if (pj == p.size()) return s.find('/', si) == std::string_view::npos;
-      for (size_t k = si; k <= s.size(); k++) {
-        if (GlobAt(p, pj, s, k)) return true;
-        if (k < s.size() && s[k] == '/') break;
-      }
-      return false;
-    }
-    if (si >= s.size()) {
-      // `/x/**` also matches `/x` itself: a trailing globstar segment may be empty.
-      return p.substr(pi) == "/**" || (p.size() - pi > 3 && p.substr(pi, 3) == "/**" &&
-                                       p.find_first_not_of('*', pi + 1) == std::string_view::npos);
-    }
-    if (c == '?') {
-      if (s[si] == '/') return false;
-      pi++;
-      si++;
+    if (!ok) {
+      out.push_back(0xDC00 + c);
+      i++;
       continue;
     }
-    if (c == '[') {
-      bool m = false;
-      size_t next = MatchClass(p, pi, s[si], &m);
-      if (next != std::string_view::npos) {
-        if (!m) return false;
-        pi = next;
-        si++;
-        continue;
-      }
-    }
-    if (s[si] != c) return false;
-    pi++;
-    si++;
+    out.push_back(cp);
+    i += len;
   }
-  return si == s.size();
+  return out;
 }
 
-std::string LiteralDir(std::string_view pattern) {
-  size_t g = pattern.find_first_of("*?[");
-  std::string_view lit = pattern.substr(0, g);
-  size_t slash = lit.rfind('/');
-  if (slash == std::string_view::npos || slash == 0) return "";
-  return std::string(lit.substr(0, slash));
+// JavaScript's `.` (without the s flag) stops at line terminators.
+bool IsLineTerminator(char32_t c) { return c == '\n' || c == '\r' || c == 0x2028 || c == 0x2029; }
+
+// JavaScript's \s, for the command grammar's "no whitespace" rule.
+bool IsJsSpace(char32_t c) {
+  return c == ' ' || (c >= 0x09 && c <= 0x0D) || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000 || c == 0xFEFF;
+}
+
+// Compiles a normalised glob the way src/engine/path.ts compileGlob builds its RegExp.
+// Returns false where the engine reports bad_glob (an unterminated class, a reversed range).
+bool CompileGlob(const std::string& norm, CompiledGlob* g) {
+  std::u32string p = Decode(norm);
+  std::vector<std::u32string> segs;
+  size_t i = 0;
+  for (;;) {
+    size_t j = p.find(U'/', i);
+    if (j == std::u32string::npos) {
+      segs.push_back(p.substr(i));
+      break;
+    }
+    segs.push_back(p.substr(i, j - i));
+    i = j + 1;
+  }
+  for (size_t k = 1; k < segs.size(); k++) {
+    const std::u32string& seg = segs[k];
+    if (seg == U"**") {
+      g->toks.push_back({GlobTok::kGlobstar, 0, -1});
+      continue;
+    }
+    g->toks.push_back({GlobTok::kLit, U'/', -1});
+    for (size_t a = 0; a < seg.size(); a++) {
+      char32_t ch = seg[a];
+      if (ch == U'*') {
+        if (a + 1 < seg.size() && seg[a + 1] == U'*') {
+          while (a + 1 < seg.size() && seg[a + 1] == U'*') a++;
+          g->toks.push_back({GlobTok::kAny, 0, -1});
+        } else {
+          g->toks.push_back({GlobTok::kStar, 0, -1});
+        }
+      } else if (ch == U'?') {
+        g->toks.push_back({GlobTok::kQuestion, 0, -1});
+      } else if (ch == U'[') {
+        size_t j = a + 1;
+        bool negate = false;
+        if (j < seg.size() && (seg[j] == U'!' || seg[j] == U'^')) {
+          negate = true;
+          j++;
+        }
+        size_t bodyStart = j;
+        if (j < seg.size() && seg[j] == U']') j++;
+        while (j < seg.size() && seg[j] != U']') j++;
+        if (j >= seg.size()) return false;
+        // The engine emits the body as a RegExp class: a '-' strictly inside the body is
+        // a range operator, a leading or trailing one is literal. Parse it as V8 would.
+        struct Atom {
+          char32_t c;
+          bool dashOp;
+        };
+        std::vector<Atom> atoms;
+        size_t blen = j - bodyStart;
+        for (size_t m = 0; m < blen; m++) {
+          char32_t c = seg[bodyStart + m];
+          atoms.push_back({c, c == U'-' && m > 0 && m < blen - 1});
+        }
+        GlobClass cls{negate, {}};
+        size_t q = 0;
+        while (q < atoms.size()) {
+          if (q + 2 < atoms.size() && atoms[q + 1].dashOp) {
+            char32_t lo = atoms[q].c, hi = atoms[q + 2].c;
+            if (lo > hi) return false;  // "Range out of order": the RegExp does not compile
+            cls.ranges.push_back({lo, hi});
+            q += 3;
+          } else {
+            cls.ranges.push_back({atoms[q].c, atoms[q].c});
+            q++;
+          }
+        }
+        g->classes.push_back(std::move(cls));
+        g->toks.push_back({GlobTok::kClass, 0, static_cast<int>(g->classes.size() - 1)});
+        a = j;
+      } else {
+        g->toks.push_back({GlobTok::kLit, ch, -1});
+      }
+    }
+  }
+  return true;
+}
+
+bool InClass(const GlobClass& c, char32_t ch) {
+  if (ch == U'/') return false;
+  bool hit = false;
+  for (const auto& r : c.ranges) hit = hit || (ch >= r.first && ch <= r.second);
+  return hit != c.negate;
+}
+
+// The trailing `(?:/.*)?$`: a glob also covers what is beneath a match.
+bool TailOk(const std::u32string& s, size_t si) {
+  if (si == s.size()) return true;
+  if (s[si] != U'/') return false;
+  for (size_t k = si + 1; k < s.size(); k++)
+    if (IsLineTerminator(s[k])) return false;
+  return true;
+}
+
+bool GlobAt(const CompiledGlob& g, size_t ti, const std::u32string& s, size_t si) {
+  while (ti < g.toks.size()) {
+    const GlobTok& t = g.toks[ti];
+    switch (t.kind) {
+      case GlobTok::kLit:
+        if (si >= s.size() || s[si] != t.c) return false;
+        ti++;
+        si++;
+        continue;
+      case GlobTok::kQuestion:
+        if (si >= s.size() || s[si] == U'/') return false;
+        ti++;
+        si++;
+        continue;
+      case GlobTok::kClass:
+        if (si >= s.size() || !InClass(g.classes[t.cls], s[si])) return false;
+        ti++;
+        si++;
+        continue;
+      case GlobTok::kStar:  // [^/]*
+        for (size_t k = si;; k++) {
+          if (GlobAt(g, ti + 1, s, k)) return true;
+          if (k >= s.size() || s[k] == U'/') return false;
+        }
+      case GlobTok::kAny:  // .*
+        for (size_t k = si;; k++) {
+          if (GlobAt(g, ti + 1, s, k)) return true;
+          if (k >= s.size() || IsLineTerminator(s[k])) return false;
+        }
+      case GlobTok::kGlobstar:  // (?:/[^/]+)*
+        if (GlobAt(g, ti + 1, s, si)) return true;
+        if (si >= s.size() || s[si] != U'/') return false;
+        for (size_t k = si + 1; k < s.size() && s[k] != U'/'; k++) {
+          if (GlobAt(g, ti, s, k + 1)) return true;
+        }
+        return false;
+    }
+  }
+  return TailOk(s, si);
+}
+
+// The literal directory part of a glob before its first wildcard ("" for the root).
+std::string GlobPrefix(const std::string& glob) {
+  size_t first = glob.find_first_of("*?[");
+  if (first == std::string::npos) first = glob.size();
+  size_t slash = glob.rfind('/', first);
+  return glob.substr(0, slash == std::string::npos ? 0 : slash);
+}
+
+bool PathEntryOk(const std::string& e) {
+  if (e.empty() || e.find('\0') != std::string::npos || e[0] != '/') return false;
+  return true;
+}
+
+bool CommandEntryOk(const std::string& e) {
+  if (e.empty() || e[0] == '~') return false;
+  for (char32_t c : Decode(e)) {
+    if (IsJsSpace(c) || c <= 0x1F || c == 0x7F) return false;
+  }
+  if (e.find('/') != std::string::npos) {
+    std::string n;
+    if (!NormalizePath(e, &n)) return false;
+    return n != "/";
+  }
+  if (e.find_first_of("*?[") != std::string::npos) return false;
+  return e != "." && e != "..";
 }
 
 std::vector<std::string> StringArray(Napi::Value v) {
@@ -118,132 +228,148 @@ std::vector<std::string> StringArray(Napi::Value v) {
 
 const char* ReasonName(Reason r) { return kReasonNames[static_cast<int>(r)]; }
 
-std::string NormalizePath(std::string_view p) {
+bool NormalizePath(std::string_view p, std::string* out) {
+  if (p.empty() || p[0] != '/') return false;
   std::vector<std::string_view> segs;
-  size_t i = 0;
+  size_t i = 1;
   while (i <= p.size()) {
     size_t j = p.find('/', i);
     if (j == std::string_view::npos) j = p.size();
     std::string_view seg = p.substr(i, j - i);
-    if (seg.empty() || seg == ".") {
-      // skip
-    } else if (seg == "..") {
+    if (seg == "..") {
       if (!segs.empty()) segs.pop_back();
-    } else {
+    } else if (!seg.empty() && seg != ".") {
       segs.push_back(seg);
     }
     i = j + 1;
   }
-  if (segs.empty()) return "/";
-  std::string out;
-  out.reserve(p.size() + 1);
+  out->clear();
+  if (segs.empty()) {
+    *out = "/";
+    return true;
+  }
+  out->reserve(p.size());
   for (auto s : segs) {
-    out.push_back('/');
-    out.append(s);
+    out->push_back('/');
+    out->append(s);
   }
-  return out;
+  return true;
 }
 
-void PathList::Build(const std::vector<std::string>& entries) {
-  texts_ = entries;
-  for (size_t i = 0; i < entries.size(); i++) {
-    const std::string& e = entries[i];
-    std::string norm = NormalizePath(e);
-    if (IsGlob(e)) {
-      globs_.push_back({static_cast<int>(i), norm, LiteralDir(norm)});
+void PathList::Add(const std::string& entry) {
+  if (!PathEntryOk(entry)) return;
+  std::string norm;
+  NormalizePath(entry, &norm);
+  if (IsGlob(norm)) {
+    CompiledGlob g;
+    g.rule = entry;
+    if (!CompileGlob(norm, &g)) return;  // bad_glob: inert
+    std::string prefix = GlobPrefix(norm);
+    if (prefix.empty()) {
+      rootGlobs_.push_back(std::move(g));
     } else {
-      plain_.emplace(norm, static_cast<int>(i));  // emplace keeps the first index
+      nodes_[prefix].globs.push_back(std::move(g));
     }
+    return;
   }
+  texts_.push_back(std::make_unique<std::string>(entry));
+  const std::string* text = texts_.back().get();
+  if (norm == "/") {
+    if (!rootRule_) rootRule_ = text;
+    return;
+  }
+  Node& n = nodes_[norm];
+  if (!n.rule) n.rule = text;
 }
 
-int PathList::Find(std::string_view path) const {
-  int best = -1;
-  if (!plain_.empty()) {
-    // Every ancestor of the path (and the path itself) is a candidate exact/prefix entry.
-    std::string key(path);
-    for (;;) {
-      auto it = plain_.find(key);
-      if (it != plain_.end() && (best < 0 || it->second < best)) best = it->second;
-      if (key == "/") break;
-      size_t slash = key.rfind('/');
-      key.resize(slash == 0 ? 1 : slash);
-    }
+namespace {
+const std::string* TestGlobs(const std::vector<CompiledGlob>& globs, std::string_view path,
+                             std::u32string* decoded) {
+  for (const CompiledGlob& g : globs) {
+    if (decoded->empty()) *decoded = Decode(path);
+    if (GlobAt(g, 0, *decoded, 0)) return &g.rule;
   }
-  for (const Glob& g : globs_) {
-    if (best >= 0 && g.index > best) break;  // globs are in list order
-    if (!g.literal.empty()) {
-      if (path.size() < g.literal.size() || path.compare(0, g.literal.size(), g.literal) != 0) continue;
-      if (path.size() > g.literal.size() && path[g.literal.size()] != '/') continue;
-    }
-    if (GlobAt(g.pattern, 0, path, 0)) {
-      best = g.index;
-      break;
+  return nullptr;
+}
+}  // namespace
+
+const std::string* PathList::Find(std::string_view path) const {
+  const std::string* best = rootRule_;
+  std::u32string decoded;
+  if (!rootGlobs_.empty()) {
+    if (const std::string* r = TestGlobs(rootGlobs_, path, &decoded)) best = r;
+  }
+  if (nodes_.empty()) return best;
+  std::string key;
+  key.reserve(path.size());
+  for (size_t i = 0; i <= path.size(); i++) {
+    char c = i < path.size() ? path[i] : '/';
+    if (c == '/' && i > 0) {
+      key.assign(path.substr(0, i));
+      auto it = nodes_.find(key);
+      if (it != nodes_.end()) {
+        if (it->second.rule) best = it->second.rule;
+        if (!it->second.globs.empty()) {
+          if (const std::string* r = TestGlobs(it->second.globs, path, &decoded)) best = r;
+        }
+      }
     }
   }
   return best;
 }
 
-std::vector<std::string> PathList::Roots() const {
-  std::vector<std::string> out;
-  for (const auto& kv : plain_) out.push_back(kv.first);
-  for (const Glob& g : globs_) out.push_back(g.literal.empty() ? "/" : g.literal);
-  return out;
-}
-
-void CommandList::Build(const std::vector<std::string>& entries) {
-  texts_ = entries;
-  for (size_t i = 0; i < entries.size(); i++) {
-    const std::string& e = entries[i];
-    if (e.find('/') != std::string::npos) {
-      paths_.emplace(NormalizePath(e), static_cast<int>(i));
-    } else {
-      names_.emplace(e, static_cast<int>(i));
-    }
+void CommandList::Add(const std::string& entry) {
+  if (!CommandEntryOk(entry)) return;
+  if (entry.find('/') != std::string::npos) {
+    std::string n;
+    NormalizePath(entry, &n);
+    paths_.emplace(n, entry);
+  } else {
+    names_.emplace(entry, entry);
   }
 }
 
-int CommandList::Find(std::string_view normBinary, std::string_view base) const {
-  int best = -1;
+const std::string* CommandList::Find(std::string_view binary) const {
   if (!paths_.empty()) {
-    auto it = paths_.find(std::string(normBinary));
-    if (it != paths_.end()) best = it->second;
+    auto it = paths_.find(std::string(binary));
+    if (it != paths_.end()) return &it->second;
   }
-  if (!names_.empty()) {
-    auto it = names_.find(std::string(base));
-    if (it != names_.end() && (best < 0 || it->second < best)) best = it->second;
-  }
-  return best;
+  if (names_.empty()) return nullptr;
+  size_t slash = binary.rfind('/');
+  auto it = names_.find(std::string(slash == std::string_view::npos ? binary : binary.substr(slash + 1)));
+  return it == names_.end() ? nullptr : &it->second;
 }
 
-std::vector<std::string> CommandList::Roots() const {
-  std::vector<std::string> out;
-  for (const auto& kv : paths_) out.push_back(kv.first);
-  return out;
+namespace {
+MatchVerdict ByLists(bool whitelist, const std::string* denied, const std::string* allowed) {
+  if (denied) return {false, Reason::kDenyEntry, denied};
+  if (!whitelist) return {true, Reason::kModeAllow, nullptr};
+  if (allowed) return {true, Reason::kAllowEntry, allowed};
+  return {false, Reason::kNotAllowed, nullptr};
 }
+}  // namespace
 
 MatchVerdict MatchPathPolicy(const FsPolicy* p, bool failOpen, std::string_view path) {
   if (!p) return {failOpen, Reason::kNoPolicy, nullptr};
-  std::string norm = NormalizePath(path);
-  int d = p->fsDeny.Find(norm);
-  if (d >= 0) return {false, Reason::kDenyEntry, &p->fsDeny.Text(d)};
-  if (!p->fsWhitelist) return {true, Reason::kModeAllow, nullptr};
-  int a = p->fsAllow.Find(norm);
-  if (a >= 0) return {true, Reason::kAllowEntry, &p->fsAllow.Text(a)};
-  return {false, Reason::kNotAllowed, nullptr};
+  std::string norm;
+  if (!NormalizePath(path, &norm)) return {p->failOpen, Reason::kEngineError, nullptr};
+  const std::string* d = p->fsDeny.Find(norm);
+  if (d || !p->fsWhitelist) return ByLists(p->fsWhitelist, d, nullptr);
+  return ByLists(true, nullptr, p->fsAllow.Find(norm));
 }
 
 MatchVerdict MatchCommandPolicy(const FsPolicy* p, bool failOpen, std::string_view binary) {
   if (!p) return {failOpen, Reason::kNoPolicy, nullptr};
-  std::string norm = NormalizePath(binary);
-  std::string_view base(norm);
-  base = base.substr(base.rfind('/') + 1);
-  int d = p->cmdDeny.Find(norm, base);
-  if (d >= 0) return {false, Reason::kDenyEntry, &p->cmdDeny.Text(d)};
-  if (!p->cmdWhitelist) return {true, Reason::kModeAllow, nullptr};
-  int a = p->cmdAllow.Find(norm, base);
-  if (a >= 0) return {true, Reason::kAllowEntry, &p->cmdAllow.Text(a)};
-  return {false, Reason::kNotAllowed, nullptr};
+  std::string norm;
+  if (binary.empty()) return {p->failOpen, Reason::kEngineError, nullptr};
+  if (binary.find('/') == std::string_view::npos) {
+    norm = std::string(binary);  // a bare name, as `leash check commands ls` passes it
+  } else if (!NormalizePath(binary, &norm)) {
+    return {p->failOpen, Reason::kEngineError, nullptr};
+  }
+  const std::string* d = p->cmdDeny.Find(norm);
+  if (d || !p->cmdWhitelist) return ByLists(p->cmdWhitelist, d, nullptr);
+  return ByLists(true, nullptr, p->cmdAllow.Find(norm));
 }
 
 std::shared_ptr<FsPolicy> FsPolicyFromJs(Napi::Env env, Napi::Value v) {
@@ -268,10 +394,10 @@ std::shared_ptr<FsPolicy> FsPolicyFromJs(Napi::Env env, Napi::Value v) {
   Napi::Value cmode = co.Get("mode");
   p->fsWhitelist = !(fmode.IsString() && fmode.As<Napi::String>().Utf8Value() == "blacklist");
   p->cmdWhitelist = !(cmode.IsString() && cmode.As<Napi::String>().Utf8Value() == "blacklist");
-  p->fsAllow.Build(StringArray(fo.Get("allow")));
-  p->fsDeny.Build(StringArray(fo.Get("deny")));
-  p->cmdAllow.Build(StringArray(co.Get("allow")));
-  p->cmdDeny.Build(StringArray(co.Get("deny")));
+  for (const auto& e : StringArray(fo.Get("allow"))) p->fsAllow.Add(e);
+  for (const auto& e : StringArray(fo.Get("deny"))) p->fsDeny.Add(e);
+  for (const auto& e : StringArray(co.Get("allow"))) p->cmdAllow.Add(e);
+  for (const auto& e : StringArray(co.Get("deny"))) p->cmdDeny.Add(e);
   return p;
 }
 

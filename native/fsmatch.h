@@ -27,39 +27,54 @@ struct MatchVerdict {
   const std::string* rule;
 };
 
-/** A path entry list, indexed so a lookup costs O(path depth) plus the globs. */
-class PathList {
- public:
-  void Build(const std::vector<std::string>& entries);
-  /** Index of the first entry (in list order) that matches the normalised path, or -1. */
-  int Find(std::string_view normPath) const;
-  const std::string& Text(int i) const { return texts_[i]; }
-  /** Longest non-glob prefix of every entry, normalised (what marks must cover). */
-  std::vector<std::string> Roots() const;
-
- private:
-  struct Glob {
-    int index;
-    std::string pattern;  // normalised
-    std::string literal;  // longest literal directory prefix, a prefilter
-  };
-  std::vector<std::string> texts_;
-  std::unordered_map<std::string, int> plain_;  // normalised exact/prefix entry -> first index
-  std::vector<Glob> globs_;
+/** A code-point glob compiled from a normalised entry (the engine's RegExp, as tokens). */
+struct GlobClass {
+  bool negate;
+  std::vector<std::pair<char32_t, char32_t>> ranges;
+};
+struct GlobTok {
+  enum Kind : uint8_t { kLit, kStar, kAny, kQuestion, kClass, kGlobstar } kind;
+  char32_t c;
+  int cls;
+};
+struct CompiledGlob {
+  std::string rule;
+  std::vector<GlobTok> toks;
+  std::vector<GlobClass> classes;
 };
 
-/** A command entry list: absolute entries by normalised path, others by basename. */
-class CommandList {
+/**
+ * A path entry list with the engine's PathIndex semantics: plain entries cover the
+ * path and everything beneath; globs are tested when the subject passes through their
+ * literal directory prefix; the deepest match wins, a glob over a plain entry at the
+ * same prefix. Inert entries (relative, `~`, empty, NUL, a bad class) are left out.
+ */
+class PathList {
  public:
-  void Build(const std::vector<std::string>& entries);
-  int Find(std::string_view normBinary, std::string_view base) const;
-  const std::string& Text(int i) const { return texts_[i]; }
-  std::vector<std::string> Roots() const;
+  void Add(const std::string& entry);
+  /** The entry text that decides for a normalised path, or null. */
+  const std::string* Find(std::string_view normPath) const;
 
  private:
-  std::vector<std::string> texts_;
-  std::unordered_map<std::string, int> paths_;
-  std::unordered_map<std::string, int> names_;
+  struct Node {
+    const std::string* rule = nullptr;
+    std::vector<CompiledGlob> globs;
+  };
+  std::vector<std::unique_ptr<std::string>> texts_;
+  const std::string* rootRule_ = nullptr;
+  std::vector<CompiledGlob> rootGlobs_;
+  std::unordered_map<std::string, Node> nodes_;
+};
+
+/** A command entry list: absolute entries by normalised path (preferred), others by basename. */
+class CommandList {
+ public:
+  void Add(const std::string& entry);
+  const std::string* Find(std::string_view normBinary) const;
+
+ private:
+  std::unordered_map<std::string, std::string> paths_;
+  std::unordered_map<std::string, std::string> names_;
 };
 
 /** A subject's compiled filesystem + commands policy; immutable once built. */
@@ -71,8 +86,11 @@ struct FsPolicy {
   CommandList cmdAllow, cmdDeny;
 };
 
-/** Lexical normalisation: collapses `//` and `.`, resolves `..` (never above `/`), drops a trailing `/`. */
-std::string NormalizePath(std::string_view p);
+/**
+ * Lexical normalisation: collapses `//` and `.`, resolves `..` (never above `/`), drops a
+ * trailing `/`. Returns false for a path that is not absolute (the engine's null).
+ */
+bool NormalizePath(std::string_view p, std::string* out);
 
 /** Judges an open of `path` (null policy -> no_policy under fail mode). */
 MatchVerdict MatchPathPolicy(const FsPolicy* p, bool failOpen, std::string_view path);
