@@ -15,6 +15,8 @@
 #include <sys/fanotify.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +35,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "errors.h"
@@ -254,9 +257,23 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     unsigned flags = FAN_MARK_ADD | FAN_MARK_FILESYSTEM;
     if (info.Length() > 1 && info[1].IsString() && info[1].As<Napi::String>().Utf8Value() == "mount")
       flags = FAN_MARK_ADD | FAN_MARK_MOUNT;
+    // A descriptor on this filesystem through one of OUR mounts: events that arrive
+    // through another namespace's mount are renamed through it (see PathOf). It is
+    // opened before the mark (so this open raises no event) and not O_PATH, because
+    // open_by_handle_at does not take an O_PATH mount descriptor.
+    int pfd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fanotify_mark(fd_, flags, kPermMask | FAN_ONDIR, AT_FDCWD, path.c_str()) != 0) {
-      ErrnoError(env, errno, "fanotify_mark").ThrowAsJavaScriptException();
+      int err = errno;
+      if (pfd >= 0) close(pfd);
+      ErrnoError(env, err, "fanotify_mark").ThrowAsJavaScriptException();
       return env.Undefined();
+    }
+    struct stat st;
+    if (pfd >= 0 && fstat(pfd, &st) == 0) {
+      std::lock_guard<std::mutex> g(mountMu_);
+      if (!mountFds_.emplace(st.st_dev, pfd).second) close(pfd);
+    } else if (pfd >= 0) {
+      close(pfd);
     }
     return env.Undefined();
   }
@@ -344,6 +361,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     n("unknownProcess", unknown_);
     n("procFallback", procFallback_);
     n("writeErrors", writeErrors_);
+    n("foreignMount", foreignMount_);
     o.Set("loopError", Napi::Number::New(env, loopErrno_.load()));
     o.Set("running", Napi::Boolean::New(env, started_ && !loopDone_.load()));
     return o;
@@ -379,6 +397,11 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     fd_ = -1;
     if (stopFd_ >= 0) close(stopFd_);
     stopFd_ = -1;
+    std::lock_guard<std::mutex> g(mountMu_);
+    for (auto& kv : mountFds_) close(kv.second);
+    mountFds_.clear();
+    if (mountinfoFd_ >= 0) close(mountinfoFd_);
+    mountinfoFd_ = -1;
   }
 
   // ---- the read loop (native thread) ----
@@ -516,12 +539,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
       uids[nh++] = c.uid[i];
     }
     if (nh == 0) return 0;
-    char link[64];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", m->fd);
-    char path[PATH_MAX + 1];
-    ssize_t pl = readlink(link, path, PATH_MAX);
-    bool havePath = pl > 0;
-    std::string subject(havePath ? path : "", havePath ? static_cast<size_t>(pl) : 0);
+    std::string subject;
+    bool havePath = PathOf(m->fd, &subject);
     int n = 0;
     for (int h = 0; h < nh; h++) {
       const SubjectEntry& se = *hits[h];
@@ -570,6 +589,80 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
       }
     }
     if (wake) tsfn_.NonBlockingCall();
+  }
+
+  // ---- paths ----
+
+  static bool ReadLinkFd(int fd, std::string* out) {
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    char path[PATH_MAX + 1];
+    ssize_t pl = readlink(link, path, PATH_MAX);
+    if (pl <= 0) return false;
+    out->assign(path, static_cast<size_t>(pl));
+    return true;
+  }
+
+  // Mount IDs of this process's mount namespace, re-read when the kernel flags a change
+  // (poll on /proc/self/mountinfo reports POLLPRI after any mount or unmount).
+  bool OurMount(uint64_t id) {
+    bool reload = mountinfoFd_ < 0;
+    if (!reload) {
+      pollfd p{mountinfoFd_, POLLPRI, 0};
+      reload = poll(&p, 1, 0) > 0 && (p.revents & (POLLPRI | POLLERR));
+    }
+    if (reload) {
+      if (mountinfoFd_ >= 0) close(mountinfoFd_);
+      mountinfoFd_ = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+      ourMounts_.clear();
+      std::string text;
+      char buf[65536];
+      for (;;) {
+        ssize_t n = mountinfoFd_ >= 0 ? read(mountinfoFd_, buf, sizeof buf) : -1;
+        if (n <= 0) break;
+        text.append(buf, static_cast<size_t>(n));
+      }
+      size_t i = 0;
+      while (i < text.size()) {
+        ourMounts_.insert(strtoull(text.c_str() + i, nullptr, 10));
+        size_t nl = text.find('\n', i);
+        if (nl == std::string::npos) break;
+        i = nl + 1;
+      }
+    }
+    return ourMounts_.count(id) > 0;
+  }
+
+  // The path a subject's event is judged on. Through one of our mounts it is what
+  // readlink says. Through a mount of another namespace (an agent's `unshare -Urm`, its
+  // own bind mounts) readlink would name the file as that namespace sees it, which the
+  // agent controls: so the file is re-opened by handle through our own mount of the
+  // same filesystem and named from there. No such mount, no name: engine_error.
+  bool PathOf(int fd, std::string* out) {
+    struct statx sx;
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &sx) != 0 || !(sx.stx_mask & STATX_MNT_ID)) return false;
+    if (OurMount(sx.stx_mnt_id)) return ReadLinkFd(fd, out);
+    foreignMount_.fetch_add(1, std::memory_order_relaxed);
+    struct {
+      file_handle fh;
+      unsigned char bytes[MAX_HANDLE_SZ];
+    } h;
+    h.fh.handle_bytes = MAX_HANDLE_SZ;
+    int mntId = 0;
+    if (name_to_handle_at(fd, "", &h.fh, &mntId, AT_EMPTY_PATH) != 0) return false;
+    dev_t dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    int mfd = -1;
+    {
+      std::lock_guard<std::mutex> g(mountMu_);
+      auto it = mountFds_.find(dev);
+      if (it != mountFds_.end()) mfd = it->second;
+      if (mfd < 0) return false;
+      int nfd = open_by_handle_at(mfd, &h.fh, O_PATH | O_CLOEXEC);
+      if (nfd < 0) return false;
+      bool ok = ReadLinkFd(nfd, out);
+      close(nfd);
+      return ok;
+    }
   }
 
   // ---- the watchdog (native thread) ----
@@ -661,6 +754,11 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   std::atomic<bool> loopDone_{false};
   std::atomic<int> loopErrno_{0};
   std::atomic<bool> pidfdInfoOk_{true};
+  std::mutex mountMu_;
+  std::unordered_map<dev_t, int> mountFds_;
+  int mountinfoFd_ = -1;
+  std::unordered_set<uint64_t> ourMounts_;
+  std::atomic<uint64_t> foreignMount_{0};
   std::shared_ptr<const Snapshot> snap_;
 
   std::mutex qmu_;

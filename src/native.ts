@@ -70,6 +70,8 @@ export interface WatcherStats {
   unknownProcess: number;
   procFallback: number;
   writeErrors: number;
+  /** Subject events that came through another mount namespace's mount and were renamed through ours. */
+  foreignMount: number;
   loopError: number;
   running: boolean;
 }

@@ -68,7 +68,9 @@ enforcers:  { network: true, filesystem: true, tools: true }
     };
     // JSON Schema output keeps the descriptions of the zod schema.
     expect(walk(z.toJSONSchema(configSchema, { io: 'input' }), '', [])).toEqual([]);
-    expect(visited).toEqual(expect.arrayContaining(['user', 'network.dns_resolvers', 'tools.inspect.pii', 'enforcers.tools']));
+    expect(visited).toEqual(
+      expect.arrayContaining(['user', 'network.dns_resolvers', 'tools.inspect.pii', 'enforcers.tools']),
+    );
   });
 });
 
@@ -212,7 +214,9 @@ describe('validation findings', () => {
   it('inert entries are accepted on load and listed', () => {
     const { inert, config } = parse('user: fido\nnetwork: { allow: ["https://github.com/"] }\n');
     expect(config.network.allow).toEqual(['https://github.com/']);
-    expect(inert).toEqual([expect.objectContaining({ surface: 'network', list: 'allow', entry: 'https://github.com/' })]);
+    expect(inert).toEqual([
+      expect.objectContaining({ surface: 'network', list: 'allow', entry: 'https://github.com/' }),
+    ]);
   });
 
   it('a clean whitelist config has no findings', () => {

@@ -51,7 +51,7 @@ export function copyBinaries(dir: string, names: string[]): Record<string, strin
   fs.mkdirSync(dir, { recursive: true, mode: 0o755 });
   const out: Record<string, string> = {};
   for (const n of names) {
-    const src = n.startsWith('/') ? n : execFileSync('sh', ['-c', `command -v ${n}`], { encoding: 'utf8' }).trim();
+    const src = n.startsWith('/') ? n : execFileSync('which', [n], { encoding: 'utf8' }).trim();
     const dst = path.join(dir, path.basename(src));
     fs.copyFileSync(fs.realpathSync(src), dst);
     fs.chmodSync(dst, 0o755);
@@ -68,7 +68,7 @@ export function buildSetuidOpener(dir: string, name = 'suid-open'): string {
   const src = path.join(dir, `${name}.c`);
   fs.writeFileSync(
     src,
-    `#include <errno.h>\n#include <fcntl.h>\n#include <stdio.h>\n#include <string.h>\n#include <unistd.h>\n` +
+    `#define _GNU_SOURCE\n#include <errno.h>\n#include <fcntl.h>\n#include <stdio.h>\n#include <string.h>\n#include <unistd.h>\n` +
       `int main(int c,char**v){if(c<2)return 2;int fd=open(v[1],O_RDONLY);` +
       `if(fd<0){printf("%s euid=%d ruid=%d\\n",strerrorname_np(errno),geteuid(),getuid());return 1;}` +
       `printf("ok euid=%d ruid=%d\\n",geteuid(),getuid());close(fd);return 0;}\n`,
