@@ -207,10 +207,13 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     } else {
       unsigned base = FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK;
       unsigned ev = O_RDONLY | O_LARGEFILE | O_CLOEXEC;
-      fd_ = fanotify_init(base | FAN_REPORT_PIDFD, ev);
+      // reportPidfd: false is for measurement only (credentials then come from /proc by PID).
+      Napi::Value rp = o.Get("reportPidfd");
+      bool wantPidfd = !(rp.IsBoolean() && !rp.As<Napi::Boolean>().Value());
+      fd_ = wantPidfd ? fanotify_init(base | FAN_REPORT_PIDFD, ev) : -1;
       if (fd_ >= 0) {
         pidfd_ = true;
-      } else if (errno == EINVAL) {
+      } else if (!wantPidfd || errno == EINVAL) {
         fd_ = fanotify_init(base, ev);
       }
       if (fd_ < 0) {

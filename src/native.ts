@@ -58,6 +58,8 @@ export interface WatcherOptions {
   nice?: number;
   /** Pending allow records beyond this are counted instead of queued (denies always queue). */
   queueAllows?: number;
+  /** Ask for FAN_REPORT_PIDFD (default true; false only to measure the /proc fallback). */
+  reportPidfd?: boolean;
   /** The PID whose events are always allowed (default: this process). */
   selfPid?: number;
 }

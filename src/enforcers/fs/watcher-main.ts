@@ -20,6 +20,7 @@ const { values } = parseArgs({
     nice: { type: 'string', default: '0' },
     'watchdog-ms': { type: 'string', default: '10000' },
     'rescan-ms': { type: 'string', default: '3000' },
+    'no-pidfd': { type: 'boolean', default: false },
   },
 });
 
@@ -44,6 +45,7 @@ const core = createWatcherCore({
   nice: Number(values.nice),
   watchdogMs: Number(values['watchdog-ms']),
   rescanMs: Number(values['rescan-ms']),
+  reportPidfd: !values['no-pidfd'],
 });
 
 const chan = new net.Socket({ fd: 3, readable: true, writable: true });

@@ -16,6 +16,7 @@ export interface WatcherCoreOptions {
   spinUs?: number;
   nice?: number;
   watchdogMs?: number;
+  reportPidfd?: boolean;
   /** How often new filesystems under a root are looked for. */
   rescanMs?: number;
   readMountinfo?: () => string;
@@ -67,6 +68,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     watchdogMs: opts.watchdogMs ?? 10_000,
     spinUs: opts.spinUs ?? 0,
     nice: opts.nice ?? 0,
+    reportPidfd: opts.reportPidfd ?? true,
   });
 
   const apply = (): void => {
