@@ -109,6 +109,21 @@ function bigPolicy(): FsCmdPolicy {
   };
 }
 
+/** CPU time (ns) a process has run, all threads: the steadier figure on a loaded VM. */
+function cpuNs(pid: number): number {
+  let s = 0;
+  for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
+    s += Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+  }
+  return s;
+}
+
+/** The PID of timeout(1)'s child. */
+function childOf(pid: number): number {
+  const kids = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/);
+  return Number(kids[0]);
+}
+
 async function startListener(): Promise<ChildProcess> {
   const c = spawn('timeout', ['-s', 'KILL', '300', listenerBin, mnt], { stdio: ['ignore', 'pipe', 'inherit'] });
   cleanups.push(() => void c.kill('SIGTERM'));
@@ -139,7 +154,7 @@ async function leash(spinUs: number, extraArgs: string[] = []): Promise<FsSuperv
   return sup;
 }
 
-function fapolicyd(): number | null {
+function fapolicyd(): { rate: number; cpu: number } | null {
   const err = path.join(tmp, 'fapolicyd.err');
   const r = spawnSync(
     'unshare',
@@ -165,7 +180,9 @@ function fapolicyd(): number | null {
   }
   const hits = /Object hits: (\d+)/.exec(fs.readFileSync(err, 'utf8'));
   if (!hits || Number(hits[1]) < OPENS) throw new Error('fapolicyd did not see the opens');
-  return Number(r.stdout.trim().split('\n').pop());
+  const lines = r.stdout.trim().split('\n');
+  const cpu = Number(/cpu_ns (\d+)/.exec(r.stdout)?.[1] ?? NaN);
+  return { rate: Number(lines.find((l) => /^\d+$/.test(l))), cpu };
 }
 
 const median = (xs: number[]): number => {
@@ -176,8 +193,16 @@ const median = (xs: number[]): number => {
 async function main(): Promise<void> {
   const spin = Number(values['spin-us']);
   const rows: Record<string, number[]> = {};
-  const add = (k: string, v: number | null): void => {
+  const cpus: Record<string, number[]> = {};
+  const add = (k: string, v: number | null, cpu?: number): void => {
     if (v !== null && Number.isFinite(v)) (rows[k] ??= []).push(v);
+    if (cpu !== undefined && Number.isFinite(cpu)) (cpus[k] ??= []).push(cpu / OPENS / 1000);
+  };
+  // Runs the opener and measures the listener's CPU over exactly those opens.
+  const measure = (k: string, u: { uid: number; gid: number }, pid: number): void => {
+    const c0 = cpuNs(pid);
+    const rate = opener(u);
+    add(k, rate, cpuNs(pid) - c0);
   };
   const load0 = os.loadavg();
   const extra: Record<string, unknown> = {};
@@ -186,16 +211,17 @@ async function main(): Promise<void> {
 
     const l = await startListener();
     opener(N, 2000);
-    add('minimal C listener', opener(N));
+    measure('minimal C listener', N, childOf(l.pid!));
     await stop(l);
 
     for (const s of spin > 0 ? [0, spin] : [0]) {
       const sup = await leash(s);
       const tag = s > 0 ? ` (spin ${s} µs)` : '';
+      const wpid = sup.watcherPid()!;
       opener(N, 2000);
-      add(`Leash, non-subject${tag}`, opener(N));
+      measure(`Leash, non-subject${tag}`, N, wpid);
       opener(S, 2000);
-      add(`Leash, subject, 1,000 entries${tag}`, opener(S));
+      measure(`Leash, subject, 1,000 entries${tag}`, S, wpid);
       const st = await sup.status();
       extra[`leash${tag}`] = { droppedAllows: st.droppedAllows, stats: st.stats };
       await sup.close();
@@ -208,12 +234,15 @@ async function main(): Promise<void> {
       ] as const) {
         const sup = await leash(0, [...args]);
         opener(N, 2000);
-        add(`Leash, non-subject${tag}`, opener(N));
+        measure(`Leash, non-subject${tag}`, N, sup.watcherPid()!);
         await sup.close();
       }
     }
 
-    if (!values['no-fapolicyd']) add('fapolicyd 1.1.7 (allow all)', fapolicyd());
+    if (!values['no-fapolicyd']) {
+      const fr = fapolicyd();
+      if (fr) add('fapolicyd 1.1.7 (allow all)', fr.rate, fr.cpu);
+    }
     process.stderr.write(`round ${round + 1}/${ROUNDS} done\n`);
   }
   const load1 = os.loadavg();
@@ -225,6 +254,7 @@ async function main(): Promise<void> {
     runs: xs.map((x) => Math.round(x)).join(' '),
     'vs C listener': (median(xs) / c).toFixed(2) + 'x',
     'vs fapolicyd': Number.isFinite(f) ? (median(xs) / f).toFixed(2) + 'x' : 'n/a',
+    'listener CPU µs/open': cpus[name] ? median(cpus[name]!).toFixed(2) : '-',
   }));
   console.log(
     `bench/fanotify: ${OPENS} open+close per run, ${ROUNDS} interleaved rounds, ramfs, ` +
@@ -235,7 +265,10 @@ async function main(): Promise<void> {
   );
   console.table(table);
   const out = path.join(os.tmpdir(), `leash-bench-fanotify-${Date.now()}.json`);
-  fs.writeFileSync(out, JSON.stringify({ opens: OPENS, rounds: ROUNDS, load0, load1, rows, table, extra }, null, 2));
+  fs.writeFileSync(
+    out,
+    JSON.stringify({ opens: OPENS, rounds: ROUNDS, load0, load1, rows, cpus, table, extra }, null, 2),
+  );
   console.log(`json: ${out}`);
 }
 
