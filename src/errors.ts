@@ -1,4 +1,4 @@
-import type { Reason } from './engine/types.js';
+import type { EntryProblemCode, Reason } from './engine/types.js';
 
 /**
  * The one catalogue of Leash's machine-readable codes, documented in docs/errors.md (a unit test
@@ -23,6 +23,7 @@ export const ERROR_CODES = {
   config_syntax: EXIT.refused,
   config_unreadable: EXIT.refused,
   config_write_failed: EXIT.failed,
+  default_policy_missing: EXIT.failed,
   entry_inert: EXIT.refused,
   internal: EXIT.internal,
   log_sink_stdout: EXIT.refused,
@@ -30,11 +31,29 @@ export const ERROR_CODES = {
   mode_invalid: EXIT.refused,
   native_unavailable: EXIT.failed,
   service_failed: EXIT.failed,
+  service_signal_failed: EXIT.failed,
   subject_invalid: EXIT.refused,
   surface_unknown: EXIT.refused,
   usage: EXIT.refused,
   user_invalid: EXIT.refused,
   user_unknown: EXIT.refused,
+  // policy store, subjects, reconcile (branch policy)
+  ack_invalid: EXIT.refused,
+  binding_not_found: EXIT.refused,
+  bindings_corrupt: EXIT.failed,
+  ledger_unwritable: EXIT.failed,
+  loosening_unacknowledged: EXIT.refused,
+  passwd_unreadable: EXIT.failed,
+  policy_unjudgeable: EXIT.refused,
+  ports_corrupt: EXIT.failed,
+  profile_changed: EXIT.failed,
+  profile_inert_entry: EXIT.refused,
+  profile_invalid: EXIT.refused,
+  profile_name_invalid: EXIT.refused,
+  profile_not_found: EXIT.refused,
+  scope_invalid: EXIT.refused,
+  scope_unknown_account: EXIT.refused,
+  // filesystem watcher (branch watch)
   watcher_failed: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
@@ -53,6 +72,12 @@ export const FINDING_CODES = {
   inert_deny: 'critical',
   user_unknown: 'critical',
   user_unset: 'warning',
+  // policy store (branch policy): what `leash validate` says about profiles and bindings
+  ack_stale: 'warning',
+  binding_dangling: 'warning',
+  binding_for_nobody: 'warning',
+  profile_broken: 'critical',
+  subject_unresolvable: 'warning',
 } as const satisfies Record<string, 'warning' | 'critical'>;
 export type FindingCode = keyof typeof FINDING_CODES;
 export type Severity = 'warning' | 'critical';
@@ -74,6 +99,32 @@ export const REASONS = {
   not_allowed: 'whitelist mode and no allow entry matched',
 } as const satisfies Record<Reason, string>;
 
+/**
+ * Why an entry can never match (engine grammar), as carried in `inert_entries[].problem.code`
+ * of `validate --json` and of an `entry_inert` refusal.
+ */
+export const ENTRY_PROBLEMS = {
+  arguments: 'a command entry with arguments',
+  bad_cidr: 'a CIDR with a bad prefix length or host bits set',
+  bad_domain: 'a malformed host name',
+  bad_glob: 'a glob that does not compile',
+  bad_ip: 'a malformed IP address or brackets',
+  bad_name: 'a malformed tool name',
+  bad_port: 'a non-numeric or out-of-range port',
+  empty: 'an empty entry',
+  glob_not_supported: 'a glob where the surface takes none',
+  home_path: 'a ~ path',
+  host_path: 'host/path',
+  leading_dot: 'a leading dot',
+  non_ascii: 'a non-ASCII name',
+  not_a_string: 'not a string',
+  relative_path: 'a relative path',
+  url: 'a URL',
+  userinfo: 'user@host',
+  whitespace: 'whitespace or a control character',
+  wildcard: 'a * anywhere but a leading *.',
+} as const satisfies Record<EntryProblemCode, string>;
+
 /** One `path: message` line of an invalid config (path is dotted, e.g. `network.mode`). */
 export interface ConfigIssue {
   path: string;
@@ -94,9 +145,9 @@ export class LeashError extends Error {
     if (details !== undefined) this.details = details;
   }
 
-  /** The lines printed to stderr: the message, then any `path: message` issues indented. */
+  /** The lines printed to stderr: the message with its code (see docs/errors.md), then any `path: message` issues. */
   lines(): string[] {
-    const out = [`leash: ${this.message}`];
+    const out = [`leash: ${this.message} [${this.code}]`];
     const issues = this.details?.issues as ConfigIssue[] | undefined;
     if (Array.isArray(issues)) for (const i of issues) out.push(`  ${i.path}: ${i.message}`);
     return out;
@@ -113,5 +164,12 @@ export function isLeashError(e: unknown): e is LeashError {
 
 /** Every documented code, for the docs test. */
 export function allCodes(): string[] {
-  return [...Object.keys(ERROR_CODES), ...Object.keys(FINDING_CODES), ...Object.keys(REASONS)];
+  return [
+    ...new Set([
+      ...Object.keys(ERROR_CODES),
+      ...Object.keys(FINDING_CODES),
+      ...Object.keys(REASONS),
+      ...Object.keys(ENTRY_PROBLEMS),
+    ]),
+  ];
 }

@@ -299,12 +299,17 @@ export function analyse(config: Config, account: Account | null): Finding[] {
 function inertFindings(inert: InertEntry[]): Finding[] {
   return inert.map((i) =>
     i.list === 'deny'
-      ? finding('inert_deny', `${i.surface}.deny`, `${i.entry} ${i.problem}; this deny entry blocks nothing`, i.entry)
+      ? finding(
+          'inert_deny',
+          `${i.surface}.deny`,
+          `${JSON.stringify(i.entry)}: ${i.problem.message}; this deny entry blocks nothing`,
+          String(i.entry),
+        )
       : finding(
           'inert_allow',
           `${i.surface}.allow`,
-          `${i.entry} ${i.problem}; this allow entry never matches`,
-          i.entry,
+          `${JSON.stringify(i.entry)}: ${i.problem.message}; this allow entry never matches`,
+          String(i.entry),
         ),
   );
 }

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { isSeq, parseDocument, type Document } from 'yaml';
 import { LeashError } from '../errors.js';
 import type { Mode, Surface } from '../engine/types.js';
-import { entryProblem } from '../policy-engine.js';
+import { entryProblem, type InertEntry } from '../policy-engine.js';
 import { lookupAccount, type Account } from './accounts.js';
 import { parseConfig, type LoadedConfig } from './load.js';
 
@@ -229,7 +229,7 @@ export async function editConfig(
       await mutate(doc, current);
       const after = doc.toString();
       const loaded = parseConfig(after, file, { lookup });
-      const key = (i: { surface: string; list: string; entry: string }) => `${i.surface}\0${i.list}\0${i.entry}`;
+      const key = (i: InertEntry) => `${i.surface}\0${i.list}\0${JSON.stringify(i.entry)}`;
       const had = new Set(current.inert.map(key));
       const added = loaded.inert.filter((i) => !had.has(key(i)));
       if (added.length > 0) {
@@ -281,9 +281,9 @@ export function setUser(doc: Document, user: string): boolean {
 export function checkEntry(surface: Surface, list: 'allow' | 'deny', entry: string): void {
   const problem = entryProblem(surface, entry);
   if (problem) {
-    throw new LeashError('entry_inert', `${surface} ${list} entry ${JSON.stringify(entry)} ${problem}`, {
+    throw new LeashError('entry_inert', `${surface} ${list} entry ${JSON.stringify(entry)}: ${problem.message}`, {
       kind: 'entry',
-      inert_entries: [{ surface, list, entry, problem }],
+      inert_entries: [{ surface, list, entry, problem, severity: list === 'deny' ? 'critical' : 'warning' }],
     });
   }
 }

@@ -1,16 +1,16 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ERROR_CODES, EXIT, FINDING_CODES, LeashError, REASONS, allCodes } from '../../src/errors.js';
+import { ENTRY_PROBLEMS, ERROR_CODES, EXIT, FINDING_CODES, LeashError, REASONS, allCodes } from '../../src/errors.js';
 
 const root = path.resolve(import.meta.dirname, '..', '..');
 const doc = fs.readFileSync(path.join(root, 'docs', 'errors.md'), 'utf8');
 const documented = new Set([...doc.matchAll(/^### `([a-z0-9_]+)`$/gm)].map((m) => m[1]!));
 
-/** The members of `export type Reason = | 'a' | 'b'` in the engine contract, read from source. */
-function reasonsInContract(): string[] {
+/** The members of `export type <name> = | 'a' | 'b'` in the engine contract, read from source. */
+function unionInContract(name: string): string[] {
   const src = fs.readFileSync(path.join(root, 'src', 'engine', 'types.ts'), 'utf8');
-  const m = /export type Reason =([^;]+);/.exec(src);
+  const m = new RegExp(`export type ${name} =([^;]+);`).exec(src);
   return [...(m?.[1] ?? '').matchAll(/'([a-z_]+)'/g)].map((x) => x[1]!);
 }
 
@@ -20,10 +20,17 @@ describe('error catalogue', () => {
   });
 
   it('documents every Reason of the engine contract', () => {
-    const reasons = reasonsInContract();
+    const reasons = unionInContract('Reason');
     expect(reasons.length).toBeGreaterThan(5);
     for (const r of reasons) expect(documented, r).toContain(r);
     expect(Object.keys(REASONS).sort()).toEqual([...reasons].sort());
+  });
+
+  it('documents every entry problem code of the engine contract', () => {
+    const codes = unionInContract('EntryProblemCode');
+    expect(codes.length).toBeGreaterThan(5);
+    for (const c of codes) expect(documented, c).toContain(c);
+    expect(Object.keys(ENTRY_PROBLEMS).sort()).toEqual([...codes].sort());
   });
 
   it('documents nothing that is not in the catalogue', () => {
