@@ -21,6 +21,7 @@ const { values } = parseArgs({
     'watchdog-ms': { type: 'string', default: '10000' },
     'rescan-ms': { type: 'string', default: '3000' },
     'no-pidfd': { type: 'boolean', default: false },
+    'queue-allows': { type: 'string', default: '4096' },
   },
 });
 
@@ -58,6 +59,7 @@ const core = createWatcherCore({
   watchdogMs: Number(values['watchdog-ms']),
   rescanMs: Number(values['rescan-ms']),
   reportPidfd: !values['no-pidfd'],
+  queueAllows: Number(values['queue-allows']),
 });
 
 const chan = new net.Socket({ fd: 3, readable: true, writable: true });

@@ -18,6 +18,8 @@ export interface WatcherCoreOptions {
   nice?: number;
   watchdogMs?: number;
   reportPidfd?: boolean;
+  /** Pending allow records beyond this are counted, not written (denies always are). */
+  queueAllows?: number;
   /** How often new filesystems under a root are looked for. */
   rescanMs?: number;
   readMountinfo?: () => string;
@@ -70,6 +72,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     spinUs: opts.spinUs ?? 0,
     nice: opts.nice ?? 0,
     reportPidfd: opts.reportPidfd ?? true,
+    queueAllows: opts.queueAllows ?? 4096,
   });
 
   const apply = (): void => {
