@@ -143,6 +143,7 @@ struct Snapshot {
 };
 
 struct Record {
+  double tsMs;  // wall-clock time of the decision (ms since the epoch)
   uint32_t uid;
   int32_t pid;
   bool exec;
@@ -329,6 +330,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     uint32_t i = 0;
     for (const Record& r : q) {
       Napi::Object o = Napi::Object::New(env);
+      o.Set("ts", Napi::Number::New(env, r.tsMs));
       o.Set("uid", Napi::Number::New(env, r.uid));
       o.Set("pid", Napi::Number::New(env, r.pid));
       o.Set("surface", Napi::String::New(env, r.exec ? "commands" : "filesystem"));
@@ -560,6 +562,9 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
         }
         if (!v.allow) *allow = false;
         Record& r = recs[n++];
+        timespec wall;
+        clock_gettime(CLOCK_REALTIME, &wall);
+        r.tsMs = static_cast<double>(wall.tv_sec) * 1000.0 + static_cast<double>(wall.tv_nsec / 1000000);
         r.uid = uids[h];
         r.pid = m->pid;
         r.exec = exec;

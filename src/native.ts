@@ -35,6 +35,8 @@ export interface WatcherSubject {
 }
 /** A decision the native loop made for a subject, handed to JS for the decision log. */
 export interface WatcherRecord {
+  /** When the loop decided (ms since the epoch): the log line's ts, not the time it was drained. */
+  ts: number;
   uid: number;
   pid: number;
   surface: 'filesystem' | 'commands';

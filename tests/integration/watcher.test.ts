@@ -176,6 +176,11 @@ describe.skipIf(!root)('filesystem watcher process', () => {
       expect.objectContaining({ uid: B.uid, surface: 'commands', action: 'block', rule: 'ls' }),
     );
     expect(lines.every((l) => l.uid === A.uid || l.uid === B.uid)).toBe(true);
+    for (const l of lines) {
+      expect(l.ref).toMatch(/^[a-z2-7]{8}$/);
+      expect(Math.abs(Date.parse(l.ts as string) - Date.now())).toBeLessThan(60_000);
+    }
+    expect(new Set(lines.map((l) => l.ref)).size).toBe(lines.length);
   });
 
   it('a filesystem mounted beneath a subject root later is found by the re-scan and judged', async () => {

@@ -10,8 +10,8 @@ import type { WatcherStatus } from './protocol.js';
 
 export interface WatcherCoreOptions {
   native: NativeAddon;
-  /** The decision log; `writeMany` (one write for a whole drain) is used when present. */
-  log: { write(rec: DecisionRecord): string; writeMany?(recs: DecisionRecord[]): void };
+  /** The decision log; `writeMany` (one write for a whole drain, with each decision's time) when present. */
+  log: { write(rec: DecisionRecord): string; writeMany?(recs: DecisionRecord[], times: number[]): void };
   /** Structured warnings (the journal). */
   warn: (obj: Record<string, unknown>) => void;
   spinUs?: number;
@@ -58,7 +58,11 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
       subject: r.surface === 'filesystem' ? { path: r.subject } : { binary: r.subject },
       rule: r.rule,
     }));
-    if (opts.log.writeMany) opts.log.writeMany(recs);
+    if (opts.log.writeMany)
+      opts.log.writeMany(
+        recs,
+        records.map((r) => r.ts),
+      );
     else for (const r of recs) opts.log.write(r);
     if (dropped > 0) {
       droppedAllows += dropped;
