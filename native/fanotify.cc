@@ -196,6 +196,14 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     int eventFd = static_cast<int>(num("eventFd", -1));
     int responseFd = static_cast<int>(num("responseFd", -1));
 
+    // identity: how the opener's credentials are read (see CredsOf). 'pidfd-cache' (default):
+    // one pidfd per live process, kept; 'report-pidfd': the kernel's pidfd on every event
+    // (FAN_REPORT_PIDFD); 'proc': /proc/<pid>/status. The last two are for measurement.
+    Napi::Value idv = o.Get("identity");
+    std::string id = idv.IsString() ? idv.As<Napi::String>().Utf8Value() : "pidfd-cache";
+    if (id == "proc") identity_ = kIdProc;
+    else if (id == "report-pidfd") identity_ = kIdReport;
+    else identity_ = kIdCache;
     if (eventFd >= 0) {
       // A test feeds crafted events through any descriptor (fapolicyd's test_notify_set_fanotify_fd).
       fd_ = eventFd;
@@ -208,9 +216,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     } else {
       unsigned base = FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK;
       unsigned ev = O_RDONLY | O_LARGEFILE | O_CLOEXEC;
-      // reportPidfd: false is for measurement only (credentials then come from /proc by PID).
-      Napi::Value rp = o.Get("reportPidfd");
-      bool wantPidfd = !(rp.IsBoolean() && !rp.As<Napi::Boolean>().Value());
+      bool wantPidfd = identity_ == kIdReport;
       fd_ = wantPidfd ? fanotify_init(base | FAN_REPORT_PIDFD, ev) : -1;
       if (fd_ >= 0) {
         pidfd_ = true;
@@ -402,6 +408,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     fd_ = -1;
     if (stopFd_ >= 0) close(stopFd_);
     stopFd_ = -1;
+    for (auto& kv : pidfds_) close(kv.second);
+    pidfds_.clear();
     std::lock_guard<std::mutex> g(mountMu_);
     for (auto& kv : mountFds_) close(kv.second);
     mountFds_.clear();
@@ -461,8 +469,57 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     }
   }
 
+  static bool InfoCreds(int pidfd, Creds* c) {
+    PidfdInfoV0 info;
+    memset(&info, 0, sizeof info);
+    info.mask = kPidfdInfoPid | kPidfdInfoCreds;
+    if (ioctl(pidfd, kPidfdGetInfo, &info) != 0 || !(info.mask & kPidfdInfoCreds)) return false;
+    c->uid[0] = info.ruid;
+    c->uid[1] = info.euid;
+    c->uid[2] = info.suid;
+    c->uid[3] = info.fsuid;
+    return true;
+  }
+
+  // Credentials through a pidfd kept per process. Safe against PID reuse: a pidfd whose
+  // process is alive (or a zombie) answers PIDFD_GET_INFO, and while it does its PID cannot
+  // belong to anyone else; once it is reaped the ioctl fails with ESRCH and the PID is
+  // opened afresh. A fresh pidfd_open(pid) names the event's process, which is blocked in
+  // this very open and cannot be reaped unless killed (then the answer no longer matters).
+  // This costs one ioctl per event instead of the kernel making and us closing a pidfd.
+  bool CredsFromCache(int32_t pid, Creds* c) {
+    auto it = pidfds_.find(pid);
+    if (it != pidfds_.end()) {
+      if (InfoCreds(it->second, c)) return true;
+      int err = errno;
+      close(it->second);
+      pidfds_.erase(it);
+      if (err == ENOTTY || err == EINVAL) {
+        pidfdInfoOk_.store(false);
+        return false;
+      }
+    }
+    int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (fd < 0) return false;
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (!InfoCreds(fd, c)) {
+      if (errno == ENOTTY || errno == EINVAL) pidfdInfoOk_.store(false);
+      close(fd);
+      return false;
+    }
+    if (pidfds_.size() >= kPidfdCacheMax) {
+      for (auto& kv : pidfds_) close(kv.second);
+      pidfds_.clear();
+    }
+    pidfds_.emplace(pid, fd);
+    return true;
+  }
+
   bool CredsOf(int pidfd, int32_t pid, Creds* c) {
-    if (pidfd >= 0 && pidfdInfoOk_.load(std::memory_order_relaxed)) {
+    if (identity_ == kIdCache && pidfdInfoOk_.load(std::memory_order_relaxed)) {
+      if (CredsFromCache(pid, c)) return true;
+      if (errno == ESRCH) return false;  // the process is gone
+    } else if (pidfd >= 0 && pidfdInfoOk_.load(std::memory_order_relaxed)) {
       PidfdInfoV0 info;
       memset(&info, 0, sizeof info);
       info.mask = kPidfdInfoPid | kPidfdInfoCreds;
@@ -772,6 +829,9 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   std::atomic<bool> loopDone_{false};
   std::atomic<int> loopErrno_{0};
   std::atomic<bool> pidfdInfoOk_{true};
+  enum Identity { kIdCache, kIdReport, kIdProc } identity_ = kIdCache;
+  static constexpr size_t kPidfdCacheMax = 512;
+  std::unordered_map<int32_t, int> pidfds_;  // loop thread only
   std::mutex mountMu_;
   std::unordered_map<dev_t, int> mountFds_;
   int mountinfoFd_ = -1;

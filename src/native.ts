@@ -61,8 +61,12 @@ export interface WatcherOptions {
   nice?: number;
   /** Pending allow records beyond this are counted instead of queued (denies always queue). */
   queueAllows?: number;
-  /** Ask for FAN_REPORT_PIDFD (default true; false only to measure the /proc fallback). */
-  reportPidfd?: boolean;
+  /**
+   * How the opener's credentials are read: 'pidfd-cache' (default: one pidfd kept per live
+   * process, one ioctl per event), 'report-pidfd' (FAN_REPORT_PIDFD: a new pidfd from the kernel
+   * on every event), 'proc' (/proc/<pid>/status). The last two are for measurement.
+   */
+  identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
   /** The PID whose events are always allowed (default: this process). */
   selfPid?: number;
 }

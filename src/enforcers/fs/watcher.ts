@@ -17,7 +17,7 @@ export interface WatcherCoreOptions {
   spinUs?: number;
   nice?: number;
   watchdogMs?: number;
-  reportPidfd?: boolean;
+  identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
   /** Pending allow records beyond this are counted, not written (denies always are). */
   queueAllows?: number;
   /** How often new filesystems under a root are looked for. */
@@ -75,7 +75,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     watchdogMs: opts.watchdogMs ?? 10_000,
     spinUs: opts.spinUs ?? 0,
     nice: opts.nice ?? 0,
-    reportPidfd: opts.reportPidfd ?? true,
+    identity: opts.identity ?? 'pidfd-cache',
     queueAllows: opts.queueAllows ?? 4096,
   });
 
