@@ -59,6 +59,8 @@ export const ERROR_CODES = {
   profile_not_found: EXIT.refused,
   scope_invalid: EXIT.refused,
   scope_unknown_account: EXIT.refused,
+  // filesystem watcher (branch watch)
+  watcher_failed: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 
