@@ -20,6 +20,8 @@ export interface SplicerInstance {
   /** Finishes a pair now (its onDone fires with ECANCELED). */
   abort(id: number): void;
   /** Finishes every pair and stops the thread. */
+  close(): void;
+}
 /** The filesystem + commands part of a subject's policy, as the native matcher reads it. */
 export interface FsCmdPolicy {
   fail_mode: 'closed' | 'open';
