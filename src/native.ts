@@ -13,6 +13,15 @@ export interface PeerCred {
   uid: number;
   gid: number;
 }
+/** A splice(2) pump shared by many connections (native/splice.cc). */
+export interface SplicerInstance {
+  /** Starts moving bytes both ways between two connected sockets JS no longer reads; returns the pair's id. */
+  add(fdA: number, fdB: number): number;
+  /** Finishes a pair now (its onDone fires with ECANCELED). */
+  abort(id: number): void;
+  /** Finishes every pair and stops the thread. */
+  close(): void;
+}
 /** The filesystem + commands part of a subject's policy, as the native matcher reads it. */
 export interface FsCmdPolicy {
   fail_mode: 'closed' | 'open';
@@ -96,6 +105,8 @@ export interface NativeWatcher {
   close(): void;
 }
 export interface NativeAddon {
+  /** new Splicer(onDone): onDone(id, errno (0 = both sides closed cleanly), bytesAtoB, bytesBtoA). */
+  Splicer: new (onDone: (id: number, errno: number, ab: number, ba: number) => void) => SplicerInstance;
   originalDst(fd: number): OriginalDst;
   peerCred(fd: number): PeerCred;
   sdNotify(state: string): boolean;

@@ -4,6 +4,8 @@ import { LeashError } from '../errors.js';
 import { runService } from '../service/start.js';
 import { register as check } from './check.js';
 import { configPath } from './context.js';
+import { registerDemo } from './demo.js';
+import { registerTeardown } from './teardown.js';
 import { register as init } from './init.js';
 import { register as logs } from './logs.js';
 import { register as mcp } from './mcp.js';
@@ -22,7 +24,19 @@ export type CommandGroup = (program: Command) => void;
  * and appending it here, or, without touching this file, by passing it to `buildProgram([extra])`.
  * Throw LeashError for refusals: the top-level handler in main.ts prints it and sets the exit code.
  */
-export const COMMAND_GROUPS: CommandGroup[] = [init, status, validate, surface, check, logs, restart, policy, mcp];
+export const COMMAND_GROUPS: CommandGroup[] = [
+  init,
+  status,
+  validate,
+  surface,
+  check,
+  logs,
+  restart,
+  policy,
+  mcp,
+  registerDemo,
+  registerTeardown,
+];
 
 export function buildProgram(extra: CommandGroup[] = []): Command {
   const program = new Command('leash')
