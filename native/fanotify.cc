@@ -678,9 +678,25 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     return true;
   }
 
-  // Mount IDs of this process's mount namespace, re-read when the kernel flags a change
-  // (poll on /proc/self/mountinfo reports POLLPRI after any mount or unmount).
-  bool OurMount(uint64_t id) {
+  // Is this mount one of this process's own (the watcher's mount namespace)?
+  //
+  // With unique mount IDs (statx STATX_MNT_ID_UNIQUE + listmount, Linux 6.8+) the set of our
+  // mounts can be stale only by missing new mounts of ours: a unique ID is never reused, so a
+  // mount of another namespace can never match. A miss re-lists our mounts (at most every
+  // 50 ms); a new mount of ours missed in that window is only renamed through our marked
+  // mount of the same filesystem. No syscall per event beyond the statx.
+  //
+  // Without them, the classic 32-bit IDs are reused, so the set is re-read whenever
+  // /proc/self/mountinfo signals a change (checked with poll on every event).
+  bool OurMount(uint64_t id, bool unique) {
+    if (unique) {
+      if (ourUnique_.count(id)) return true;
+      int64_t now = NowNs();
+      if (now - lastListNs_ < 50 * 1000 * 1000) return false;
+      lastListNs_ = now;
+      if (!ListOurMounts()) return false;
+      return ourUnique_.count(id) > 0;
+    }
     bool reload = mountinfoFd_ < 0;
     if (!reload) {
       pollfd p{mountinfoFd_, POLLPRI, 0};
@@ -708,6 +724,28 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     return ourMounts_.count(id) > 0;
   }
 
+  // listmount(2) of every mount in our namespace, by unique ID.
+  bool ListOurMounts() {
+    struct {
+      uint32_t size, spare;
+      uint64_t mnt_id, param;
+    } req{24, 0, ~0ULL /* LSMT_ROOT */, 0};
+    std::unordered_set<uint64_t> ids;
+    std::vector<uint64_t> buf(1024);
+    for (;;) {
+      long n = syscall(458 /* __NR_listmount */, &req, buf.data(), buf.size(), 0);
+      if (n < 0) {
+        listmountOk_ = false;
+        return false;
+      }
+      ids.insert(buf.begin(), buf.begin() + n);
+      if (static_cast<size_t>(n) < buf.size()) break;
+      req.param = buf[static_cast<size_t>(n) - 1];  // continue after the last ID
+    }
+    ourUnique_.swap(ids);
+    return true;
+  }
+
   // The path a subject's event is judged on. Through one of our mounts it is what
   // readlink says. Through a mount of another namespace (an agent's `unshare -Urm`, its
   // own bind mounts) readlink would name the file as that namespace sees it, which the
@@ -715,8 +753,12 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   // same filesystem and named from there. No such mount, no name: engine_error.
   bool PathOf(int fd, std::string* out) {
     struct statx sx;
-    if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &sx) != 0 || !(sx.stx_mask & STATX_MNT_ID)) return false;
-    if (OurMount(sx.stx_mnt_id)) return ReadLinkFd(fd, out);
+    constexpr unsigned kMntIdUnique = 0x4000;  // STATX_MNT_ID_UNIQUE (Linux 6.8)
+    unsigned want = STATX_MNT_ID | (listmountOk_ ? kMntIdUnique : 0u);  // an old kernel ignores the new bit
+    if (statx(fd, "", AT_EMPTY_PATH, want, &sx) != 0) return false;
+    bool unique = (sx.stx_mask & kMntIdUnique) != 0;
+    if (!unique && !(sx.stx_mask & STATX_MNT_ID)) return false;
+    if (OurMount(sx.stx_mnt_id, unique && listmountOk_)) return ReadLinkFd(fd, out);
     foreignMount_.fetch_add(1, std::memory_order_relaxed);
     struct {
       file_handle fh;
@@ -836,6 +878,9 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   std::unordered_map<dev_t, int> mountFds_;
   int mountinfoFd_ = -1;
   std::unordered_set<uint64_t> ourMounts_;
+  std::unordered_set<uint64_t> ourUnique_;
+  int64_t lastListNs_ = 0;
+  bool listmountOk_ = true;
   std::atomic<uint64_t> foreignMount_{0};
   std::shared_ptr<const Snapshot> snap_;
 

@@ -102,7 +102,12 @@ describe.skipIf(!root)('filesystem watcher process', () => {
     expect(isEperm(runAs(A, [bin.ls!, p('secret')]))).toBe(true);
   });
 
-  it('whitelist holds inside a user + mount namespace the account made itself', () => {
+  it('names files opened through its own mounts by readlink, with no renaming', async () => {
+    runAs(A, [bin.cat!, p('work', 'a.txt')]);
+    expect((await sup.status()).stats.foreignMount).toBe(0);
+  });
+
+  it('whitelist holds inside a user + mount namespace the account made itself', async () => {
     const r = runAsInOwnNs(A, `${bin.cat} ${p('work', 'a.txt')}; echo; ${bin.cat} ${p('secret', 's.txt')}`);
     expect(r.stdout).toContain('inside');
     expect(r.stdout).not.toContain('secret');
@@ -110,6 +115,9 @@ describe.skipIf(!root)('filesystem watcher process', () => {
     // Its own bind mount of the secret directory is still the marked filesystem.
     const b = runAsInOwnNs(A, `mount --bind ${p('secret')} ${p('work')} && ${bin.cat} ${p('work', 's.txt')}`);
     expect(b.stdout).not.toContain('secret');
+    expect(b.stderr).toMatch(/Operation not permitted/);
+    // Those opens came through the namespace's own mounts and were renamed through ours.
+    expect((await sup.status()).stats.foreignMount).toBeGreaterThan(0);
   });
 
   it('blacklist blocks only what it lists', () => {
