@@ -144,11 +144,13 @@ function openLog(sink: string | null): DecisionLog & { close(): Promise<void> } 
         }
         return ref;
       },
+      flush() {},
       close: async () => {},
     };
   }
   if (sink === 'stdout') throw new GateExit(2, 'the decision log cannot go to stdout: it carries the MCP protocol');
-  return createDecisionLog({ sink });
+  // Allowed calls' lines are written once per event-loop turn; blocks at once (docs/tools.md).
+  return createDecisionLog({ sink, coalesceAllows: true });
 }
 
 function loadPolicy(file: string): { policy: CompiledGatePolicy; decisions: string | null } {

@@ -27,6 +27,8 @@ export interface DecisionLine extends DecisionRecord {
 export interface DecisionLog {
   /** Writes one line and returns its ref (the short id that ties a block back to its line). */
   write(rec: DecisionRecord): string;
+  /** Writes any allow lines held back by `coalesceAllows` now (a no-op otherwise). */
+  flush?(): void;
   close(): Promise<void>;
 }
 
@@ -87,8 +89,14 @@ export function formatDecision(rec: DecisionRecord, ref = newRef(), now = new Da
  * service loses no line, and concurrent writers (service, watcher) never interleave within a line.
  * The file is 0600 (decisions name what an agent tried to reach) in a 0750 directory.
  * stdout is synchronous for files and pipes on Linux, so it gives the same guarantee.
+ *
+ * `coalesceAllows` (the MCP gate, where a write(2) per allowed call was a fifth of its CPU) holds
+ * `allow` lines back until the end of the current event-loop turn (or the next `block` line, or
+ * `flush`/`close`, or process exit) and writes them together in one write(2). `block` lines stay
+ * synchronous: a block is in the kernel, after every earlier line, before `write` returns. What a
+ * crash can lose is the allow lines of the turn it happened in.
  */
-export function createDecisionLog(opts: { sink: string }): DecisionLog {
+export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean }): DecisionLog {
   if (opts.sink === 'stdout') {
     return {
       write(rec) {
@@ -96,6 +104,7 @@ export function createDecisionLog(opts: { sink: string }): DecisionLog {
         process.stdout.write(formatDecision(rec, ref));
         return ref;
       },
+      flush() {},
       close: async () => {},
     };
   }
@@ -108,18 +117,48 @@ export function createDecisionLog(opts: { sink: string }): DecisionLog {
   // An existing file keeps the mode it was created with; re-state 0600 when it is ours to change.
   if (fs.fstatSync(fd).uid === process.getuid?.()) fs.fchmodSync(fd, 0o600);
   let open = true;
+  const writeAll = (text: string) => {
+    const buf = Buffer.from(text, 'utf8');
+    let off = 0;
+    while (off < buf.length) off += fs.writeSync(fd, buf, off, buf.length - off);
+  };
+  // Allow lines held back (coalesceAllows), written at the end of the event-loop turn.
+  let held = '';
+  let flushQueued = false;
+  const flush = () => {
+    flushQueued = false;
+    if (held === '' || !open) return;
+    const text = held;
+    held = '';
+    writeAll(text);
+  };
+  const onExit = () => flush();
+  if (opts.coalesceAllows) process.on('exit', onExit);
   return {
     write(rec) {
       if (!open) throw new Error('decision log is closed');
       const ref = newRef();
-      const buf = Buffer.from(formatDecision(rec, ref), 'utf8');
-      let off = 0;
-      while (off < buf.length) off += fs.writeSync(fd, buf, off, buf.length - off);
+      const line = formatDecision(rec, ref);
+      if (opts.coalesceAllows && rec.action === 'allow') {
+        held += line;
+        if (!flushQueued) {
+          flushQueued = true;
+          setImmediate(flush);
+        }
+        return ref;
+      }
+      // Held allow lines go first, in the same write: the file keeps decision order.
+      const text = held + line;
+      held = '';
+      writeAll(text);
       return ref;
     },
+    flush,
     async close() {
       if (!open) return;
+      flush();
       open = false;
+      process.off('exit', onExit);
       fs.fsyncSync(fd);
       fs.closeSync(fd);
     },

@@ -248,20 +248,24 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     if (age >= timeoutMs) stalled();
     else stallTimer = setTimeout(checkStall, timeoutMs - age);
   };
-  // Output is coalesced: every message produced while handling one chunk of input goes out in one
-  // write (a write per message costs a syscall each and dominated the gate's CPU).
+  // Output is coalesced per event-loop turn: every message produced while handling the input that
+  // arrived in one poll (client and server chunks alike) goes out in one write per pipe, at the
+  // turn's check phase (a write per message costs a syscall each and dominated the gate's CPU).
+  // The judge's held-back decision-log lines are written first, so an allowed call's line is in
+  // the log before the call reaches the server.
   let serverOut = '';
   let clientOut = '';
   let flushQueued = false;
   const flushAll = () => {
     flushQueued = false;
+    judge.flush?.();
     flushServer();
     flushClient();
   };
   const scheduleFlush = () => {
     if (!flushQueued) {
       flushQueued = true;
-      queueMicrotask(flushAll);
+      setImmediate(flushAll);
     }
   };
   function flushServer(): void {

@@ -17,6 +17,8 @@ export interface DecisionLog {
     rule?: string | null;
     severity?: 'critical';
   }): string;
+  /** Writes lines the log holds back (see createDecisionLog's coalesceAllows). */
+  flush?(): void;
 }
 
 /** A judgment as the gate uses it: the log line's ref travels in the error's data. */
@@ -29,6 +31,8 @@ export interface GateJudge {
   hidden(names: string[]): boolean[] | Promise<boolean[]>;
   /** A message the gate would not relay (or a request that failed on the server side). */
   event(ev: GateEvent): void;
+  /** Called before the gate writes what it queued: held-back log lines go out first. */
+  flush?(): void;
   close?(): void;
 }
 
@@ -113,6 +117,12 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
     },
     event(ev) {
       logEvent(ev, ctx);
+    },
+    flush() {
+      o.log.flush?.();
+    },
+    close() {
+      o.log.flush?.();
     },
   };
 }
