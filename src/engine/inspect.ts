@@ -484,10 +484,44 @@ export function maskInputs(value: unknown, depth = 0): unknown {
   return value;
 }
 
-function childPath(parent: string, key: string): string {
-  const k = maskSecrets(key);
-  if (/^[A-Za-z_$][\w$]*$/.test(k)) return parent === '' ? k : `${parent}.${k}`;
-  return `${parent}[${JSON.stringify(k)}]`;
+/** What inspection needs of an object key: every detector's matches, and the key as a path step. */
+interface KeyInfo {
+  /** Matches of all detectors, in detector order (the subset of an active set keeps that order). */
+  spans: readonly Span[];
+  /** The masked key as a path step: `.name` or `["odd key"]`. */
+  step: string;
+  identifier: boolean;
+}
+
+/**
+ * Keys repeat from call to call (`path`, `command`, `query`), and each was scanned twice per call
+ * (for findings, and masked for the path): the result is a pure function of the key, so short
+ * keys keep it in a bounded table that is simply emptied when full.
+ */
+const KEY_CACHE = new Map<string, KeyInfo>();
+const KEY_CACHE_MAX = 4096;
+const KEY_CACHE_MAX_LEN = 128;
+
+function keyInfo(key: string): KeyInfo {
+  let info = KEY_CACHE.get(key);
+  if (info !== undefined) return info;
+  const spans = spansOf(key, DETECTORS);
+  const k = applyMasks(
+    key,
+    spans.filter((sp) => sp.category !== 'priv_esc'),
+  );
+  const identifier = /^[A-Za-z_$][\w$]*$/.test(k);
+  info = { spans, step: identifier ? k : `[${JSON.stringify(k)}]`, identifier };
+  if (key.length <= KEY_CACHE_MAX_LEN) {
+    if (KEY_CACHE.size >= KEY_CACHE_MAX) KEY_CACHE.clear();
+    KEY_CACHE.set(key, info);
+  }
+  return info;
+}
+
+function childPath(parent: string, info: KeyInfo): string {
+  if (info.identifier) return parent === '' ? info.step : `${parent}.${info.step}`;
+  return parent + info.step;
 }
 
 /** The detectors each on/off combination of the three categories runs, built once (8 entries). */
@@ -530,6 +564,13 @@ export function inspectInputs(
     seen.add(key);
     findings.push({ category, detector, at: at === '' ? '$' : at, masked, action: actions[category] });
   };
+  /** Reports a key's cached matches of the active categories. */
+  const reportSpans = (spans: readonly Span[], at: string): void => {
+    for (const s of spans) {
+      if (actions[s.category] === 'allow') continue;
+      report(s.detector, s.category, at, s.category === 'priv_esc' ? maskSecrets(s.masked) : s.masked);
+    }
+  };
   /** Reports the matches in `text`; returns the ids of the detectors that matched (null: none). */
   const scan = (text: string, at: string, detectors: readonly Detector[]): Set<string> | null => {
     const spans = spansOf(text, detectors);
@@ -566,8 +607,9 @@ export function inspectInputs(
       }
     } else if (v !== null && typeof v === 'object') {
       for (const [k, child] of Object.entries(v)) {
-        const path = childPath(at, k);
-        scan(k, path, active);
+        const info = keyInfo(k);
+        const path = childPath(at, info);
+        reportSpans(info.spans, path);
         const scalar = typeof child === 'string' || typeof child === 'number' || typeof child === 'bigint';
         if (SENSITIVE_KEY.test(k) && scalar && actions.secrets !== 'allow') {
           const value = String(child).trim();

@@ -64,10 +64,22 @@ function safeSubject(surface: Surface, subject: unknown): unknown {
   return 'inputs' in s ? { ...s, inputs: maskInputs(s.inputs) } : s;
 }
 
+// The ISO timestamp of the current millisecond, formatted once: a busy gate logs many lines per ms.
+let lastMs = -1;
+let lastIso = '';
+function isoNow(): string {
+  const ms = Date.now();
+  if (ms !== lastMs) {
+    lastMs = ms;
+    lastIso = new Date(ms).toISOString();
+  }
+  return lastIso;
+}
+
 /** Formats one decision as its JSON line (with the newline). */
-export function formatDecision(rec: DecisionRecord, ref = newRef(), now = new Date()): string {
+export function formatDecision(rec: DecisionRecord, ref = newRef(), now?: Date): string {
   const line: DecisionLine = {
-    ts: now.toISOString(),
+    ts: now === undefined ? isoNow() : now.toISOString(),
     ref,
     uid: rec.uid,
     surface: rec.surface,
