@@ -43,12 +43,16 @@ type PreFilter = (text: string) => boolean;
 
 /** Every match contains one of these literals (case-sensitive: only for patterns without the i flag,
  * or literals with no letters in them). */
-const anyOf =
-  (...lits: string[]): PreFilter =>
-  (t) => {
-    for (const l of lits) if (t.includes(l)) return true;
+function anyOf(...lits: string[]): PreFilter {
+  if (lits.length === 1) {
+    const l = lits[0]!;
+    return (t) => t.includes(l);
+  }
+  return (t) => {
+    for (let i = 0; i < lits.length; i++) if (t.includes(lits[i]!)) return true;
     return false;
   };
+}
 
 /** At least `n` ASCII digits in the text. */
 const hasDigits =

@@ -450,6 +450,30 @@ export function fromPlain(v: unknown): JsonValue {
   throw new TypeError(`not JSON: ${typeof v}`);
 }
 
+/** True when a value holds a JsonNumber anywhere (only then does it differ from its plain form). */
+function hasJsonNumber(v: JsonValue, depth: number): boolean {
+  if (v instanceof JsonNumber) return true;
+  // Past any depth the parser admits: let toPlain copy it rather than recurse further here.
+  if (depth > 300) return true;
+  if (Array.isArray(v)) {
+    for (let k = 0; k < v.length; k++) if (hasJsonNumber(v[k]!, depth + 1)) return true;
+    return false;
+  }
+  if (isObject(v)) {
+    for (const k in v) if (hasJsonNumber(v[k]!, depth + 1)) return true;
+  }
+  return false;
+}
+
+/**
+ * The plain JS form of a value for read-only use: the value itself when it holds no JsonNumber
+ * (parsed objects, arrays and strings already are plain JS), else a copy made by toPlain. Saves
+ * a deep copy per tool call; callers must not modify the result.
+ */
+export function asPlain(v: JsonValue): unknown {
+  return hasJsonNumber(v, 0) ? toPlain(v) : v;
+}
+
 /** Converts the gate's JSON model to plain JS values (JsonNumber → its double). */
 export function toPlain(v: JsonValue): unknown {
   if (v instanceof JsonNumber) return v.value;

@@ -13,7 +13,7 @@ import {
   type CompiledToolArgs,
   type ToolArgsSpec,
 } from './args.js';
-import { isObject, JsonNumber, toPlain, type JsonObject, type JsonValue } from './json.js';
+import { asPlain, isObject, JsonNumber, type JsonObject, type JsonValue } from './json.js';
 import { normalizeToolName, otherSpellingOf } from './names.js';
 
 /** The gate's extension of the config's `tools` section (all optional in YAML). */
@@ -111,11 +111,12 @@ export function compileGatePolicy(tools: ToolsGatePolicy, failMode: FailMode, en
   };
   const compiled = engine.compilePolicy(input) as never;
   return {
-    // The engine inspects plain values: floats and big integers are handed over as doubles.
+    // The engine inspects plain values: floats and big integers are handed over as doubles (the
+    // engine only reads its subject, so inputs without either are handed over as they are).
     decideTool: (name, inputs) =>
       engine.decide(
         'tools',
-        { name, inputs: inputs === undefined ? undefined : toPlain(inputs as JsonValue) },
+        { name, inputs: inputs === undefined ? undefined : asPlain(inputs as JsonValue) },
         compiled,
       ),
     args,
