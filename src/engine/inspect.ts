@@ -495,6 +495,8 @@ interface KeyInfo {
   /** The masked key as a path step: `.name` or `["odd key"]`. */
   step: string;
   identifier: boolean;
+  /** SENSITIVE_KEY matches the key. */
+  sensitive: boolean;
 }
 
 /**
@@ -515,7 +517,7 @@ function keyInfo(key: string): KeyInfo {
     spans.filter((sp) => sp.category !== 'priv_esc'),
   );
   const identifier = /^[A-Za-z_$][\w$]*$/.test(k);
-  info = { spans, step: identifier ? k : `[${JSON.stringify(k)}]`, identifier };
+  info = { spans, step: identifier ? k : `[${JSON.stringify(k)}]`, identifier, sensitive: SENSITIVE_KEY.test(key) };
   if (key.length <= KEY_CACHE_MAX_LEN) {
     if (KEY_CACHE.size >= KEY_CACHE_MAX) KEY_CACHE.clear();
     KEY_CACHE.set(key, info);
@@ -615,7 +617,7 @@ export function inspectInputs(
         const path = childPath(at, info);
         reportSpans(info.spans, path);
         const scalar = typeof child === 'string' || typeof child === 'number' || typeof child === 'bigint';
-        if (SENSITIVE_KEY.test(k) && scalar && actions.secrets !== 'allow') {
+        if (info.sensitive && scalar && actions.secrets !== 'allow') {
           const value = String(child).trim();
           if (value.length >= 4 && !PLACEHOLDER.test(value))
             report('credential_field', 'secrets', path, maskValue(value));

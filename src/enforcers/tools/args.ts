@@ -149,21 +149,24 @@ export function compileToolArgs(spec: ToolArgsSpec, where = 'args'): CompiledToo
   };
 }
 
-/** Matches glob segments (`*` one, `**` any number) against a concrete path, exactly. */
-function segsMatch(pat: string[], pi: number, path: string[], ti: number): boolean {
-  if (pi === pat.length) return ti === path.length;
+/**
+ * Matches glob segments (`*` one, `**` any number) against a concrete path, exactly; `len` cuts
+ * the path to its first `len` segments (a prefix, without copying it).
+ */
+function segsMatch(pat: string[], pi: number, path: string[], ti: number, len = path.length): boolean {
+  if (pi === pat.length) return ti === len;
   const p = pat[pi]!;
   if (p === '**') {
-    for (let k = ti; k <= path.length; k++) if (segsMatch(pat, pi + 1, path, k)) return true;
+    for (let k = ti; k <= len; k++) if (segsMatch(pat, pi + 1, path, k, len)) return true;
     return false;
   }
-  if (ti === path.length) return false;
-  return (p === '*' || p === path[ti]) && segsMatch(pat, pi + 1, path, ti + 1);
+  if (ti === len) return false;
+  return (p === '*' || p === path[ti]) && segsMatch(pat, pi + 1, path, ti + 1, len);
 }
 
 /** True when the pattern matches the path or any prefix of it (a deny rule covers everything below). */
 function segsMatchPrefix(pat: string[], path: string[]): boolean {
-  for (let k = 0; k <= path.length; k++) if (segsMatch(pat, 0, path.slice(0, k), 0)) return true;
+  for (let k = 0; k <= path.length; k++) if (segsMatch(pat, 0, path, 0, k)) return true;
   return false;
 }
 
