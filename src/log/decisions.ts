@@ -33,6 +33,8 @@ export interface DecisionLog {
 }
 
 const B32 = 'abcdefghijklmnopqrstuvwxyz234567';
+const B32_CODES = Uint8Array.from(B32, (ch) => ch.charCodeAt(0));
+const REF_CODES = new Uint8Array(8);
 
 /** 8 base32 characters from 40 random bits: short enough to read out, unique enough per log. */
 // Random bytes are drawn 4 KiB at a time: one getrandom per line cost more than the rest of a decision.
@@ -48,13 +50,14 @@ export function newRef(): string {
   let hi = pool[poolAt]!;
   let lo = ((pool[poolAt + 1]! << 24) | (pool[poolAt + 2]! << 16) | (pool[poolAt + 3]! << 8) | pool[poolAt + 4]!) >>> 0;
   poolAt += 5;
-  let s = '';
-  for (let i = 0; i < 8; i++) {
-    s = B32[lo & 31]! + s;
+  // Built from 8 character codes at once (a string concatenation per character showed in profiles).
+  const c = REF_CODES;
+  for (let i = 7; i >= 0; i--) {
+    c[i] = B32_CODES[lo & 31]!;
     lo = ((lo >>> 5) | ((hi & 31) << 27)) >>> 0;
     hi >>>= 5;
   }
-  return s;
+  return String.fromCharCode(c[0]!, c[1]!, c[2]!, c[3]!, c[4]!, c[5]!, c[6]!, c[7]!);
 }
 
 /** Masks secrets and PII in a tool subject's inputs; other subjects are written as they are. */
