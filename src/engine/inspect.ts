@@ -30,6 +30,8 @@ interface Detector {
   id: string;
   category: InspectCategory;
   find(text: string, out: Span[]): void;
+  /** Trigger bits (see TRIGGERS), set once at load. */
+  need?: number;
 }
 
 /**
@@ -441,9 +443,79 @@ const MAX_FINDINGS = 64;
 const SENSITIVE_KEY =
   /^(?:.*[_.-])?(?:password|passwd|passphrase|pwd|secret|client[_-]?secret|token|access[_-]?token|refresh[_-]?token|auth[_-]?token|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key|credentials?|authorization|cookie)$/i;
 
+/**
+ * One character every match of a detector contains (any one of the listed characters): a single
+ * pass over a string tells which of these it holds, and a detector none of whose characters occur
+ * is not run at all (its pre-filter and regex would find nothing). The characters are picked from
+ * the literal each pattern requires (`-----BEGIN` → G, `eyJ` → J, `xox` → x, `sudo` → u, ...).
+ */
+const TRIGGERS: Readonly<Record<string, string>> = {
+  private_key: 'G',
+  aws_access_key: 'A',
+  github_token: '_',
+  gitlab_token: '-',
+  slack_token: 'x',
+  slack_webhook: ':',
+  stripe_key: '_',
+  anthropic_key: '-',
+  openai_key: '-',
+  google_api_key: 'A',
+  npm_token: '_',
+  huggingface_token: '_',
+  sendgrid_key: 'G',
+  jwt: 'J',
+  bearer_token: 'B',
+  basic_auth: 'B',
+  url_credentials: '@',
+  credential_assignment: '=:',
+  email: '@',
+  credit_card: '0123456789',
+  phone: '+',
+  us_ssn: '-',
+  sudo: 'u',
+  pkexec: 'k',
+  doas: 'o',
+  su_root: 'u',
+  setuid_chmod: 'h',
+  setuid_call: '(',
+  rm_rf_root: 'm',
+};
+
+/** Bit per trigger character (ASCII only: every trigger is ASCII). */
+const CHAR_BITS = new Uint32Array(128);
+{
+  let next = 0;
+  for (const chars of Object.values(TRIGGERS))
+    for (const ch of chars) {
+      const c = ch.charCodeAt(0);
+      if (CHAR_BITS[c] === 0) CHAR_BITS[c] = 1 << next++;
+    }
+}
+// The trigger bits of each detector; all bits (always run) for a detector without triggers.
+for (const d of DETECTORS) {
+  const t = TRIGGERS[d.id];
+  let bits = t === undefined ? ~0 : 0;
+  if (t !== undefined) for (const ch of t) bits |= CHAR_BITS[ch.charCodeAt(0)]!;
+  d.need = bits;
+}
+
+/** Which trigger characters occur in the text (one pass). */
+function triggerBits(text: string): number {
+  let bits = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 128) bits |= CHAR_BITS[c]!;
+  }
+  return bits;
+}
+
 function spansOf(text: string, detectors: readonly Detector[]): Span[] {
   const out: Span[] = [];
-  for (const d of detectors) d.find(text, out);
+  const bits = triggerBits(text);
+  for (let i = 0; i < detectors.length; i++) {
+    const d = detectors[i]!;
+    if ((d.need! & bits) !== 0) d.find(text, out);
+  }
   return out;
 }
 
