@@ -1,0 +1,169 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { Command, InvalidArgumentError } from 'commander';
+import { createAuditLog } from '../enforcers/terminal/audit.js';
+import { localDeciderFactory } from '../enforcers/terminal/commands-decide.js';
+import { explainCommand } from '../enforcers/terminal/explain.js';
+import { isInside, openJail, realLocation } from '../enforcers/terminal/jail.js';
+import { loadTerminalPolicy, PolicyError } from '../enforcers/terminal/policy-file.js';
+import { redactSecrets } from '../enforcers/terminal/redact.js';
+import { DEFAULT_PATH } from '../enforcers/terminal/resolve.js';
+import { runCommand } from '../enforcers/terminal/run.js';
+import { createTerminalServer } from '../enforcers/terminal/server.js';
+import {
+  DEFAULT_SERVICE_SOCKET,
+  fetchServicePolicy,
+  servicePolicySource,
+} from '../enforcers/terminal/service-client.js';
+import type { DecisionSink, PolicySource, TerminalPolicy } from '../enforcers/terminal/types.js';
+
+interface TerminalOptions {
+  policy?: string;
+  jail: string;
+  socket: string;
+  audit?: string;
+  auditFailOpen?: boolean;
+  decisionLog?: string;
+  timeout: number;
+  maxOutputBytes: number;
+  path: string;
+}
+
+function positiveInt(v: string): number {
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive integer');
+  return n;
+}
+
+function defaultAuditPath(): string {
+  return process.getuid?.() === 0
+    ? '/var/log/leash/terminal-audit.jsonl'
+    : path.join(os.homedir(), '.local', 'state', 'leash', 'terminal-audit.jsonl');
+}
+
+/**
+ * Interim decision-log writer (JSON lines {ts, ref, uid, surface, action, reason, subject, rule}),
+ * until src/log/decisions.ts (branch cli) is merged and replaces it.
+ */
+function fileDecisionSink(file: string): DecisionSink {
+  return {
+    write(rec) {
+      const ref = randomBytes(4).toString('hex');
+      fs.appendFileSync(file, JSON.stringify({ ts: new Date().toISOString(), ref, ...rec }) + '\n', { mode: 0o600 });
+      return ref;
+    },
+  };
+}
+
+function refuseInsideJail(jail: string, file: string, what: string): void {
+  if (isInside(jail, realLocation(file))) {
+    throw new Error(`${what} ${file} lies inside the jail root: jailed commands could rewrite it`);
+  }
+}
+
+async function startTerminal(o: TerminalOptions): Promise<void> {
+  const warn = (msg: string): void => void process.stderr.write(`leash terminal: ${msg}\n`);
+  const jail = openJail(o.jail);
+
+  let policySource: PolicySource;
+  let fileDecisions: string | undefined;
+  if (o.policy) {
+    const policy: TerminalPolicy = loadTerminalPolicy(o.policy);
+    const raw = (await import('yaml')).parse(fs.readFileSync(o.policy, 'utf8')) as {
+      logging?: { decisions?: unknown };
+    };
+    if (typeof raw?.logging?.decisions === 'string' && raw.logging.decisions.startsWith('/')) {
+      fileDecisions = raw.logging.decisions;
+    }
+    policySource = async () => policy;
+  } else {
+    // Fail loudly at start when the service cannot be asked; later failures deny (no_policy).
+    await fetchServicePolicy(o.socket);
+    policySource = servicePolicySource(o.socket, warn);
+  }
+
+  const auditFile = o.audit ?? defaultAuditPath();
+  refuseInsideJail(jail, auditFile, 'audit log');
+  if (!o.audit) fs.mkdirSync(path.dirname(auditFile), { recursive: true, mode: 0o700 });
+  try {
+    fs.closeSync(fs.openSync(auditFile, 'a', 0o600));
+  } catch (e) {
+    if (!o.auditFailOpen)
+      throw new Error(`audit log ${auditFile} cannot be opened: ${(e as NodeJS.ErrnoException).code}`);
+    warn(`audit log ${auditFile} cannot be opened; running anyway (--audit-fail-open)`);
+  }
+
+  const decisionFile = o.decisionLog ?? fileDecisions;
+  let decisions: DecisionSink | null = null;
+  if (decisionFile === 'stdout') throw new Error('the decision log cannot be stdout: stdout carries the MCP protocol');
+  if (decisionFile) {
+    refuseInsideJail(jail, decisionFile, 'decision log');
+    decisions = fileDecisionSink(decisionFile);
+  } else {
+    warn('no decision log configured (--decision-log FILE or logging.decisions in the policy)');
+  }
+
+  const deps = {
+    policy: policySource,
+    decider: localDeciderFactory,
+    jail,
+    searchPath: o.path,
+    lang: process.env.LANG && /^[A-Za-z0-9_.@-]+$/.test(process.env.LANG) ? process.env.LANG : 'C.UTF-8',
+    timeoutMs: o.timeout,
+    maxOutputBytes: o.maxOutputBytes,
+    redact: redactSecrets,
+    audit: createAuditLog(auditFile),
+    auditFailOpen: !!o.auditFailOpen,
+    decisions,
+    uid: process.getuid?.() ?? -1,
+    warn,
+  };
+  // Test seam for the INTERNAL_ERROR path: proves an unexpected throw reaches the client as a
+  // generic envelope with no stack. Not a policy switch: it can only make calls fail.
+  const fault = process.env.LEASH_TERMINAL_TEST_FAULT === 'run';
+  const server = createTerminalServer({
+    input: process.stdin,
+    output: process.stdout,
+    warn,
+    handlers: {
+      run: (command, cwd) => {
+        if (fault) throw new Error(`injected fault at ${new Error().stack ?? ''}`);
+        return runCommand(command, cwd, deps);
+      },
+      explain: (command) => explainCommand(command, deps),
+    },
+  });
+  warn(`serving on stdio; jail ${jail}; policy ${o.policy ?? `from ${o.socket}`}; audit ${auditFile}`);
+  await server.done;
+}
+
+/** `leash terminal`: an MCP server on stdio that runs allowlisted commands (docs/terminal.md). */
+export function registerTerminal(program: Command): void {
+  program
+    .command('terminal')
+    .description('MCP server (stdio) that runs allowlisted commands, judged by the commands surface')
+    .requiredOption('--jail <dir>', 'jail root: every cwd must resolve inside it (required)')
+    .option('--policy <file>', 'policy file (Leash config/profile format); default: ask the running service')
+    .option('--socket <path>', 'service socket asked for the policy when --policy is absent', DEFAULT_SERVICE_SOCKET)
+    .option('--audit <file>', 'append-only audit trail (must be outside the jail)')
+    .option('--audit-fail-open', 'run commands even when the attempt record cannot be written')
+    .option('--decision-log <file>', 'Leash decision log file (default: logging.decisions of the policy file)')
+    .option('--timeout <ms>', 'wall-clock limit per command', positiveInt, 10_000)
+    .option('--max-output-bytes <n>', 'cap on each of stdout and stderr', positiveInt, 64 * 1024)
+    .option('--path <PATH>', 'PATH for resolving and running commands', DEFAULT_PATH)
+    .action(async (o: TerminalOptions) => {
+      try {
+        await startTerminal(o);
+        process.exit(0);
+      } catch (e) {
+        if (e instanceof PolicyError) {
+          for (const p of e.problems) process.stderr.write(`${p}\n`);
+          process.exit(e.kind === 'missing' ? 2 : 1);
+        }
+        process.stderr.write(`leash terminal: ${(e as Error).message}\n`);
+        process.exit(1);
+      }
+    });
+}
