@@ -57,8 +57,11 @@ export function finishOutput(c: Collected, cap: number, redact: Redactor): { tex
   const redacted = Buffer.from(redact(Buffer.concat(c.chunks).toString('utf8')), 'utf8');
   if (redacted.length <= cap && c.total === c.kept) return { text: redacted.toString('utf8'), truncated: false };
   let text = cutUtf8(redacted, cap).toString('utf8');
-  const open = text.lastIndexOf('[REDACTED:');
-  if (open >= 0 && !text.slice(open).includes(']')) text = text.slice(0, open);
+  const open = text.lastIndexOf('[');
+  const tail = open >= 0 ? text.slice(open) : '';
+  if (!tail.includes(']') && (tail.startsWith('[REDACTED:') || (tail.length > 0 && '[REDACTED:'.startsWith(tail)))) {
+    text = text.slice(0, open);
+  }
   return { text: text + TRUNCATION_MARKER(cap), truncated: true };
 }
 

@@ -11,6 +11,8 @@ interface Pattern {
   group: number;
 }
 
+// Distinctive prefixes are matched without word boundaries: output often glues a secret to
+// neighbouring text (a cap cut, a log prefix), and over-redacting is the safe direction.
 const PATTERNS: Pattern[] = [
   // A private key block, also when the output was cut before its END line.
   {
@@ -18,14 +20,14 @@ const PATTERNS: Pattern[] = [
     re: /-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|$)/g,
     group: 0,
   },
-  { kind: 'aws_access_key', re: /\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b/g, group: 0 },
-  { kind: 'github_token', re: /\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b/g, group: 0 },
-  { kind: 'github_token', re: /\bgithub_pat_[A-Za-z0-9_]{22,255}\b/g, group: 0 },
-  { kind: 'gitlab_token', re: /\bglpat-[A-Za-z0-9_-]{20,}\b/g, group: 0 },
+  { kind: 'aws_access_key', re: /(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}/g, group: 0 },
+  { kind: 'github_token', re: /(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}/g, group: 0 },
+  { kind: 'github_token', re: /github_pat_[A-Za-z0-9_]{22,255}/g, group: 0 },
+  { kind: 'gitlab_token', re: /glpat-[A-Za-z0-9_-]{20,}/g, group: 0 },
   { kind: 'slack_token', re: /\bxox[abposr]-[A-Za-z0-9-]{10,}\b/g, group: 0 },
   { kind: 'stripe_key', re: /\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}\b/g, group: 0 },
   { kind: 'openai_key', re: /\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}\b/g, group: 0 },
-  { kind: 'google_api_key', re: /\bAIza[0-9A-Za-z_-]{35}\b/g, group: 0 },
+  { kind: 'google_api_key', re: /AIza[0-9A-Za-z_-]{35}/g, group: 0 },
   { kind: 'jwt', re: /\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}/g, group: 0 },
   { kind: 'bearer_token', re: /\b[Bb]earer[ \t]+([A-Za-z0-9._~+/-]{16,}=*)/g, group: 1 },
   { kind: 'url_password', re: /\b[a-zA-Z][a-zA-Z0-9+.-]*:\/\/[^\s:/@]+:([^\s@/]+)@/g, group: 1 },
