@@ -121,3 +121,23 @@ export function writeScript(file: string, body: string): string {
   fs.writeFileSync(file, `#!/bin/sh\n${body}\n`, { mode: 0o755 });
   return file;
 }
+
+/**
+ * Teardown for tests that start background processes: kills, by PID, every process whose cwd lies
+ * in this test's own mkdtemp jail (only this test's commands run there), so a failing test leaves
+ * nothing running.
+ */
+export function killLeftovers(jail: string): void {
+  onTestFinished(() => {
+    for (const entry of fs.readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      try {
+        const cwd = fs.readlinkSync(`/proc/${entry}/cwd`);
+        if (cwd === jail || cwd.startsWith(jail + '/') || cwd === `${jail} (deleted)`)
+          process.kill(Number(entry), 'SIGKILL');
+      } catch {
+        // gone, or not ours to read
+      }
+    }
+  });
+}
