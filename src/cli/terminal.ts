@@ -1,10 +1,11 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { Command, InvalidArgumentError } from 'commander';
+import { LeashError } from '../errors.js';
+import { createDecisionLog } from '../log/decisions.js';
 import { createAuditLog } from '../enforcers/terminal/audit.js';
-import { localDeciderFactory } from '../enforcers/terminal/commands-decide.js';
+import { engineDeciderFactory } from '../enforcers/terminal/decider.js';
 import { explainCommand } from '../enforcers/terminal/explain.js';
 import { isInside, openJail, realLocation } from '../enforcers/terminal/jail.js';
 import { loadTerminalPolicy, PolicyError } from '../enforcers/terminal/policy-file.js';
@@ -43,34 +44,48 @@ function defaultAuditPath(): string {
     : path.join(os.homedir(), '.local', 'state', 'leash', 'terminal-audit.jsonl');
 }
 
-/**
- * Interim decision-log writer (JSON lines {ts, ref, uid, surface, action, reason, subject, rule}),
- * until src/log/decisions.ts (branch cli) is merged and replaces it.
- */
-function fileDecisionSink(file: string): DecisionSink {
-  return {
-    write(rec) {
-      const ref = randomBytes(4).toString('hex');
-      fs.appendFileSync(file, JSON.stringify({ ts: new Date().toISOString(), ref, ...rec }) + '\n', { mode: 0o600 });
-      return ref;
-    },
-  };
-}
-
 function refuseInsideJail(jail: string, file: string, what: string): void {
   if (isInside(jail, realLocation(file))) {
-    throw new Error(`${what} ${file} lies inside the jail root: jailed commands could rewrite it`);
+    throw new LeashError(
+      'terminal_log_in_jail',
+      `${what} ${file} lies inside the jail root: jailed commands could rewrite it`,
+      {
+        file,
+      },
+    );
+  }
+}
+
+function policyFrom(file: string): TerminalPolicy {
+  try {
+    return loadTerminalPolicy(file);
+  } catch (e) {
+    if (!(e instanceof PolicyError)) throw e;
+    const issues = e.problems.map((p) => {
+      const at = p.indexOf(': ');
+      return at < 0 ? { path: '(root)', message: p } : { path: p.slice(0, at), message: p.slice(at + 2) };
+    });
+    throw new LeashError(
+      e.kind === 'missing' ? 'config_missing' : 'config_invalid',
+      `terminal policy ${file} ${e.kind === 'missing' ? 'cannot be read' : 'is invalid'}`,
+      { issues },
+    );
   }
 }
 
 async function startTerminal(o: TerminalOptions): Promise<void> {
   const warn = (msg: string): void => void process.stderr.write(`leash terminal: ${msg}\n`);
-  const jail = openJail(o.jail);
+  let jail: string;
+  try {
+    jail = openJail(o.jail);
+  } catch (e) {
+    throw new LeashError('terminal_jail_invalid', (e as Error).message, { jail: o.jail });
+  }
 
   let policySource: PolicySource;
   let fileDecisions: string | undefined;
   if (o.policy) {
-    const policy: TerminalPolicy = loadTerminalPolicy(o.policy);
+    const policy = policyFrom(o.policy);
     const raw = (await import('yaml')).parse(fs.readFileSync(o.policy, 'utf8')) as {
       logging?: { decisions?: unknown };
     };
@@ -80,7 +95,11 @@ async function startTerminal(o: TerminalOptions): Promise<void> {
     policySource = async () => policy;
   } else {
     // Fail loudly at start when the service cannot be asked; later failures deny (no_policy).
-    await fetchServicePolicy(o.socket);
+    try {
+      await fetchServicePolicy(o.socket);
+    } catch (e) {
+      throw new LeashError('terminal_service_unavailable', (e as Error).message, { socket: o.socket });
+    }
     policySource = servicePolicySource(o.socket, warn);
   }
 
@@ -97,17 +116,22 @@ async function startTerminal(o: TerminalOptions): Promise<void> {
 
   const decisionFile = o.decisionLog ?? fileDecisions;
   let decisions: DecisionSink | null = null;
-  if (decisionFile === 'stdout') throw new Error('the decision log cannot be stdout: stdout carries the MCP protocol');
+  if (decisionFile === 'stdout' || (decisionFile && !path.isAbsolute(decisionFile))) {
+    throw new LeashError(
+      'terminal_log_in_jail',
+      'the decision log must be an absolute file path (stdout carries the MCP protocol)',
+    );
+  }
   if (decisionFile) {
     refuseInsideJail(jail, decisionFile, 'decision log');
-    decisions = fileDecisionSink(decisionFile);
+    decisions = createDecisionLog({ sink: decisionFile });
   } else {
     warn('no decision log configured (--decision-log FILE or logging.decisions in the policy)');
   }
 
   const deps = {
     policy: policySource,
-    decider: localDeciderFactory,
+    decider: engineDeciderFactory(),
     jail,
     searchPath: o.path,
     lang: process.env.LANG && /^[A-Za-z0-9_.@-]+$/.test(process.env.LANG) ? process.env.LANG : 'C.UTF-8',
@@ -154,16 +178,9 @@ export function registerTerminal(program: Command): void {
     .option('--max-output-bytes <n>', 'cap on each of stdout and stderr', positiveInt, 64 * 1024)
     .option('--path <PATH>', 'PATH for resolving and running commands', DEFAULT_PATH)
     .action(async (o: TerminalOptions) => {
-      try {
-        await startTerminal(o);
-        process.exit(0);
-      } catch (e) {
-        if (e instanceof PolicyError) {
-          for (const p of e.problems) process.stderr.write(`${p}\n`);
-          process.exit(e.kind === 'missing' ? 2 : 1);
-        }
-        process.stderr.write(`leash terminal: ${(e as Error).message}\n`);
-        process.exit(1);
-      }
+      // Refusals throw LeashError: main.ts prints `leash: …` lines and exits with the catalogue's code.
+      await startTerminal(o);
+      // Input ended and every answer is written: leave now rather than wait on stray handles.
+      process.exit(0);
     });
 }

@@ -102,3 +102,42 @@ export interface InspectFinding {
   masked: string;
   action: InspectAction;
 }
+
+/**
+ * Why an entry can never match (see docs/policy.md, "Entries that can never match").
+ * Stable snake_case codes; the message is for humans and may change.
+ */
+export type EntryProblemCode =
+  | 'not_a_string'
+  | 'empty'
+  | 'whitespace'
+  | 'non_ascii'
+  | 'url'
+  | 'host_path'
+  | 'userinfo'
+  | 'wildcard'
+  | 'leading_dot'
+  | 'bad_domain'
+  | 'bad_port'
+  | 'bad_ip'
+  | 'bad_cidr'
+  | 'relative_path'
+  | 'home_path'
+  | 'bad_glob'
+  | 'arguments'
+  | 'glob_not_supported'
+  | 'bad_name';
+
+export interface EntryProblem {
+  code: EntryProblemCode;
+  message: string;
+}
+
+/** One inert entry found in a policy or fragment. An inert deny is critical (it blocks nothing). */
+export interface InertEntry {
+  surface: Surface;
+  list: 'allow' | 'deny';
+  entry: unknown;
+  problem: EntryProblem;
+  severity: 'critical' | 'warning';
+}

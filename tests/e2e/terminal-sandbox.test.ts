@@ -212,7 +212,7 @@ describe('leash terminal: start-up refusals', () => {
     const lab = makeLab();
     lab.writePolicy(policy);
     const r = run(['--policy', lab.policyFile, '--jail', path.join(lab.base, 'nope'), '--audit', lab.audit]);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(2);
     expect(r.stderr).toMatch(/does not exist/);
   });
 
@@ -222,7 +222,7 @@ describe('leash terminal: start-up refusals', () => {
     fs.symlinkSync(lab.jail, path.join(lab.base, 'looks-outside'));
     for (const audit of [path.join(lab.jail, 'audit.jsonl'), path.join(lab.base, 'looks-outside', 'a.jsonl')]) {
       const r = run(['--policy', lab.policyFile, '--jail', lab.jail, '--audit', audit]);
-      expect(r.status).toBe(1);
+      expect(r.status).toBe(2);
       expect(r.stderr).toMatch(/inside the jail root/);
     }
   });
@@ -231,23 +231,25 @@ describe('leash terminal: start-up refusals', () => {
     const lab = makeLab();
     lab.writePolicy(policy);
     const r = run(['--policy', lab.policyFile, '--jail', lab.jail, '--audit', lab.audit, '--decision-log', 'stdout']);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(2);
+    expect(r.stdout).toBe('');
   });
 
-  it('tells a missing policy (exit 2) from an invalid one (exit 1, path: message)', () => {
+  it('tells a missing policy (config_missing) from an invalid one (config_invalid, path: message)', () => {
     const lab = makeLab();
     const missing = run(['--policy', path.join(lab.base, 'none.yaml'), '--jail', lab.jail, '--audit', lab.audit]);
     expect(missing.status).toBe(2);
+    expect(missing.stderr).toMatch(/cannot be read/);
     lab.writePolicy({ mode: 'whitelist', alow: ['ls'] });
     const invalid = run(['--policy', lab.policyFile, '--jail', lab.jail, '--audit', lab.audit]);
-    expect(invalid.status).toBe(1);
-    expect(invalid.stderr).toMatch(/^commands\.alow: unknown key$/m);
+    expect(invalid.status).toBe(2);
+    expect(invalid.stderr).toMatch(/^ {2}commands\.alow: unknown key$/m);
   });
 
   it('refuses to start without --policy when the service cannot be asked', () => {
     const lab = makeLab();
     const r = run(['--jail', lab.jail, '--audit', lab.audit, '--socket', path.join(lab.base, 'absent.sock')]);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(3);
     expect(r.stderr).toMatch(/policy service/);
   });
 });

@@ -3,8 +3,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { localDeciderFactory } from '../../src/enforcers/terminal/commands-decide.js';
+import { engineDeciderFactory } from '../../src/enforcers/terminal/decider.js';
 import type { TerminalPolicy } from '../../src/enforcers/terminal/types.js';
+
+const localDeciderFactory = engineDeciderFactory();
 
 const loaded = vi.hoisted(() => ({ executor: false, spawns: 0 }));
 

@@ -1,10 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { localDeciderFactory } from '../../src/enforcers/terminal/commands-decide.js';
+import { engineDeciderFactory } from '../../src/enforcers/terminal/decider.js';
 import { commandEntryMatches, matchDenyArgs } from '../../src/enforcers/terminal/match.js';
 import { judge } from '../../src/enforcers/terminal/policy.js';
 import type { ResolvedBinary } from '../../src/enforcers/terminal/resolve.js';
 import type { CommandDecider, TerminalPolicy } from '../../src/enforcers/terminal/types.js';
 import type { Verdict } from '../../src/engine/types.js';
+
+const localDeciderFactory = engineDeciderFactory();
 
 const policy = (c: Partial<TerminalPolicy['commands']>): TerminalPolicy => ({
   fail_mode: 'closed',

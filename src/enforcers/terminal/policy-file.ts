@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import { parse as parseYaml } from 'yaml';
+import { commandEntryProblem } from '../../engine/index.js';
 import type { TerminalPolicy } from './types.js';
 
 /** A policy that failed validation; `problems` are `path: message` lines. */
@@ -14,11 +15,13 @@ export class PolicyError extends Error {
 
 const COMMANDS_KEYS = new Set(['mode', 'allow', 'deny', 'args']);
 
+/**
+ * The engine's command entry grammar. An entry that can never match is refused here rather than
+ * reported: the terminal's own policy file has no other reader to warn, and an inert deny blocks
+ * nothing.
+ */
 function entryProblem(entry: string): string | null {
-  if (entry.length === 0) return 'empty entry';
-  if (/\s/.test(entry)) return 'an entry is one command name or one absolute path (no whitespace)';
-  if (entry.includes('/') && !entry.startsWith('/')) return 'a path entry must be absolute';
-  return null;
+  return commandEntryProblem(entry)?.message ?? null;
 }
 
 function stringList(v: unknown, at: string, problems: string[], check = true): string[] {

@@ -1,0 +1,120 @@
+import { isIP } from 'node:net';
+import type { Command } from 'commander';
+import { loadConfig } from '../config/load.js';
+import type { Config } from '../config/types.js';
+import { EXIT, LeashError } from '../errors.js';
+import type { NetworkSubject, PolicyInput, Surface, SubjectOf } from '../engine/types.js';
+import { compilePolicy, decide } from '../policy-engine.js';
+import { configPath, parseSurface, print, printJson } from './context.js';
+
+/** The engine's view of a config: the four surface policies and fail_mode, nothing else. */
+export function toPolicyInput(c: Config): PolicyInput {
+  const sp = (s: { mode: Config['network']['mode']; allow: string[]; deny: string[] }) => ({
+    mode: s.mode,
+    allow: [...s.allow],
+    deny: [...s.deny],
+  });
+  return {
+    fail_mode: c.fail_mode,
+    network: sp(c.network),
+    filesystem: sp(c.filesystem),
+    commands: sp(c.commands),
+    tools: { ...sp(c.tools), inspect: { ...c.tools.inspect } },
+  };
+}
+
+function bad(message: string, subject: string): LeashError {
+  return new LeashError('subject_invalid', message, { subject });
+}
+
+/** `host:port`, `a.b.c.d:port` or `[v6]:port` -> a network subject. */
+export function parseNetworkSubject(s: string, ip?: string): NetworkSubject {
+  let host: string;
+  let portText: string;
+  const v6 = /^\[([^\]]+)\]:(.*)$/.exec(s);
+  if (v6) {
+    host = v6[1]!;
+    portText = v6[2]!;
+    if (isIP(host) !== 6) throw bad(`${host} in brackets is not an IPv6 address`, s);
+  } else {
+    if (isIP(s) === 6) throw bad(`IPv6 needs brackets and a port: [${s}]:443`, s);
+    const i = s.lastIndexOf(':');
+    if (i < 0) throw bad(`network subject needs a port: ${s}:443`, s);
+    host = s.slice(0, i);
+    portText = s.slice(i + 1);
+    if (host.includes(':')) throw bad(`IPv6 needs brackets: [address]:port`, s);
+  }
+  if (!/^\d{1,5}$/.test(portText) || Number(portText) < 1 || Number(portText) > 65535) {
+    throw bad(`port must be 1-65535, not "${portText}"`, s);
+  }
+  const port = Number(portText);
+  if (host === '') throw bad('host is empty', s);
+  if (ip !== undefined && isIP(ip) === 0) throw bad(`--ip ${ip} is not an IP address`, ip);
+  if (isIP(host)) return { domain: null, ip: host, port };
+  if (!/^[A-Za-z0-9.*_-]+$/.test(host)) throw bad(`"${host}" is not a host name or IP address`, s);
+  return { domain: host, ip: ip ?? null, port };
+}
+
+export function parseSubject(surface: Surface, s: string, opts: { ip?: string; inputs?: string }): SubjectOf[Surface] {
+  switch (surface) {
+    case 'network':
+      return parseNetworkSubject(s, opts.ip);
+    case 'filesystem':
+      if (!s.startsWith('/')) throw bad('a filesystem subject is an absolute path', s);
+      return { path: s };
+    case 'commands':
+      if (s === '') throw bad('a command subject is a binary name or path', s);
+      return { binary: s };
+    case 'tools': {
+      let inputs: unknown = undefined;
+      if (opts.inputs !== undefined) {
+        try {
+          inputs = JSON.parse(opts.inputs);
+        } catch {
+          throw bad('--inputs is not valid JSON', opts.inputs);
+        }
+      }
+      if (s === '') throw bad('a tool subject is a tool name', s);
+      return inputs === undefined ? { name: s } : { name: s, inputs };
+    }
+  }
+}
+
+export function register(program: Command): void {
+  program
+    .command('check <surface> <subject>')
+    .description(
+      'dry-run a decision against the config (network: host:port, ip:port or [v6]:port); exit 0 allow, 1 block',
+    )
+    .option('--ip <address>', 'network: the address the domain resolved to (judged too)')
+    .option('--inputs <json>', 'tools: the tool call inputs as JSON (inspected)')
+    .option('--json', 'print the verdict as JSON')
+    .action(
+      (
+        surfaceArg: string,
+        subjectArg: string,
+        opts: { json?: boolean; ip?: string; inputs?: string },
+        cmd: Command,
+      ) => {
+        const surface = parseSurface(surfaceArg);
+        const subject = parseSubject(surface, subjectArg, opts);
+        const { config } = loadConfig(configPath(cmd));
+        const verdict = decide(surface, subject as never, compilePolicy(toPolicyInput(config)));
+        const enforced =
+          surface === 'commands'
+            ? config.enforcers.filesystem
+            : config.enforcers[surface as 'network' | 'filesystem' | 'tools'];
+        if (opts.json) {
+          printJson({ surface, subject, ...verdict, enforced });
+        } else {
+          const by = verdict.rule !== null ? `rule ${verdict.rule}` : `${verdict.source} default`;
+          print(
+            `${verdict.action} ${surface} ${subjectArg}: ${verdict.reason} (${by})${enforced ? '' : ' [enforcer off: not enforced]'}`,
+          );
+          for (const f of verdict.findings ?? [])
+            print(`  ${f.category} ${f.detector} at ${f.at}: ${f.masked} -> ${f.action}`);
+        }
+        process.exitCode = verdict.action === 'allow' ? EXIT.ok : EXIT.verdict;
+      },
+    );
+}

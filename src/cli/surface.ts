@@ -1,0 +1,60 @@
+import type { Command } from 'commander';
+import { addEntry, checkEntry, editConfig, setMode } from '../config/write.js';
+import { LeashError } from '../errors.js';
+import { SURFACES, type Mode, type Surface } from '../engine/types.js';
+import { configPath, formatFinding, print, printJson, SHORT, warn } from './context.js';
+
+const LIST_VERB = { allow: 'allowed', deny: 'denied' } as const;
+
+export function register(program: Command): void {
+  for (const surface of SURFACES) {
+    const group = program
+      .command(surface)
+      .alias(SHORT[surface])
+      .description(`edit the ${surface} policy (alias: ${SHORT[surface]})`);
+
+    for (const list of ['allow', 'deny'] as const) {
+      group
+        .command(`${list} <entry>`)
+        .description(`add an entry to ${surface}.${list}; an entry that can never match is refused`)
+        .option('--json', 'print the result as JSON')
+        .action(async (entry: string, opts: { json?: boolean }, cmd: Command) => {
+          const file = configPath(cmd);
+          checkEntry(surface, list, entry);
+          let added = false;
+          const { loaded } = await editConfig(file, (doc) => {
+            added = addEntry(doc, surface, list, entry);
+          });
+          const related = loaded.findings.filter((f) => f.path.startsWith(`${surface}.`));
+          if (opts.json) {
+            printJson({ surface, list, entry, added, config: file, findings: related });
+            return;
+          }
+          print(`${surface}: ${added ? LIST_VERB[list] : `already ${LIST_VERB[list]}`} ${entry}`);
+          for (const f of related) warn(formatFinding(f));
+        });
+    }
+
+    group
+      .command('mode <mode>')
+      .description(`set ${surface}.mode: whitelist (default-deny) or blacklist (default-allow)`)
+      .option('--json', 'print the result as JSON')
+      .action(async (mode: string, opts: { json?: boolean }, cmd: Command) => {
+        if (mode !== 'whitelist' && mode !== 'blacklist') {
+          throw new LeashError('mode_invalid', `mode must be whitelist or blacklist, not "${mode}"`, { mode });
+        }
+        const file = configPath(cmd);
+        let changed = false;
+        const { loaded } = await editConfig(file, (doc) => {
+          changed = setMode(doc, surface as Surface, mode as Mode);
+        });
+        const related = loaded.findings.filter((f) => f.path.startsWith(`${surface}.`));
+        if (opts.json) {
+          printJson({ surface, mode, changed, config: file, findings: related });
+          return;
+        }
+        print(`${surface}: mode ${changed ? 'set to' : 'already'} ${mode}`);
+        for (const f of related) warn(formatFinding(f));
+      });
+  }
+}

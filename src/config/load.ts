@@ -1,0 +1,315 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { isMap, isPair, isScalar, isSeq, parseDocument, type Document, type Node } from 'yaml';
+import type { z } from 'zod';
+import { FINDING_CODES, LeashError, type ConfigIssue, type FindingCode, type Severity } from '../errors.js';
+import type { Surface } from '../engine/types.js';
+import { inertEntries, type InertEntry } from '../policy-engine.js';
+import { lookupAccount, type Account } from './accounts.js';
+import { configSchema, fragmentSchema, knownKeysAt, type ConfigFragment } from './schema.js';
+import type { Config } from './types.js';
+
+export const DEFAULT_CONFIG_PATH = '/etc/leash/leash.yaml';
+
+/** Something worth telling the operator about a config that loaded. */
+export interface Finding {
+  code: FindingCode;
+  severity: Severity;
+  /** Dotted path of the field concerned, e.g. `network.deny`. */
+  path: string;
+  message: string;
+  entry?: string;
+}
+
+export interface LoadedConfig {
+  config: Config;
+  /** Every finding, critical first. */
+  findings: Finding[];
+  /** The findings of severity warning (the service logs them and starts). */
+  warnings: Finding[];
+  /** Entries that can never match (engine grammar), allow and deny lists. */
+  inert: InertEntry[];
+  /** The leashed account, resolved at load; null when unset or unknown (see findings). */
+  account: Account | null;
+  source: string;
+}
+
+export interface LoadOptions {
+  /** Account lookup (tests inject one); default: getent/passwd. */
+  lookup?: (name: string) => Account | null;
+}
+
+/**
+ * Reads and validates a config file. The service and `leash validate` both use this, so what
+ * validate accepts is exactly what the service will run.
+ * Throws LeashError: config_missing (no file), config_unreadable, config_syntax, config_invalid.
+ */
+export function loadConfig(file: string, opts: LoadOptions = {}): LoadedConfig {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') {
+      throw new LeashError(
+        'config_missing',
+        `config file ${file} does not exist (create it with: leash init --user NAME)`,
+        {
+          file,
+        },
+      );
+    }
+    throw new LeashError('config_unreadable', `cannot read config file ${file}: ${code ?? (e as Error).message}`, {
+      file,
+      errno: code,
+    });
+  }
+  return parseConfig(text, file, opts);
+}
+
+/** Parses config text (see loadConfig). `source` names it in messages. */
+export function parseConfig(text: string, source: string, opts: LoadOptions = {}): LoadedConfig {
+  const { raw, failModeFinding } = parseRaw(text, source, false);
+  const parsed = configSchema.safeParse(raw);
+  if (!parsed.success) throw invalid(source, zodIssues(parsed.error, false));
+  const config = parsed.data;
+  const findings: Finding[] = failModeFinding ? [failModeFinding] : [];
+  const lookup = opts.lookup ?? lookupAccount;
+  const account = config.user ? lookup(config.user) : null;
+  findings.push(...analyse(config, account));
+  const inert = inertEntries(config);
+  return finish(config, findings, inert, account, source);
+}
+
+/** Parses a policy fragment (a profile): the same checks, nothing defaulted. */
+export function parseFragment(
+  text: string,
+  source: string,
+): { fragment: ConfigFragment; findings: Finding[]; inert: InertEntry[] } {
+  const { raw, failModeFinding } = parseRaw(text, source, true);
+  const parsed = fragmentSchema.safeParse(raw);
+  if (!parsed.success) throw invalid(source, zodIssues(parsed.error, true));
+  const inert = inertEntries(parsed.data);
+  const findings: Finding[] = failModeFinding ? [failModeFinding] : [];
+  findings.push(...inertFindings(inert));
+  return { fragment: parsed.data, findings: sortFindings(findings), inert };
+}
+
+function finish(
+  config: Config,
+  findings: Finding[],
+  inert: InertEntry[],
+  account: Account | null,
+  source: string,
+): LoadedConfig {
+  findings.push(...inertFindings(inert));
+  const all = sortFindings(findings);
+  return { config, findings: all, warnings: all.filter((f) => f.severity === 'warning'), inert, account, source };
+}
+
+function sortFindings(f: Finding[]): Finding[] {
+  const rank = (s: Severity) => (s === 'critical' ? 0 : 1);
+  return [...f].sort((a, b) => rank(a.severity) - rank(b.severity));
+}
+
+function invalid(source: string, issues: ConfigIssue[]): LeashError {
+  return new LeashError('config_invalid', `config ${source} is invalid`, { file: source, issues });
+}
+
+/** YAML text -> plain object, refusing syntax errors and duplicate keys; fail_mode typo -> closed. */
+export function parseRaw(
+  text: string,
+  source: string,
+  fragment: boolean,
+): { raw: Record<string, unknown>; doc: Document; failModeFinding: Finding | null } {
+  // uniqueKeys is off so the duplicate walk below can name the key by its path rather than by offset.
+  const doc = parseDocument(text, { uniqueKeys: false, prettyErrors: true });
+  if (doc.errors.length > 0) {
+    const issues = doc.errors.map((e) => ({
+      path: e.linePos ? `line ${e.linePos[0].line}, column ${e.linePos[0].col}` : '(document)',
+      message: e.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''),
+    }));
+    throw new LeashError('config_syntax', `config ${source} is not valid YAML`, { file: source, issues });
+  }
+  const dups: ConfigIssue[] = [];
+  findDuplicates(doc.contents, [], dups);
+  if (dups.length) throw invalid(source, dups);
+
+  const js: unknown = doc.contents === null ? {} : doc.toJS();
+  if (js === null || typeof js !== 'object' || Array.isArray(js)) {
+    throw invalid(source, [{ path: '(root)', message: 'must be a mapping of sections (user, network, ...)' }]);
+  }
+  const raw = js as Record<string, unknown>;
+  let failModeFinding: Finding | null = null;
+  if (
+    'fail_mode' in raw &&
+    raw.fail_mode !== 'closed' &&
+    raw.fail_mode !== 'open' &&
+    !(fragment && raw.fail_mode === undefined)
+  ) {
+    failModeFinding = {
+      code: 'fail_mode_invalid',
+      severity: FINDING_CODES.fail_mode_invalid,
+      path: 'fail_mode',
+      message: `${JSON.stringify(raw.fail_mode)} is neither closed nor open; treated as closed`,
+    };
+    raw.fail_mode = 'closed';
+  }
+  return { raw, doc, failModeFinding };
+}
+
+function findDuplicates(node: Node | null | unknown, at: (string | number)[], out: ConfigIssue[]): void {
+  if (isMap(node)) {
+    const seen = new Set<string>();
+    for (const item of node.items) {
+      if (!isPair(item)) continue;
+      const key = isScalar(item.key) ? String(item.key.value) : String(item.key);
+      if (seen.has(key)) out.push({ path: formatPath([...at, key]), message: 'duplicate key' });
+      seen.add(key);
+      findDuplicates(item.value, [...at, key], out);
+    }
+  } else if (isSeq(node)) {
+    node.items.forEach((v, i) => findDuplicates(v, [...at, i], out));
+  }
+}
+
+export function formatPath(p: readonly PropertyKey[]): string {
+  let s = '';
+  for (const seg of p) {
+    if (typeof seg === 'number') s += `[${seg}]`;
+    else s += s ? `.${String(seg)}` : String(seg);
+  }
+  return s || '(root)';
+}
+
+function zodIssues(err: z.ZodError, fragment: boolean): ConfigIssue[] {
+  const out: ConfigIssue[] = [];
+  for (const issue of err.issues) {
+    if (issue.code === 'unrecognized_keys') {
+      const known = knownKeysAt(issue.path as (string | number)[], fragment);
+      for (const key of issue.keys) {
+        const hint = suggest(key, known);
+        out.push({
+          path: formatPath([...issue.path, key]),
+          message: `unknown key${hint ? ` (did you mean "${hint}"?)` : known.length ? ` (known: ${known.join(', ')})` : ''}`,
+        });
+      }
+    } else {
+      out.push({ path: formatPath(issue.path), message: issue.message });
+    }
+  }
+  return out;
+}
+
+/** The closest known key within an edit distance that still reads as a typo. */
+export function suggest(word: string, candidates: readonly string[]): string | null {
+  let best: string | null = null;
+  let bestD = Infinity;
+  for (const c of candidates) {
+    const d = levenshtein(word.toLowerCase(), c);
+    if (d < bestD) {
+      best = c;
+      bestD = d;
+    }
+  }
+  return best !== null && bestD <= Math.min(Math.max(2, Math.floor(best.length / 3)), word.length - 1) ? best : null;
+}
+
+export function levenshtein(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
+    for (let j = 1; j <= b.length; j++) {
+      cur[j] = Math.min(prev[j]! + 1, cur[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    prev = cur;
+  }
+  return prev[b.length]!;
+}
+
+const SURFACES: Surface[] = ['network', 'filesystem', 'commands', 'tools'];
+
+/**
+ * Interpreters and loaders: a whitelisted one runs any script or binary handed to it as a file,
+ * and that file is opened, not executed, so the commands surface never sees it (FIELD-NOTES).
+ */
+const INTERPRETER =
+  /^(?:sh|bash|dash|zsh|ksh|mksh|fish|csh|tcsh|busybox|env|python[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|php[0-9.]*|lua[0-9.]*|tclsh[0-9.]*|ld-linux.*|ld\.so|ld64\.so.*)$/;
+
+function finding(code: FindingCode, p: string, message: string, entry?: string): Finding {
+  return { code, severity: FINDING_CODES[code], path: p, message, ...(entry !== undefined ? { entry } : {}) };
+}
+
+/** The semantic checks that make `leash validate` exit non-zero or warn (besides inert entries). */
+export function analyse(config: Config, account: Account | null): Finding[] {
+  const out: Finding[] = [];
+  if (config.user === null) {
+    out.push(
+      finding('user_unset', 'user', 'no leashed user is set; nothing is enforced (run: leash init --user NAME)'),
+    );
+  } else if (account === null) {
+    out.push(finding('user_unknown', 'user', `account ${config.user} does not exist on this host`));
+  }
+  for (const s of SURFACES) {
+    const sp = config[s];
+    if (sp.mode === 'blacklist' && sp.allow.length > 0) {
+      out.push(
+        finding(
+          'blacklist_allow_ignored',
+          `${s}.allow`,
+          `${s} is in blacklist mode (default-allow): its ${sp.allow.length} allow entries are never consulted, so this policy enforces less than it appears to`,
+        ),
+      );
+    }
+    const deny = new Set(sp.deny);
+    for (const e of sp.allow) {
+      if (deny.has(e))
+        out.push(
+          finding('entry_shadowed', `${s}.allow`, `${e} is also denied; deny wins, the allow entry does nothing`, e),
+        );
+    }
+  }
+  const cmd = config.commands;
+  if (cmd.mode === 'blacklist' && cmd.deny.length > 0) {
+    out.push(
+      finding(
+        'commands_blacklist_evadable',
+        'commands.mode',
+        'command rules match by name and path, so a copied or renamed binary evades a blacklist; use whitelist for honest blocking',
+      ),
+    );
+  }
+  if (cmd.mode === 'whitelist') {
+    for (const e of cmd.allow) {
+      if (INTERPRETER.test(path.posix.basename(e))) {
+        out.push(
+          finding(
+            'commands_interpreter_allowed',
+            'commands.allow',
+            `${e} is an interpreter or loader: it runs any script or binary given to it as a file, which the commands surface never sees as an exec`,
+            e,
+          ),
+        );
+      }
+    }
+  }
+  return out;
+}
+
+function inertFindings(inert: InertEntry[]): Finding[] {
+  return inert.map((i) =>
+    i.list === 'deny'
+      ? finding(
+          'inert_deny',
+          `${i.surface}.deny`,
+          `${JSON.stringify(i.entry)}: ${i.problem.message}; this deny entry blocks nothing`,
+          String(i.entry),
+        )
+      : finding(
+          'inert_allow',
+          `${i.surface}.allow`,
+          `${JSON.stringify(i.entry)}: ${i.problem.message}; this allow entry never matches`,
+          String(i.entry),
+        ),
+  );
+}

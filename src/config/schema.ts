@@ -1,0 +1,223 @@
+import { isIP } from 'node:net';
+import { z } from 'zod';
+import type { Config } from './types.js';
+
+/**
+ * THE schema of /etc/leash/leash.yaml (the floor) and, with `fragment`, of a policy fragment
+ * (a profile: only the fields it means to set, no defaults filled in).
+ *
+ * Defaults are the secure ones: every surface whitelist (default-deny) with empty lists, fail_mode
+ * closed, UDP dropped, inspection blocking secrets and privilege escalation. A config that says only
+ * `user: fido` therefore denies that account everything on every enabled surface rather than
+ * quietly allowing it; packaging/leash.default.yaml is the realistic starting point `leash init` writes.
+ *
+ * Objects are strict: an unknown key is an error (load.ts adds a "did you mean" suggestion),
+ * because a misspelt `alow:` would otherwise be silently dropped and the policy would be
+ * narrower or wider than the operator believes.
+ */
+
+const MODE_MSG = 'must be whitelist or blacklist';
+const LIST_MSG = 'must be a list of strings';
+
+const entryList = (description: string) =>
+  z.array(z.string({ error: 'must be a string' }), { error: LIST_MSG }).describe(description);
+
+const mode = (description: string) => z.enum(['whitelist', 'blacklist'], { error: MODE_MSG }).describe(description);
+
+const inspectAction = (description: string) =>
+  z.enum(['block', 'log', 'allow'], { error: 'must be block, log or allow' }).describe(description);
+
+const ipList = (description: string) =>
+  z
+    .array(
+      z.string({ error: 'must be a string' }).refine((v) => isIP(v) !== 0, 'must be an IP address'),
+      { error: LIST_MSG },
+    )
+    .describe(description);
+
+const absPathList = (description: string) =>
+  z
+    .array(
+      z.string({ error: 'must be a string' }).refine((v) => v.startsWith('/'), 'must be an absolute path'),
+      {
+        error: LIST_MSG,
+      },
+    )
+    .describe(description);
+
+const bool = (description: string) => z.boolean({ error: 'must be true or false' }).describe(description);
+
+function build<F extends boolean>(fragment: F) {
+  // In the full schema a missing field takes its default; in a fragment it stays absent, because
+  // every key a fragment carries is a deliberate value that overrides the floor.
+  // prefault (not default): zod 4 returns a default as-is, a prefault is parsed, so `network: {}`
+  // and an absent `network` both come out with every inner default filled in.
+  const opt = <T extends z.ZodType>(schema: T, dflt: unknown): F extends true ? z.ZodOptional<T> : z.ZodPrefault<T> =>
+    (fragment ? schema.optional() : schema.prefault(dflt as never)) as never;
+  const obj = <S extends z.ZodRawShape>(shape: S, description: string) =>
+    z.strictObject(shape, { error: 'must be a mapping' }).describe(description);
+
+  const surfaceShape = (what: string) => ({
+    mode: opt(
+      mode(
+        `whitelist = default-deny (only allow entries pass); blacklist = default-allow (only deny entries block, the allow list is never consulted) for ${what}`,
+      ),
+      'whitelist',
+    ),
+    allow: opt(entryList(`${what} entries that pass in whitelist mode (ignored in blacklist mode)`), []),
+    deny: opt(entryList(`${what} entries that are blocked in both modes (deny wins over allow)`), []),
+  });
+
+  const network = obj(
+    {
+      ...surfaceShape('network destinations (host, *.host, IP or CIDR, optionally :port; never a URL)'),
+      dns_resolvers: opt(
+        ipList(
+          'resolver IPs the leashed UID may reach on UDP/53 and the proxy resolves through; empty = /etc/resolv.conf',
+        ),
+        [],
+      ),
+      udp: opt(
+        z
+          .enum(['drop', 'allow'], { error: 'must be drop or allow' })
+          .describe(
+            'drop = all UDP of the leashed UID is dropped except DNS to its resolvers (a TCP proxy cannot judge UDP, and QUIC would bypass it); allow = unfiltered UDP, an explicit choice',
+          ),
+        'drop',
+      ),
+    },
+    'the network surface: TCP over IPv4 and IPv6 through the transparent proxy, UDP by filter',
+  );
+
+  const filesystem = obj(
+    {
+      ...surfaceShape('filesystem paths (absolute; exact, directory prefix, or glob with * ** ? [)'),
+      watch: opt(absPathList('extra absolute paths whose filesystems are marked even when no entry names them'), []),
+    },
+    'the filesystem surface: file opens of the leashed UID (fanotify FAN_OPEN_PERM)',
+  );
+
+  const commands = obj(
+    surfaceShape('commands (a basename, or an absolute path matched exactly)'),
+    'the commands surface: executions by the leashed UID (fanotify FAN_OPEN_EXEC_PERM)',
+  );
+
+  const inspect = obj(
+    {
+      secrets: opt(
+        inspectAction('what to do when a tool input carries an API key, token, JWT or private key block'),
+        'block',
+      ),
+      pii: opt(inspectAction('what to do when a tool input carries PII (email addresses at least)'), 'log'),
+      priv_esc: opt(
+        inspectAction(
+          'what to do when a tool input carries privilege escalation (sudo, chmod +s, pkexec, doas, rm -rf /)',
+        ),
+        'block',
+      ),
+    },
+    'tool input inspection: an action per category; matches are masked before anything is logged',
+  );
+
+  const tools = obj(
+    {
+      ...surfaceShape('tool names (exact, normalised)'),
+      inspect: opt(inspect, { secrets: 'block', pii: 'log', priv_esc: 'block' }),
+    },
+    'the tools surface: calls checked by the harness or the MCP gate (cooperative)',
+  );
+
+  const logging = obj(
+    {
+      level: opt(
+        z
+          .enum(['debug', 'info', 'warn', 'error'], { error: 'must be debug, info, warn or error' })
+          .describe('the operational log level of the service (not the decision log, which records every decision)'),
+        'info',
+      ),
+      decisions: opt(
+        z
+          .string({ error: 'must be a string' })
+          .refine((s) => s === 'stdout' || s.startsWith('/'), 'must be stdout or an absolute file path')
+          .describe(
+            'where decision lines go: stdout (the journal) or an absolute file path, written 0600, append-only',
+          ),
+        '/var/log/leash/decisions.jsonl',
+      ),
+    },
+    'logging: operational level and the decision sink',
+  );
+
+  const enforcers = obj(
+    {
+      network: opt(bool('enforce the network surface (nftables redirect + proxy)'), true),
+      filesystem: opt(bool('enforce the filesystem and commands surfaces (the fanotify watcher)'), true),
+      tools: opt(bool('enforce the tools surface (the local gate socket)'), true),
+    },
+    'per-surface switches; a surface switched off is unenforced and `leash status` says so',
+  );
+
+  return z.strictObject(
+    {
+      user: opt(
+        z
+          .string({ error: 'must be an account name' })
+          .regex(/^[a-z_][a-z0-9_-]{0,31}\$?$/, 'must be a Linux account name (lowercase, max 32 chars)')
+          .nullable()
+          .describe('the leashed Linux account (its UID is resolved at load); null until `leash init --user`'),
+        null,
+      ),
+      fail_mode: opt(
+        z
+          .enum(['closed', 'open'], { error: 'must be closed or open' })
+          .describe(
+            'closed blocks and open allows when an enforcer cannot reach a decision; any other value is read as closed with a warning, so a typo cannot disable enforcement',
+          ),
+        'closed',
+      ),
+      network: opt(network, {}),
+      filesystem: opt(filesystem, {}),
+      commands: opt(commands, {}),
+      tools: opt(tools, {}),
+      logging: opt(logging, {}),
+      enforcers: opt(enforcers, {}),
+    },
+    { error: 'must be a mapping' },
+  );
+}
+
+/** The full config schema: every field defaulted. Output is a complete `Config`. */
+export const configSchema = build(false);
+
+/** The fragment schema (profiles): the same fields and checks, every field optional, no defaults. */
+export const fragmentSchema = build(true);
+
+export type ConfigFragment = z.output<typeof fragmentSchema>;
+
+// Compile-time guarantee that the schema's output is exactly the Config contract.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const _sameShape: Same<z.output<typeof configSchema>, Config> = true;
+void _sameShape;
+
+/** The key names known at a dotted path of the schema (for "did you mean" on unknown keys). */
+export function knownKeysAt(path: readonly (string | number)[], fragment = false): string[] {
+  let node: z.ZodType = fragment ? fragmentSchema : configSchema;
+  for (const seg of [...path, null]) {
+    // Peel defaults/optional/nullable wrappers to reach the object.
+    for (;;) {
+      const def = (node as unknown as { _zod: { def: { type: string; innerType?: z.ZodType } } })._zod.def;
+      if (
+        (def.type === 'default' || def.type === 'prefault' || def.type === 'optional' || def.type === 'nullable') &&
+        def.innerType
+      ) {
+        node = def.innerType;
+      } else break;
+    }
+    if (!(node instanceof z.ZodObject)) return [];
+    if (seg === null) return Object.keys(node.shape);
+    const next = (node.shape as Record<string, z.ZodType>)[String(seg)];
+    if (!next) return [];
+    node = next;
+  }
+  return [];
+}

@@ -1,0 +1,174 @@
+/**
+ * compilePolicy and decide: the one definition of every Leash decision.
+ *
+ * Per surface: a matching deny entry blocks (in both modes: deny wins); otherwise whitelist
+ * allows only a matching allow entry and blocks the rest, and blacklist allows the rest (its
+ * allow list is never consulted). Tools that pass the registry are then inspected.
+ */
+import { CommandIndex, normalizeBinary } from './command.js';
+import { NetworkIndex, newPreparedNetwork, prepareNetworkSubject } from './network.js';
+import { PathIndex, normalizePath } from './path.js';
+import { ToolIndex, normalizeToolName } from './tool.js';
+import type {
+  FailMode,
+  InspectAction,
+  InspectCategory,
+  Mode,
+  PolicyInput,
+  Surface,
+  SubjectOf,
+  Verdict,
+} from './types.js';
+
+interface Lists<I> {
+  mode: Mode;
+  allow: I;
+  deny: I;
+}
+
+/** A policy with its indexes built. Immutable once compiled; share it freely. */
+export interface CompiledPolicy {
+  readonly failMode: FailMode;
+  readonly network: Lists<NetworkIndex>;
+  readonly filesystem: Lists<PathIndex>;
+  readonly commands: Lists<CommandIndex>;
+  readonly tools: Lists<ToolIndex> & { inspect: Readonly<Record<InspectCategory, InspectAction>> };
+}
+
+/** Options for decide(). */
+export interface DecideOptions {
+  /** fail_mode applied when `policy` is null (there is no policy to read it from). Default closed. */
+  failMode?: FailMode;
+}
+
+/** `fail_mode` as the engine reads it: anything but exactly `open` is `closed` (a typo must not disable enforcement). */
+export function effectiveFailMode(value: unknown): FailMode {
+  return value === 'open' ? 'open' : 'closed';
+}
+
+/** A mode as the engine reads it: anything but exactly `blacklist` is the default-deny whitelist. */
+function effectiveMode(value: unknown): Mode {
+  return value === 'blacklist' ? 'blacklist' : 'whitelist';
+}
+
+function entriesOf(list: unknown): unknown[] {
+  return Array.isArray(list) ? list : [];
+}
+
+function build<I extends { add(e: unknown): void }>(make: () => I, sp: unknown): Lists<I> {
+  const s = (sp ?? {}) as { mode?: unknown; allow?: unknown; deny?: unknown };
+  const allow = make();
+  const deny = make();
+  for (const e of entriesOf(s.allow)) allow.add(e);
+  for (const e of entriesOf(s.deny)) deny.add(e);
+  return { mode: effectiveMode(s.mode), allow, deny };
+}
+
+const INSPECT_DEFAULT: Record<InspectCategory, InspectAction> = { secrets: 'block', pii: 'log', priv_esc: 'block' };
+
+function inspectActions(v: unknown): Record<InspectCategory, InspectAction> {
+  const out = { ...INSPECT_DEFAULT };
+  if (v !== null && typeof v === 'object') {
+    for (const k of Object.keys(INSPECT_DEFAULT) as InspectCategory[]) {
+      const a = (v as Record<string, unknown>)[k];
+      if (a === 'block' || a === 'log' || a === 'allow') out[k] = a;
+    }
+  }
+  return out;
+}
+
+/**
+ * Builds the indexes of a resolved policy once, so each decision costs a few hash probes whatever
+ * the list sizes. Inert entries are left out of the indexes (they can never match; inertEntries()
+ * reports them). A missing or unknown `mode` compiles as whitelist and an unknown `fail_mode` as
+ * closed, so a malformed policy fails towards blocking; the config loader refuses such files
+ * before they get here. A missing `tools.inspect` category defaults to secrets: block, pii: log,
+ * priv_esc: block.
+ */
+export function compilePolicy(p: PolicyInput): CompiledPolicy {
+  const tools = build(() => new ToolIndex(), p.tools);
+  return {
+    failMode: effectiveFailMode(p.fail_mode),
+    network: build(() => new NetworkIndex(), p.network),
+    filesystem: build(() => new PathIndex(), p.filesystem),
+    commands: build(() => new CommandIndex(), p.commands),
+    tools: { ...tools, inspect: inspectActions((p.tools as { inspect?: unknown } | undefined)?.inspect) },
+  };
+}
+
+/**
+ * The verdict for a subject with no resolved policy: block `no_policy` under fail_mode closed
+ * (the default), allow `no_policy` under open.
+ */
+export function decideNoPolicy(failMode: FailMode = 'closed'): Verdict {
+  return {
+    action: effectiveFailMode(failMode) === 'open' ? 'allow' : 'block',
+    reason: 'no_policy',
+    source: 'fail_mode',
+    rule: null,
+  };
+}
+
+function engineError(failMode: FailMode): Verdict {
+  return { action: failMode === 'open' ? 'allow' : 'block', reason: 'engine_error', source: 'fail_mode', rule: null };
+}
+
+function byLists(lists: Lists<{ match(s: never): string | null }>, subject: unknown): Verdict {
+  const m = lists as unknown as Lists<{ match(s: unknown): string | null }>;
+  const denied = m.deny.match(subject);
+  if (denied !== null) return { action: 'block', reason: 'deny_entry', source: 'deny', rule: denied };
+  if (m.mode === 'blacklist') return { action: 'allow', reason: 'mode_allow', source: 'mode', rule: null };
+  const allowed = m.allow.match(subject);
+  if (allowed !== null) return { action: 'allow', reason: 'allow_entry', source: 'allow', rule: allowed };
+  return { action: 'block', reason: 'not_allowed', source: 'mode', rule: null };
+}
+
+const prepared = newPreparedNetwork();
+
+function decideUnsafe(surface: Surface, subject: unknown, policy: CompiledPolicy): Verdict {
+  switch (surface) {
+    case 'network':
+      return byLists(policy.network, prepareNetworkSubject(subject as SubjectOf['network'], prepared));
+    case 'filesystem': {
+      const raw = (subject as SubjectOf['filesystem']).path;
+      if (typeof raw !== 'string') throw new TypeError('subject path is not a string');
+      const path = normalizePath(raw);
+      if (path === null) throw new TypeError('subject path is not absolute');
+      return byLists(policy.filesystem, path);
+    }
+    case 'commands':
+      return byLists(policy.commands, normalizeBinary((subject as SubjectOf['commands']).binary));
+    case 'tools': {
+      const s = subject as SubjectOf['tools'];
+      if (typeof s.name !== 'string') throw new TypeError('subject name is not a string');
+      return byLists(policy.tools, normalizeToolName(s.name));
+    }
+    default:
+      throw new TypeError(`unknown surface ${String(surface)}`);
+  }
+}
+
+/**
+ * Judges one subject on one surface against a compiled policy.
+ *
+ * - network `{domain?, ip?, port}`, filesystem `{path}`, commands `{binary}`, tools `{name, inputs}`
+ * - returns a Verdict: action, stable reason code, the source that decided (an allow or deny
+ *   entry, the mode default, inspection, or fail_mode) and the entry text (`rule`) when one did.
+ * - `policy` null: `no_policy`, blocked unless `opts.failMode` is `open`.
+ * - never throws: a malformed subject or an internal failure is `engine_error`, blocked under
+ *   fail_mode closed and allowed under open.
+ */
+export function decide<S extends Surface>(
+  surface: S,
+  subject: SubjectOf[S],
+  policy: CompiledPolicy | null,
+  opts?: DecideOptions,
+): Verdict {
+  if (policy === null || policy === undefined) return decideNoPolicy(opts?.failMode);
+  try {
+    if (subject === null || typeof subject !== 'object') throw new TypeError('subject is not an object');
+    return decideUnsafe(surface, subject, policy);
+  } catch {
+    return engineError(policy.failMode);
+  }
+}

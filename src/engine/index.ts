@@ -1,0 +1,15 @@
+/**
+ * The Leash policy engine: pure functions, no I/O. Enforcers call `decide` with a policy
+ * compiled once by `compilePolicy`; the config layer uses the entry grammar and `inertEntries`.
+ */
+export * from './types.js';
+export { compilePolicy, decide, decideNoPolicy, effectiveFailMode } from './decide.js';
+export type { CompiledPolicy, DecideOptions } from './decide.js';
+export { networkEntryProblem, parseNetworkEntry } from './network.js';
+export type { NetworkEntry } from './network.js';
+export { normalizeDomainSubject } from './domain.js';
+export { parseIp } from './ip.js';
+export { parsePort } from './port.js';
+export { pathEntryProblem, normalizePath, isGlob, compileGlob } from './path.js';
+export { commandEntryProblem } from './command.js';
+export { toolEntryProblem, normalizeToolName } from './tool.js';

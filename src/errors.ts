@@ -1,0 +1,165 @@
+import type { EntryProblemCode, Reason } from './engine/types.js';
+
+/**
+ * The one catalogue of Leash's machine-readable codes, documented in docs/errors.md (a unit test
+ * checks every code here appears there). Codes are stable snake_case; tests and callers branch on
+ * codes, never on message text.
+ *
+ * Exit codes are part of the CLI contract (docs/cli.md):
+ *   0 success / allow / valid
+ *   1 a verdict or a finding the caller asked about: `check` blocked, `validate` found a critical problem
+ *   2 refused: a usage error, a missing or invalid config, an entry that can never match, a bad subject
+ *   3 an operation failed: I/O, a lock that never came free, an enforcer that would not start
+ *  70 an internal error (a bug): reported as one line, never a stack trace unless LEASH_DEBUG=1
+ */
+export const EXIT = { ok: 0, verdict: 1, refused: 2, failed: 3, internal: 70 } as const;
+export type ExitCode = (typeof EXIT)[keyof typeof EXIT];
+
+/** Error codes: something the operator asked for could not be done. */
+export const ERROR_CODES = {
+  config_invalid: EXIT.refused,
+  config_lock_timeout: EXIT.failed,
+  config_missing: EXIT.refused,
+  config_syntax: EXIT.refused,
+  config_unreadable: EXIT.refused,
+  config_write_failed: EXIT.failed,
+  entry_inert: EXIT.refused,
+  internal: EXIT.internal,
+  log_sink_stdout: EXIT.refused,
+  log_unreadable: EXIT.failed,
+  mode_invalid: EXIT.refused,
+  native_unavailable: EXIT.failed,
+  service_failed: EXIT.failed,
+  subject_invalid: EXIT.refused,
+  surface_unknown: EXIT.refused,
+  // leash terminal (docs/terminal.md)
+  terminal_audit_unavailable: EXIT.failed,
+  terminal_jail_invalid: EXIT.refused,
+  terminal_log_in_jail: EXIT.refused,
+  terminal_service_unavailable: EXIT.failed,
+  usage: EXIT.refused,
+  user_invalid: EXIT.refused,
+  user_unknown: EXIT.refused,
+} as const satisfies Record<string, ExitCode>;
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+/**
+ * Finding codes: what `leash validate` (and the service at startup) reports about a config that
+ * loaded. A critical finding makes `validate` exit 1; warnings are printed and exit 0.
+ */
+export const FINDING_CODES = {
+  blacklist_allow_ignored: 'critical',
+  commands_blacklist_evadable: 'warning',
+  commands_interpreter_allowed: 'warning',
+  entry_shadowed: 'warning',
+  fail_mode_invalid: 'warning',
+  inert_allow: 'warning',
+  inert_deny: 'critical',
+  user_unknown: 'critical',
+  user_unset: 'warning',
+} as const satisfies Record<string, 'warning' | 'critical'>;
+export type FindingCode = keyof typeof FINDING_CODES;
+export type Severity = 'warning' | 'critical';
+
+/**
+ * The engine's reason codes, as they appear in a verdict and in every decision log line.
+ * `satisfies Record<Reason, string>` makes the compiler fail when the contract gains a reason
+ * this catalogue (and so docs/errors.md) does not list.
+ */
+export const REASONS = {
+  allow_entry: 'an allow entry matched',
+  deny_entry: 'a deny entry matched (deny wins in both modes)',
+  engine_error: 'the engine threw; fail_mode decided',
+  inspect_pii: 'tool input inspection found PII and the category is set to block',
+  inspect_priv_esc: 'tool input inspection found privilege escalation and the category is set to block',
+  inspect_secrets: 'tool input inspection found a secret and the category is set to block',
+  mode_allow: 'blacklist mode and no deny entry matched',
+  no_policy: 'the subject has no resolved policy; fail_mode decided',
+  not_allowed: 'whitelist mode and no allow entry matched',
+} as const satisfies Record<Reason, string>;
+
+/**
+ * Reasons `leash terminal` adds to the engine's, in its decision log lines and audit records:
+ * refusals the commands surface itself cannot express (arguments, shell syntax, the cwd jail).
+ */
+export const TERMINAL_REASONS = {
+  cwd_escape: 'leash terminal: the requested cwd does not resolve inside the jail root (audit only)',
+  deny_args: 'leash terminal: a commands.args deny_args pattern matched the arguments',
+  parse_error: 'leash terminal: the command line has shell syntax or cannot be split into argv',
+} as const;
+
+/**
+ * Why an entry can never match (engine grammar), as carried in `inert_entries[].problem.code`
+ * of `validate --json` and of an `entry_inert` refusal.
+ */
+export const ENTRY_PROBLEMS = {
+  arguments: 'a command entry with arguments',
+  bad_cidr: 'a CIDR with a bad prefix length or host bits set',
+  bad_domain: 'a malformed host name',
+  bad_glob: 'a glob that does not compile',
+  bad_ip: 'a malformed IP address or brackets',
+  bad_name: 'a malformed tool name',
+  bad_port: 'a non-numeric or out-of-range port',
+  empty: 'an empty entry',
+  glob_not_supported: 'a glob where the surface takes none',
+  home_path: 'a ~ path',
+  host_path: 'host/path',
+  leading_dot: 'a leading dot',
+  non_ascii: 'a non-ASCII name',
+  not_a_string: 'not a string',
+  relative_path: 'a relative path',
+  url: 'a URL',
+  userinfo: 'user@host',
+  whitespace: 'whitespace or a control character',
+  wildcard: 'a * anywhere but a leading *.',
+} as const satisfies Record<EntryProblemCode, string>;
+
+/** One `path: message` line of an invalid config (path is dotted, e.g. `network.mode`). */
+export interface ConfigIssue {
+  path: string;
+  message: string;
+}
+
+/** A refusal or failure with a stable code; the CLI's top-level handler turns it into output and an exit code. */
+export class LeashError extends Error {
+  readonly code: ErrorCode;
+  readonly exitCode: ExitCode;
+  readonly details?: Record<string, unknown>;
+
+  constructor(code: ErrorCode, message: string, details?: Record<string, unknown>, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'LeashError';
+    this.code = code;
+    this.exitCode = ERROR_CODES[code];
+    if (details !== undefined) this.details = details;
+  }
+
+  /** The lines printed to stderr: the message, then any `path: message` issues indented. */
+  lines(): string[] {
+    const out = [`leash: ${this.message}`];
+    const issues = this.details?.issues as ConfigIssue[] | undefined;
+    if (Array.isArray(issues)) for (const i of issues) out.push(`  ${i.path}: ${i.message}`);
+    return out;
+  }
+
+  toJSON(): { error: { code: ErrorCode; message: string; details?: Record<string, unknown> } } {
+    return { error: { code: this.code, message: this.message, ...(this.details ? { details: this.details } : {}) } };
+  }
+}
+
+export function isLeashError(e: unknown): e is LeashError {
+  return e instanceof LeashError;
+}
+
+/** Every documented code, for the docs test. */
+export function allCodes(): string[] {
+  return [
+    ...new Set([
+      ...Object.keys(ERROR_CODES),
+      ...Object.keys(FINDING_CODES),
+      ...Object.keys(REASONS),
+      ...Object.keys(TERMINAL_REASONS),
+      ...Object.keys(ENTRY_PROBLEMS),
+    ]),
+  ];
+}

@@ -1,0 +1,186 @@
+import { loadConfig, type LoadedConfig } from '../config/load.js';
+import { LeashError } from '../errors.js';
+import { SURFACES } from '../engine/types.js';
+import { createDecisionLog, type DecisionLog } from '../log/decisions.js';
+import { createLogger, type Logger } from '../log/logger.js';
+import { loadNative } from '../native.js';
+
+/** What every enforcer is started with. */
+export interface ServiceContext {
+  loaded: LoadedConfig;
+  decisions: DecisionLog;
+  logger: Logger;
+}
+
+/** A running enforcer. `reload` receives a config that already validated; throwing keeps the old one. */
+export interface Enforcer {
+  name: string;
+  reload?(ctx: ServiceContext): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * THE SEAM for enforcers: a factory per surface, started in this order and closed in reverse.
+ * The network (nft + proxy), filesystem/commands (watcher) and tools (gate socket) enforcers
+ * register here as they land, e.g. `{ name: 'network', enabled: (c) => c.enforcers.network, start }`.
+ */
+export interface EnforcerFactory {
+  name: string;
+  enabled(loaded: LoadedConfig): boolean;
+  start(ctx: ServiceContext): Promise<Enforcer>;
+}
+
+export const ENFORCERS: EnforcerFactory[] = [];
+
+export interface ServiceOptions {
+  configPath: string;
+  enforcers?: EnforcerFactory[];
+  logger?: Logger;
+  /** sd_notify; default: the addon when $NOTIFY_SOCKET is set, else nothing. */
+  notify?: (state: string) => void;
+}
+
+export interface Service {
+  /** Resolves when the service has stopped (after a signal or stop()). */
+  stopped: Promise<void>;
+  stop(): Promise<void>;
+  reload(): Promise<void>;
+}
+
+function defaultNotify(): (state: string) => void {
+  if (!process.env.NOTIFY_SOCKET) return () => {};
+  let native;
+  try {
+    native = loadNative();
+  } catch (e) {
+    // Under Type=notify systemd waits for READY=1; saying nothing would look like a hang.
+    throw new LeashError(
+      'native_unavailable',
+      `NOTIFY_SOCKET is set but the native addon does not load: ${(e as Error).message.split('\n')[0]}`,
+    );
+  }
+  return (state) => void native.sdNotify(state);
+}
+
+function describe(loaded: LoadedConfig, running: string[]): string {
+  const c = loaded.config;
+  const who = c.user ? `${c.user}${loaded.account ? ` (uid ${loaded.account.uid})` : ''}` : 'nobody (no user set)';
+  const modes = SURFACES.map((s) => `${s} ${c[s].mode}`).join(', ');
+  return `leashing ${who}: ${modes}; enforcers running: ${running.length ? running.join(', ') : 'none'}`;
+}
+
+/**
+ * Starts the service: loads and validates the config with the same loader as `leash validate`
+ * (a refused config throws LeashError, exit 2), opens the decision log, starts the enabled
+ * enforcers in order, then reports READY=1 with a STATUS line.
+ */
+export async function startService(opts: ServiceOptions): Promise<Service> {
+  const loaded = loadConfig(opts.configPath);
+  if (loaded.config.user !== null && loaded.account === null) {
+    throw new LeashError(
+      'user_unknown',
+      `account ${loaded.config.user} in ${opts.configPath} does not exist on this host`,
+      {
+        user: loaded.config.user,
+      },
+    );
+  }
+  const notify = opts.notify ?? defaultNotify();
+  const root = opts.logger ?? createLogger({ level: loaded.config.logging.level });
+  const logger = root.child({ component: 'service' });
+  for (const f of loaded.findings) logger.warn({ code: f.code, path: f.path, severity: f.severity }, f.message);
+
+  let decisions: DecisionLog;
+  try {
+    decisions = createDecisionLog({ sink: loaded.config.logging.decisions });
+  } catch (e) {
+    throw new LeashError(
+      'service_failed',
+      `cannot open decision log ${loaded.config.logging.decisions}: ${(e as Error).message}`,
+    );
+  }
+  let ctx: ServiceContext = { loaded, decisions, logger: root };
+  const running: Enforcer[] = [];
+  const factories = opts.enforcers ?? ENFORCERS;
+  try {
+    for (const f of factories) {
+      if (!f.enabled(loaded)) continue;
+      running.push(await f.start(ctx));
+      logger.info({ enforcer: f.name }, 'enforcer started');
+    }
+  } catch (e) {
+    for (const r of running.reverse()) await r.close().catch(() => {});
+    await decisions.close();
+    throw new LeashError('service_failed', `an enforcer failed to start: ${(e as Error).message}`);
+  }
+
+  const status = () =>
+    describe(
+      ctx.loaded,
+      running.map((r) => r.name),
+    );
+  // The loop has nothing else to keep it alive until the enforcers hold handles of their own.
+  const keepAlive = setInterval(() => {}, 1 << 30);
+  const wdUsec = Number(process.env.WATCHDOG_USEC);
+  const watchdog =
+    Number.isFinite(wdUsec) && wdUsec > 0 ? setInterval(() => notify('WATCHDOG=1'), Math.max(1, wdUsec / 2000)) : null;
+
+  let resolveStopped!: () => void;
+  const stopped = new Promise<void>((r) => (resolveStopped = r));
+  let stopping: Promise<void> | null = null;
+
+  const stop = () => {
+    stopping ??= (async () => {
+      notify('STOPPING=1');
+      logger.info('stopping');
+      for (const r of [...running].reverse()) {
+        await r.close().catch((e: unknown) => logger.error({ enforcer: r.name, err: e }, 'enforcer close failed'));
+      }
+      await decisions.close();
+      clearInterval(keepAlive);
+      if (watchdog) clearInterval(watchdog);
+      process.off('SIGTERM', stop);
+      process.off('SIGINT', stop);
+      process.off('SIGHUP', onHup);
+      resolveStopped();
+    })();
+    return stopping;
+  };
+
+  // A bad reload keeps the old policy in force: the new config is applied only once it validated.
+  const reload = async () => {
+    let next: LoadedConfig;
+    try {
+      next = loadConfig(opts.configPath);
+    } catch (e) {
+      logger.error({ code: (e as LeashError).code }, `reload refused, old policy kept: ${(e as Error).message}`);
+      return;
+    }
+    notify('RELOADING=1');
+    const nextCtx = { ...ctx, loaded: next };
+    for (const r of running) {
+      try {
+        await r.reload?.(nextCtx);
+      } catch (e) {
+        logger.error({ enforcer: r.name, err: e }, 'enforcer reload failed; it keeps its previous policy');
+      }
+    }
+    ctx = nextCtx;
+    notify(`READY=1\nSTATUS=${status()}`);
+    logger.info('reloaded');
+  };
+  const onHup = () => void reload();
+
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  process.on('SIGHUP', onHup);
+  notify(`READY=1\nSTATUS=${status()}`);
+  logger.info({ status: status() }, 'ready');
+  return { stopped, stop, reload };
+}
+
+/** `leash` with no subcommand: run until SIGTERM/SIGINT, then exit 0. */
+export async function runService(configPath: string): Promise<void> {
+  const svc = await startService({ configPath });
+  await svc.stopped;
+}
