@@ -6,6 +6,7 @@ import { register as check } from './check.js';
 import { configPath } from './context.js';
 import { register as init } from './init.js';
 import { register as logs } from './logs.js';
+import { register as mcp } from './mcp.js';
 import { register as status } from './status.js';
 import { registerTerminal as terminal } from './terminal.js';
 import { register as surface } from './surface.js';
@@ -20,7 +21,7 @@ export type CommandGroup = (program: Command) => void;
  * and appending it here, or, without touching this file, by passing it to `buildProgram([extra])`.
  * Throw LeashError for refusals: the top-level handler in main.ts prints it and sets the exit code.
  */
-export const COMMAND_GROUPS: CommandGroup[] = [init, status, validate, surface, check, logs, terminal];
+export const COMMAND_GROUPS: CommandGroup[] = [init, status, validate, surface, check, logs, mcp, terminal];
 
 export function buildProgram(extra: CommandGroup[] = []): Command {
   const program = new Command('leash')

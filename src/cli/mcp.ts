@@ -1,0 +1,427 @@
+/**
+ * `leash mcp`: the tools surface as a gate on the wire.
+ *   leash mcp [--policy FILE] [--timeout MS] [--grace MS] -- SERVER...
+ *   leash mcp learn [--script calls.json] --out FILE -- SERVER...
+ *   leash mcp check NAME [--inputs JSON] --policy FILE
+ * Exit codes: 0 clean session, 2 unusable input (nothing started), 3 the server failed,
+ * 143/129 stopped by SIGTERM/SIGHUP after winding down.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Command } from 'commander';
+import { compilePolicy, decide } from '../engine/index.js';
+import { createMcpGate, type GateObserver } from '../enforcers/tools/gate.js';
+import { createLocalJudge, type DecisionLog, type GateJudge } from '../enforcers/tools/judge.js';
+import { JsonError, parseStrict, toPlain } from '../enforcers/tools/json.js';
+import {
+  Learner,
+  LearnError,
+  learnScripted,
+  loadScript,
+  renderProfile,
+  writeAtomic,
+} from '../enforcers/tools/learn.js';
+import {
+  checkTool,
+  compileGatePolicy,
+  GatePolicyError,
+  type CompiledGatePolicy,
+  type ToolsEngine,
+} from '../enforcers/tools/policy.js';
+import { loadGatePolicyFile } from '../enforcers/tools/schema.js';
+import { connectToolsJudge, DEFAULT_TOOLS_SOCKET } from '../enforcers/tools/socket.js';
+import { createDecisionLog, formatDecision, newRef } from '../log/decisions.js';
+
+/** The engine as the gate uses it. */
+export const toolsEngine: ToolsEngine = { compilePolicy, decide: decide as ToolsEngine['decide'] };
+
+class GateExit extends Error {
+  constructor(
+    readonly code: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const say = (line: string) => {
+  try {
+    process.stderr.write(`leash mcp: ${line}\n`);
+  } catch {
+    /* stderr closed */
+  }
+};
+
+/** Milliseconds: a finite number, 0 or more (0 = wait for ever / stop at once). */
+function parseMs(name: string, v: string): number {
+  if (!/^\d+(\.\d+)?$/.test(v))
+    throw new GateExit(2, `${name} must be a finite number of milliseconds, 0 or more: ${v}`);
+  return Number(v);
+}
+
+/** Finds the server command the way the OS would, so a missing one is a clean exit 2, not a crash. */
+export function resolveCommand(cmd: string, envPath = process.env.PATH ?? ''): string {
+  const candidates = cmd.includes('/')
+    ? [cmd]
+    : envPath
+        .split(':')
+        .filter(Boolean)
+        .map((d) => path.join(d, cmd));
+  let why = 'not found on PATH';
+  for (const c of candidates) {
+    let st: fs.Stats;
+    try {
+      st = fs.statSync(c);
+    } catch {
+      if (cmd.includes('/')) why = 'not found';
+      continue;
+    }
+    if (st.isDirectory()) {
+      why = 'is a directory';
+      continue;
+    }
+    try {
+      fs.accessSync(c, fs.constants.X_OK);
+    } catch {
+      why = 'is not executable';
+      continue;
+    }
+    // execvp would hand a file without #! to /bin/sh: refuse it instead of guessing.
+    const head = Buffer.alloc(4);
+    const fd = fs.openSync(c, 'r');
+    try {
+      fs.readSync(fd, head, 0, 4, 0);
+    } finally {
+      fs.closeSync(fd);
+    }
+    if (!(head[0] === 0x23 && head[1] === 0x21) && !head.equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]))) {
+      why = 'is not a program the system will start (no #! line)';
+      continue;
+    }
+    return c;
+  }
+  throw new GateExit(2, `cannot run the server ${JSON.stringify(cmd)}: ${why}`);
+}
+
+/**
+ * A closed standard input or output means there is no client. Node reopens a closed stdio
+ * descriptor on /dev/null at start-up, so /dev/null counts as closed too.
+ */
+function requireStdio(): void {
+  let devNull: bigint | null = null;
+  try {
+    devNull = fs.statSync('/dev/null', { bigint: true }).rdev;
+  } catch {
+    /* no /dev/null: nothing to compare */
+  }
+  for (const fd of [0, 1]) {
+    let closed = false;
+    try {
+      const st = fs.fstatSync(fd, { bigint: true });
+      closed = st.isCharacterDevice() && devNull !== null && st.rdev === devNull;
+    } catch {
+      closed = true;
+    }
+    if (closed)
+      throw new GateExit(2, `standard ${fd === 0 ? 'input' : 'output'} is closed: there is no client to talk to`);
+  }
+}
+
+/** The decision log of a gate run with --policy: a file, or stderr (stdout carries the protocol). */
+function openLog(sink: string | null): DecisionLog & { close(): Promise<void> } {
+  if (sink === null || sink === 'stderr') {
+    return {
+      write(rec) {
+        const ref = newRef();
+        try {
+          process.stderr.write(formatDecision(rec, ref));
+        } catch {
+          /* stderr closed */
+        }
+        return ref;
+      },
+      close: async () => {},
+    };
+  }
+  if (sink === 'stdout') throw new GateExit(2, 'the decision log cannot go to stdout: it carries the MCP protocol');
+  return createDecisionLog({ sink });
+}
+
+function loadPolicy(file: string): { policy: CompiledGatePolicy; decisions: string | null } {
+  try {
+    const p = loadGatePolicyFile(file);
+    return { policy: compileGatePolicy(p.tools, p.failMode, toolsEngine), decisions: p.decisions };
+  } catch (e) {
+    if (e instanceof GatePolicyError) throw new GateExit(2, `policy refused:\n  ${e.problems.join('\n  ')}`);
+    throw e;
+  }
+}
+
+/** Signals that were ignored when we started stay ignored (nohup). */
+function ignoredSignals(): Set<string> {
+  const out = new Set<string>();
+  try {
+    const m = /^SigIgn:\s*([0-9a-f]+)$/m.exec(fs.readFileSync('/proc/self/status', 'utf8'));
+    if (m) {
+      const mask = BigInt(`0x${m[1]}`);
+      const nums: [string, number][] = [
+        ['SIGHUP', 1],
+        ['SIGINT', 2],
+        ['SIGTERM', 15],
+      ];
+      for (const [n, k] of nums) if ((mask >> BigInt(k - 1)) & 1n) out.add(n);
+    }
+  } catch {
+    /* not Linux procfs: catch them all */
+  }
+  return out;
+}
+
+async function flushAndExit(code: number): Promise<never> {
+  await new Promise<void>((r) => {
+    if (process.stdout.writableLength === 0) return r();
+    process.stdout.once('drain', () => r());
+    process.stdout.once('error', () => r());
+    setTimeout(r, 2000).unref();
+  });
+  process.exit(code);
+}
+
+interface RunOptions {
+  judge: GateJudge;
+  server: string[];
+  timeoutMs: number;
+  graceMs: number;
+  observer?: GateObserver;
+}
+
+async function runSession(o: RunOptions): Promise<number> {
+  const resolved = resolveCommand(o.server[0]!);
+  const gate = createMcpGate({
+    judge: o.judge,
+    command: [resolved, ...o.server.slice(1)],
+    timeoutMs: o.timeoutMs,
+    graceMs: o.graceMs,
+    input: process.stdin,
+    output: process.stdout,
+    errout: process.stderr,
+    observer: o.observer,
+  });
+  const ignored = ignoredSignals();
+  const handlers: [NodeJS.Signals, () => void][] = [
+    ['SIGTERM', () => gate.terminate(143)],
+    ['SIGHUP', () => gate.terminate(129)],
+    ['SIGINT', () => gate.interrupt()],
+  ];
+  for (const [sig, h] of handlers) if (!ignored.has(sig)) process.on(sig, h);
+  try {
+    return await gate.done;
+  } finally {
+    for (const [sig, h] of handlers) process.off(sig, h);
+  }
+}
+
+function serverArgs(server: string[] | undefined): string[] {
+  if (!server || server.length === 0)
+    throw new GateExit(2, 'no server command: leash mcp [options] -- SERVER [ARGS...]');
+  return server;
+}
+
+async function guarded(fn: () => Promise<number>): Promise<never> {
+  let code: number;
+  try {
+    code = await fn();
+  } catch (e) {
+    if (e instanceof GateExit) {
+      say(e.message);
+      code = e.code;
+    } else throw e;
+  }
+  return flushAndExit(code);
+}
+
+interface GateCliOptions {
+  policy?: string;
+  socket: string;
+  timeout: string;
+  grace: string;
+  log?: string;
+}
+
+/** Registers `leash mcp` (and `learn`, `check`) on the program. */
+export function register(program: Command): void {
+  const mcp = program
+    .command('mcp')
+    .description('run an MCP stdio server behind the tools gate: every message parsed strictly, tool calls judged')
+    .usage('[--policy FILE] [--timeout MS] [--grace MS] -- SERVER [ARGS...]')
+    .option(
+      '--policy <file>',
+      'enforce this policy file (YAML/JSON with a tools section) instead of asking the service',
+    )
+    .option('--socket <path>', 'the service tools socket (without --policy)', DEFAULT_TOOLS_SOCKET)
+    .option('--timeout <ms>', 'per request, and for a server that stops reading its input (0 = wait for ever)', '30000')
+    .option('--grace <ms>', 'time the server gets to exit once its input is closed (0 = stop it at once)', '5000')
+    .option(
+      '--log <sink>',
+      'decision log with --policy: an absolute file path or stderr (default: logging.decisions of the policy file, else stderr)',
+    )
+    .argument('[server...]', 'the server command, after --')
+    .action(async (server: string[] | undefined, opts: GateCliOptions) => {
+      await guarded(async () => {
+        const cmd = serverArgs(server);
+        const timeoutMs = parseMs('--timeout', opts.timeout);
+        const graceMs = parseMs('--grace', opts.grace);
+        requireStdio();
+        let judge: GateJudge;
+        if (opts.policy !== undefined) {
+          const { policy, decisions } = loadPolicy(opts.policy);
+          const log = openLog(opts.log ?? decisions);
+          judge = createLocalJudge({ policy, log, uid: process.getuid?.() ?? -1 });
+        } else {
+          try {
+            judge = await connectToolsJudge(opts.socket);
+          } catch (e) {
+            throw new GateExit(
+              2,
+              `cannot reach the leash service at ${opts.socket} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); use --policy FILE to run without it`,
+            );
+          }
+        }
+        resolveCommand(cmd[0]!);
+        return runSession({ judge, server: cmd, timeoutMs, graceMs });
+      });
+    });
+
+  // --timeout and --grace belong to `mcp` itself (commander hands them to the parent wherever they
+  // are written), so the subcommands read them with optsWithGlobals().
+  mcp
+    .command('learn')
+    .description('write the tightest-fit tools profile from calls the server answered successfully')
+    .usage('[--script calls.json] --out FILE [--timeout MS] [--grace MS] -- SERVER [ARGS...]')
+    .option('--script <file>', 'drive these calls ([{"tool","arguments"}]) instead of relaying a live client')
+    .requiredOption(
+      '--out <file>',
+      'where the profile is written (atomically; nothing is written if the session fails)',
+    )
+    .argument('[server...]', 'the server command, after --')
+    .action(async (server: string[] | undefined, _o: unknown, cmd: Command) => {
+      const opts = cmd.optsWithGlobals<{ script?: string; out: string; timeout: string; grace: string }>();
+      await guarded(() => runLearn(server, opts));
+    });
+
+  mcp
+    .command('check')
+    .description('judge one tool call against a policy file (name, argument rules, inspection); exit 1 when blocked')
+    .usage('NAME [--inputs JSON] --policy FILE')
+    .argument('<name>', 'the tool name')
+    .option('--inputs <json>', 'the call arguments as JSON', '{}')
+    .action(async (name: string, _o: unknown, cmd: Command) => {
+      const opts = cmd.optsWithGlobals<{ inputs: string; policy?: string }>();
+      await guarded(async () => {
+        if (opts.policy === undefined) throw new GateExit(2, 'leash mcp check needs --policy FILE');
+        const { policy } = loadPolicy(opts.policy);
+        const r = runCheckTool(name, opts.inputs, policy);
+        process.stdout.write(`${JSON.stringify(r.verdict)}\n`);
+        return r.code;
+      });
+    });
+}
+
+/**
+ * `check tool NAME --inputs JSON` as a function the `check` command can call: the verdict and the
+ * exit code (0 allow, 1 block, 2 inputs that are not strict JSON).
+ */
+export function runCheckTool(
+  name: string,
+  inputsJson: string,
+  policy: CompiledGatePolicy,
+): { verdict: Record<string, unknown>; code: number } {
+  let inputs;
+  try {
+    inputs = parseStrict(Buffer.from(inputsJson, 'utf8'), { fileWhitespace: true });
+  } catch (e) {
+    if (e instanceof JsonError) throw new GateExit(2, `--inputs is not strict JSON: ${e.code}`);
+    throw e;
+  }
+  const v = checkTool(name, inputs, policy);
+  const verdict: Record<string, unknown> = { action: v.action, reason: v.reason, rule: v.rule };
+  if (v.at) verdict.at = v.at;
+  if (v.findings?.length) verdict.findings = v.findings;
+  return { verdict, code: v.action === 'allow' ? 0 : 1 };
+}
+
+async function runLearn(
+  server: string[] | undefined,
+  opts: { script?: string; out: string; timeout: string; grace: string },
+): Promise<number> {
+  const cmd = serverArgs(server);
+  const timeoutMs = parseMs('--timeout', opts.timeout);
+  const graceMs = parseMs('--grace', opts.grace);
+  const out = path.resolve(opts.out);
+  try {
+    fs.mkdirSync(path.dirname(out), { recursive: true });
+  } catch (e) {
+    throw new GateExit(2, `cannot create the directory of --out: ${(e as NodeJS.ErrnoException).code}`);
+  }
+  if (fs.existsSync(out) && fs.statSync(out).isDirectory()) throw new GateExit(2, '--out is a directory');
+  const resolved = resolveCommand(cmd[0]!);
+  const command = [resolved, ...cmd.slice(1)];
+  let learner: Learner;
+  if (opts.script !== undefined) {
+    let calls;
+    try {
+      calls = loadScript(opts.script);
+    } catch (e) {
+      throw new GateExit(2, `bad --script: ${e instanceof JsonError ? e.code : (e as Error).message}`);
+    }
+    try {
+      learner = await learnScripted({ command, calls, timeoutMs, graceMs, errout: process.stderr });
+    } catch (e) {
+      if (!(e instanceof LearnError)) throw e;
+      const partial = (e as { partial?: Learner }).partial;
+      say(`learn failed: ${e.message}; ${opts.out} was not written`);
+      if (partial) process.stdout.write(renderProfile(partial.build().profile));
+      return 2;
+    }
+  } else {
+    requireStdio();
+    learner = new Learner();
+    const l = learner;
+    const allowAll: GateJudge = {
+      hideDenied: false,
+      judge: (method) => ({ action: 'allow', policed: false, method }),
+      hidden: (names) => names.map(() => false),
+      event: () => undefined,
+    };
+    const code = await runSession({
+      judge: allowAll,
+      server: command,
+      timeoutMs,
+      graceMs,
+      observer: {
+        onCall: (name, args, ok) => l.call(name, args, ok),
+        onToolsList: (names) => l.toolsListed(names),
+        onInitialize: (r) => {
+          const v = toPlain(r) as { protocolVersion?: unknown };
+          if (typeof v?.protocolVersion === 'string') l.revision = v.protocolVersion;
+        },
+      },
+    });
+    if (code === 3 || code === 2) {
+      say(`learn failed: the session ended with status ${code}; ${opts.out} was not written`);
+      process.stderr.write(renderProfile(learner.build().profile));
+      return 2;
+    }
+  }
+  const built = learner.build();
+  for (const l of built.leftOut) say(`left out ${l}`);
+  const text = renderProfile(built.profile);
+  try {
+    writeAtomic(out, text);
+  } catch (e) {
+    say(`cannot write ${opts.out} (${(e as NodeJS.ErrnoException).code}); the profile follows on stdout`);
+    process.stdout.write(text);
+  }
+  say(built.summary);
+  return 0;
+}

@@ -1,0 +1,116 @@
+/**
+ * A judge answers the gate's three policy questions (judge a request, which tools to hide, record a
+ * refused message). The local judge works from a compiled policy and writes the decision log; the
+ * remote judge (socket.ts) asks the running service, which does both under the caller's UID.
+ */
+import type { JsonValue } from './json.js';
+import { deniedByName, judgeRequest, redactForLog, type CompiledGatePolicy, type Judgment } from './policy.js';
+
+/** The decision log as the cli helper defines it (src/log/decisions.ts). */
+export interface DecisionLog {
+  write(rec: {
+    uid: number;
+    surface: 'tools';
+    action: 'allow' | 'block';
+    reason: string;
+    subject: unknown;
+    rule?: string | null;
+    severity?: 'critical';
+  }): string;
+}
+
+/** A judgment as the gate uses it: the log line's ref travels in the error's data. */
+export type GateJudgment = Judgment & { ref?: string };
+
+export interface GateJudge {
+  /** Strip tools denied by name from tools/list. */
+  readonly hideDenied: boolean;
+  judge(method: string, params: JsonValue | undefined, notification: boolean): GateJudgment | Promise<GateJudgment>;
+  hidden(names: string[]): boolean[] | Promise<boolean[]>;
+  /** A message the gate would not relay (or a request that failed on the server side). */
+  event(ev: GateEvent): void;
+  close?(): void;
+}
+
+export interface GateEvent {
+  reason: 'protocol_client' | 'protocol_server' | 'server_timeout' | 'server_closed' | 'server_stalled';
+  /** Which side sent the refused message. */
+  rejected?: 'client' | 'server';
+  /** Parser or envelope code, e.g. duplicate_key, other_spelling. */
+  code?: string;
+  method?: string;
+  /** The offending line (cut to 200 characters before it is logged). */
+  line?: string;
+}
+
+const cut = (s: string) => (s.length > 200 ? `${s.slice(0, 200)}…` : s);
+
+/** Builds the log record of a judgment and writes it; returns the ref (undefined when not logged). */
+export function logJudgment(
+  j: Judgment,
+  params: JsonValue | undefined,
+  ctx: { log: DecisionLog; uid: number; logArgs: 'denied' | 'all' | 'none'; mask: (s: string) => string },
+): string | undefined {
+  if (j.action === 'allow' && !j.policed) return undefined;
+  const withArgs = ctx.logArgs === 'all' || (ctx.logArgs === 'denied' && j.action === 'deny');
+  const args =
+    withArgs && params && typeof params === 'object' && !Array.isArray(params)
+      ? (params as Record<string, JsonValue>).arguments
+      : undefined;
+  const subject: Record<string, unknown> = { method: j.method };
+  if (j.name !== undefined) subject.name = cut(ctx.mask(j.name));
+  if (args !== undefined) subject.inputs = redactForLog(args, ctx.mask);
+  if (j.verdict?.at) subject.at = cut(j.verdict.at);
+  if (j.verdict?.findings?.length) subject.findings = j.verdict.findings;
+  if (j.action === 'deny' && j.code !== -32001) subject.code = j.code;
+  return ctx.log.write({
+    uid: ctx.uid,
+    surface: 'tools',
+    action: j.action === 'allow' ? 'allow' : 'block',
+    reason: j.action === 'allow' ? (j.verdict?.reason ?? 'allow_entry') : j.reason,
+    subject,
+    rule: j.action === 'allow' ? (j.verdict?.rule ?? null) : j.rule,
+  });
+}
+
+/** Writes a gate event (refused message, timeout, server failure) to the decision log. */
+export function logEvent(
+  ev: GateEvent,
+  ctx: { log: DecisionLog; uid: number; logArgs: 'denied' | 'all' | 'none'; mask: (s: string) => string },
+): string {
+  const subject: Record<string, unknown> = {};
+  if (ev.rejected) subject.rejected = ev.rejected;
+  if (ev.code) subject.code = ev.code;
+  if (ev.method) subject.method = cut(ev.method);
+  if (ev.line !== undefined && ctx.logArgs !== 'none') subject.line = cut(ctx.mask(ev.line));
+  return ctx.log.write({ uid: ctx.uid, surface: 'tools', action: 'block', reason: ev.reason, subject, rule: null });
+}
+
+export interface LocalJudgeOptions {
+  policy: CompiledGatePolicy;
+  log: DecisionLog;
+  /** The subject's UID written in every record (the gate's own UID when run with --policy). */
+  uid: number;
+  /** Secret masking (the engine's maskSecrets); identity when absent. */
+  mask?: (s: string) => string;
+}
+
+/** A judge over a compiled policy, logging every policed or denied call. */
+export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
+  const ctx = { log: o.log, uid: o.uid, logArgs: o.policy.logArgs, mask: o.mask ?? ((s: string) => s) };
+  return {
+    hideDenied: o.policy.hideDenied,
+    judge(method, params) {
+      const j = judgeRequest(method, params, o.policy) as GateJudgment;
+      const ref = logJudgment(j, params, ctx);
+      if (ref !== undefined) j.ref = ref;
+      return j;
+    },
+    hidden(names) {
+      return names.map((n) => deniedByName(n, o.policy));
+    },
+    event(ev) {
+      logEvent(ev, ctx);
+    },
+  };
+}

@@ -1,0 +1,304 @@
+/**
+ * The tools gate's policy: the engine's tools surface (mode, allow, deny, inspect) plus the
+ * mcp-leash features (argument rules, strict_args, policed_methods, deny_methods, hide_denied,
+ * log_args), and the pure judgment of one JSON-RPC request against it.
+ */
+import type { PolicyInput, ToolSubject, ToolsSurfacePolicy, Verdict, FailMode } from '../../engine/types.js';
+import {
+  ArgRuleError,
+  checkArgs,
+  compileToolArgs,
+  type ArgsReason,
+  type CompiledToolArgs,
+  type ToolArgsSpec,
+} from './args.js';
+import { isObject, JsonNumber, type JsonObject, type JsonValue } from './json.js';
+import { normalizeToolName, otherSpellingOf } from './names.js';
+
+/** The gate's extension of the config's `tools` section (all optional in YAML). */
+export interface ToolsGateFields {
+  /** Per-tool argument rules, keyed by tool name (compared normalised). */
+  args: Record<string, ToolArgsSpec>;
+  /** A tool without allow rules accepts only empty arguments. */
+  strict_args: boolean;
+  /** Methods whose selector goes through the tool policy; tools/call always does. */
+  policed_methods: string[];
+  /** Methods refused outright (globs, case-insensitive). */
+  deny_methods: string[];
+  /** Strip tools denied by name from tools/list. */
+  hide_denied: boolean;
+  /** Which calls carry their argument values in the decision log. */
+  log_args: 'denied' | 'all' | 'none';
+}
+
+export type ToolsGatePolicy = ToolsSurfacePolicy & ToolsGateFields;
+
+export const GATE_DEFAULTS: ToolsGateFields = {
+  args: {},
+  strict_args: false,
+  policed_methods: ['tools/call'],
+  deny_methods: [],
+  hide_denied: false,
+  log_args: 'denied',
+};
+
+/** What the gate needs from the engine (injected: the engine is built on its own branch). */
+export interface ToolsEngine {
+  compilePolicy(p: PolicyInput): unknown;
+  decide(surface: 'tools', subject: ToolSubject, policy: never): Verdict;
+}
+
+export interface CompiledGatePolicy {
+  /** The engine's verdict for a tool name (+ inputs, for inspection). */
+  decideTool(name: string, inputs: unknown): Verdict;
+  args: Map<string, CompiledToolArgs>;
+  strictArgs: boolean;
+  policed: Set<string>;
+  denyMethods: { glob: string; re: RegExp }[];
+  hideDenied: boolean;
+  logArgs: 'denied' | 'all' | 'none';
+  failMode: FailMode;
+}
+
+export class GatePolicyError extends Error {
+  constructor(readonly problems: string[]) {
+    super(problems.join('\n'));
+  }
+}
+
+function globToRegExp(glob: string): RegExp {
+  let re = '';
+  for (const ch of glob) {
+    if (ch === '*') re += '.*';
+    else if (ch === '?') re += '.';
+    else re += ch.replace(/[.+^${}()|[\]\\]/g, '\\$&');
+  }
+  return new RegExp(`^${re}$`, 'su');
+}
+
+const EMPTY_SURFACE = { mode: 'whitelist' as const, allow: [], deny: [] };
+
+/**
+ * Compiles a gate policy once (engine indexes, regexes, globs). Throws GatePolicyError listing
+ * every problem (a bad regex, a `*` in an args key, two keys naming one tool once normalised).
+ */
+export function compileGatePolicy(tools: ToolsGatePolicy, failMode: FailMode, engine: ToolsEngine): CompiledGatePolicy {
+  const problems: string[] = [];
+  const args = new Map<string, CompiledToolArgs>();
+  for (const [name, spec] of Object.entries(tools.args ?? {})) {
+    const n = normalizeToolName(name);
+    if (n.includes('*') || n === '') problems.push(`tools.args.${name}: an args key names exactly one tool (no '*')`);
+    else if (args.has(n)) problems.push(`tools.args.${name}: names the same tool as another key once normalised`);
+    try {
+      args.set(n, compileToolArgs(spec, `tools.args.${name}`));
+    } catch (e) {
+      if (e instanceof ArgRuleError) problems.push(e.message);
+      else throw e;
+    }
+  }
+  for (const m of tools.policed_methods ?? []) {
+    if (m.includes('*'))
+      problems.push(`tools.policed_methods: '${m}' is not a method name (globs belong in deny_methods)`);
+  }
+  if (problems.length) throw new GatePolicyError(problems);
+  const input: PolicyInput = {
+    fail_mode: failMode,
+    network: EMPTY_SURFACE,
+    filesystem: EMPTY_SURFACE,
+    commands: EMPTY_SURFACE,
+    tools: { mode: tools.mode, allow: tools.allow, deny: tools.deny, inspect: tools.inspect },
+  };
+  const compiled = engine.compilePolicy(input) as never;
+  return {
+    decideTool: (name, inputs) => engine.decide('tools', { name, inputs }, compiled),
+    args,
+    strictArgs: tools.strict_args ?? false,
+    policed: new Set(['tools/call', ...(tools.policed_methods ?? []).map(normalizeToolName)]),
+    denyMethods: (tools.deny_methods ?? []).map((g) => ({ glob: g, re: globToRegExp(normalizeToolName(g)) })),
+    hideDenied: tools.hide_denied ?? false,
+    logArgs: tools.log_args ?? 'denied',
+    failMode,
+  };
+}
+
+/** Reasons the gate adds to the engine's (documented in docs/errors.md, section tools gate). */
+export type GateReason =
+  | ArgsReason
+  | 'method_denied'
+  | 'bad_selector'
+  | 'bad_params'
+  | 'protocol_client'
+  | 'protocol_server'
+  | 'server_timeout'
+  | 'server_closed'
+  | 'server_stalled';
+
+export interface ToolVerdict {
+  action: 'allow' | 'block';
+  reason: string;
+  rule: string | null;
+  /** Where in the arguments an argument rule decided. */
+  at?: string;
+  findings?: Verdict['findings'];
+}
+
+/**
+ * checkTool: the engine's tools decision (name, mode, allow/deny, inspection) and then the
+ * argument rules of the tool, by its normalised name. Deny wins at every step.
+ */
+export function checkTool(name: string, inputs: JsonValue | undefined, policy: CompiledGatePolicy): ToolVerdict {
+  let v: Verdict;
+  try {
+    v = policy.decideTool(name, inputs);
+  } catch {
+    return policy.failMode === 'open'
+      ? { action: 'allow', reason: 'engine_error', rule: null }
+      : { action: 'block', reason: 'engine_error', rule: null };
+  }
+  if (v.action === 'block') return { action: 'block', reason: v.reason, rule: v.rule, findings: v.findings };
+  const a = checkArgs(inputs, policy.args.get(normalizeToolName(name)) ?? null, policy.strictArgs);
+  if (!a.ok) return { action: 'block', reason: a.reason, rule: a.rule, at: a.at };
+  return { action: 'allow', reason: v.reason, rule: v.rule, findings: v.findings };
+}
+
+/** True when a tool is denied by name (and so hidden from tools/list under hide_denied). */
+export function deniedByName(name: string, policy: CompiledGatePolicy): boolean {
+  try {
+    const v = policy.decideTool(name, undefined);
+    return (
+      v.action === 'block' && (v.reason === 'deny_entry' || v.reason === 'not_allowed' || v.reason === 'no_policy')
+    );
+  } catch {
+    return policy.failMode !== 'open';
+  }
+}
+
+export const ENVELOPE = ['jsonrpc', 'id', 'method', 'params', 'result', 'error'] as const;
+export const SELECTORS = ['name', 'arguments', 'uri', 'ref'] as const;
+
+/** The result of judging one client request or notification. */
+export type Judgment =
+  | { action: 'allow'; policed: boolean; method: string; name?: string; verdict?: ToolVerdict }
+  | {
+      action: 'deny';
+      code: number;
+      message: string;
+      reason: string;
+      rule: string | null;
+      method: string;
+      name?: string;
+      verdict?: ToolVerdict;
+    };
+
+const deny = (
+  code: number,
+  message: string,
+  reason: string,
+  method: string,
+  extra: { name?: string; rule?: string | null; verdict?: ToolVerdict } = {},
+): Judgment => ({
+  action: 'deny',
+  code,
+  message,
+  reason,
+  rule: extra.rule ?? null,
+  method,
+  name: extra.name,
+  verdict: extra.verdict,
+});
+
+/** JSON-RPC error code of a tool call the policy denies. */
+export const DENIED_CODE = -32001;
+
+function selectorOf(method: string, params: JsonObject): { sel: string; args?: JsonValue } | string {
+  const has = (k: string) => Object.prototype.hasOwnProperty.call(params, k);
+  const str = (k: string): string | null => (typeof params[k] === 'string' ? (params[k] as string) : null);
+  if (method === 'tools/call' || method === 'prompts/get') {
+    if (has('uri') || has('ref')) return 'a second selector beside params.name';
+    const n = str('name');
+    if (n === null) return 'params.name must be a string';
+    return { sel: n, args: params.arguments };
+  }
+  if (method === 'resources/read' || method === 'resources/subscribe' || method === 'resources/unsubscribe') {
+    if (has('name') || has('ref')) return 'a second selector beside params.uri';
+    const u = str('uri');
+    if (u === null) return 'params.uri must be a string';
+    return { sel: u };
+  }
+  if (method === 'completion/complete') {
+    if (has('name') || has('uri')) return 'a second selector beside params.ref';
+    const ref = params.ref;
+    if (!isObject(ref)) return 'params.ref must be an object';
+    const bad = Object.keys(ref).find((k) => otherSpellingOf(k, ['name', 'uri', 'type']));
+    if (bad !== undefined) return `params.ref has another spelling of a selector: ${JSON.stringify(bad)}`;
+    const hasName = Object.prototype.hasOwnProperty.call(ref, 'name');
+    const hasUri = Object.prototype.hasOwnProperty.call(ref, 'uri');
+    if (hasName === hasUri) return 'params.ref must carry exactly one of name and uri';
+    const v = hasName ? ref.name : ref.uri;
+    if (typeof v !== 'string') return 'params.ref selector must be a string';
+    if (ref.type !== (hasName ? 'ref/prompt' : 'ref/resource')) return 'params.ref.type does not match its selector';
+    return { sel: v };
+  }
+  const hasName = has('name');
+  const hasUri = has('uri');
+  if (hasName === hasUri) return 'exactly one of params.name and params.uri is required';
+  const v = hasName ? params.name : params.uri;
+  if (typeof v !== 'string') return 'the selector must be a string';
+  return { sel: v, args: hasName ? params.arguments : undefined };
+}
+
+/**
+ * Judges one client request/notification by its method and params (pure; no logging).
+ * deny_methods → -32601; a policed method's selector → the tool policy (name, arguments, inspection);
+ * malformed params of a policed method → -32602.
+ */
+export function judgeRequest(method: string, params: JsonValue | undefined, policy: CompiledGatePolicy): Judgment {
+  const m = normalizeToolName(method);
+  for (const d of policy.denyMethods) {
+    if (d.re.test(m)) return deny(-32601, `method not allowed: ${method}`, 'method_denied', method, { rule: d.glob });
+  }
+  if (!policy.policed.has(m)) return { action: 'allow', policed: false, method };
+  if (!isObject(params)) return deny(-32602, 'params must be an object', 'bad_params', method);
+  for (const k of Object.keys(params)) {
+    const c = otherSpellingOf(k, SELECTORS);
+    if (c) return deny(-32602, `params member ${JSON.stringify(k)} is another spelling of ${c}`, 'bad_params', method);
+  }
+  const s = selectorOf(m, params);
+  if (typeof s === 'string') return deny(-32602, s, 'bad_selector', method);
+  const inputs = m === 'tools/call' || m === 'prompts/get' || s.args !== undefined ? s.args : undefined;
+  const v = checkTool(s.sel, inputs, policy);
+  if (v.action === 'block') {
+    const code = v.reason === 'args_not_object' || v.reason === 'args_too_deep' ? -32602 : DENIED_CODE;
+    return deny(code, `denied by leash: ${v.reason}${v.at ? ` at ${v.at}` : ''}`, v.reason, method, {
+      name: s.sel,
+      rule: v.rule,
+      verdict: v,
+    });
+  }
+  return { action: 'allow', policed: true, method, name: s.sel, verdict: v };
+}
+
+/** Cuts strings to 200 characters and masks secrets, for argument values written to the log. */
+export function redactForLog(v: JsonValue | undefined, mask: (s: string) => string, depth = 0): unknown {
+  if (v === undefined) return undefined;
+  if (depth > 20) return '…';
+  if (typeof v === 'string') {
+    const m = mask(v);
+    return m.length > 200 ? `${m.slice(0, 200)}…` : m;
+  }
+  if (v instanceof JsonNumber) return v.value;
+  if (Array.isArray(v)) return v.slice(0, 100).map((x) => redactForLog(x, mask, depth + 1));
+  if (isObject(v)) {
+    const o: Record<string, unknown> = {};
+    for (const k of Object.keys(v).slice(0, 100)) {
+      Object.defineProperty(o, mask(k).slice(0, 200), {
+        value: redactForLog(v[k], mask, depth + 1),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    }
+    return o;
+  }
+  return v;
+}

@@ -1,0 +1,172 @@
+/**
+ * The YAML shape of the tools gate (a fragment: the config schema owner merges `toolsGateFields`
+ * into its `tools` section), and the loader of a `leash mcp --policy FILE`.
+ */
+import fs from 'node:fs';
+import { parseDocument } from 'yaml';
+import { z } from 'zod';
+import type { FailMode } from '../../engine/types.js';
+import { GATE_DEFAULTS, GatePolicyError, type ToolsGatePolicy } from './policy.js';
+
+const ruleSpec = z.union([
+  z.string().describe('a regex, matched anywhere in the value (anchor with ^ and $; $ is the end of the value)'),
+  z
+    .strictObject({
+      type: z.enum(['string', 'number', 'boolean', 'null', 'object', 'array']).optional(),
+      pattern: z.string().optional(),
+    })
+    .describe('a typed rule: admits only values of that JSON type (and matching pattern, when given)'),
+]);
+const rulesSpec = z.union([
+  z.array(ruleSpec).describe('shorthand for {"**": [...]}: every value anywhere'),
+  z.record(z.string(), z.array(ruleSpec)).describe('argument path (a.b, *, **) → rules'),
+]);
+
+/** The fields the gate adds to the config's `tools` section. */
+export const toolsGateFields = {
+  args: z
+    .record(
+      z.string(),
+      z.strictObject({
+        allow: z.union([z.literal('*'), rulesSpec]).optional(),
+        deny: rulesSpec.optional(),
+      }),
+    )
+    .default({})
+    .describe(
+      'per-tool argument rules by argument path; deny is checked against every nested value, allow must match the exact shape',
+    ),
+  strict_args: z
+    .boolean()
+    .default(false)
+    .describe('a tool without allow rules accepts only empty arguments ({}), so a bare tool stays bare'),
+  policed_methods: z
+    .array(z.string().min(1))
+    .default(['tools/call'])
+    .describe('JSON-RPC methods whose selector (name/uri/ref) goes through the tool policy; tools/call always does'),
+  deny_methods: z
+    .array(z.string().min(1))
+    .default([])
+    .describe(
+      'JSON-RPC methods refused outright with -32601 (globs, case-insensitive); matching notifications are dropped',
+    ),
+  hide_denied: z
+    .boolean()
+    .default(false)
+    .describe('strip tools denied by name from every tools/list page, so the agent never sees them'),
+  log_args: z
+    .enum(['denied', 'all', 'none'])
+    .default('denied')
+    .describe(
+      'which calls carry argument values in the decision log; allowed calls carry secrets, so "denied" by default',
+    ),
+};
+
+const inspectAction = z.enum(['block', 'log', 'allow']);
+
+/** A `leash mcp --policy FILE`: a leash.yaml (or a fragment) with a tools section. */
+export const gatePolicyFileSchema = z.strictObject({
+  fail_mode: z.enum(['closed', 'open']).catch('closed').default('closed'),
+  tools: z.strictObject({
+    mode: z.enum(['whitelist', 'blacklist']).default('whitelist'),
+    allow: z.array(z.string().min(1)).default([]),
+    deny: z.array(z.string().min(1)).default([]),
+    inspect: z
+      .strictObject({
+        secrets: inspectAction.default('block'),
+        pii: inspectAction.default('log'),
+        priv_esc: inspectAction.default('block'),
+      })
+      .default({ secrets: 'block', pii: 'log', priv_esc: 'block' }),
+    ...toolsGateFields,
+  }),
+  logging: z.object({ decisions: z.string().optional() }).loose().optional(),
+  // A whole leash.yaml is a policy file too: its other sections are accepted and not read here.
+  user: z.unknown().optional(),
+  network: z.unknown().optional(),
+  filesystem: z.unknown().optional(),
+  commands: z.unknown().optional(),
+  enforcers: z.unknown().optional(),
+  // Notes (learn writes them); never read.
+  _comment: z.unknown().optional(),
+  _not_called: z.unknown().optional(),
+});
+
+const KNOWN = [
+  'mode',
+  'allow',
+  'deny',
+  'inspect',
+  ...Object.keys(toolsGateFields),
+  'secrets',
+  'pii',
+  'priv_esc',
+  'type',
+  'pattern',
+];
+
+function distance(a: string, b: string): number {
+  const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array<number>(b.length).fill(0)]);
+  for (let j = 1; j <= b.length; j++) d[0]![j] = j;
+  for (let i = 1; i <= a.length; i++)
+    for (let j = 1; j <= b.length; j++)
+      d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+  return d[a.length]![b.length]!;
+}
+
+function suggest(key: string): string {
+  let best: string | null = null;
+  let bd = 3;
+  for (const k of KNOWN) {
+    const dd = distance(key, k);
+    if (dd < bd) {
+      bd = dd;
+      best = k;
+    }
+  }
+  return best ? ` (did you mean '${best}'?)` : '';
+}
+
+export interface LoadedGatePolicy {
+  tools: ToolsGatePolicy;
+  failMode: FailMode;
+  decisions: string | null;
+}
+
+/** Validates an already-parsed policy document; throws GatePolicyError with `path: message` lines. */
+export function validateGatePolicy(doc: unknown): LoadedGatePolicy {
+  const r = gatePolicyFileSchema.safeParse(doc);
+  if (!r.success) {
+    const lines: string[] = [];
+    for (const issue of r.error.issues) {
+      const at = issue.path.join('.') || '(top)';
+      if (issue.code === 'unrecognized_keys') {
+        for (const k of issue.keys) lines.push(`${at}: unknown key '${k}'${suggest(k)}`);
+      } else lines.push(`${at}: ${issue.message}`);
+    }
+    throw new GatePolicyError(lines);
+  }
+  const t = r.data.tools;
+  return {
+    tools: { ...GATE_DEFAULTS, ...t } as ToolsGatePolicy,
+    failMode: r.data.fail_mode,
+    decisions: r.data.logging?.decisions ?? null,
+  };
+}
+
+/**
+ * Reads a policy file (YAML or JSON). A missing file, a directory, a duplicate key, an unknown key
+ * or a bad value is a GatePolicyError: the gate exits 2 and never starts the server.
+ */
+export function loadGatePolicyFile(file: string): LoadedGatePolicy {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new GatePolicyError([`${file}: cannot read: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`]);
+  }
+  // uniqueKeys (the default) makes a duplicate key an error instead of "the last one wins".
+  const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: false });
+  if (doc.errors.length) throw new GatePolicyError(doc.errors.map((e) => `${file}: ${e.message.split('\n')[0]}`));
+  return validateGatePolicy(doc.toJS());
+}

@@ -1,0 +1,260 @@
+/**
+ * The tools socket: `leash mcp` without --policy asks the running service, which identifies the
+ * caller by SO_PEERCRED (never by anything the caller says) and judges against that subject's
+ * resolved tools policy, writing the decision log under that UID.
+ *
+ * Wire: newline-delimited JSON both ways, requests carry `seq`, answers echo it.
+ *   {op:"hello"}                              → {seq, ok:true, uid, hide_denied}
+ *   {op:"judge", method, params?, notification} → {seq, judgment}
+ *   {op:"hidden", names:[...]}                → {seq, hidden:[bool...]}
+ *   {op:"event", event:{...}}                 (no answer: logged)
+ * The service parses the gate's lines with the same strict reader the gate uses on MCP traffic.
+ */
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { loadNative } from '../../native.js';
+import { logEvent, logJudgment, type DecisionLog, type GateEvent, type GateJudge, type GateJudgment } from './judge.js';
+import { fromPlain, isObject, parseStrict, stringifyAscii, toPlain, type JsonObject, type JsonValue } from './json.js';
+import { deniedByName, judgeRequest, type CompiledGatePolicy } from './policy.js';
+
+/** Where the service listens by default. */
+export const DEFAULT_TOOLS_SOCKET = '/run/leash/tools.sock';
+
+export interface ToolsSocketServerOptions {
+  /** The subject's compiled gate policy, or null (no policy: every policed call is denied). */
+  policyForUid(uid: number): CompiledGatePolicy | null;
+  log: DecisionLog;
+  /** Socket path (default /run/leash/tools.sock). Its directory must exist. */
+  path?: string;
+  /** Secret masking for logged arguments (the engine's maskSecrets). */
+  mask?: (s: string) => string;
+  /** The caller's UID from a connected socket (default: SO_PEERCRED through the addon). */
+  peerUid?: (sock: net.Socket) => number;
+  /** Mode of the socket file: every account may connect; the UID is what identifies it. */
+  mode?: number;
+}
+
+export interface ToolsSocketServer {
+  readonly path: string;
+  close(): Promise<void>;
+}
+
+function peerUidFromAddon(sock: net.Socket): number {
+  const fd = (sock as unknown as { _handle?: { fd?: number } })._handle?.fd;
+  if (typeof fd !== 'number' || fd < 0) throw new Error('no descriptor for the peer socket');
+  return loadNative().peerCred(fd).uid;
+}
+
+const noPolicyJudgment = (method: string): GateJudgment => ({
+  action: 'deny',
+  code: -32001,
+  message: 'denied by leash: no_policy',
+  reason: 'no_policy',
+  rule: null,
+  method,
+});
+
+/** Starts the service side of the tools socket. */
+export async function createToolsSocketServer(o: ToolsSocketServerOptions): Promise<ToolsSocketServer> {
+  const sockPath = o.path ?? DEFAULT_TOOLS_SOCKET;
+  const mask = o.mask ?? ((s: string) => s);
+  const peerUid = o.peerUid ?? peerUidFromAddon;
+  const conns = new Set<net.Socket>();
+  try {
+    // A stale socket from a previous run; refuse to remove anything that is not a socket.
+    if (fs.lstatSync(sockPath).isSocket()) fs.unlinkSync(sockPath);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+  }
+
+  const server = net.createServer((sock) => {
+    conns.add(sock);
+    sock.on('close', () => conns.delete(sock));
+    sock.on('error', () => sock.destroy());
+    let uid: number;
+    try {
+      uid = peerUid(sock);
+    } catch {
+      sock.destroy();
+      return;
+    }
+    let buf: Buffer = Buffer.alloc(0);
+    const send = (v: JsonValue) => {
+      if (!sock.destroyed) sock.write(stringifyAscii(v) + '\n');
+    };
+    const handle = (line: Buffer) => {
+      let msg: JsonValue;
+      try {
+        msg = parseStrict(line);
+      } catch {
+        sock.destroy();
+        return;
+      }
+      if (!isObject(msg)) return sock.destroy();
+      const seq = msg.seq ?? null;
+      // The policy is looked up per message, so a reload reaches open sessions.
+      const policy = o.policyForUid(uid);
+      const ctx = { log: o.log, uid, logArgs: policy?.logArgs ?? 'denied', mask };
+      switch (msg.op) {
+        case 'hello':
+          send({ seq, ok: true, uid, hide_denied: policy ? policy.hideDenied : true, no_policy: policy === null });
+          return;
+        case 'judge': {
+          const method = typeof msg.method === 'string' ? msg.method : '';
+          const params = msg.params;
+          let j: GateJudgment;
+          if (policy === null) j = noPolicyJudgment(method);
+          else j = judgeRequest(method, params, policy) as GateJudgment;
+          if (policy === null) {
+            j.ref = o.log.write({
+              uid,
+              surface: 'tools',
+              action: 'block',
+              reason: 'no_policy',
+              subject: { method },
+              rule: null,
+            });
+          } else {
+            const ref = logJudgment(j, params, ctx);
+            if (ref !== undefined) j.ref = ref;
+          }
+          const out: JsonObject = { action: j.action, method: j.method };
+          if (j.action === 'allow') out.policed = j.policed;
+          else {
+            out.code = j.code;
+            out.message = j.message;
+            out.reason = j.reason;
+            out.rule = j.rule;
+          }
+          if (j.ref !== undefined) out.ref = j.ref;
+          send({ seq, judgment: out });
+          return;
+        }
+        case 'hidden': {
+          const names = Array.isArray(msg.names) ? msg.names.filter((n): n is string => typeof n === 'string') : [];
+          send({ seq, hidden: names.map((n) => (policy ? deniedByName(n, policy) : true)) });
+          return;
+        }
+        case 'event': {
+          const ev = isObject(msg.event) ? (toPlain(msg.event) as GateEvent) : null;
+          const reasons = ['protocol_client', 'protocol_server', 'server_timeout', 'server_closed', 'server_stalled'];
+          if (ev && reasons.includes(ev.reason)) logEvent(ev, ctx);
+          return;
+        }
+        default:
+          sock.destroy();
+      }
+    };
+    sock.on('data', (chunk: Buffer) => {
+      buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+      let nl: number;
+      while ((nl = buf.indexOf(0x0a)) >= 0) {
+        const line = buf.subarray(0, nl);
+        buf = buf.subarray(nl + 1);
+        handle(line);
+        if (sock.destroyed) return;
+      }
+      if (buf.length > 64 * 1024 * 1024) sock.destroy();
+    });
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(sockPath, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  fs.chmodSync(sockPath, o.mode ?? 0o666);
+  return {
+    path: sockPath,
+    async close() {
+      for (const c of conns) c.destroy();
+      await new Promise<void>((r) => server.close(() => r()));
+      try {
+        fs.unlinkSync(sockPath);
+      } catch {
+        /* already gone */
+      }
+    },
+  };
+}
+
+/**
+ * The gate's side: connects, says hello, and returns a judge whose answers come from the service.
+ * Rejects when the service cannot be reached (the gate then exits 2: nothing is enforced).
+ */
+export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promise<GateJudge & { uid: number }> {
+  const sock = net.createConnection(path.resolve(sockPath));
+  await new Promise<void>((resolve, reject) => {
+    sock.once('connect', resolve);
+    sock.once('error', reject);
+  });
+  let seq = 0;
+  const waiting = new Map<number, { resolve: (v: JsonObject) => void; reject: (e: Error) => void }>();
+  let dead: Error | null = null;
+  let buf: Buffer = Buffer.alloc(0);
+  sock.on('data', (chunk: Buffer) => {
+    buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+    let nl: number;
+    while ((nl = buf.indexOf(0x0a)) >= 0) {
+      const line = buf.subarray(0, nl);
+      buf = buf.subarray(nl + 1);
+      let v: JsonValue;
+      try {
+        v = parseStrict(line);
+      } catch {
+        continue;
+      }
+      if (!isObject(v) || typeof v.seq !== 'number') continue;
+      const w = waiting.get(v.seq);
+      if (w) {
+        waiting.delete(v.seq);
+        w.resolve(v);
+      }
+    }
+  });
+  const die = (e: Error) => {
+    dead = e;
+    for (const w of waiting.values()) w.reject(e);
+    waiting.clear();
+  };
+  sock.on('error', die);
+  sock.on('close', () => die(new Error('the leash service closed the tools socket')));
+  const ask = (msg: JsonObject): Promise<JsonObject> => {
+    if (dead) return Promise.reject(dead);
+    const n = ++seq;
+    msg.seq = n;
+    sock.write(stringifyAscii(msg) + '\n');
+    return new Promise((resolve, reject) => waiting.set(n, { resolve, reject }));
+  };
+  const hello = await ask({ op: 'hello' });
+  if (hello.ok !== true || typeof hello.uid !== 'number') throw new Error('the leash service refused the hello');
+  return {
+    uid: hello.uid,
+    hideDenied: hello.hide_denied === true,
+    async judge(method, params, notification) {
+      const msg: JsonObject = { op: 'judge', method, notification };
+      if (params !== undefined) msg.params = params;
+      const r = await ask(msg);
+      const j = r.judgment;
+      if (!isObject(j)) throw new Error('bad judgment from the service');
+      const out = toPlain(j) as GateJudgment & { ref?: string };
+      return out;
+    },
+    async hidden(names) {
+      const r = await ask({ op: 'hidden', names });
+      if (!Array.isArray(r.hidden) || r.hidden.length !== names.length)
+        throw new Error('bad hidden list from the service');
+      return r.hidden.map((h) => h === true);
+    },
+    event(ev) {
+      if (dead) return;
+      sock.write(stringifyAscii({ op: 'event', event: fromPlain(ev) }) + '\n');
+    },
+    close() {
+      sock.end();
+    },
+  };
+}
