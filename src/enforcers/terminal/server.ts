@@ -8,6 +8,7 @@ import {
   parseMessage,
   type JsonRpcId,
 } from './jsonrpc.js';
+import { fromPlain, stringifyAscii } from '../tools/json.js';
 import { result, type CommandResult } from './types.js';
 
 export const SUPPORTED_PROTOCOL_VERSIONS = ['2025-11-25', '2025-06-18', '2025-03-26', '2024-11-05'];
@@ -113,8 +114,9 @@ export function createTerminalServer(opts: TerminalServerOptions): { done: Promi
   let runQueue: Promise<unknown> = Promise.resolve();
   const pending = new Set<Promise<unknown>>();
 
+  // Pure-ASCII output (the gate's writer): U+2028 and friends in command output cannot split a line.
   const send = (msg: Record<string, unknown>): void => {
-    opts.output.write(JSON.stringify({ jsonrpc: '2.0', ...msg }) + '\n');
+    opts.output.write(stringifyAscii(fromPlain({ jsonrpc: '2.0', ...msg })) + '\n');
   };
   const reply = (id: JsonRpcId, res: unknown): void => send({ id, result: res });
   const fail = (id: JsonRpcId | null, code: number, message: string): void => send({ id, error: { code, message } });
@@ -185,7 +187,7 @@ export function createTerminalServer(opts: TerminalServerOptions): { done: Promi
     }
   };
 
-  const onLine = (line: string | null): void => {
+  const onLine = (line: Buffer | null): void => {
     if (line === null) return fail(null, INVALID_REQUEST, 'Message too large');
     const m = parseMessage(line);
     switch (m.kind) {
@@ -201,9 +203,8 @@ export function createTerminalServer(opts: TerminalServerOptions): { done: Promi
   };
 
   const splitter = createLineSplitter(onLine);
-  opts.input.setEncoding('utf8');
   const done = new Promise<void>((resolve) => {
-    opts.input.on('data', (chunk: string) => splitter.push(chunk));
+    opts.input.on('data', (chunk: Buffer) => splitter.push(chunk));
     opts.input.on('end', () => {
       splitter.end();
       void (async () => {
