@@ -262,7 +262,7 @@ describe('leash terminal: policy from the service (no --policy)', () => {
       c.setEncoding('utf8');
       c.once('data', () => {
         n++;
-        c.end(JSON.stringify(reply()) + '\n');
+        c.end(JSON.stringify({ seq: 1, ...(reply() as object) }) + '\n');
       });
     });
     await new Promise<void>((r) => server.listen(sock, r));

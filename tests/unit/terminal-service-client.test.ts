@@ -17,7 +17,7 @@ async function fakeService(reply: string | null): Promise<{ sock: string; reques
     c.setEncoding('utf8');
     c.on('data', (d: string) => {
       requests.push(d);
-      if (reply !== null) c.write(reply + '\n');
+      if (reply !== null) c.write(reply.replace('{', '{"seq":1,') + '\n');
     });
   });
   await new Promise<void>((r) => server.listen(sock, r));
@@ -31,7 +31,7 @@ describe('policy from the service', () => {
   it('sends one request naming no user and validates the reply', async () => {
     const svc = await fakeService(JSON.stringify({ ok: true, uid: 1001, policy }));
     expect(await fetchServicePolicy(svc.sock)).toEqual(policy);
-    expect(svc.requests.map((r) => JSON.parse(r))).toEqual([{ v: 1, op: 'policy', surface: 'commands' }]);
+    expect(svc.requests.map((r) => JSON.parse(r))).toEqual([{ seq: 1, op: 'commands_policy' }]);
   });
 
   it('returns null for no_policy (the caller fails closed)', async () => {
@@ -41,7 +41,8 @@ describe('policy from the service', () => {
 
   it.each([
     ['a refusal', JSON.stringify({ ok: false, error: 'forbidden' })],
-    ['garbage', 'not json'],
+    ['garbage', '{not json'],
+    ['a duplicate key', JSON.stringify({ ok: true, policy }).replace('{"ok":true', '{"ok":false,"ok":true')],
     ['an invalid policy', JSON.stringify({ ok: true, policy: { commands: { mode: 'x' } } })],
   ])('rejects %s', async (_what, reply) => {
     const svc = await fakeService(reply);
@@ -59,5 +60,45 @@ describe('policy from the service', () => {
     const src = servicePolicySource(path.join(dir, 'absent.sock'), (m) => warnings.push(m));
     expect(await src()).toBeNull();
     expect(warnings).toHaveLength(1);
+  });
+});
+
+describe('policy from the tools socket server (src/enforcers/tools/socket.ts)', () => {
+  it('answers commands_policy for the UID SO_PEERCRED names, and no_policy for others', async () => {
+    const { nativeAvailable } = await import('../../src/native.js');
+    if (!nativeAvailable()) return; // SO_PEERCRED needs the addon (tests/native covers its absence)
+    const { createToolsSocketServer } = await import('../../src/enforcers/tools/socket.js');
+    const asked: number[] = [];
+    const make = async (policyUid: number) => {
+      const sock = path.join(dir, `tools${n++}.sock`);
+      const srv = await createToolsSocketServer({
+        path: sock,
+        policyForUid: () => null,
+        log: { write: () => 'ref' },
+        commandsPolicyForUid: (uid) => {
+          asked.push(uid);
+          return uid === policyUid ? policy : null;
+        },
+      });
+      onTestFinished(() => srv.close());
+      return sock;
+    };
+    const me = process.getuid!();
+    expect(await fetchServicePolicy(await make(me))).toEqual(policy);
+    expect(await fetchServicePolicy(await make(me + 1))).toBeNull();
+    expect(asked).toEqual([me, me]);
+  });
+
+  it('rejects when the service does not offer commands_policy (it closes the connection)', async () => {
+    const { createToolsSocketServer } = await import('../../src/enforcers/tools/socket.js');
+    const sock = path.join(dir, `tools${n++}.sock`);
+    const srv = await createToolsSocketServer({
+      path: sock,
+      policyForUid: () => null,
+      log: { write: () => 'ref' },
+      peerUid: () => 4242,
+    });
+    onTestFinished(() => srv.close());
+    await expect(fetchServicePolicy(sock)).rejects.toThrow(/closed without a reply/);
   });
 });

@@ -1,9 +1,11 @@
 import net from 'node:net';
+import { isObject, parseStrict, stringifyAscii, toPlain } from '../tools/json.js';
+import { DEFAULT_TOOLS_SOCKET } from '../tools/socket.js';
 import { validateTerminalPolicy } from './policy-file.js';
 import type { PolicySource, TerminalPolicy } from './types.js';
 
-/** Default socket of the running service's tools enforcer (docs/terminal.md, "Policy from the service"). */
-export const DEFAULT_SERVICE_SOCKET = '/run/leash/leash.sock';
+/** The service's tools socket (src/enforcers/tools/socket.ts), which also answers `commands_policy`. */
+export const DEFAULT_SERVICE_SOCKET = DEFAULT_TOOLS_SOCKET;
 
 const MAX_REPLY_BYTES = 1024 * 1024;
 
@@ -12,15 +14,16 @@ const MAX_REPLY_BYTES = 1024 * 1024;
  * service takes the caller's UID from SO_PEERCRED on the socket, so the terminal cannot ask for a
  * policy other than its own account's.
  *
- * Request (one line):  {"v":1,"op":"policy","surface":"commands"}
- * Reply (one line):    {"ok":true,"uid":1001,"policy":{"fail_mode":"closed","commands":{...}}}
- *                  or  {"ok":false,"error":"no_policy"}          -> null (the caller fails closed)
- * Anything else (no socket, timeout, malformed reply) rejects.
+ * The tools socket's wire (newline-delimited JSON, requests carry `seq`, answers echo it):
+ *   request  {"seq":1,"op":"commands_policy"}
+ *   reply    {"seq":1,"ok":true,"uid":1001,"policy":{"fail_mode":"closed","commands":{...}}}
+ *        or  {"seq":1,"ok":false,"error":"no_policy"}     -> null (the caller fails closed)
+ * Anything else (no socket, a service that closes on the op, timeout, malformed reply) rejects.
  */
 export function fetchServicePolicy(socketPath: string, timeoutMs = 2000): Promise<TerminalPolicy | null> {
   return new Promise((resolve, reject) => {
     const sock = net.createConnection({ path: socketPath });
-    let buf = '';
+    let buf: Buffer = Buffer.alloc(0);
     let finished = false;
     const finish = (err: Error | null, value?: TerminalPolicy | null): void => {
       if (finished) return;
@@ -34,19 +37,20 @@ export function fetchServicePolicy(socketPath: string, timeoutMs = 2000): Promis
       () => finish(new Error(`policy service ${socketPath}: no reply in ${timeoutMs} ms`)),
       timeoutMs,
     );
-    sock.setEncoding('utf8');
-    sock.on('connect', () => sock.write(JSON.stringify({ v: 1, op: 'policy', surface: 'commands' }) + '\n'));
+    sock.on('connect', () => sock.write(stringifyAscii({ seq: 1, op: 'commands_policy' }) + '\n'));
     sock.on('error', (e: NodeJS.ErrnoException) =>
       finish(new Error(`policy service ${socketPath}: ${e.code ?? e.message}`)),
     );
-    sock.on('data', (chunk: string) => {
-      buf += chunk;
+    sock.on('data', (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
       if (buf.length > MAX_REPLY_BYTES) return finish(new Error(`policy service ${socketPath}: reply too large`));
-      const nl = buf.indexOf('\n');
+      const nl = buf.indexOf(0x0a);
       if (nl < 0) return;
       let reply: unknown;
       try {
-        reply = JSON.parse(buf.slice(0, nl));
+        const v = parseStrict(buf.subarray(0, nl));
+        if (!isObject(v) || v.seq !== 1) throw new Error('not an answer to our request');
+        reply = toPlain(v);
       } catch {
         return finish(new Error(`policy service ${socketPath}: malformed reply`));
       }
