@@ -1,6 +1,8 @@
 // The addon's one entry point: each mechanism lives in its own file.
 #include <napi.h>
 
+#include "fanotify.h"
+#include "fsmatch.h"
 #include "notify.h"
 #include "sockopt.h"
 
@@ -10,6 +12,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("originalDst", Napi::Function::New(env, leash::OriginalDst, "originalDst"));
   exports.Set("peerCred", Napi::Function::New(env, leash::PeerCred, "peerCred"));
   exports.Set("sdNotify", Napi::Function::New(env, leash::SdNotify, "sdNotify"));
+  exports.Set("compileFsPolicy", Napi::Function::New(env, leash::CompileFsPolicy, "compileFsPolicy"));
+  exports.Set("nativeMatch", Napi::Function::New(env, leash::NativeMatch, "nativeMatch"));
+  exports.Set("nativeMatchBatch", Napi::Function::New(env, leash::NativeMatchBatch, "nativeMatchBatch"));
+  leash::InitWatcher(env, exports);
   return exports;
 }
 

@@ -40,6 +40,7 @@ export const ERROR_CODES = {
   usage: EXIT.refused,
   user_invalid: EXIT.refused,
   user_unknown: EXIT.refused,
+  watcher_failed: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 

@@ -13,10 +13,98 @@ export interface PeerCred {
   uid: number;
   gid: number;
 }
+/** The filesystem + commands part of a subject's policy, as the native matcher reads it. */
+export interface FsCmdPolicy {
+  fail_mode: 'closed' | 'open';
+  filesystem: { mode: 'whitelist' | 'blacklist'; allow: string[]; deny: string[] };
+  commands: { mode: 'whitelist' | 'blacklist'; allow: string[]; deny: string[] };
+}
+/** Opaque handle to a natively compiled FsCmdPolicy. */
+export type NativeFsPolicyHandle = { readonly __nativeFsPolicy: unique symbol };
+export interface NativeVerdict {
+  action: 'allow' | 'block';
+  reason: 'allow_entry' | 'mode_allow' | 'deny_entry' | 'not_allowed' | 'no_policy' | 'engine_error';
+  rule: string | null;
+}
+/** One map entry: a subject UID and its policy (null = subject with no policy, fail mode decides). */
+export interface WatcherSubject {
+  uid: number;
+  policy: FsCmdPolicy | null;
+  failMode: 'closed' | 'open';
+}
+/** A decision the native loop made for a subject, handed to JS for the decision log. */
+export interface WatcherRecord {
+  uid: number;
+  pid: number;
+  surface: 'filesystem' | 'commands';
+  action: 'allow' | 'block';
+  reason: NativeVerdict['reason'];
+  /** The path (filesystem) or the executable's path (commands), as readlink gave it. */
+  subject: string;
+  rule: string | null;
+}
+export interface WatcherOptions {
+  /** Called (no arguments) from the event loop when records are waiting; call drain(). */
+  onRecords: () => void;
+  /** Read crafted events from this descriptor instead of a fanotify group (tests). */
+  eventFd?: number;
+  /** Write answers here instead of the group (tests). */
+  responseFd?: number;
+  /** Exit with stacks on stderr when the loop or the JS heartbeat stops this long; 0 = off. */
+  watchdogMs?: number;
+  /** Busy-poll this long after an event before sleeping in poll(). */
+  spinUs?: number;
+  /** Nice value for the loop thread. */
+  nice?: number;
+  /** Pending allow records beyond this are counted instead of queued (denies always queue). */
+  queueAllows?: number;
+  /** The PID whose events are always allowed (default: this process). */
+  selfPid?: number;
+}
+export interface WatcherStats {
+  events: number;
+  self: number;
+  nonSubject: number;
+  subjectAllow: number;
+  subjectDeny: number;
+  unknownProcess: number;
+  procFallback: number;
+  writeErrors: number;
+  /** Subject events that came through another mount namespace's mount and were renamed through ours. */
+  foreignMount: number;
+  loopError: number;
+  running: boolean;
+}
+export interface NativeWatcher {
+  readonly fd: number;
+  readonly reportsPidfd: boolean;
+  start(): void;
+  mark(path: string, scope?: 'filesystem' | 'mount'): void;
+  setSubjects(entries: WatcherSubject[]): number;
+  drain(): { records: WatcherRecord[]; droppedAllows: number };
+  heartbeat(): void;
+  stats(): WatcherStats;
+  close(): void;
+}
 export interface NativeAddon {
   originalDst(fd: number): OriginalDst;
   peerCred(fd: number): PeerCred;
   sdNotify(state: string): boolean;
+  compileFsPolicy(policy: FsCmdPolicy): NativeFsPolicyHandle;
+  nativeMatch(
+    handle: NativeFsPolicyHandle | null,
+    kind: 'filesystem' | 'commands',
+    subject: string,
+    failMode?: 'closed' | 'open',
+  ): NativeVerdict;
+  /** Batch form for the differential test: "action|reason|rule" per case ("\x01null" for no rule). */
+  nativeMatchBatch(
+    handle: NativeFsPolicyHandle | null,
+    kinds: ('filesystem' | 'commands')[],
+    subjects: string[],
+    failMode?: 'closed' | 'open',
+  ): string[];
+  Watcher: new (opts: WatcherOptions) => NativeWatcher;
 }
 
 /** A native failure: `code` is the errno name, `syscall` the call, like Node's fs errors. */

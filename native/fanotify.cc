@@ -1,0 +1,788 @@
+// The fanotify watcher (see fanotify.h).
+//
+// Why the read loop is native: the watcher's own opens of a file on a marked
+// filesystem raise permission events to itself, and a listener that answers from
+// JavaScript deadlocks as soon as JavaScript opens a file. So every event is
+// answered here, on a thread that takes no lock JavaScript can hold: events from
+// the watcher itself and from UIDs that are not subjects are allowed at once, and
+// subject events are judged against an immutable snapshot swapped in atomically.
+#include "fanotify.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/fanotify.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <v8.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "errors.h"
+#include "fsmatch.h"
+
+#ifndef FAN_REPORT_PIDFD
+#define FAN_REPORT_PIDFD 0x00000080
+#endif
+#ifndef FAN_EVENT_INFO_TYPE_PIDFD
+#define FAN_EVENT_INFO_TYPE_PIDFD 4
+struct fanotify_event_info_pidfd {
+  struct fanotify_event_info_header hdr;
+  __s32 pidfd;
+};
+#endif
+
+namespace leash {
+
+namespace {
+
+// PIDFD_GET_INFO (Linux 6.13) returns every UID of a process in one call, race-free
+// against PID reuse because the pidfd pins the process. Debian 12's headers predate
+// it, so the first (64-byte) version of the struct is declared here.
+struct PidfdInfoV0 {
+  uint64_t mask;
+  uint64_t cgroupid;
+  uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+  int32_t spare0;
+};
+static_assert(sizeof(PidfdInfoV0) == 64, "pidfd_info v0 is 64 bytes");
+constexpr unsigned long kPidfdGetInfo = _IOWR(0xFF, 11, PidfdInfoV0);
+constexpr uint64_t kPidfdInfoPid = 1ULL << 0;
+constexpr uint64_t kPidfdInfoCreds = 1ULL << 1;
+
+constexpr uint64_t kPermMask = FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM;
+
+int64_t NowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+void WriteAll(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+std::string ReadSmallFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > 65536) break;
+  }
+  close(fd);
+  return out;
+}
+
+struct Creds {
+  uint32_t uid[4];  // real, effective, saved, filesystem
+};
+
+bool CredsFromProc(int pid, Creds* c) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[2048];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  const char* u = strstr(buf, "\nUid:");
+  if (!u) return false;
+  return sscanf(u + 5, "%u %u %u %u", &c->uid[0], &c->uid[1], &c->uid[2], &c->uid[3]) == 4;
+}
+
+enum Phase : int { kIdle = 0, kReading = 1, kJudging = 2, kAnswering = 3, kStopped = 4 };
+const char* const kPhaseNames[] = {"idle (poll)", "reading events", "judging a subject event", "answering",
+                                   "stopped"};
+
+struct SubjectEntry {
+  std::shared_ptr<const FsPolicy> policy;  // null = subject with no policy
+  bool failOpen;
+};
+
+/** One immutable generation of the UID -> policy map. */
+struct Snapshot {
+  std::unordered_map<uint32_t, SubjectEntry> subjects;
+};
+
+struct Record {
+  uint32_t uid;
+  int32_t pid;
+  bool exec;
+  bool allow;
+  Reason reason;
+  std::string subject;
+  std::string rule;
+  bool hasRule;
+};
+
+class Watcher : public Napi::ObjectWrap<Watcher> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Watcher",
+                       {
+                           InstanceMethod("start", &Watcher::Start),
+                           InstanceMethod("mark", &Watcher::Mark),
+                           InstanceMethod("setSubjects", &Watcher::SetSubjects),
+                           InstanceMethod("drain", &Watcher::Drain),
+                           InstanceMethod("heartbeat", &Watcher::Heartbeat),
+                           InstanceMethod("stats", &Watcher::Stats),
+                           InstanceMethod("close", &Watcher::Close),
+                           InstanceAccessor("fd", &Watcher::Fd, nullptr),
+                           InstanceAccessor("reportsPidfd", &Watcher::ReportsPidfd, nullptr),
+                       });
+  }
+
+  explicit Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(info) {
+    Napi::Env env = info.Env();
+    snap_ = std::make_shared<const Snapshot>();
+    if (info.Length() < 1 || !info[0].IsObject()) {
+      Usage(env, "new Watcher({ onRecords, eventFd?, responseFd?, watchdogMs?, spinUs?, nice?, queueAllows? })");
+      return;
+    }
+    Napi::Object o = info[0].As<Napi::Object>();
+    Napi::Value cb = o.Get("onRecords");
+    if (!cb.IsFunction()) {
+      Usage(env, "Watcher: onRecords must be a function");
+      return;
+    }
+    auto num = [&](const char* k, int64_t d) -> int64_t {
+      Napi::Value v = o.Get(k);
+      return v.IsNumber() ? v.As<Napi::Number>().Int64Value() : d;
+    };
+    watchdogMs_ = num("watchdogMs", 10000);
+    spinNs_ = num("spinUs", 0) * 1000;
+    nice_ = static_cast<int>(num("nice", 0));
+    queueAllows_ = static_cast<size_t>(num("queueAllows", 4096));
+    selfPid_ = static_cast<int32_t>(num("selfPid", getpid()));
+    int eventFd = static_cast<int>(num("eventFd", -1));
+    int responseFd = static_cast<int>(num("responseFd", -1));
+
+    if (eventFd >= 0) {
+      // A test feeds crafted events through any descriptor (fapolicyd's test_notify_set_fanotify_fd).
+      fd_ = eventFd;
+      ownsFd_ = false;
+      int fl = fcntl(fd_, F_GETFL);
+      if (fl < 0 || fcntl(fd_, F_SETFL, fl | O_NONBLOCK) < 0) {
+        ErrnoError(env, errno, "fcntl").ThrowAsJavaScriptException();
+        return;
+      }
+    } else {
+      unsigned base = FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK;
+      unsigned ev = O_RDONLY | O_LARGEFILE | O_CLOEXEC;
+      fd_ = fanotify_init(base | FAN_REPORT_PIDFD, ev);
+      if (fd_ >= 0) {
+        pidfd_ = true;
+      } else if (errno == EINVAL) {
+        fd_ = fanotify_init(base, ev);
+      }
+      if (fd_ < 0) {
+        ErrnoError(env, errno, "fanotify_init").ThrowAsJavaScriptException();
+        return;
+      }
+      ownsFd_ = true;
+    }
+    respFd_ = responseFd >= 0 ? responseFd : fd_;
+    stopFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (stopFd_ < 0) {
+      ErrnoError(env, errno, "eventfd").ThrowAsJavaScriptException();
+      return;
+    }
+    tsfn_ = Napi::ThreadSafeFunction::New(env, cb.As<Napi::Function>(), "leash-watcher-records", 0, 1);
+    tsfn_.Unref(env);
+    haveTsfn_ = true;
+    isolate_ = v8::Isolate::GetCurrent();
+    loopBeat_ = jsBeat_ = NowMs();
+  }
+
+  ~Watcher() override { StopThreads(); }
+
+ private:
+  // ---- JavaScript surface ----
+
+  Napi::Value Start(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (fd_ < 0) return Usage(env, "Watcher is closed");
+    if (started_) return env.Undefined();
+    started_ = true;
+    loopBeat_ = jsBeat_ = NowMs();
+    loop_ = std::thread([this] { Loop(); });
+    if (watchdogMs_ > 0) dog_ = std::thread([this] { Watchdog(); });
+    return env.Undefined();
+  }
+
+  /** mark(path, scope = 'filesystem'): FAN_MARK_FILESYSTEM (or FAN_MARK_MOUNT) for opens, execs and dirs. */
+  Napi::Value Mark(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 1 || !info[0].IsString()) return Usage(env, "mark(path: string, scope?: 'filesystem'|'mount')");
+    if (fd_ < 0 || !ownsFd_) return Usage(env, "mark: watcher has no fanotify group");
+    std::string path = info[0].As<Napi::String>().Utf8Value();
+    unsigned flags = FAN_MARK_ADD | FAN_MARK_FILESYSTEM;
+    if (info.Length() > 1 && info[1].IsString() && info[1].As<Napi::String>().Utf8Value() == "mount")
+      flags = FAN_MARK_ADD | FAN_MARK_MOUNT;
+    // A descriptor on this filesystem through one of OUR mounts: events that arrive
+    // through another namespace's mount are renamed through it (see PathOf). It is
+    // opened before the mark (so this open raises no event) and not O_PATH, because
+    // open_by_handle_at does not take an O_PATH mount descriptor.
+    int pfd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fanotify_mark(fd_, flags, kPermMask | FAN_ONDIR, AT_FDCWD, path.c_str()) != 0) {
+      int err = errno;
+      if (pfd >= 0) close(pfd);
+      ErrnoError(env, err, "fanotify_mark").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    struct stat st;
+    if (pfd >= 0 && fstat(pfd, &st) == 0) {
+      std::lock_guard<std::mutex> g(mountMu_);
+      if (!mountFds_.emplace(st.st_dev, pfd).second) close(pfd);
+    } else if (pfd >= 0) {
+      close(pfd);
+    }
+    return env.Undefined();
+  }
+
+  /**
+   * setSubjects([{uid, policy: {fail_mode, filesystem, commands} | null, failMode}])
+   * Builds a new snapshot and swaps it in atomically; the loop sees either the old
+   * map or the new one, never a half-built one.
+   */
+  Napi::Value SetSubjects(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 1 || !info[0].IsArray()) return Usage(env, "setSubjects(entries: {uid, policy, failMode}[])");
+    Napi::Array a = info[0].As<Napi::Array>();
+    auto snap = std::make_shared<Snapshot>();
+    for (uint32_t i = 0; i < a.Length(); i++) {
+      Napi::Value ev = a.Get(i);
+      if (!ev.IsObject()) return Usage(env, "setSubjects: each entry is an object");
+      Napi::Object e = ev.As<Napi::Object>();
+      Napi::Value uid = e.Get("uid");
+      if (!uid.IsNumber()) return Usage(env, "setSubjects: uid must be a number");
+      Napi::Value fm = e.Get("failMode");
+      SubjectEntry se;
+      se.failOpen = fm.IsString() && fm.As<Napi::String>().Utf8Value() == "open";
+      Napi::Value pv = e.Get("policy");
+      if (!pv.IsNull() && !pv.IsUndefined()) {
+        se.policy = FsPolicyFromJs(env, pv);
+        if (!se.policy) return env.Undefined();
+      }
+      snap->subjects[uid.As<Napi::Number>().Uint32Value()] = std::move(se);
+    }
+    std::shared_ptr<const Snapshot> c = snap;
+    std::atomic_store(&snap_, c);
+    return Napi::Number::New(env, snap->subjects.size());
+  }
+
+  /** drain() -> {records, droppedAllows}: everything queued since the last drain. */
+  Napi::Value Drain(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    std::deque<Record> q;
+    uint64_t dropped;
+    {
+      std::lock_guard<std::mutex> g(qmu_);
+      q.swap(q_);
+      qAllows_ = 0;
+      dropped = dropped_;
+      dropped_ = 0;
+      wakePending_ = false;
+    }
+    Napi::Array arr = Napi::Array::New(env, q.size());
+    uint32_t i = 0;
+    for (const Record& r : q) {
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("uid", Napi::Number::New(env, r.uid));
+      o.Set("pid", Napi::Number::New(env, r.pid));
+      o.Set("surface", Napi::String::New(env, r.exec ? "commands" : "filesystem"));
+      o.Set("action", Napi::String::New(env, r.allow ? "allow" : "block"));
+      o.Set("reason", Napi::String::New(env, ReasonName(r.reason)));
+      o.Set("subject", Napi::String::New(env, r.subject));
+      o.Set("rule", r.hasRule ? Napi::Value(Napi::String::New(env, r.rule)) : env.Null());
+      arr.Set(i++, o);
+    }
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("records", arr);
+    out.Set("droppedAllows", Napi::Number::New(env, static_cast<double>(dropped)));
+    return out;
+  }
+
+  /** heartbeat(): the JavaScript side is alive (the watchdog exits when it stops for watchdogMs). */
+  Napi::Value Heartbeat(const Napi::CallbackInfo& info) {
+    jsBeat_ = NowMs();
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Stats(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Napi::Object o = Napi::Object::New(env);
+    auto n = [&](const char* k, const std::atomic<uint64_t>& v) {
+      o.Set(k, Napi::Number::New(env, static_cast<double>(v.load(std::memory_order_relaxed))));
+    };
+    n("events", events_);
+    n("self", self_);
+    n("nonSubject", nonSubject_);
+    n("subjectAllow", subjectAllow_);
+    n("subjectDeny", subjectDeny_);
+    n("unknownProcess", unknown_);
+    n("procFallback", procFallback_);
+    n("writeErrors", writeErrors_);
+    n("foreignMount", foreignMount_);
+    o.Set("loopError", Napi::Number::New(env, loopErrno_.load()));
+    o.Set("running", Napi::Boolean::New(env, started_ && !loopDone_.load()));
+    return o;
+  }
+
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    StopThreads();
+    if (haveTsfn_) {
+      tsfn_.Release();
+      haveTsfn_ = false;
+    }
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Fd(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), fd_); }
+  Napi::Value ReportsPidfd(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), pidfd_); }
+
+  void StopThreads() {
+    stop_.store(true);
+    if (stopFd_ >= 0) {
+      uint64_t one = 1;
+      ssize_t ignored = write(stopFd_, &one, sizeof one);
+      (void)ignored;
+    }
+    {
+      std::lock_guard<std::mutex> g(dogMu_);
+      dogCv_.notify_all();
+    }
+    if (loop_.joinable()) loop_.join();
+    if (dog_.joinable()) dog_.join();
+    // Closing the group answers every pending event allow: the host is released.
+    if (ownsFd_ && fd_ >= 0) close(fd_);
+    fd_ = -1;
+    if (stopFd_ >= 0) close(stopFd_);
+    stopFd_ = -1;
+    std::lock_guard<std::mutex> g(mountMu_);
+    for (auto& kv : mountFds_) close(kv.second);
+    mountFds_.clear();
+    if (mountinfoFd_ >= 0) close(mountinfoFd_);
+    mountinfoFd_ = -1;
+  }
+
+  // ---- the read loop (native thread) ----
+
+  void Loop() {
+    if (nice_ != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice_);
+    std::vector<char> storage(64 * 1024 + alignof(fanotify_event_metadata));
+    char* buf = storage.data();
+    int64_t lastEvent = 0;
+    while (!stop_.load(std::memory_order_relaxed)) {
+      phase_.store(kReading, std::memory_order_relaxed);
+      ssize_t n = read(fd_, buf, 64 * 1024);
+      if (n > 0) {
+        Process(buf, n);
+        int64_t t = NowNs();
+        lastEvent = t;
+        loopBeat_.store(t / 1000000, std::memory_order_relaxed);
+        continue;
+      }
+      if (n == 0) break;  // a test pipe reached EOF
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) {
+        loopErrno_ = errno;
+        break;
+      }
+      if (spinNs_ > 0) {
+        // Busy-poll briefly after an event: the next event of a busy opener then finds
+        // this vCPU awake instead of paying a halted-vCPU wake-up (FIELD-NOTES).
+        int64_t t = NowNs();
+        if (t - lastEvent < spinNs_) {
+          __builtin_ia32_pause();
+          continue;
+        }
+      }
+      phase_.store(kIdle, std::memory_order_relaxed);
+      pollfd p[2] = {{fd_, POLLIN, 0}, {stopFd_, POLLIN, 0}};
+      int r = poll(p, 2, 1000);
+      int64_t t = NowNs();
+      loopBeat_.store(t / 1000000, std::memory_order_relaxed);
+      if (r > 0 && (p[0].revents & POLLIN)) lastEvent = t;
+      if (r > 0 && (p[0].revents & (POLLHUP | POLLERR)) && !(p[0].revents & POLLIN)) break;
+    }
+    phase_.store(kStopped);
+    loopDone_.store(true);
+  }
+
+  void Process(char* buf, ssize_t len) {
+    auto* m = reinterpret_cast<fanotify_event_metadata*>(buf);
+    while (FAN_EVENT_OK(m, len)) {
+      if (m->vers == FANOTIFY_METADATA_VERSION) HandleEvent(m);
+      m = FAN_EVENT_NEXT(m, len);
+    }
+  }
+
+  bool CredsOf(int pidfd, int32_t pid, Creds* c) {
+    if (pidfd >= 0 && pidfdInfoOk_.load(std::memory_order_relaxed)) {
+      PidfdInfoV0 info;
+      memset(&info, 0, sizeof info);
+      info.mask = kPidfdInfoPid | kPidfdInfoCreds;
+      if (ioctl(pidfd, kPidfdGetInfo, &info) == 0 && (info.mask & kPidfdInfoCreds)) {
+        c->uid[0] = info.ruid;
+        c->uid[1] = info.euid;
+        c->uid[2] = info.suid;
+        c->uid[3] = info.fsuid;
+        return true;
+      }
+      if (errno == ENOTTY || errno == EINVAL) pidfdInfoOk_.store(false);  // kernel before 6.13
+      if (errno == ESRCH) return false;                                  // the process is gone
+    }
+    procFallback_.fetch_add(1, std::memory_order_relaxed);
+    return CredsFromProc(pid, c);
+  }
+
+  void HandleEvent(const fanotify_event_metadata* m) {
+    int pidfd = -1;
+    if (m->event_len > m->metadata_len) {
+      const char* p = reinterpret_cast<const char*>(m) + m->metadata_len;
+      const char* end = reinterpret_cast<const char*>(m) + m->event_len;
+      while (p + sizeof(fanotify_event_info_header) <= end) {
+        auto* h = reinterpret_cast<const fanotify_event_info_header*>(p);
+        if (h->len < sizeof(fanotify_event_info_header) || p + h->len > end) break;
+        if (h->info_type == FAN_EVENT_INFO_TYPE_PIDFD && h->len >= sizeof(fanotify_event_info_pidfd))
+          pidfd = reinterpret_cast<const fanotify_event_info_pidfd*>(p)->pidfd;
+        p += h->len;
+      }
+    }
+    bool perm = (m->mask & kPermMask) != 0;
+    bool allow = true;
+    Record recs[8];
+    int nrec = 0;
+    if (perm) {
+      events_.fetch_add(1, std::memory_order_relaxed);
+      std::shared_ptr<const Snapshot> snap = std::atomic_load(&snap_);
+      if (m->pid == selfPid_) {
+        // Our own open: answering it from here is what keeps the watcher from deadlocking on itself.
+        self_.fetch_add(1, std::memory_order_relaxed);
+      } else if (snap->subjects.empty()) {
+        nonSubject_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        phase_.store(kJudging, std::memory_order_relaxed);
+        curPid_.store(m->pid, std::memory_order_relaxed);
+        Creds c;
+        if (!CredsOf(pidfd, m->pid, &c)) {
+          // Only a process that no longer exists has no credentials; its open cannot complete.
+          allow = false;
+          unknown_.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          nrec = Judge(*snap, c, m, &allow, recs);
+          if (nrec == 0) nonSubject_.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      phase_.store(kAnswering, std::memory_order_relaxed);
+      fanotify_response r{m->fd, static_cast<__u32>(allow ? FAN_ALLOW : FAN_DENY)};
+      if (write(respFd_, &r, sizeof r) != static_cast<ssize_t>(sizeof r))
+        writeErrors_.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (m->fd >= 0) close(m->fd);
+    if (pidfd >= 0) close(pidfd);
+    for (int i = 0; i < nrec; i++) Enqueue(std::move(recs[i]));
+  }
+
+  // Judges the event under every subject UID the process carries (real, effective,
+  // saved, fs): a setuid helper started by an agent stays the agent's. Deny if any denies.
+  int Judge(const Snapshot& snap, const Creds& c, const fanotify_event_metadata* m, bool* allow, Record* recs) {
+    const SubjectEntry* hits[4];
+    uint32_t uids[4];
+    int nh = 0;
+    for (int i = 0; i < 4; i++) {
+      bool dup = false;
+      for (int j = 0; j < nh; j++) dup = dup || uids[j] == c.uid[i];
+      if (dup) continue;
+      auto it = snap.subjects.find(c.uid[i]);
+      if (it == snap.subjects.end()) continue;
+      hits[nh] = &it->second;
+      uids[nh++] = c.uid[i];
+    }
+    if (nh == 0) return 0;
+    std::string subject;
+    bool havePath = PathOf(m->fd, &subject);
+    int n = 0;
+    for (int h = 0; h < nh; h++) {
+      const SubjectEntry& se = *hits[h];
+      const FsPolicy* pol = se.policy.get();
+      bool failOpen = pol ? pol->failOpen : se.failOpen;
+      for (int k = 0; k < 2; k++) {
+        bool exec = k == 0;
+        if (!(m->mask & (exec ? FAN_OPEN_EXEC_PERM : FAN_OPEN_PERM))) continue;
+        MatchVerdict v;
+        if (!havePath) {
+          v = {failOpen, Reason::kEngineError, nullptr};
+        } else {
+          v = exec ? MatchCommandPolicy(pol, se.failOpen, subject) : MatchPathPolicy(pol, se.failOpen, subject);
+        }
+        if (!v.allow) *allow = false;
+        Record& r = recs[n++];
+        r.uid = uids[h];
+        r.pid = m->pid;
+        r.exec = exec;
+        r.allow = v.allow;
+        r.reason = v.reason;
+        r.subject = subject;
+        r.hasRule = v.rule != nullptr;
+        if (v.rule) r.rule = *v.rule;
+      }
+    }
+    (*allow ? subjectAllow_ : subjectDeny_).fetch_add(1, std::memory_order_relaxed);
+    return n;
+  }
+
+  // Denies are always queued; allows beyond queueAllows_ are counted instead and the
+  // count reaches the log with the next drain. The loop never waits for JavaScript.
+  void Enqueue(Record&& r) {
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> g(qmu_);
+      if (r.allow && qAllows_ >= queueAllows_) {
+        dropped_++;
+      } else {
+        if (r.allow) qAllows_++;
+        q_.push_back(std::move(r));
+      }
+      if (!wakePending_) {
+        wakePending_ = true;
+        wake = true;
+      }
+    }
+    if (wake) tsfn_.NonBlockingCall();
+  }
+
+  // ---- paths ----
+
+  static bool ReadLinkFd(int fd, std::string* out) {
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    char path[PATH_MAX + 1];
+    ssize_t pl = readlink(link, path, PATH_MAX);
+    if (pl <= 0) return false;
+    out->assign(path, static_cast<size_t>(pl));
+    return true;
+  }
+
+  // Mount IDs of this process's mount namespace, re-read when the kernel flags a change
+  // (poll on /proc/self/mountinfo reports POLLPRI after any mount or unmount).
+  bool OurMount(uint64_t id) {
+    bool reload = mountinfoFd_ < 0;
+    if (!reload) {
+      pollfd p{mountinfoFd_, POLLPRI, 0};
+      reload = poll(&p, 1, 0) > 0 && (p.revents & (POLLPRI | POLLERR));
+    }
+    if (reload) {
+      if (mountinfoFd_ >= 0) close(mountinfoFd_);
+      mountinfoFd_ = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+      ourMounts_.clear();
+      std::string text;
+      char buf[65536];
+      for (;;) {
+        ssize_t n = mountinfoFd_ >= 0 ? read(mountinfoFd_, buf, sizeof buf) : -1;
+        if (n <= 0) break;
+        text.append(buf, static_cast<size_t>(n));
+      }
+      size_t i = 0;
+      while (i < text.size()) {
+        ourMounts_.insert(strtoull(text.c_str() + i, nullptr, 10));
+        size_t nl = text.find('\n', i);
+        if (nl == std::string::npos) break;
+        i = nl + 1;
+      }
+    }
+    return ourMounts_.count(id) > 0;
+  }
+
+  // The path a subject's event is judged on. Through one of our mounts it is what
+  // readlink says. Through a mount of another namespace (an agent's `unshare -Urm`, its
+  // own bind mounts) readlink would name the file as that namespace sees it, which the
+  // agent controls: so the file is re-opened by handle through our own mount of the
+  // same filesystem and named from there. No such mount, no name: engine_error.
+  bool PathOf(int fd, std::string* out) {
+    struct statx sx;
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &sx) != 0 || !(sx.stx_mask & STATX_MNT_ID)) return false;
+    if (OurMount(sx.stx_mnt_id)) return ReadLinkFd(fd, out);
+    foreignMount_.fetch_add(1, std::memory_order_relaxed);
+    struct {
+      file_handle fh;
+      unsigned char bytes[MAX_HANDLE_SZ];
+    } h;
+    h.fh.handle_bytes = MAX_HANDLE_SZ;
+    int mntId = 0;
+    if (name_to_handle_at(fd, "", &h.fh, &mntId, AT_EMPTY_PATH) != 0) return false;
+    dev_t dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    int mfd = -1;
+    {
+      std::lock_guard<std::mutex> g(mountMu_);
+      auto it = mountFds_.find(dev);
+      if (it != mountFds_.end()) mfd = it->second;
+      if (mfd < 0) return false;
+      int nfd = open_by_handle_at(mfd, &h.fh, O_PATH | O_CLOEXEC);
+      if (nfd < 0) return false;
+      bool ok = ReadLinkFd(nfd, out);
+      close(nfd);
+      return ok;
+    }
+  }
+
+  // ---- the watchdog (native thread) ----
+
+  static void JsStackInterrupt(v8::Isolate* isolate, void* data) {
+    auto* self = static_cast<Watcher*>(data);
+    std::string out = "leash-watcher: JavaScript stack:\n";
+    v8::HandleScope scope(isolate);
+    v8::Local<v8::StackTrace> st = v8::StackTrace::CurrentStackTrace(isolate, 32);
+    for (int i = 0; i < st->GetFrameCount(); i++) {
+      v8::Local<v8::StackFrame> f = st->GetFrame(isolate, i);
+      v8::String::Utf8Value fn(isolate, f->GetFunctionName());
+      v8::String::Utf8Value script(isolate, f->GetScriptName());
+      char line[64];
+      snprintf(line, sizeof line, ":%d:%d\n", f->GetLineNumber(), f->GetColumn());
+      out += "    at ";
+      out += (*fn && **fn) ? *fn : "<anonymous>";
+      out += " (";
+      out += *script ? *script : "<unknown>";
+      out += line;
+    }
+    WriteAll(2, out);
+    self->jsDumped_.store(true);
+  }
+
+  void DumpThreads() {
+    std::string out;
+    DIR* d = opendir("/proc/self/task");
+    if (!d) return;
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::string base = std::string("/proc/self/task/") + e->d_name;
+      std::string comm = ReadSmallFile(base + "/comm");
+      if (!comm.empty() && comm.back() == '\n') comm.pop_back();
+      std::string stat = ReadSmallFile(base + "/stat");
+      size_t rp = stat.rfind(')');
+      char state = rp != std::string::npos && rp + 2 < stat.size() ? stat[rp + 2] : '?';
+      out += "leash-watcher: thread " + std::string(e->d_name) + " (" + comm + ") state " + state +
+             " wchan " + ReadSmallFile(base + "/wchan") + " syscall " + ReadSmallFile(base + "/syscall");
+      if (out.back() != '\n') out += "\n";
+      std::string ks = ReadSmallFile(base + "/stack");
+      if (!ks.empty()) out += ks;
+    }
+    closedir(d);
+    WriteAll(2, out);
+  }
+
+  void Watchdog() {
+    std::unique_lock<std::mutex> lk(dogMu_);
+    while (!stop_.load()) {
+      dogCv_.wait_for(lk, std::chrono::milliseconds(500));
+      if (stop_.load()) break;
+      int64_t now = NowMs();
+      int64_t loopAge = loopDone_.load() ? 0 : now - loopBeat_.load();
+      int64_t jsAge = now - jsBeat_.load();
+      if (loopAge < watchdogMs_ && jsAge < watchdogMs_) continue;
+      char head[256];
+      snprintf(head, sizeof head,
+               "leash-watcher: watchdog: %s stalled (loop %lld ms, js %lld ms); loop phase: %s, pid %d; "
+               "dumping stacks and exiting\n",
+               loopAge >= watchdogMs_ ? "the fanotify loop" : "the JavaScript side",
+               static_cast<long long>(loopAge), static_cast<long long>(jsAge), kPhaseNames[phase_.load()],
+               curPid_.load());
+      WriteAll(2, head);
+      DumpThreads();
+      // The JS stack can only be read on the JS thread: ask V8 to interrupt it. A
+      // busy loop or Atomics.wait runs the interrupt; a blocking syscall does not.
+      if (isolate_) isolate_->RequestInterrupt(JsStackInterrupt, this);
+      for (int i = 0; i < 30 && !jsDumped_.load(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (!jsDumped_.load()) WriteAll(2, "leash-watcher: JavaScript stack unavailable (thread blocked outside V8)\n");
+      // Exiting closes the group, which answers every pending event allow; the service respawns us.
+      _exit(70);
+    }
+  }
+
+  int fd_ = -1;
+  int respFd_ = -1;
+  int stopFd_ = -1;
+  bool ownsFd_ = false;
+  bool pidfd_ = false;
+  bool started_ = false;
+  int32_t selfPid_ = 0;
+  int nice_ = 0;
+  int64_t spinNs_ = 0;
+  int64_t watchdogMs_ = 10000;
+  size_t queueAllows_ = 4096;
+  std::thread loop_, dog_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> loopDone_{false};
+  std::atomic<int> loopErrno_{0};
+  std::atomic<bool> pidfdInfoOk_{true};
+  std::mutex mountMu_;
+  std::unordered_map<dev_t, int> mountFds_;
+  int mountinfoFd_ = -1;
+  std::unordered_set<uint64_t> ourMounts_;
+  std::atomic<uint64_t> foreignMount_{0};
+  std::shared_ptr<const Snapshot> snap_;
+
+  std::mutex qmu_;
+  std::deque<Record> q_;
+  size_t qAllows_ = 0;
+  uint64_t dropped_ = 0;
+  bool wakePending_ = false;
+  Napi::ThreadSafeFunction tsfn_;
+  bool haveTsfn_ = false;
+
+  std::atomic<uint64_t> events_{0}, self_{0}, nonSubject_{0}, subjectAllow_{0}, subjectDeny_{0}, unknown_{0},
+      procFallback_{0}, writeErrors_{0};
+
+  std::mutex dogMu_;
+  std::condition_variable dogCv_;
+  std::atomic<int64_t> loopBeat_{0}, jsBeat_{0};
+  std::atomic<int> phase_{kIdle};
+  std::atomic<int32_t> curPid_{0};
+  std::atomic<bool> jsDumped_{false};
+  v8::Isolate* isolate_ = nullptr;
+};
+
+}  // namespace
+
+void InitWatcher(Napi::Env env, Napi::Object exports) { exports.Set("Watcher", Watcher::Define(env)); }
+
+}  // namespace leash

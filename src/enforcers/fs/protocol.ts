@@ -1,0 +1,51 @@
+// The map protocol between the service (supervisor) and the watcher: JSON lines over
+// the watcher's fd 3. Every request carries an id and is acknowledged with that id.
+import type { FsCmdPolicy, WatcherSubject } from '../../native.js';
+
+export type ToWatcher =
+  | { id: number; op: 'init'; subjects: WatcherSubject[]; watch: string[] }
+  | { id: number; op: 'set'; subject: WatcherSubject }
+  | { id: number; op: 'status' }
+  /** Test hook: honoured only when the watcher runs with LEASH_TEST_WEDGE_JS=1. */
+  | { id: number; op: 'wedge' }
+  /** Test hook (same switch): the watcher opens and reads a file itself, e.g. on its own marked filesystem. */
+  | { id: number; op: 'selfopen'; path: string };
+
+export interface WatcherStatus {
+  pid: number;
+  /** Paths a FAN_MARK_FILESYSTEM mark was put on (one per filesystem). */
+  marks: string[];
+  /** Roots whose filesystem could not be marked, with the errno code. */
+  markErrors: { path: string; code: string }[];
+  subjects: number;
+  droppedAllows: number;
+  stats: Record<string, number | boolean>;
+}
+
+export type FromWatcher =
+  | { id: number; ok: true; status?: WatcherStatus; bytes?: number }
+  | { id: number; ok: false; error: string; code?: string };
+
+export type { FsCmdPolicy, WatcherSubject };
+
+/** Splits a byte stream into JSON lines; calls `on` for each parsed message. */
+export function lineReader<T>(on: (msg: T) => void, onBad: (line: string) => void): (chunk: Buffer | string) => void {
+  let buf = '';
+  return (chunk) => {
+    buf += chunk.toString();
+    let nl: number;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      if (!line.trim()) continue;
+      let msg: T;
+      try {
+        msg = JSON.parse(line) as T;
+      } catch {
+        onBad(line);
+        continue;
+      }
+      on(msg);
+    }
+  };
+}

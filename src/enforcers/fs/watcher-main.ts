@@ -1,0 +1,109 @@
+// The watcher process: `node watcher-main.js --decisions <sink>`, spawned by the
+// service (supervisor.ts) with the map protocol on fd 3. It is the only holder of the
+// fanotify group. Everything it will ever need is imported here, before any mark goes
+// on: once marks exist, loading a module would open files on a marked filesystem.
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { createDecisionLog } from '../../log/decisions.js';
+import { loadNative } from '../../native.js';
+import { lineReader, type FromWatcher, type ToWatcher } from './protocol.js';
+import { createWatcherCore } from './watcher.js';
+
+process.title = 'leash-watcher';
+
+const { values } = parseArgs({
+  options: {
+    decisions: { type: 'string', default: 'stdout' },
+    'spin-us': { type: 'string', default: '0' },
+    nice: { type: 'string', default: '0' },
+    'watchdog-ms': { type: 'string', default: '10000' },
+    'rescan-ms': { type: 'string', default: '3000' },
+  },
+});
+
+function warn(obj: Record<string, unknown>): void {
+  process.stderr.write(`${JSON.stringify({ component: 'watcher', pid: process.pid, ...obj })}\n`);
+}
+
+/** Blocks the JavaScript thread for good (test hook): the native loop must keep answering. */
+function wedgeForTest(): void {
+  // Atomics.wait sleeps without CPU and still runs V8 interrupts, so the watchdog can print this stack.
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
+}
+
+// The decision log is opened (its descriptor held) before the marks go on.
+const log = createDecisionLog({ sink: values.decisions! });
+const native = loadNative();
+const core = createWatcherCore({
+  native,
+  log,
+  warn,
+  spinUs: Number(values['spin-us']),
+  nice: Number(values.nice),
+  watchdogMs: Number(values['watchdog-ms']),
+  rescanMs: Number(values['rescan-ms']),
+});
+
+const chan = new net.Socket({ fd: 3, readable: true, writable: true });
+const send = (m: FromWatcher): void => {
+  chan.write(`${JSON.stringify(m)}\n`);
+};
+let initialised = false;
+
+chan.on(
+  'data',
+  lineReader<ToWatcher>(
+    (m) => {
+      try {
+        switch (m.op) {
+          case 'init':
+            if (initialised) throw new Error('already initialised');
+            core.init(m.subjects, m.watch);
+            initialised = true;
+            send({ id: m.id, ok: true, status: core.status() });
+            break;
+          case 'set':
+            core.set(m.subject);
+            send({ id: m.id, ok: true });
+            break;
+          case 'status':
+            send({ id: m.id, ok: true, status: core.status() });
+            break;
+          case 'wedge':
+            if (process.env.LEASH_TEST_WEDGE_JS !== '1') throw new Error('wedge is a test hook');
+            send({ id: m.id, ok: true });
+            setTimeout(wedgeForTest, 50);
+            break;
+          case 'selfopen':
+            if (process.env.LEASH_TEST_WEDGE_JS !== '1') throw new Error('selfopen is a test hook');
+            send({
+              id: m.id,
+              ok: true,
+              bytes: fs.readFileSync(m.path).length + fs.readdirSync(path.dirname(m.path)).length,
+            });
+            break;
+          default:
+            throw new Error(`unknown op ${(m as { op?: unknown }).op as string}`);
+        }
+      } catch (e) {
+        send({ id: (m as { id: number }).id, ok: false, error: (e as Error).message });
+      }
+    },
+    (line) => warn({ msg: 'bad control line', line: line.slice(0, 200) }),
+  ),
+);
+
+// The service is our only reason to exist: when its end closes, release the host.
+const shutdown = (code: number): void => {
+  try {
+    core.close();
+  } finally {
+    process.exit(code);
+  }
+};
+chan.on('close', () => shutdown(0));
+chan.on('error', () => shutdown(0));
+process.on('SIGTERM', () => shutdown(0));
+process.on('SIGINT', () => shutdown(0));
