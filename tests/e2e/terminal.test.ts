@@ -152,6 +152,7 @@ describe('leash terminal: deny_args, spacing and case', () => {
     'git push "--force"',
     "git 'push' --force",
     'git push --force=true',
+    'git push --forc',
     'git push -f',
     'git push -uf origin',
     'git -c core.x=y push -F',

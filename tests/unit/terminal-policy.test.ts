@@ -34,6 +34,8 @@ describe('deny_args', () => {
     [['push', 'origin', 'main', '--force'], 'push --force'],
     [['PUSH', '--FORCE'], 'push --force'],
     [['push', '--force=true'], 'push --force'],
+    [['push', '--forc'], 'push --force'],
+    [['push', '--fo=1'], 'push --force'],
     [['push', '-f'], 'push -f'],
     [['push', '-uf', 'origin'], 'push -f'],
     [['-c', 'x=y', 'push', '-F'], 'push -f'],

@@ -26,13 +26,18 @@ export function patternTokens(pattern: string): string[] {
 
 /**
  * Does one argument satisfy one pattern token? Compared case-insensitively (over-denying is the
- * safe direction). `--flag` also matches `--flag=value`; a single-letter `-f` also matches a
- * bundle of short flags such as `-fu`, so the two spellings getopt accepts both count.
+ * safe direction). A long option `--flag` also matches `--flag=value` and any abbreviation of it
+ * (`--fl`, `--fla=x`: getopt_long and git accept unambiguous prefixes); a single-letter `-f` also
+ * matches a bundle of short flags such as `-fu`. Those are the spellings programs accept for the
+ * same option.
  */
 function tokenMatches(token: string, arg: string): boolean {
   const a = arg.toLowerCase();
   if (a === token) return true;
-  if (token.startsWith('--') && a.startsWith(token + '=')) return true;
+  if (token.startsWith('--') && token.length > 2 && a.startsWith('--') && a.length > 2) {
+    const name = a.includes('=') ? a.slice(0, a.indexOf('=')) : a;
+    if (name.length > 2 && token.startsWith(name)) return true;
+  }
   if (/^-[a-z0-9]$/.test(token) && /^-[a-z0-9]{2,}$/.test(a)) return a.includes(token[1]!);
   return false;
 }
