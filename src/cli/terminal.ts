@@ -129,7 +129,26 @@ async function startTerminal(o: TerminalOptions): Promise<void> {
     warn('no decision log configured (--decision-log FILE or logging.decisions in the policy)');
   }
 
+  // If the terminal itself is stopped mid-call, the command's process group must not outlive it.
+  const live = new Set<number>();
+  const stop = (code: number) => (): void => {
+    for (const pgid of live) {
+      try {
+        process.kill(-pgid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    process.exit(code);
+  };
+  process.once('SIGTERM', stop(143));
+  process.once('SIGINT', stop(130));
+  process.once('SIGHUP', stop(129));
+  // The client went away (EPIPE on stdout): nobody is left to answer.
+  process.stdout.on('error', stop(0));
+
   const deps = {
+    live,
     policy: policySource,
     decider: engineDeciderFactory(),
     jail,

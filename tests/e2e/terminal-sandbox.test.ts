@@ -125,6 +125,23 @@ describe('leash terminal: process lifetime', () => {
     expect(Date.now() - started).toBeLessThan(10_000);
     expect(await waitFor(() => deadOrZombie(Number(fs.readFileSync(pidFile, 'utf8'))))).toBe(true);
   });
+  it.each(['SIGTERM', 'SIGINT'] as const)(
+    'when the terminal itself gets %s mid-call, the running command dies with it',
+    async (signal) => {
+      const lab = makeLab();
+      killLeftovers(lab.jail);
+      const pidFile = path.join(lab.jail, 'hold.pid');
+      const s = writeScript(path.join(lab.jail, 'hold.sh'), `sleep 300 &\necho $! > ${pidFile}\nsleep 300`);
+      const t = await terminal(lab, { mode: 'whitelist', allow: [s], deny: [] }, ['--timeout', '60000']);
+      const call = t.call('run_command', { command: './hold.sh' }).catch((e: Error) => e);
+      expect(await waitFor(() => fs.existsSync(pidFile) && fs.readFileSync(pidFile, 'utf8').trim() !== '')).toBe(true);
+      const pid = Number(fs.readFileSync(pidFile, 'utf8'));
+      expect(deadOrZombie(pid)).toBe(false);
+      process.kill(t.pid!, signal);
+      expect(await waitFor(() => deadOrZombie(pid))).toBe(true);
+      expect(await call).toBeInstanceOf(Error);
+    },
+  );
 });
 
 describe('leash terminal: output caps and redaction', () => {

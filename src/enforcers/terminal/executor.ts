@@ -16,6 +16,8 @@ export interface ExecRequest {
   /** Byte cap for each of stdout and stderr, applied after redaction. */
   maxOutputBytes: number;
   redact: Redactor;
+  /** Process groups still alive, so the server can kill them if it is itself stopped mid-call. */
+  live?: Set<number>;
 }
 
 export interface ExecOutcome {
@@ -109,6 +111,7 @@ export function execute(req: ExecRequest): Promise<ExecOutcome> {
       return;
     }
     const pid = child.pid;
+    if (pid) req.live?.add(pid);
 
     const timer = setTimeout(() => {
       timedOut = true;
@@ -162,6 +165,7 @@ export function execute(req: ExecRequest): Promise<ExecOutcome> {
       killGroup(pid);
     });
     child.on('close', () => {
+      if (pid) req.live?.delete(pid);
       if (settled) return;
       settled = true;
       clearTimeout(timer);

@@ -31,6 +31,8 @@ export interface RunDeps {
   auditFailOpen: boolean;
   decisions: DecisionSink | null;
   uid: number;
+  /** Process groups of commands still running (see ExecRequest.live). */
+  live?: Set<number>;
   /** Reports operational trouble (stderr); never reaches the client. */
   warn: (msg: string) => void;
 }
@@ -97,6 +99,7 @@ export async function runCommand(command: string, cwd: string | undefined, deps:
       timeoutMs: deps.timeoutMs,
       maxOutputBytes: deps.maxOutputBytes,
       redact: deps.redact,
+      live: deps.live,
     });
     res = classify(outcome, j.policyReason, deps.timeoutMs);
   }
