@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
+import { parse as parseYaml } from 'yaml';
 import { LeashError } from '../errors.js';
 import { createDecisionLog } from '../log/decisions.js';
 import { createAuditLog } from '../enforcers/terminal/audit.js';
