@@ -87,9 +87,7 @@ async function startTerminal(o: TerminalOptions): Promise<void> {
   let fileDecisions: string | undefined;
   if (o.policy) {
     const policy = policyFrom(o.policy);
-    const raw = (await import('yaml')).parse(fs.readFileSync(o.policy, 'utf8')) as {
-      logging?: { decisions?: unknown };
-    };
+    const raw = parseYaml(fs.readFileSync(o.policy, 'utf8')) as { logging?: { decisions?: unknown } } | null;
     if (typeof raw?.logging?.decisions === 'string' && raw.logging.decisions.startsWith('/')) {
       fileDecisions = raw.logging.decisions;
     }
