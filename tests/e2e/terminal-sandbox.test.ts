@@ -207,6 +207,24 @@ describe('leash terminal: the scrubbed environment', () => {
   });
 });
 
+describe('leash terminal: the decision log from the policy file', () => {
+  it('writes to logging.decisions of the policy when no --decision-log is given', async () => {
+    const lab = makeLab();
+    const sink = path.join(lab.base, 'from-policy.jsonl');
+    lab.writePolicy(policy, { logging: { decisions: sink } });
+    const t = await startTerminal(lab, { decisionLog: false });
+    await t.call('run_command', { command: 'rm -rf /' });
+    expect(readJsonl(sink)).toEqual([
+      expect.objectContaining({
+        surface: 'commands',
+        action: 'block',
+        reason: 'not_allowed',
+        subject: expect.anything(),
+      }),
+    ]);
+  });
+});
+
 describe('leash terminal: start-up refusals', () => {
   function run(args: string[]) {
     requireBuild();

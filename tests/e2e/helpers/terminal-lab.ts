@@ -63,10 +63,11 @@ export interface Terminal {
 /** Starts `leash terminal` as a child over stdio and connects a real MCP client to it. */
 export async function startTerminal(
   lab: Lab,
-  opts: { args?: string[]; env?: Record<string, string>; policy?: boolean } = {},
+  opts: { args?: string[]; env?: Record<string, string>; policy?: boolean; decisionLog?: boolean } = {},
 ): Promise<Terminal> {
   requireBuild();
-  const args = [leashBin, 'terminal', '--jail', lab.jail, '--audit', lab.audit, '--decision-log', lab.decisions];
+  const args = [leashBin, 'terminal', '--jail', lab.jail, '--audit', lab.audit];
+  if (opts.decisionLog !== false) args.push('--decision-log', lab.decisions);
   if (opts.policy !== false) args.push('--policy', lab.policyFile);
   args.push(...(opts.args ?? []));
   const transport = new StdioClientTransport({
