@@ -23,6 +23,7 @@ export const ERROR_CODES = {
   config_syntax: EXIT.refused,
   config_unreadable: EXIT.refused,
   config_write_failed: EXIT.failed,
+  default_policy_missing: EXIT.failed,
   entry_inert: EXIT.refused,
   internal: EXIT.internal,
   log_sink_stdout: EXIT.refused,
@@ -30,6 +31,7 @@ export const ERROR_CODES = {
   mode_invalid: EXIT.refused,
   native_unavailable: EXIT.failed,
   service_failed: EXIT.failed,
+  service_signal_failed: EXIT.failed,
   subject_invalid: EXIT.refused,
   surface_unknown: EXIT.refused,
   // leash terminal (docs/terminal.md)
@@ -41,6 +43,22 @@ export const ERROR_CODES = {
   user_invalid: EXIT.refused,
   user_unknown: EXIT.refused,
   watcher_failed: EXIT.failed,
+  // policy store, subjects, reconcile (branch policy)
+  ack_invalid: EXIT.refused,
+  binding_not_found: EXIT.refused,
+  bindings_corrupt: EXIT.failed,
+  ledger_unwritable: EXIT.failed,
+  loosening_unacknowledged: EXIT.refused,
+  passwd_unreadable: EXIT.failed,
+  policy_unjudgeable: EXIT.refused,
+  ports_corrupt: EXIT.failed,
+  profile_changed: EXIT.failed,
+  profile_inert_entry: EXIT.refused,
+  profile_invalid: EXIT.refused,
+  profile_name_invalid: EXIT.refused,
+  profile_not_found: EXIT.refused,
+  scope_invalid: EXIT.refused,
+  scope_unknown_account: EXIT.refused,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 
@@ -58,6 +76,12 @@ export const FINDING_CODES = {
   inert_deny: 'critical',
   user_unknown: 'critical',
   user_unset: 'warning',
+  // policy store (branch policy): what `leash validate` says about profiles and bindings
+  ack_stale: 'warning',
+  binding_dangling: 'warning',
+  binding_for_nobody: 'warning',
+  profile_broken: 'critical',
+  subject_unresolvable: 'warning',
 } as const satisfies Record<string, 'warning' | 'critical'>;
 export type FindingCode = keyof typeof FINDING_CODES;
 export type Severity = 'warning' | 'critical';
@@ -135,9 +159,9 @@ export class LeashError extends Error {
     if (details !== undefined) this.details = details;
   }
 
-  /** The lines printed to stderr: the message, then any `path: message` issues indented. */
+  /** The lines printed to stderr: the message with its code (see docs/errors.md), then any `path: message` issues. */
   lines(): string[] {
-    const out = [`leash: ${this.message}`];
+    const out = [`leash: ${this.message} [${this.code}]`];
     const issues = this.details?.issues as ConfigIssue[] | undefined;
     if (Array.isArray(issues)) for (const i of issues) out.push(`  ${i.path}: ${i.message}`);
     return out;

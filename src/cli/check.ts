@@ -4,7 +4,7 @@ import { loadConfig } from '../config/load.js';
 import type { Config } from '../config/types.js';
 import { EXIT, LeashError } from '../errors.js';
 import type { NetworkSubject, PolicyInput, Surface, SubjectOf } from '../engine/types.js';
-import { compilePolicy, decide } from '../policy-engine.js';
+import { compilePolicy, decide, maskInputs } from '../policy-engine.js';
 import { configPath, parseSurface, print, printJson } from './context.js';
 
 /** The engine's view of a config: the four surface policies and fail_mode, nothing else. */
@@ -105,7 +105,9 @@ export function register(program: Command): void {
             ? config.enforcers.filesystem
             : config.enforcers[surface as 'network' | 'filesystem' | 'tools'];
         if (opts.json) {
-          printJson({ surface, subject, ...verdict, enforced });
+          // Inputs are echoed masked, as they would be logged: a check must not print the secret it caught.
+          const shown = 'inputs' in subject ? { ...subject, inputs: maskInputs(subject.inputs) } : subject;
+          printJson({ surface, subject: shown, ...verdict, enforced });
         } else {
           const by = verdict.rule !== null ? `rule ${verdict.rule}` : `${verdict.source} default`;
           print(

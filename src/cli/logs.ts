@@ -5,26 +5,31 @@ import { LeashError } from '../errors.js';
 import { escapeForTerminal } from '../log/escape.js';
 import { configPath } from './context.js';
 
-/** The last `n` complete lines of a file, read backwards in blocks (a decision log can be large). */
-export function tailLines(file: string, n: number): { lines: string[]; end: number } {
+/**
+ * The last `n` lines of a file, read backwards in blocks (a decision log can be large). A final line
+ * without its newline (being written right now) is returned apart, so a follower can start before it
+ * instead of printing it in two pieces.
+ */
+export function tailLines(file: string, n: number): { lines: string[]; partial: string; end: number } {
   const fd = fs.openSync(file, 'r');
   try {
     const size = fs.fstatSync(fd).size;
-    if (n <= 0) return { lines: [], end: size };
     let pos = size;
-    let text = '';
+    const chunks: Buffer[] = [];
+    let newlines = 0;
     const block = 64 * 1024;
-    while (pos > 0) {
+    // n + 1 newlines guarantee n whole lines (plus a possible partial) are in the chunks read.
+    while (pos > 0 && newlines <= n) {
       const len = Math.min(block, pos);
       pos -= len;
       const buf = Buffer.alloc(len);
       fs.readSync(fd, buf, 0, len, pos);
-      text = buf.toString('latin1') + text;
-      if (text.split('\n').length > n + 1) break;
+      chunks.unshift(buf);
+      for (const b of buf) if (b === 10) newlines++;
     }
-    const all = Buffer.from(text, 'latin1').toString('utf8').split('\n');
-    if (all[all.length - 1] === '') all.pop();
-    return { lines: all.slice(-n), end: size };
+    const all = Buffer.concat(chunks).toString('utf8').split('\n');
+    const partial = all.pop() ?? '';
+    return { lines: n > 0 ? all.slice(-n) : [], partial, end: size - Buffer.byteLength(partial) };
   } finally {
     fs.closeSync(fd);
   }
@@ -106,6 +111,8 @@ export function register(program: Command): void {
       try {
         const t = tailLines(file, n);
         for (const l of t.lines) emit(l);
+        // Without --follow a last line still being written is shown as it is; a follower prints it once whole.
+        if (t.partial && !opts.follow) emit(t.partial);
         end = t.end;
       } catch (e) {
         const code = (e as NodeJS.ErrnoException).code;

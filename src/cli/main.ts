@@ -17,10 +17,13 @@ export async function run(argv: string[] = process.argv, extra: CommandGroup[] =
     return typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok;
   } catch (e) {
     if (e instanceof CommanderError) {
-      // commander has already printed its message (help and --version are exit 0).
-      return e.code === 'commander.helpDisplayed' || e.code === 'commander.version' || e.exitCode === 0
-        ? EXIT.ok
-        : EXIT.refused;
+      // commander has already printed its message on stderr (help and --version are exit 0).
+      if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version' || e.exitCode === 0) return EXIT.ok;
+      if (json) {
+        const error = { code: 'usage', message: e.message.replace(/^error: /, ''), details: { commander: e.code } };
+        process.stdout.write(`${JSON.stringify({ error }, null, 2)}\n`);
+      }
+      return EXIT.refused;
     }
     if (isLeashError(e)) {
       if (json) process.stdout.write(`${JSON.stringify(e.toJSON(), null, 2)}\n`);
@@ -28,7 +31,7 @@ export async function run(argv: string[] = process.argv, extra: CommandGroup[] =
       return e.exitCode;
     }
     const err = e as Error;
-    process.stderr.write(`leash: internal error: ${err?.message ?? String(e)}\n`);
+    process.stderr.write(`leash: internal error: ${err?.message ?? String(e)} [internal]\n`);
     if (process.env.LEASH_DEBUG === '1' && err?.stack) process.stderr.write(`${err.stack}\n`);
     return EXIT.internal;
   }
@@ -43,7 +46,17 @@ function isMain(): boolean {
   }
 }
 
+function crash(e: unknown): void {
+  // Last resort for an error thrown outside a command (an enforcer's callback): one line, exit 70.
+  const err = e as Error;
+  process.stderr.write(`leash: internal error: ${err?.message ?? String(e)} [internal]\n`);
+  if (process.env.LEASH_DEBUG === '1' && err?.stack) process.stderr.write(`${err.stack}\n`);
+  process.exit(EXIT.internal);
+}
+
 if (isMain()) {
+  process.on('uncaughtException', crash);
+  process.on('unhandledRejection', crash);
   run().then(
     (code) => {
       process.exitCode = code;

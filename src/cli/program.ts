@@ -7,10 +7,12 @@ import { configPath } from './context.js';
 import { register as init } from './init.js';
 import { register as logs } from './logs.js';
 import { register as mcp } from './mcp.js';
+import { register as restart } from './reconcile.js';
 import { register as status } from './status.js';
 import { registerTerminal as terminal } from './terminal.js';
 import { register as surface } from './surface.js';
 import { register as validate } from './validate.js';
+import { registerPolicyCommands as policy } from './bind.js';
 
 /** A command group: one file in src/cli/ exporting `register(program)`. */
 export type CommandGroup = (program: Command) => void;
@@ -21,7 +23,18 @@ export type CommandGroup = (program: Command) => void;
  * and appending it here, or, without touching this file, by passing it to `buildProgram([extra])`.
  * Throw LeashError for refusals: the top-level handler in main.ts prints it and sets the exit code.
  */
-export const COMMAND_GROUPS: CommandGroup[] = [init, status, validate, surface, check, logs, mcp, terminal];
+export const COMMAND_GROUPS: CommandGroup[] = [
+  init,
+  status,
+  validate,
+  surface,
+  check,
+  logs,
+  restart,
+  policy,
+  mcp,
+  terminal,
+];
 
 export function buildProgram(extra: CommandGroup[] = []): Command {
   const program = new Command('leash')

@@ -3,6 +3,7 @@ import { addEntry, checkEntry, editConfig, setMode } from '../config/write.js';
 import { LeashError } from '../errors.js';
 import { SURFACES, type Mode, type Surface } from '../engine/types.js';
 import { configPath, formatFinding, print, printJson, SHORT, warn } from './context.js';
+import { signalService } from './reconcile.js';
 
 const LIST_VERB = { allow: 'allowed', deny: 'denied' } as const;
 
@@ -18,7 +19,8 @@ export function register(program: Command): void {
         .command(`${list} <entry>`)
         .description(`add an entry to ${surface}.${list}; an entry that can never match is refused`)
         .option('--json', 'print the result as JSON')
-        .action(async (entry: string, opts: { json?: boolean }, cmd: Command) => {
+        .option('--no-reconcile', 'do not signal the running service to reload')
+        .action(async (entry: string, opts: { json?: boolean; reconcile: boolean }, cmd: Command) => {
           const file = configPath(cmd);
           checkEntry(surface, list, entry);
           let added = false;
@@ -26,12 +28,14 @@ export function register(program: Command): void {
             added = addEntry(doc, surface, list, entry);
           });
           const related = loaded.findings.filter((f) => f.path.startsWith(`${surface}.`));
+          const service = added && opts.reconcile ? signalService() : { signalled: false, reason: 'no change' };
           if (opts.json) {
-            printJson({ surface, list, entry, added, config: file, findings: related });
+            printJson({ surface, list, entry, added, config: file, findings: related, service });
             return;
           }
           print(`${surface}: ${added ? LIST_VERB[list] : `already ${LIST_VERB[list]}`} ${entry}`);
           for (const f of related) warn(formatFinding(f));
+          if (service.signalled) print('leash.service told to reload (SIGHUP)');
         });
     }
 
@@ -39,7 +43,8 @@ export function register(program: Command): void {
       .command('mode <mode>')
       .description(`set ${surface}.mode: whitelist (default-deny) or blacklist (default-allow)`)
       .option('--json', 'print the result as JSON')
-      .action(async (mode: string, opts: { json?: boolean }, cmd: Command) => {
+      .option('--no-reconcile', 'do not signal the running service to reload')
+      .action(async (mode: string, opts: { json?: boolean; reconcile: boolean }, cmd: Command) => {
         if (mode !== 'whitelist' && mode !== 'blacklist') {
           throw new LeashError('mode_invalid', `mode must be whitelist or blacklist, not "${mode}"`, { mode });
         }
@@ -49,12 +54,14 @@ export function register(program: Command): void {
           changed = setMode(doc, surface as Surface, mode as Mode);
         });
         const related = loaded.findings.filter((f) => f.path.startsWith(`${surface}.`));
+        const service = changed && opts.reconcile ? signalService() : { signalled: false, reason: 'no change' };
         if (opts.json) {
-          printJson({ surface, mode, changed, config: file, findings: related });
+          printJson({ surface, mode, changed, config: file, findings: related, service });
           return;
         }
         print(`${surface}: mode ${changed ? 'set to' : 'already'} ${mode}`);
         for (const f of related) warn(formatFinding(f));
+        if (service.signalled) print('leash.service told to reload (SIGHUP)');
       });
   }
 }

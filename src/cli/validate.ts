@@ -1,7 +1,9 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../config/load.js';
 import { EXIT, isLeashError } from '../errors.js';
+import { storeFindings } from '../policy/validate.js';
 import { configPath, formatFinding, print, printJson } from './context.js';
+import { stateDirOf } from './policy-common.js';
 
 export function register(program: Command): void {
   program
@@ -21,16 +23,20 @@ export function register(program: Command): void {
         }
         throw e;
       }
-      const critical = loaded.findings.filter((f) => f.severity === 'critical');
+      // The policy store (profiles, bindings, acks) is judged with the same floor; nothing when absent.
+      const store = storeFindings(loaded.config, stateDirOf({}));
+      const critical = [...loaded.findings, ...store].filter((f) => f.severity === 'critical');
       if (opts.json) {
         printJson({
           valid: critical.length === 0,
           config: file,
           findings: loaded.findings,
           inert_entries: loaded.inert,
+          policy_store: store,
         });
       } else {
         for (const f of loaded.findings) print(formatFinding(f));
+        for (const f of store) print(`${f.severity} ${f.code} ${f.path}: ${f.message}`);
         print(
           critical.length
             ? `${file}: ${critical.length} critical finding(s)`

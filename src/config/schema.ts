@@ -57,20 +57,30 @@ function build<F extends boolean>(fragment: F) {
   const obj = <S extends z.ZodRawShape>(shape: S, description: string) =>
     z.strictObject(shape, { error: 'must be a mapping' }).describe(description);
 
-  const surfaceShape = (what: string) => ({
+  const surfaceShape = (grammar: string) => ({
     mode: opt(
       mode(
-        `whitelist = default-deny (only allow entries pass); blacklist = default-allow (only deny entries block, the allow list is never consulted) for ${what}`,
+        'whitelist = default-deny (only allow entries pass); blacklist = default-allow (only deny entries block; the allow list is never consulted, and `leash validate` exits 1 when it is not empty)',
       ),
       'whitelist',
     ),
-    allow: opt(entryList(`${what} entries that pass in whitelist mode (ignored in blacklist mode)`), []),
-    deny: opt(entryList(`${what} entries that are blocked in both modes (deny wins over allow)`), []),
+    allow: opt(
+      entryList(
+        `entries that pass in whitelist mode; each is ${grammar}; one that can never match is refused on write`,
+      ),
+      [],
+    ),
+    deny: opt(
+      entryList(
+        `entries blocked in both modes (deny wins over allow); each is ${grammar}; one that can never match is critical`,
+      ),
+      [],
+    ),
   });
 
   const network = obj(
     {
-      ...surfaceShape('network destinations (host, *.host, IP or CIDR, optionally :port; never a URL)'),
+      ...surfaceShape('a host (suffix match), *.host, IP or CIDR, optionally :port or [v6]:port, never a URL'),
       dns_resolvers: opt(
         ipList(
           'resolver IPs the leashed UID may reach on UDP/53 and the proxy resolves through; empty = /etc/resolv.conf',
@@ -91,14 +101,14 @@ function build<F extends boolean>(fragment: F) {
 
   const filesystem = obj(
     {
-      ...surfaceShape('filesystem paths (absolute; exact, directory prefix, or glob with * ** ? [)'),
+      ...surfaceShape('an absolute path: exact or directory prefix, or a glob with * ** ? ['),
       watch: opt(absPathList('extra absolute paths whose filesystems are marked even when no entry names them'), []),
     },
     'the filesystem surface: file opens of the leashed UID (fanotify FAN_OPEN_PERM)',
   );
 
   const commands = obj(
-    surfaceShape('commands (a basename, or an absolute path matched exactly)'),
+    surfaceShape('a basename, or an absolute path matched exactly'),
     'the commands surface: executions by the leashed UID (fanotify FAN_OPEN_EXEC_PERM)',
   );
 
@@ -121,7 +131,7 @@ function build<F extends boolean>(fragment: F) {
 
   const tools = obj(
     {
-      ...surfaceShape('tool names (exact, normalised)'),
+      ...surfaceShape('an exact tool name'),
       inspect: opt(inspect, { secrets: 'block', pii: 'log', priv_esc: 'block' }),
     },
     'the tools surface: calls checked by the harness or the MCP gate (cooperative)',

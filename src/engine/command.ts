@@ -4,6 +4,7 @@
  * any directory. A copied or renamed binary evades a basename deny: honest blocking of commands
  * needs whitelist mode (docs/policy.md says so; `leash validate` warns about it).
  */
+import { IntTable, hashRange, rangeEquals } from './hash.js';
 import { normalizePath } from './path.js';
 import type { EntryProblem } from './types.js';
 
@@ -39,10 +40,32 @@ export function commandEntryProblem(entry: unknown): EntryProblem | null {
   return null;
 }
 
+interface NameNode {
+  key: string;
+  rule: string;
+  next: NameNode | null;
+}
+
+/** Adds `key -> rule` to a hashed table of chains (first entry for a key wins). */
+function put(table: IntTable<NameNode>, key: string, rule: string): void {
+  const h = hashRange(key, 0, key.length);
+  const head = table.get(h) ?? null;
+  for (let n = head; n !== null; n = n.next) if (n.key === key) return;
+  table.set(h, { key, rule, next: head });
+}
+
+/** The rule stored for `s[start, end)`, found without creating a substring. */
+function lookup(table: IntTable<NameNode>, s: string, start: number, end: number): string | null {
+  for (let n = table.get(hashRange(s, start, end)) ?? null; n !== null; n = n.next) {
+    if (rangeEquals(s, start, end, n.key)) return n.rule;
+  }
+  return null;
+}
+
 /** A compiled set of command entries (one commands list). Build once, query many times. */
 export class CommandIndex {
-  private readonly byPath = new Map<string, string>();
-  private readonly byName = new Map<string, string>();
+  private readonly byPath = new IntTable<NameNode>();
+  private readonly byName = new IntTable<NameNode>();
   size = 0;
 
   /** Adds an entry; inert entries are skipped (they can never match by definition). */
@@ -50,12 +73,8 @@ export class CommandIndex {
     if (commandEntryProblem(entry) !== null) return;
     const rule = entry as string;
     this.size++;
-    if (rule.includes('/')) {
-      const p = normalizePath(rule)!;
-      if (!this.byPath.has(p)) this.byPath.set(p, rule);
-    } else if (!this.byName.has(rule)) {
-      this.byName.set(rule, rule);
-    }
+    if (rule.includes('/')) put(this.byPath, normalizePath(rule)!, rule);
+    else put(this.byName, rule, rule);
   }
 
   /**
@@ -64,12 +83,11 @@ export class CommandIndex {
    */
   match(binary: string): string | null {
     if (this.byPath.size > 0) {
-      const r = this.byPath.get(binary);
-      if (r !== undefined) return r;
+      const r = lookup(this.byPath, binary, 0, binary.length);
+      if (r !== null) return r;
     }
     if (this.byName.size === 0) return null;
-    const slash = binary.lastIndexOf('/');
-    return this.byName.get(slash < 0 ? binary : binary.slice(slash + 1)) ?? null;
+    return lookup(this.byName, binary, binary.lastIndexOf('/') + 1, binary.length);
   }
 }
 

@@ -3,9 +3,12 @@
  *
  * Per surface: a matching deny entry blocks (in both modes: deny wins); otherwise whitelist
  * allows only a matching allow entry and blocks the rest, and blacklist allows the rest (its
- * allow list is never consulted). Tools that pass the registry are then inspected.
+ * allow list is never consulted). A tool the registry allows is then inspected: if any finding's
+ * category is set to `block`, the call is blocked (`inspect_<category>`, rule `inspect.<category>`,
+ * secrets before priv_esc before pii); findings set to `log` ride along on the allow verdict.
  */
 import { CommandIndex, normalizeBinary } from './command.js';
+import { CATEGORY_PRIORITY, inspectInputs } from './inspect.js';
 import { NetworkIndex, newPreparedNetwork, prepareNetworkSubject } from './network.js';
 import { PathIndex, normalizePath } from './path.js';
 import { ToolIndex, normalizeToolName } from './tool.js';
@@ -113,12 +116,12 @@ function engineError(failMode: FailMode): Verdict {
   return { action: failMode === 'open' ? 'allow' : 'block', reason: 'engine_error', source: 'fail_mode', rule: null };
 }
 
-function byLists(lists: Lists<{ match(s: never): string | null }>, subject: unknown): Verdict {
-  const m = lists as unknown as Lists<{ match(s: unknown): string | null }>;
-  const denied = m.deny.match(subject);
+/** Deny first (both modes), then the mode: whitelist consults allow, blacklist allows. */
+function byLists<T>(lists: Lists<{ match(s: T): string | null }>, subject: T): Verdict {
+  const denied = lists.deny.match(subject);
   if (denied !== null) return { action: 'block', reason: 'deny_entry', source: 'deny', rule: denied };
-  if (m.mode === 'blacklist') return { action: 'allow', reason: 'mode_allow', source: 'mode', rule: null };
-  const allowed = m.allow.match(subject);
+  if (lists.mode === 'blacklist') return { action: 'allow', reason: 'mode_allow', source: 'mode', rule: null };
+  const allowed = lists.allow.match(subject);
   if (allowed !== null) return { action: 'allow', reason: 'allow_entry', source: 'allow', rule: allowed };
   return { action: 'block', reason: 'not_allowed', source: 'mode', rule: null };
 }
@@ -141,7 +144,22 @@ function decideUnsafe(surface: Surface, subject: unknown, policy: CompiledPolicy
     case 'tools': {
       const s = subject as SubjectOf['tools'];
       if (typeof s.name !== 'string') throw new TypeError('subject name is not a string');
-      return byLists(policy.tools, normalizeToolName(s.name));
+      const registry = byLists(policy.tools, normalizeToolName(s.name));
+      if (registry.action === 'block') return registry;
+      const findings = inspectInputs(s.inputs, policy.tools.inspect);
+      if (findings.length === 0) return registry;
+      for (const category of CATEGORY_PRIORITY) {
+        if (findings.some((f) => f.category === category && f.action === 'block')) {
+          return {
+            action: 'block',
+            reason: `inspect_${category}`,
+            source: 'inspect',
+            rule: `inspect.${category}`,
+            findings,
+          };
+        }
+      }
+      return { ...registry, findings };
     }
     default:
       throw new TypeError(`unknown surface ${String(surface)}`);

@@ -10,7 +10,7 @@
  * an FNV hash of the label computed in place, so a lookup costs one probe per label of the
  * subject and nothing per entry in the list.
  */
-import { FNV_INIT, fnvStep, rangeEquals } from './hash.js';
+import { FNV_INIT, IntTable, fnvStep, rangeEquals } from './hash.js';
 import { PortRules } from './port.js';
 import type { EntryProblem } from './types.js';
 
@@ -82,15 +82,21 @@ interface DomainNode {
   label: string;
   /** Next sibling with the same label hash (collision chain). */
   next: DomainNode | null;
-  children: Map<number, DomainNode> | null;
-  /** Entries naming exactly this domain (`github.com`): they match it and everything below. */
-  self: PortRules | null;
+  children: IntTable<DomainNode> | null;
+  /**
+   * Entries naming exactly this domain (`github.com`): they match it and everything below.
+   * The usual entry has no port, so its text sits on the node itself (one memory access fewer
+   * per lookup); entries pinning a port go to the PortRules beside it.
+   */
+  selfAny: string | null;
+  selfPorts: PortRules | null;
   /** Entries matching strictly below this domain (`github.com` and `*.github.com`). */
-  below: PortRules | null;
+  belowAny: string | null;
+  belowPorts: PortRules | null;
 }
 
 function newNode(label: string): DomainNode {
-  return { label, next: null, children: null, self: null, below: null };
+  return { label, next: null, children: null, selfAny: null, selfPorts: null, belowAny: null, belowPorts: null };
 }
 
 function hashLabel(s: string, start: number, end: number): number {
@@ -125,15 +131,20 @@ export class DomainIndex {
       let child = findChild(node, domain, start, end, h);
       if (child === null) {
         child = newNode(domain.slice(start, end));
-        if (node.children === null) node.children = new Map();
+        if (node.children === null) node.children = new IntTable();
         child.next = node.children.get(h) ?? null;
         node.children.set(h, child);
       }
       node = child;
       end = dot < 0 ? 0 : dot;
     }
-    if (!wildcard) (node.self ??= new PortRules()).add(rule, port);
-    (node.below ??= new PortRules()).add(rule, port);
+    if (port === null) {
+      if (!wildcard) node.selfAny ??= rule;
+      node.belowAny ??= rule;
+    } else {
+      if (!wildcard) (node.selfPorts ??= new PortRules()).add(rule, port);
+      (node.belowPorts ??= new PortRules()).add(rule, port);
+    }
     this.size++;
   }
 
@@ -150,11 +161,10 @@ export class DomainIndex {
       const start = dot + 1;
       const child = findChild(node, name, start, end, hashLabel(name, start, end));
       if (child === null) break;
-      const rules = start === 0 ? child.self : child.below;
-      if (rules !== null) {
-        const r = rules.match(port);
-        if (r !== null) best = r;
-      }
+      const ports = start === 0 ? child.selfPorts : child.belowPorts;
+      const pinned = ports === null ? null : ports.match(port);
+      const r = pinned ?? (start === 0 ? child.selfAny : child.belowAny);
+      if (r !== null) best = r;
       node = child;
       end = dot < 0 ? 0 : dot;
     }

@@ -11,6 +11,7 @@
  * keyed by the masked address, and probes the lengths longest first: the cost depends on how
  * many distinct lengths the list uses, never on how many entries it has.
  */
+import { IntTable } from './hash.js';
 import { PortRules } from './port.js';
 
 /** Address family of a parsed address. IPv4-mapped IPv6 parses as 4. */
@@ -162,9 +163,13 @@ function wordMask(bits: number): number {
   return (0xffffffff << (32 - bits)) >>> 0;
 }
 
+/** MASKS[len * 4 + k]: the mask of word k for prefix length len (0..128), computed once. */
+const MASKS = new Uint32Array(129 * 4);
+for (let len = 0; len <= 128; len++) for (let k = 0; k < 4; k++) MASKS[len * 4 + k] = wordMask(len - 32 * k);
+
 /** Masked word k of a 128-bit value for a prefix length. */
 function maskedWord(w: Uint32Array, k: number, len: number): number {
-  return (w[k]! & wordMask(len - 32 * k)) >>> 0;
+  return (w[k]! & MASKS[len * 4 + k]!) >>> 0;
 }
 
 /** True when `w` has no bits set beyond the prefix length `len` (a canonical network address). */
@@ -199,8 +204,8 @@ function v4Key(addr: number, len: number): number {
 
 /** A compiled set of IP/CIDR entries (one surface list). Build once, query many times. */
 export class IpIndex {
-  private readonly v4: (Map<number, PortRules> | undefined)[] = new Array<Map<number, PortRules> | undefined>(33);
-  private readonly v6: (Map<number, V6Bucket> | undefined)[] = new Array<Map<number, V6Bucket> | undefined>(129);
+  private readonly v4: (IntTable<PortRules> | undefined)[] = new Array<IntTable<PortRules> | undefined>(33);
+  private readonly v6: (IntTable<V6Bucket> | undefined)[] = new Array<IntTable<V6Bucket> | undefined>(129);
   private v4Lens: number[] = [];
   private v6Lens: number[] = [];
   size = 0;
@@ -211,7 +216,7 @@ export class IpIndex {
     if (family === 4) {
       let m = this.v4[len];
       if (m === undefined) {
-        m = this.v4[len] = new Map();
+        m = this.v4[len] = new IntTable();
         this.v4Lens = insertDesc(this.v4Lens, len);
       }
       const key = v4Key(w[3]!, len);
@@ -222,7 +227,7 @@ export class IpIndex {
     }
     let m = this.v6[len];
     if (m === undefined) {
-      m = this.v6[len] = new Map();
+      m = this.v6[len] = new IntTable();
       this.v6Lens = insertDesc(this.v6Lens, len);
     }
     const m0 = maskedWord(w, 0, len);

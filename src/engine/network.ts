@@ -177,9 +177,10 @@ export function prepareNetworkSubject(subject: NetworkSubject, out: PreparedNetw
   out.name = null;
   out.literalFamily = 0;
   out.ipFamily = 0;
-  const domain = subject.domain;
+  let domain = subject.domain;
   if (domain !== undefined && domain !== null && domain !== '') {
     if (typeof domain !== 'string') throw new TypeError('subject domain is not a string');
+    domain = stripPort(domain);
     out.name = normalizeDomainSubject(domain);
     // A name that is an address literal (Host: 10.1.2.3, [2001:db8::1]) is also judged as an address.
     const last = domain.charCodeAt(domain.length - 1);
@@ -201,6 +202,24 @@ export function prepareNetworkSubject(subject: NetworkSubject, out: PreparedNetw
     if (out.ipFamily === 0) throw new TypeError('subject ip is not an IP address');
   }
   return out;
+}
+
+/**
+ * Drops a `:port` a Host header carries (`github.com:8080`, `[2001:db8::1]:443`): the port is
+ * judged from the subject's `port`, and leaving it on would make the name match no entry, which
+ * in blacklist mode would let a denied host through.
+ */
+function stripPort(domain: string): string {
+  const colon = domain.lastIndexOf(':');
+  if (colon < 0) return domain;
+  if (domain.charCodeAt(0) === 91) {
+    const close = domain.indexOf(']');
+    return close > 0 && colon === close + 1 && parsePort(domain.slice(colon + 1)) !== null
+      ? domain.slice(0, close + 1)
+      : domain;
+  }
+  if (domain.indexOf(':') !== colon) return domain; // a bare IPv6 literal
+  return parsePort(domain.slice(colon + 1)) !== null ? domain.slice(0, colon) : domain;
 }
 
 /** The compiled entries of one network list (allow or deny). */

@@ -1,25 +1,25 @@
-/**
- * Filesystem paths.
- *
- * An entry is absolute. Without glob characters (`*`, `?`, `[`) it names a path and covers it and
- * everything beneath it: `/home/a` matches `/home/a` and `/home/a/x`, never `/home/ab`. With them
- * it is a glob over the whole path: `*` is any run of characters within one segment, `?` one
- * character other than `/`, `[abc]`, `[a-z]`, `[!abc]` / `[^abc]` a class (never matching `/`),
- * `**` any run of characters across segments, and a `**` segment zero or more whole segments
- * (`/a/**` /b matches `/a/b` and `/a/x/y/b`). A glob also covers what is beneath a match
- * (`/home/*` /.ssh denies `/home/u/.ssh/id_ed25519`), so globs and plain entries mean the same
- * kind of thing: a set of paths and their contents. No backslash escapes.
- *
- * Subjects and entries are normalised lexically before matching: `//` and `/./` collapse, `..`
- * removes the previous segment, `..` at the root stays at the root (`/../../etc` is `/etc`), a
- * trailing `/` is dropped. Symlinks are not resolved (the kernel reports the opened path).
- *
- * Index: plain entries and the literal directory prefix of every glob sit in one hash map keyed by
- * an FNV hash of the prefix. A lookup hashes the subject once, left to right, and probes at each
- * `/` boundary, so it costs O(path length) whatever the list size; a glob's RegExp runs only when
- * the subject passes through its literal prefix. Globs sharing one prefix are tried in turn.
- */
-import { FNV_INIT, fnvStep } from './hash.js';
+// Filesystem paths.
+//
+// An entry is absolute. Without glob characters (`*`, `?`, `[`) it names a path and covers it and
+// everything beneath it: `/home/a` matches `/home/a` and `/home/a/x`, never `/home/ab`. With them
+// it is a glob over the whole path: `*` is any run of characters within one segment, `?` one
+// character other than `/`, `[abc]`, `[a-z]`, `[!abc]` / `[^abc]` a class (never matching `/`),
+// `**` inside a segment any run of characters across segments, and a `**` segment zero or more
+// whole segments (`/a/**/b` matches `/a/b` and `/a/x/y/b`; `/a/**` is the same as `/a`). A glob
+// also covers what is beneath a match (`/home/*/.ssh` denies `/home/u/.ssh/id_ed25519`), so
+// globs and plain entries mean the same kind of thing: a set of paths and their contents. No
+// backslash escapes.
+//
+// Subjects and entries are normalised lexically before matching: `//` and `/./` collapse, `..`
+// removes the previous segment, `..` at the root stays at the root (`/../../etc` is `/etc`), a
+// trailing `/` is dropped. Symlinks are not resolved (the kernel reports the opened path).
+//
+// Index: plain entries and the literal directory prefix of every glob sit in one hash table keyed
+// by an FNV hash of the prefix. A lookup hashes the subject once, left to right, and probes at each
+// `/` boundary, so it costs O(path length) whatever the list size; a glob runs only when the
+// subject passes through its literal prefix, in O(path length x glob tokens) with no
+// backtracking. Globs sharing one prefix are tried in turn.
+import { FNV_INIT, IntTable, fnvStep } from './hash.js';
 import type { EntryProblem } from './types.js';
 
 /**
@@ -79,8 +79,10 @@ function escapeChar(ch: string): string {
 }
 
 /**
- * Compiles a normalised glob entry into a RegExp over normalised subjects, or returns the problem
- * (an unterminated `[` class). The RegExp is anchored and also accepts anything beneath a match.
+ * The same glob as an anchored RegExp over normalised subjects (accepting anything beneath a
+ * match), or the problem. The engine matches with parseGlob/matchGlob, which cannot backtrack;
+ * this form states the semantics in the most familiar notation, for tools and for the tests
+ * that cross-check the two.
  */
 export function compileGlob(glob: string): RegExp | EntryProblem {
   let out = '^';
@@ -88,7 +90,10 @@ export function compileGlob(glob: string): RegExp | EntryProblem {
   for (let k = 1; k < segs.length; k++) {
     const seg = segs[k]!;
     if (seg === '**') {
-      out += '(?:/[^/]+)*';
+      // Zero or more whole segments. On normalised subjects (no empty segments) this is the same
+      // set as (?:/[^/]+)*, but a single greedy .* backtracks linearly where the nested
+      // quantifier can backtrack once per way of splitting the path.
+      out += '(?:/.*)?';
       continue;
     }
     out += '/';
@@ -139,6 +144,170 @@ export function compileGlob(glob: string): RegExp | EntryProblem {
   }
 }
 
+/** One step of a compiled glob. */
+export type GlobToken =
+  | { t: 'lit'; s: string }
+  | { t: 'one' } // ?
+  | { t: 'class'; negate: boolean; ranges: number[] } // [a-z], [!abc]: code point pairs lo,hi
+  | { t: 'star' } // * : any run without '/'
+  | { t: 'any' } // ** inside a segment: any run
+  | { t: 'segs' }; // a ** segment: nothing, or '/' and any run
+
+/**
+ * Parses a normalised glob entry into tokens, or returns the problem (an unterminated `[`).
+ * The matcher (matchGlob) runs these tokens over a path in O(path length x tokens) time with
+ * no backtracking, so several `**` cannot be turned against it by a deep, attacker-made path.
+ */
+export function parseGlob(glob: string): GlobToken[] | EntryProblem {
+  const out: GlobToken[] = [];
+  const lit = (c: string): void => {
+    const last = out[out.length - 1];
+    if (last !== undefined && last.t === 'lit') last.s += c;
+    else out.push({ t: 'lit', s: c });
+  };
+  const segs = glob.split('/');
+  for (let k = 1; k < segs.length; k++) {
+    const seg = segs[k]!;
+    if (seg === '**') {
+      out.push({ t: 'segs' });
+      continue;
+    }
+    lit('/');
+    const chars = Array.from(seg);
+    for (let i = 0; i < chars.length; i++) {
+      const ch = chars[i]!;
+      if (ch === '*') {
+        if (chars[i + 1] === '*') {
+          while (chars[i + 1] === '*') i++;
+          out.push({ t: 'any' });
+        } else {
+          out.push({ t: 'star' });
+        }
+      } else if (ch === '?') {
+        out.push({ t: 'one' });
+      } else if (ch === '[') {
+        let j = i + 1;
+        let negate = false;
+        if (chars[j] === '!' || chars[j] === '^') {
+          negate = true;
+          j++;
+        }
+        const bodyStart = j;
+        if (chars[j] === ']') j++; // a leading ']' is literal
+        while (j < chars.length && chars[j] !== ']') j++;
+        if (j >= chars.length) {
+          return { code: 'bad_glob', message: 'an unterminated "[" class (a class cannot contain "/")' };
+        }
+        const body = chars.slice(bodyStart, j).map((c) => c.codePointAt(0)!);
+        const ranges: number[] = [];
+        for (let m = 0; m < body.length; m++) {
+          if (m + 2 < body.length && body[m + 1] === 45 /* - */) {
+            ranges.push(Math.min(body[m]!, body[m + 2]!), Math.max(body[m]!, body[m + 2]!));
+            m += 2;
+          } else {
+            ranges.push(body[m]!, body[m]!);
+          }
+        }
+        out.push({ t: 'class', negate, ranges });
+        i = j;
+      } else {
+        lit(ch);
+      }
+    }
+  }
+  return out;
+}
+
+let cur = new Uint8Array(256);
+let nxt = new Uint8Array(256);
+
+function inClass(tok: { negate: boolean; ranges: number[] }, cp: number): boolean {
+  if (cp === 47) return false;
+  let hit = false;
+  for (let r = 0; r < tok.ranges.length; r += 2) {
+    if (cp >= tok.ranges[r]! && cp <= tok.ranges[r + 1]!) {
+      hit = true;
+      break;
+    }
+  }
+  return hit !== tok.negate;
+}
+
+/**
+ * True when the glob tokens match `path` (normalised) or one of its ancestors, i.e. the glob
+ * covers the path. Runs the tokens as a set of reachable positions (a Thompson-style simulation):
+ * each token maps the positions where it may start to the positions where it may end, in one
+ * left-to-right pass, so the cost is O(path length x tokens) whatever the glob.
+ */
+export function matchGlob(tokens: readonly GlobToken[], path: string): boolean {
+  const n = path.length;
+  if (cur.length < n + 1) {
+    cur = new Uint8Array(2 * (n + 1));
+    nxt = new Uint8Array(2 * (n + 1));
+  }
+  cur.fill(0, 0, n + 1);
+  cur[0] = 1;
+  for (const tok of tokens) {
+    nxt.fill(0, 0, n + 1);
+    let alive = false;
+    switch (tok.t) {
+      case 'lit':
+        for (let i = 0; i + tok.s.length <= n; i++) {
+          if (cur[i] === 1 && path.startsWith(tok.s, i)) {
+            nxt[i + tok.s.length] = 1;
+            alive = true;
+          }
+        }
+        break;
+      case 'one':
+      case 'class':
+        for (let i = 0; i < n; i++) {
+          if (cur[i] !== 1) continue;
+          const cp = path.codePointAt(i)!;
+          if (tok.t === 'one' ? cp !== 47 : inClass(tok, cp)) {
+            nxt[i + (cp > 0xffff ? 2 : 1)] = 1;
+            alive = true;
+          }
+        }
+        break;
+      case 'star': {
+        let r = 0;
+        for (let i = 0; i <= n; i++) {
+          r = cur[i] === 1 || (r === 1 && path.charCodeAt(i - 1) !== 47) ? 1 : 0;
+          nxt[i] = r;
+          if (r === 1) alive = true;
+        }
+        break;
+      }
+      case 'any': {
+        let r = 0;
+        for (let i = 0; i <= n; i++) {
+          if (cur[i] === 1) r = 1;
+          nxt[i] = r;
+          if (r === 1) alive = true;
+        }
+        break;
+      }
+      case 'segs': {
+        let seen = false;
+        for (let i = 0; i <= n; i++) {
+          const v = cur[i] === 1 || seen;
+          nxt[i] = v ? 1 : 0;
+          if (v) alive = true;
+          if (cur[i] === 1 && i < n && path.charCodeAt(i) === 47) seen = true;
+        }
+        break;
+      }
+    }
+    if (!alive) return false;
+    const t = cur;
+    cur = nxt;
+    nxt = t;
+  }
+  for (let i = 0; i <= n; i++) if (cur[i] === 1 && (i === n || path.charCodeAt(i) === 47)) return true;
+  return false;
+}
+
 /**
  * Returns why a filesystem entry can never match, or null when it is well-formed: subjects are
  * absolute paths, so a relative or `~` entry never matches one (Leash does not expand `~`:
@@ -155,15 +324,15 @@ export function pathEntryProblem(entry: unknown): EntryProblem | null {
     return { code: 'relative_path', message: 'a relative path never matches; write an absolute path' };
   }
   if (isGlob(entry)) {
-    const re = compileGlob(normalizePath(entry)!);
-    if (!(re instanceof RegExp)) return re;
+    const tokens = parseGlob(normalizePath(entry)!);
+    if (!Array.isArray(tokens)) return tokens;
   }
   return null;
 }
 
 interface Glob {
   rule: string;
-  re: RegExp;
+  tokens: GlobToken[];
 }
 
 interface PrefixNode {
@@ -192,8 +361,8 @@ function globPrefix(glob: string): string {
 
 /** A compiled set of path entries (one filesystem list). Build once, query many times. */
 export class PathIndex {
-  private readonly map = new Map<number, PrefixNode>();
-  /** Entry `/` (covers everything) and globs anchored at the root (`/*`, `/**` /x). */
+  private readonly map = new IntTable<PrefixNode>();
+  /** Entry `/` (covers everything) and globs whose first segment has a wildcard (`/*`, `/**`). */
   private rootRule: string | null = null;
   private rootGlobs: Glob[] | null = null;
   size = 0;
@@ -218,7 +387,7 @@ export class PathIndex {
     const p = normalizePath(rule)!;
     this.size++;
     if (isGlob(p)) {
-      const glob = { rule, re: compileGlob(p) as RegExp };
+      const glob = { rule, tokens: parseGlob(p) as GlobToken[] };
       const prefix = globPrefix(p);
       if (prefix === '') (this.rootGlobs ??= []).push(glob);
       else (this.node(prefix).globs ??= []).push(glob);
@@ -267,6 +436,6 @@ export class PathIndex {
 }
 
 function testGlobs(globs: Glob[], path: string): string | null {
-  for (let i = 0; i < globs.length; i++) if (globs[i]!.re.test(path)) return globs[i]!.rule;
+  for (let i = 0; i < globs.length; i++) if (matchGlob(globs[i]!.tokens, path)) return globs[i]!.rule;
   return null;
 }

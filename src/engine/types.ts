@@ -128,6 +128,7 @@ export type EntryProblemCode =
   | 'glob_not_supported'
   | 'bad_name';
 
+/** What makes an entry inert: a stable code and a human sentence (which may change). */
 export interface EntryProblem {
   code: EntryProblemCode;
   message: string;

@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { InspectFinding, Surface } from '../engine/types.js';
-import { maskSecrets } from '../policy-engine.js';
+import { maskInputs } from '../policy-engine.js';
 
 /** What an enforcer hands the log for one decision. */
 export interface DecisionRecord {
@@ -46,7 +46,7 @@ export function newRef(): string {
 function safeSubject(surface: Surface, subject: unknown): unknown {
   if (surface !== 'tools' || subject === null || typeof subject !== 'object') return subject;
   const s = subject as { name?: unknown; inputs?: unknown };
-  return 'inputs' in s ? { ...s, inputs: maskSecrets(s.inputs) } : s;
+  return 'inputs' in s ? { ...s, inputs: maskInputs(s.inputs) } : s;
 }
 
 /** Formats one decision as its JSON line (with the newline). */
@@ -87,7 +87,10 @@ export function createDecisionLog(opts: { sink: string }): DecisionLog {
     };
   }
   if (!path.isAbsolute(opts.sink)) throw new Error(`decision sink must be stdout or an absolute path: ${opts.sink}`);
-  fs.mkdirSync(path.dirname(opts.sink), { recursive: true, mode: 0o750 });
+  // Stated, not left to the umask (the unit runs with UMask=0077): 0750 whatever the process umask is.
+  if (fs.mkdirSync(path.dirname(opts.sink), { recursive: true, mode: 0o750 }) !== undefined) {
+    fs.chmodSync(path.dirname(opts.sink), 0o750);
+  }
   const fd = fs.openSync(opts.sink, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
   // An existing file keeps the mode it was created with; re-state 0600 when it is ours to change.
   if (fs.fstatSync(fd).uid === process.getuid?.()) fs.fchmodSync(fd, 0o600);

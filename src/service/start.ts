@@ -64,9 +64,11 @@ function defaultNotify(): (state: string) => void {
 
 function describe(loaded: LoadedConfig, running: string[]): string {
   const c = loaded.config;
-  const who = c.user ? `${c.user}${loaded.account ? ` (uid ${loaded.account.uid})` : ''}` : 'nobody (no user set)';
+  const who = c.user
+    ? `leashing ${c.user}${loaded.account ? ` (uid ${loaded.account.uid})` : ''}`
+    : 'no user set, nothing leashed';
   const modes = SURFACES.map((s) => `${s} ${c[s].mode}`).join(', ');
-  return `leashing ${who}: ${modes}; enforcers running: ${running.length ? running.join(', ') : 'none'}`;
+  return `${who}: ${modes}; enforcers running: ${running.length ? running.join(', ') : 'none'}`;
 }
 
 /**

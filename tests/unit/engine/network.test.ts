@@ -125,6 +125,13 @@ describe('network matching: IPs and CIDRs', () => {
     expect(allows(entry, { ip, port: 443 })).toBe(expected);
   });
 
+  it('ignores a :port left on the name (a Host header), so a blacklist still denies it', () => {
+    const p = compilePolicy(policy({ mode: 'blacklist', deny: ['evil.com', '2001:db8::/32'] }));
+    expect(decide('network', { domain: 'www.evil.com:8080', port: 8080 }, p).rule).toBe('evil.com');
+    expect(decide('network', { domain: '[2001:db8::5]:443', port: 443 }, p).rule).toBe('2001:db8::/32');
+    expect(decide('network', { domain: 'good.com:8080', port: 8080 }, p).reason).toBe('mode_allow');
+  });
+
   it('judges a domain that is an IP literal as an address', () => {
     expect(allows('10.0.0.0/8', { domain: '10.1.2.3', port: 80 })).toBe(true);
     expect(allows('2001:db8::/32', { domain: '[2001:db8::5]', port: 80 })).toBe(true);

@@ -117,3 +117,19 @@ describe('path entry grammar', () => {
     expect(pathEntryProblem(null)?.code).toBe('not_a_string');
   });
 });
+
+describe('glob cost', () => {
+  it('stays fast on a deep attacker-chosen path against ** globs', () => {
+    const p = compilePolicy(
+      makePolicy({ filesystem: { mode: 'blacklist', allow: [], deny: ['/**/x/**/y/**/z', '/a/**/b/*.key'] } }),
+    );
+    const deep = '/' + Array.from({ length: 1500 }, () => 'x').join('/') + '/q';
+    const t0 = performance.now();
+    expect(decide('filesystem', { path: deep }, p).reason).toBe('mode_allow');
+    expect(decide('filesystem', { path: '/a' + '/b'.repeat(1500) + '/c' }, p).reason).toBe('mode_allow');
+    // Backtracking regexes take seconds here (three ** over a path full of partial matches).
+    expect(decide('filesystem', { path: '/x/y'.repeat(1000) + '/q' }, p).reason).toBe('mode_allow');
+    expect(decide('filesystem', { path: '/x/y'.repeat(1000) + '/z' }, p).rule).toBe('/**/x/**/y/**/z');
+    expect(performance.now() - t0).toBeLessThan(300);
+  });
+});

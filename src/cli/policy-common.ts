@@ -1,0 +1,195 @@
+import fs from 'node:fs';
+import type { Command } from 'commander';
+import type { Account } from '../config/accounts.js';
+import { DEFAULT_CONFIG_PATH, loadConfig } from '../config/load.js';
+import { LeashError, isLeashError } from '../errors.js';
+import type { StoreContext } from '../policy/bindings.js';
+import { floorOf } from '../policy/fragment.js';
+import { ackFlags, shellQuote } from '../policy/loosen.js';
+import { discoverFrom, readPasswd, defaultPasswdSource } from '../subjects/discovery.js';
+import { signalService as signalSystemd } from './reconcile.js';
+
+export const DEFAULT_STATE_DIR = '/var/lib/leash';
+export const DEFAULT_PID_FILE = '/run/leash/leash.pid';
+
+export interface PolicyOpts {
+  stateDir?: string;
+  json?: boolean;
+  reconcile?: boolean;
+  ack?: string[];
+  config?: string;
+}
+
+export function collectAck(v: string, prev: string[] = []): string[] {
+  return [...prev, v];
+}
+
+/** Options every policy command takes. */
+export function policyOptions(cmd: Command, opts: { write: boolean; ack: boolean }): Command {
+  cmd
+    .option('--state-dir <dir>', 'policy state directory (env LEASH_STATE_DIR)')
+    .option('--json', 'machine-readable output');
+  if (opts.ack)
+    cmd.option(
+      '--ack <token>',
+      'consent to one loosening, exactly as the refusal prints it (repeatable)',
+      collectAck,
+      [],
+    );
+  if (opts.write) cmd.option('--no-reconcile', 'do not signal the service to pick the change up');
+  return cmd;
+}
+
+export function allOpts(cmd: Command): PolicyOpts {
+  return cmd.optsWithGlobals() as PolicyOpts;
+}
+
+export function stateDirOf(o: PolicyOpts): string {
+  return o.stateDir ?? process.env.LEASH_STATE_DIR ?? DEFAULT_STATE_DIR;
+}
+
+/**
+ * Everything a policy command judges against: the floor (the config, through the service's own
+ * loader), passwd (LEASH_PASSWD in tests), and the state directory. A floor Leash cannot read is
+ * a refusal, never a judgement against nothing.
+ */
+export function loadContext(o: PolicyOpts): StoreContext {
+  const source = defaultPasswdSource();
+  const entries = readPasswd(source);
+  const lookup = (name: string): Account | null => {
+    const e = entries.find((x) => x.name === name);
+    return e ? { name: e.name, uid: e.uid, gid: e.gid, home: e.home } : null;
+  };
+  const loaded = loadConfig(o.config ?? process.env.LEASH_CONFIG ?? DEFAULT_CONFIG_PATH, { lookup });
+  const discovery = discoverFrom(entries, loaded.config.user);
+  return { stateDir: stateDirOf(o), floor: floorOf(loaded.config), discovery, configuredUser: loaded.config.user };
+}
+
+/** The command line as typed, for the re-run line of a refusal. */
+export function typedCommand(): string {
+  return ['leash', ...process.argv.slice(2).map(shellQuote)].join(' ');
+}
+
+/** Prints an error (text or JSON) and sets the exit code from the catalogue. */
+export function report(e: unknown, o: PolicyOpts): void {
+  if (!isLeashError(e)) {
+    const msg = (e as Error)?.message ?? String(e);
+    if (o.json) process.stdout.write(`${JSON.stringify({ error: { code: 'internal', message: msg } })}\n`);
+    else process.stderr.write(`leash: internal error: ${msg}\n`);
+    if (process.env.LEASH_DEBUG === '1') console.error(e);
+    process.exitCode = 70;
+    return;
+  }
+  const details = { ...(e.details ?? {}) };
+  if (e.code === 'loosening_unacknowledged') {
+    const missing = (details.missing as string[]) ?? [];
+    details.rerun = `${typedCommand()} ${ackFlags(missing)}`;
+  }
+  if (o.json) {
+    process.stdout.write(`${JSON.stringify({ error: { code: e.code, message: e.message, details } })}\n`);
+  } else {
+    const lines = e.lines();
+    if (e.code === 'loosening_unacknowledged') {
+      lines.push('every loosening (each needs its --ack):');
+      for (const f of details.findings as { token: string; words: string }[])
+        lines.push(`  ${f.token}\n      ${f.words}`);
+      lines.push(`missing consent: ${ackFlags(details.missing as string[])}`);
+      if (typeof details.hint === 'string') lines.push(details.hint);
+      else lines.push('re-run with consent:', `  ${details.rerun as string}`);
+    }
+    if (e.code === 'policy_unjudgeable' || e.code === 'profile_inert_entry') {
+      /* message already says it all */
+    }
+    process.stderr.write(`${lines.join('\n')}\n`);
+  }
+  process.exitCode = e.exitCode;
+}
+
+function systemdIsInit(): boolean {
+  return fs.existsSync('/run/systemd/system');
+}
+
+export type SignalOutcome = { sent: true; via: 'systemd' | 'pidfile'; pid?: number } | { sent: false; why: string };
+
+/**
+ * Tells the running service to reconcile (SIGHUP to the main process only). With systemd as PID 1
+ * and leash.service active: the shared `systemctl kill --kill-whom=main` sender (src/cli/reconcile.ts,
+ * which throws `service_signal_failed` with the command to run by hand). Otherwise the pid file
+ * (LEASH_PID_FILE overrides /run/leash/leash.pid; setting it also keeps tests off the host's
+ * systemd), whose pid must be a leash process: a stale pid file must not HUP, and so kill, whatever
+ * reused the pid. A service that is not running has nothing to pick up.
+ */
+export function signalService(): SignalOutcome {
+  const pidFile = process.env.LEASH_PID_FILE;
+  if (!pidFile && systemdIsInit()) {
+    const r = signalSystemd();
+    if (r.signalled) return { sent: true, via: 'systemd' };
+  }
+  const file = pidFile ?? DEFAULT_PID_FILE;
+  const byHand = `kill -HUP "$(cat ${file})"`;
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT')
+      return { sent: false, why: `the service is not running (no ${file}); the change takes effect when it starts` };
+    throw new LeashError(
+      'service_signal_failed',
+      `the policy is written but not in force: cannot read ${file}; run by hand: ${byHand}`,
+      { command: byHand },
+    );
+  }
+  const pid = Number.parseInt(text.trim(), 10);
+  try {
+    if (!Number.isInteger(pid) || pid <= 1) throw new Error(`${file} holds no pid`);
+    const cmdline = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    if (!cmdline.includes('leash')) throw new Error(`pid ${pid} is not a leash process (stale pid file)`);
+    process.kill(pid, 'SIGHUP');
+  } catch (e) {
+    throw new LeashError(
+      'service_signal_failed',
+      `the policy is written but not in force: SIGHUP to pid ${text.trim()} failed (${(e as Error).message}); run by hand: ${byHand}`,
+      { command: byHand, pid: text.trim() },
+    );
+  }
+  return { sent: true, via: 'pidfile', pid };
+}
+
+/** After a successful write: signal unless --no-reconcile; text and JSON say what happened. */
+export function afterWrite(o: PolicyOpts, result: Record<string, unknown>, lines: string[]): void {
+  let reconcile: SignalOutcome | { sent: false; why: 'skipped (--no-reconcile)' };
+  try {
+    reconcile = o.reconcile === false ? { sent: false, why: 'skipped (--no-reconcile)' } : signalService();
+  } catch (e) {
+    // Written but not in force: the one state that must not exit 0.
+    const err = e as LeashError;
+    if (o.json) {
+      process.stdout.write(
+        `${JSON.stringify({ ok: true, ...result, reconcile: { sent: false, error: { code: err.code, message: err.message, details: err.details } } })}\n`,
+      );
+      process.exitCode = err.exitCode ?? 3;
+    } else {
+      process.stdout.write(`${lines.join('\n')}\n`);
+      report(e, o);
+    }
+    return;
+  }
+  if (o.json) {
+    process.stdout.write(`${JSON.stringify({ ok: true, ...result, reconcile })}\n`);
+    return;
+  }
+  lines.push(reconcile.sent ? `reconcile: signalled the service (${reconcile.via})` : `reconcile: ${reconcile.why}`);
+  process.stdout.write(`${lines.join('\n')}\n`);
+}
+
+export function impactLines(impact: { account: string; failure: { message: string } }[]): string[] {
+  return impact.map((i) => `warning: ${i.account} will fail alone (denied everything): ${i.failure.message}`);
+}
+
+/** Runs an action, reporting LeashErrors with their exit code. */
+export function run(cmd: Command, fn: (o: PolicyOpts) => Promise<void> | void): Promise<void> {
+  const o = allOpts(cmd);
+  return Promise.resolve()
+    .then(() => fn(o))
+    .catch((e: unknown) => report(e, o));
+}

@@ -1,0 +1,474 @@
+/**
+ * Tool input inspection: secrets, PII and privilege escalation in the (nested) inputs of a tool
+ * call, with masking so nothing sensitive leaves the engine.
+ *
+ * Leash's own detectors, not a library: the maintained JS scanners either need Node >= 22
+ * (secretlint 10+), are asynchronous file/CLI scanners (secretlint 9, gitleaks wrappers) while
+ * decide() is synchronous and pure, or call a cloud API (redact-pii). Every pattern here is
+ * linear in the input: a fixed literal or a bounded repetition starts each one, and emails are
+ * found by scanning for "@" rather than with a backtracking regex, because tool inputs are
+ * attacker-controlled and can be megabytes long.
+ *
+ * Patterns are syntactic, like every detector of their kind: they catch the common shapes
+ * (see docs/policy.md for the list) and miss novel or encoded ones. Inspection is a second
+ * line behind the tool registry, not a replacement for it.
+ */
+import { normalizePath } from './path.js';
+import type { InspectAction, InspectCategory, InspectFinding } from './types.js';
+
+/** One match inside a string. */
+interface Span {
+  start: number;
+  end: number;
+  detector: string;
+  category: InspectCategory;
+  /** The match with its sensitive part masked. */
+  masked: string;
+}
+
+interface Detector {
+  id: string;
+  category: InspectCategory;
+  find(text: string, out: Span[]): void;
+}
+
+/**
+ * Masks a sensitive string: at most its first 4 characters survive (fewer for short values, none
+ * under 8), followed by `****`. Known token prefixes (AKIA, ghp_, sk-a, xoxb, eyJh) are what
+ * the kept characters usually show, which is enough to tell an operator what kind of secret it was.
+ */
+export function maskValue(s: string): string {
+  const keep = s.length >= 16 ? 4 : s.length >= 8 ? 2 : 0;
+  return s.slice(0, keep) + '****';
+}
+
+function regexDetector(
+  id: string,
+  category: InspectCategory,
+  re: RegExp,
+  opts: { validate?: (m: RegExpExecArray) => boolean; mask?: (m: RegExpExecArray) => string } = {},
+): Detector {
+  const flags = re.flags.includes('g') ? re.flags : re.flags + 'g';
+  const g = new RegExp(re.source, flags);
+  return {
+    id,
+    category,
+    find(text, out) {
+      g.lastIndex = 0;
+      let m: RegExpExecArray | null;
+      while ((m = g.exec(text)) !== null) {
+        if (m[0].length === 0) {
+          g.lastIndex++;
+          continue;
+        }
+        if (opts.validate && !opts.validate(m)) continue;
+        out.push({
+          start: m.index,
+          end: m.index + m[0].length,
+          detector: id,
+          category,
+          masked: opts.mask ? opts.mask(m) : maskValue(m[0]),
+        });
+      }
+    },
+  };
+}
+
+// ---------------------------------------------------------------- secrets
+
+const PLACEHOLDER =
+  /^(?:[$%<{*]|x{4,}$|\.{3})|^(?:null|none|nil|true|false|undefined|empty|changeme|redacted|secret|password|\*+)$/i;
+
+/** A credential assignment: `password=...`, `api_key: ...`, `"client_secret": "..."`, `AWS_SECRET_ACCESS_KEY=...`. */
+const CREDENTIAL_ASSIGNMENT =
+  /(?<![A-Za-z0-9_])((?:[A-Za-z0-9]{1,24}[_.-]){0,3}(?:password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credentials?)[A-Za-z0-9]{0,24}(?:[_.-][A-Za-z0-9]{1,24}){0,2})["']?[ \t]{0,4}(?::=|=|:)[ \t]{0,4}(["'`]?)([^\s"'`,;()[\]{}<>]{4,256})/gi;
+
+const SECRET_DETECTORS: Detector[] = [
+  regexDetector(
+    'private_key',
+    'secrets',
+    /-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----|$)/,
+    { mask: () => '-----BEGIN PRIVATE KEY-----****' },
+  ),
+  regexDetector('aws_access_key', 'secrets', /(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])/),
+  regexDetector(
+    'github_token',
+    'secrets',
+    /(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{22,255})(?![A-Za-z0-9_])/,
+  ),
+  regexDetector('gitlab_token', 'secrets', /(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,255}/),
+  regexDetector('slack_token', 'secrets', /(?<![A-Za-z0-9])xox[abposre]-[A-Za-z0-9-]{10,250}/),
+  regexDetector('slack_webhook', 'secrets', /https:\/\/hooks\.slack\.com\/services\/[A-Za-z0-9_/]{20,200}/, {
+    mask: () => 'https://hooks.slack.com/services/****',
+  }),
+  regexDetector('stripe_key', 'secrets', /(?<![A-Za-z0-9_])[sr]k_live_[A-Za-z0-9]{16,247}(?![A-Za-z0-9])/),
+  regexDetector('anthropic_key', 'secrets', /(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,250}/),
+  regexDetector(
+    'openai_key',
+    'secrets',
+    /(?<![A-Za-z0-9_-])sk-(?!ant-)(?:proj-|svcacct-|admin-)?([A-Za-z0-9_-]{20,250})/,
+    {
+      // Real keys mix digits and both cases; "sk-this-is-a-long-word" does not.
+      validate: (m) => /[0-9]/.test(m[1]!) && /[A-Z]/.test(m[1]!) && /[a-z]/.test(m[1]!),
+    },
+  ),
+  regexDetector('google_api_key', 'secrets', /(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])/),
+  regexDetector('npm_token', 'secrets', /(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])/),
+  regexDetector('huggingface_token', 'secrets', /(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{34,40}(?![A-Za-z0-9])/),
+  regexDetector(
+    'sendgrid_key',
+    'secrets',
+    /(?<![A-Za-z0-9_])SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])/,
+  ),
+  regexDetector('jwt', 'secrets', /(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*/),
+  regexDetector('bearer_token', 'secrets', /\bBearer[ \t]+([A-Za-z0-9._~+/-]{16,1024}=*)/, {
+    mask: (m) => 'Bearer ' + maskValue(m[1]!),
+  }),
+  regexDetector('basic_auth', 'secrets', /\bBasic[ \t]+([A-Za-z0-9+/]{12,1024}={0,2})(?![A-Za-z0-9+/=])/, {
+    mask: () => 'Basic ****',
+  }),
+  regexDetector('url_credentials', 'secrets', /\b([a-z][a-z0-9+.-]{1,20}:\/\/[^\s:@/]{1,64}):[^\s@/]{1,128}@/i, {
+    mask: (m) => `${m[1]!}:****@`,
+  }),
+  regexDetector('credential_assignment', 'secrets', CREDENTIAL_ASSIGNMENT, {
+    validate: (m) => {
+      const value = m[3]!;
+      if (PLACEHOLDER.test(value)) return false;
+      // `password = get_password(...)`: a call, not a value (the class stops the value at "(").
+      const next = m.input.charCodeAt(m.index + m[0].length);
+      return next !== 40 /* ( */ && next !== 46; /* . */
+    },
+    mask: (m) => `${m[1]!}=****`,
+  }),
+];
+
+// ---------------------------------------------------------------- PII
+
+const LOCAL_CHARS = /[A-Za-z0-9._%+-]/;
+const DOMAIN_CHARS = /[A-Za-z0-9.-]/;
+
+/** Emails, found by scanning for "@" and growing outwards (bounded), so a long input stays linear. */
+const EMAIL: Detector = {
+  id: 'email',
+  category: 'pii',
+  find(text, out) {
+    let at = text.indexOf('@');
+    while (at >= 0) {
+      let s = at;
+      while (s > 0 && at - s < 64 && LOCAL_CHARS.test(text[s - 1]!)) s--;
+      let e = at + 1;
+      while (e < text.length && e - at < 255 && DOMAIN_CHARS.test(text[e]!)) e++;
+      while (e > at + 1 && (text[e - 1] === '.' || text[e - 1] === '-')) e--; // "mail me at a@b.com."
+      const local = text.slice(s, at);
+      const domain = text.slice(at + 1, e);
+      const lastDot = domain.lastIndexOf('.');
+      if (
+        local.length > 0 &&
+        lastDot > 0 &&
+        /^[A-Za-z]{2,24}$/.test(domain.slice(lastDot + 1)) &&
+        !domain.includes('..') &&
+        !local.startsWith('.')
+      ) {
+        const email = text.slice(s, e);
+        out.push({ start: s, end: e, detector: 'email', category: 'pii', masked: maskValue(email) });
+      }
+      at = text.indexOf('@', Math.max(e, at + 1));
+    }
+  },
+};
+
+function luhn(digits: string): boolean {
+  let sum = 0;
+  let double = false;
+  for (let i = digits.length - 1; i >= 0; i--) {
+    let d = digits.charCodeAt(i) - 48;
+    if (double) {
+      d *= 2;
+      if (d > 9) d -= 9;
+    }
+    sum += d;
+    double = !double;
+  }
+  return sum % 10 === 0;
+}
+
+const PII_DETECTORS: Detector[] = [
+  EMAIL,
+  regexDetector('credit_card', 'pii', /(?<![0-9])(?:[0-9][ -]?){12,18}[0-9](?![0-9])/, {
+    validate: (m) => {
+      const digits = m[0].replace(/[ -]/g, '');
+      // Issuer prefixes (Visa, Mastercard, Amex, Discover, JCB, UnionPay) cut false positives on long numbers.
+      return (
+        digits.length >= 13 &&
+        digits.length <= 19 &&
+        /^(?:4|5[1-5]|2[2-7]|3[47]|6(?:011|5|4[4-9]|2)|35)/.test(digits) &&
+        luhn(digits)
+      );
+    },
+    mask: (m) => '****' + m[0].replace(/[ -]/g, '').slice(-4),
+  }),
+  regexDetector('phone', 'pii', /(?<![\w+])\+[1-9][0-9 ().-]{6,20}[0-9](?![0-9])/, {
+    validate: (m) => {
+      const n = m[0].replace(/[^0-9]/g, '').length;
+      return n >= 8 && n <= 15;
+    },
+  }),
+  regexDetector('us_ssn', 'pii', /(?<![0-9-])(?!000|666|9[0-9]{2})[0-9]{3}-(?!00)[0-9]{2}-(?!0000)[0-9]{4}(?![0-9-])/),
+];
+
+// ---------------------------------------------------------------- privilege escalation
+
+/** `sudo`, `/usr/bin/sudo`, ... as a word of its own (not `pseudo`, not `sudoers`). */
+function commandWord(id: string, word: string): Detector {
+  return regexDetector(id, 'priv_esc', new RegExp(`(?<![\\w.\\/-])(?:\\/[\\w.\\/-]{0,64}\\/)?${word}(?![\\w.-])`), {
+    mask: (m) => m[0],
+  });
+}
+
+const RM_WORD = /(?<![\w./-])(?:\/[\w./-]{0,64}\/)?rm\s/;
+/** Shell words and the separators that end a command (`;`, `&`, `|`, parentheses, backquote, newline). */
+const SHELL_TOKENS = /[;&|()`\n\r]|[^\s;&|()`]+/g;
+const RM_TOKEN = /^['"]*(?:\/[\w./-]{0,64}\/)?rm$/;
+/** Words examined after an rm: enough for any honest flag list, and a bound on the work per rm. */
+const RM_MAX_ARGS = 64;
+
+/** Does an operand of rm name the root (`/`, `//`, `/*`, `/.`, `/tmp/..`, quoted)? */
+function isRootOperand(token: string): boolean {
+  let t = token.replace(/^['"]+|['"]+$/g, '');
+  if (!t.startsWith('/')) return false;
+  if (t.endsWith('/*')) t = t.slice(0, -1);
+  return normalizePath(t) === '/';
+}
+
+/**
+ * `rm -rf /` in all its spellings: flags in any order and grouping (`-rf`, `-fr`, `-r -f`, `-R`,
+ * `--recursive`), extra spaces, quotes, `/*`, `//`, `/tmp/..`, and any rm with `--no-preserve-root`.
+ * The text is split into shell words once and each rm looks at most 64 words ahead, so the cost
+ * stays linear however many times "rm" appears.
+ */
+const RM_ROOT: Detector = {
+  id: 'rm_rf_root',
+  category: 'priv_esc',
+  find(text, out) {
+    if (!RM_WORD.test(text)) return;
+    const words: string[] = [];
+    const starts: number[] = [];
+    SHELL_TOKENS.lastIndex = 0;
+    let m: RegExpExecArray | null;
+    while ((m = SHELL_TOKENS.exec(text)) !== null) {
+      words.push(m[0]);
+      starts.push(m.index);
+    }
+    // Classify every word once; the look-ahead below is then integer work only.
+    const kinds = new Uint8Array(words.length);
+    for (let i = 0; i < words.length; i++) kinds[i] = classify(words[i]!);
+    for (let i = 0; i < words.length; i++) {
+      if (kinds[i] !== W_RM) continue;
+      let recursive = false;
+      let root = false;
+      let noPreserve = false;
+      let optionsEnded = false;
+      let k = i + 1;
+      for (; k < words.length && k <= i + RM_MAX_ARGS; k++) {
+        const kind = kinds[k]!;
+        if (kind === W_SEP) break;
+        if (optionsEnded) root ||= kind === W_ROOT;
+        else if (kind === W_END_OPTIONS) optionsEnded = true;
+        else if (kind === W_NO_PRESERVE) noPreserve = true;
+        else if (kind === W_RECURSIVE) recursive = true;
+        else if (kind === W_ROOT) root = true;
+      }
+      if ((recursive && root) || noPreserve) {
+        const start = starts[i]!;
+        const last = k - 1;
+        const end = starts[last]! + words[last]!.length;
+        out.push({
+          start,
+          end,
+          detector: 'rm_rf_root',
+          category: 'priv_esc',
+          masked: text.slice(start, end).slice(0, 80),
+        });
+      }
+    }
+  },
+};
+
+const W_OTHER = 0;
+const W_SEP = 1;
+const W_RM = 2;
+const W_END_OPTIONS = 3;
+const W_NO_PRESERVE = 4;
+const W_RECURSIVE = 5;
+const W_ROOT = 6;
+
+function classify(word: string): number {
+  if (word.length === 1 && ';&|()`\n\r'.includes(word)) return W_SEP;
+  if (RM_TOKEN.test(word)) return W_RM;
+  const t = word.replace(/^['"]+|['"]+$/g, '');
+  if (t === '--') return W_END_OPTIONS;
+  if (t === '--no-preserve-root') return W_NO_PRESERVE;
+  if (t === '--recursive' || /^-[A-Za-z]*[rR][A-Za-z]*$/.test(t)) return W_RECURSIVE;
+  if (isRootOperand(t)) return W_ROOT;
+  return W_OTHER;
+}
+
+const PRIV_ESC_DETECTORS: Detector[] = [
+  commandWord('sudo', 'sudo'),
+  commandWord('pkexec', 'pkexec'),
+  commandWord('doas', 'doas'),
+  regexDetector(
+    'su_root',
+    'priv_esc',
+    /(?<![\w./-])(?:\/[\w./-]{0,64}\/)?su(?:[ \t]+-[A-Za-z]*|[ \t]+root(?![\w-])|(?=[ \t]*$))/,
+    {
+      mask: (m) => m[0],
+    },
+  ),
+  regexDetector(
+    'setuid_chmod',
+    'priv_esc',
+    /(?<![\w.-])chmod[ \t]+(?:-[A-Za-z]+[ \t]+){0,4}(?:(?:[ugoa]*[+=-][rwxXst]*,){0,4}[ugoa]*[+=][rwxXt]*s[rwxXst]*|0?[2-7][0-7]{3})(?![\w])/,
+    { mask: (m) => m[0] },
+  ),
+  regexDetector('setuid_call', 'priv_esc', /\bset(?:e|re|res)?[ug]id[ \t]*\([ \t]*0\b/, { mask: (m) => m[0] }),
+  RM_ROOT,
+];
+
+const DETECTORS: readonly Detector[] = [...SECRET_DETECTORS, ...PII_DETECTORS, ...PRIV_ESC_DETECTORS];
+const MASKING_DETECTORS: readonly Detector[] = [...SECRET_DETECTORS, ...PII_DETECTORS];
+
+/** Deeper than any honest tool input; deeper input is refused (engine_error) rather than half-inspected. */
+const MAX_DEPTH = 256;
+/** Findings kept per call, so a flood of matches cannot blow up a verdict or a log line. */
+const MAX_FINDINGS = 64;
+
+/** Keys whose string value is a credential whatever it looks like (`{"password": "hunter2"}`). */
+const SENSITIVE_KEY =
+  /^(?:.*[_.-])?(?:password|passwd|passphrase|pwd|secret|client[_-]?secret|token|access[_-]?token|refresh[_-]?token|auth[_-]?token|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key|credentials?|authorization|cookie)$/i;
+
+function spansOf(text: string, detectors: readonly Detector[]): Span[] {
+  const out: Span[] = [];
+  for (const d of detectors) d.find(text, out);
+  return out;
+}
+
+/** Rewrites `text` with the given spans replaced by their masked forms (overlaps merged, first wins). */
+function applyMasks(text: string, spans: Span[]): string {
+  if (spans.length === 0) return text;
+  spans.sort((a, b) => a.start - b.start || b.end - a.end);
+  let out = '';
+  let pos = 0;
+  for (const s of spans) {
+    if (s.start < pos) continue;
+    out += text.slice(pos, s.start) + s.masked;
+    pos = s.end;
+  }
+  return out + text.slice(pos);
+}
+
+/**
+ * Masks every secret and PII match in a string (priv_esc matches are not sensitive and stay).
+ * For the decision log and any other place a tool input or subject is written down.
+ */
+export function maskSecrets(text: string): string {
+  return applyMasks(text, spansOf(text, MASKING_DETECTORS));
+}
+
+/**
+ * A deep copy of a tool's inputs with secrets and PII masked in every string and key, and the
+ * whole value of a sensitively named key (`password`, `token`, `api_key`, ...) masked.
+ */
+export function maskInputs(value: unknown, depth = 0): unknown {
+  if (depth > MAX_DEPTH) return '****';
+  if (typeof value === 'string') return maskSecrets(value);
+  if (Array.isArray(value)) return value.map((v) => maskInputs(v, depth + 1));
+  if (value !== null && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) {
+      const secretScalar = typeof v === 'string' || typeof v === 'number' || typeof v === 'bigint';
+      out[maskSecrets(k)] = SENSITIVE_KEY.test(k) && secretScalar ? maskValue(String(v)) : maskInputs(v, depth + 1);
+    }
+    return out;
+  }
+  return value;
+}
+
+function childPath(parent: string, key: string): string {
+  const k = maskSecrets(key);
+  if (/^[A-Za-z_$][\w$]*$/.test(k)) return parent === '' ? k : `${parent}.${k}`;
+  return `${parent}[${JSON.stringify(k)}]`;
+}
+
+/**
+ * Inspects a tool's inputs: every string value and every key, at any depth, plus each array of
+ * scalars joined with spaces (so `["rm", "-rf", "/"]` reads as `rm -rf /`), and the string value
+ * of every sensitively named key. Returns the findings, masked, with the action `actions` gives
+ * their category; categories set to `allow` are not reported. Throws on input nested deeper than
+ * 256 levels (the engine turns that into `engine_error`).
+ */
+export function inspectInputs(
+  inputs: unknown,
+  actions: Readonly<Record<InspectCategory, InspectAction>>,
+): InspectFinding[] {
+  const findings: InspectFinding[] = [];
+  const seen = new Set<string>();
+  const active = DETECTORS.filter((d) => actions[d.category] !== 'allow');
+  if (active.length === 0) return findings;
+  const privEsc = active.filter((d) => d.category === 'priv_esc');
+
+  const report = (detector: string, category: InspectCategory, at: string, masked: string): void => {
+    const key = `${detector}\u0000${at}\u0000${masked}`;
+    if (seen.has(key) || findings.length >= MAX_FINDINGS) return;
+    seen.add(key);
+    findings.push({ category, detector, at: at === '' ? '$' : at, masked, action: actions[category] });
+  };
+  const scan = (text: string, at: string, detectors: readonly Detector[]): Set<string> => {
+    const ids = new Set<string>();
+    for (const s of spansOf(text, detectors)) {
+      ids.add(s.detector);
+      report(s.detector, s.category, at, s.category === 'priv_esc' ? maskSecrets(s.masked) : s.masked);
+    }
+    return ids;
+  };
+  const walk = (v: unknown, at: string, depth: number): void => {
+    if (depth > MAX_DEPTH) throw new RangeError('tool inputs nested too deeply to inspect');
+    if (typeof v === 'string') {
+      scan(v, at, active);
+    } else if (typeof v === 'number' || typeof v === 'bigint') {
+      scan(String(v), at, active);
+    } else if (Array.isArray(v)) {
+      const elementHits = new Set<string>();
+      let scalars = v.length > 1;
+      for (let i = 0; i < v.length; i++) {
+        const el: unknown = v[i];
+        if (typeof el === 'string') for (const id of scan(el, `${at}[${i}]`, active)) elementHits.add(id);
+        else walk(el, `${at}[${i}]`, depth + 1);
+        if (typeof el !== 'string' && typeof el !== 'number') scalars = false;
+      }
+      if (scalars && privEsc.length > 0) {
+        const joined = v.join(' ');
+        for (const s of spansOf(joined, privEsc)) {
+          if (!elementHits.has(s.detector)) report(s.detector, s.category, at, maskSecrets(s.masked));
+        }
+      }
+    } else if (v !== null && typeof v === 'object') {
+      for (const [k, child] of Object.entries(v)) {
+        const path = childPath(at, k);
+        scan(k, path, active);
+        const scalar = typeof child === 'string' || typeof child === 'number' || typeof child === 'bigint';
+        if (SENSITIVE_KEY.test(k) && scalar && actions.secrets !== 'allow') {
+          const value = String(child).trim();
+          if (value.length >= 4 && !PLACEHOLDER.test(value))
+            report('credential_field', 'secrets', path, maskValue(value));
+        }
+        walk(child, path, depth + 1);
+      }
+    }
+  };
+  walk(inputs, '', 0);
+  return findings;
+}
+
+/** Order in which a blocking category names the verdict's reason when several block. */
+export const CATEGORY_PRIORITY: readonly InspectCategory[] = ['secrets', 'priv_esc', 'pii'];

@@ -1,0 +1,135 @@
+import { SURFACES } from '../engine/types.js';
+import type { InspectAction } from '../engine/types.js';
+import type { Effective, Fragment } from './fragment.js';
+import { fold, INSPECT_CATEGORIES } from './fragment.js';
+
+/**
+ * One way a change widens what a subject may do. `token` (`field:value`) is exactly what
+ * `--ack` must carry; `words` says it the way the engine would decide it.
+ */
+export interface Loosening {
+  field: string;
+  value: string;
+  token: string;
+  words: string;
+}
+
+function l(field: string, value: string, words: string): Loosening {
+  return { field, value, token: `${field}:${value}`, words };
+}
+
+/** How much inspection lets through: block < log < allow (log passes the call, it only records it). */
+const INSPECT_RANK: Record<InspectAction, number> = { block: 0, log: 1, allow: 2 };
+
+/**
+ * Every loosening from `before` to `after`, not the first: the mode flipped to default-allow,
+ * an allow entry a whitelist did not have, a deny entry dropped (`<surface>.unset.deny`),
+ * fail_mode opened, inspection lowered, an enforcer switched off, UDP allowed, a DNS resolver
+ * added, a watched path dropped. Tightenings are not reported.
+ */
+export function loosenings(before: Effective, after: Effective): Loosening[] {
+  const out: Loosening[] = [];
+  if (before.fail_mode !== 'open' && after.fail_mode === 'open') {
+    out.push(l('fail_mode', 'open', 'fail_mode closed -> open: when no decision can be made, every surface allows'));
+  }
+  for (const s of SURFACES) {
+    const b = before[s];
+    const a = after[s];
+    if (b.mode === 'whitelist' && a.mode === 'blacklist') {
+      out.push(
+        l(
+          `${s}.mode`,
+          'blacklist',
+          `${s} mode whitelist -> blacklist: default-allow, anything not denied passes (allow is no longer consulted)`,
+        ),
+      );
+    }
+    if (b.mode === 'whitelist' && a.mode === 'whitelist') {
+      for (const e of a.allow) {
+        if (!b.allow.includes(e))
+          out.push(l(`${s}.allow`, e, `${s} whitelist allows ${e}: allow_entry where it was not_allowed`));
+      }
+    }
+    for (const e of b.deny) {
+      if (!a.deny.includes(e))
+        out.push(l(`${s}.unset.deny`, e, `${s} deny ${e} removed: deny_entry no longer blocks it`));
+    }
+  }
+  for (const c of INSPECT_CATEGORIES) {
+    const b = before.tools.inspect[c];
+    const a = after.tools.inspect[c];
+    if (INSPECT_RANK[a] > INSPECT_RANK[b]) {
+      out.push(l(`tools.inspect.${c}`, a, `tools inspect ${c} ${b} -> ${a}: an input with ${c} is no longer blocked`));
+    }
+  }
+  for (const k of ['network', 'filesystem', 'tools'] as const) {
+    if (before.enforcers[k] && !after.enforcers[k]) {
+      out.push(l(`enforcers.${k}`, 'false', `${k} enforcer off: the surface is not enforced at all`));
+    }
+  }
+  if (before.network.udp === 'drop' && after.network.udp === 'allow') {
+    out.push(l('network.udp', 'allow', 'network udp drop -> allow: UDP leaves the subject without a decision'));
+  }
+  const br = before.network.dns_resolvers;
+  const ar = after.network.dns_resolvers;
+  if (br.length > 0 && ar.length === 0) {
+    out.push(
+      l(
+        'network.dns_resolvers',
+        'system',
+        'network dns_resolvers -> the host resolv.conf: UDP/53 to those resolvers passes',
+      ),
+    );
+  }
+  for (const r of ar) {
+    if (!br.includes(r))
+      out.push(l('network.dns_resolvers', r, `network dns_resolvers adds ${r}: UDP/53 to it passes the drop`));
+  }
+  for (const p of before.filesystem.watch) {
+    if (!after.filesystem.watch.includes(p)) {
+      out.push(l('filesystem.unset.watch', p, `filesystem watch ${p} removed: its filesystem may no longer be marked`));
+    }
+  }
+  return out;
+}
+
+/** The loosenings a fragment performs as an overlay on `base`. */
+export function judgeOverlay(base: Effective, fragment: Fragment): Loosening[] {
+  return loosenings(base, fold(base, fragment));
+}
+
+/** The findings no ack covers. */
+export function unacknowledged(findings: Loosening[], acks: readonly string[]): Loosening[] {
+  return findings.filter((f) => !acks.includes(f.token));
+}
+
+/** Union of finding lists by token, first wording kept, order preserved. */
+export function mergeFindings(...lists: Loosening[][]): Loosening[] {
+  const seen = new Map<string, Loosening>();
+  for (const list of lists) for (const f of list) if (!seen.has(f.token)) seen.set(f.token, f);
+  return [...seen.values()];
+}
+
+/** A token as one shell word. */
+export function shellQuote(s: string): string {
+  return /^[A-Za-z0-9_./:=@%+-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+/** `--ack 'field:value'` for each token, always single-quoted so it pastes into any shell. */
+export function ackFlags(tokens: readonly string[]): string {
+  return tokens.map((t) => `--ack '${t.replace(/'/g, `'\\''`)}'`).join(' ');
+}
+
+/** Splits `field:value` (the field never contains a colon; the value may: `host:443`). */
+export function parseToken(t: string): { field: string; value: string } | null {
+  const i = t.indexOf(':');
+  if (i <= 0 || i === t.length - 1) return null;
+  return { field: t.slice(0, i), value: t.slice(i + 1) };
+}
+
+/** Splits an edit's per-agent consent `agent:NAME=field:value`. */
+export function parseAgentAck(t: string): { account: string; token: string } | null {
+  const m = /^agent:([^=]+)=(.+)$/.exec(t);
+  if (!m || !parseToken(m[2] ?? '')) return null;
+  return { account: m[1] ?? '', token: m[2] ?? '' };
+}

@@ -1,0 +1,110 @@
+import { createHash } from 'node:crypto';
+import type { Subject } from '../subjects/discovery.js';
+import type { BindingsDoc, Scope } from './bindings.js';
+import type { Effective } from './fragment.js';
+import { canonicalJson, fold } from './fragment.js';
+import type { Loosening } from './loosen.js';
+import { judgeOverlay, unacknowledged } from './loosen.js';
+import type { ProfileStatus } from './profiles.js';
+
+/** Everything a resolution reads, already loaded: the floor, the bindings, and a profile lookup. */
+export interface PolicyState {
+  floor: Effective;
+  bindings: BindingsDoc;
+  profile: (name: string) => ProfileStatus;
+}
+
+export type SubjectFailureCode = 'dangling_profile' | 'broken_profile' | 'unacknowledged_loosening';
+
+/** Why one subject cannot be resolved. It fails alone: no chain, every fs/exec event denied. */
+export interface SubjectFailure {
+  code: SubjectFailureCode;
+  scope: Scope;
+  profile: string;
+  message: string;
+  /** For unacknowledged_loosening: what the binding would have to acknowledge. */
+  missing?: Loosening[];
+}
+
+export type Resolution =
+  { ok: true; policy: Effective; hash: string; layers: string[] } | { ok: false; failure: SubjectFailure };
+
+/** Hash of the canonical resolved policy: what the reconcile compares to decide "changed". */
+export function policyHash(p: Effective): string {
+  return createHash('sha256').update(canonicalJson(p)).digest('hex');
+}
+
+type Layer = { ok: true; policy: Effective; name: string } | { ok: false; failure: SubjectFailure };
+
+function applyBinding(base: Effective, scope: Scope, state: PolicyState): Layer | null {
+  const b = state.bindings.bindings[scope];
+  if (!b) return null;
+  const p = state.profile(b.profile);
+  if (p.status === 'missing') {
+    return {
+      ok: false,
+      failure: {
+        code: 'dangling_profile',
+        scope,
+        profile: b.profile,
+        message: `${scope} is bound to profile ${b.profile}, which does not exist: held fail-closed`,
+      },
+    };
+  }
+  if (p.status === 'broken') {
+    return {
+      ok: false,
+      failure: {
+        code: 'broken_profile',
+        scope,
+        profile: b.profile,
+        message: `${scope}: profile ${b.profile} is broken: ${p.message}`,
+      },
+    };
+  }
+  const missing = unacknowledged(judgeOverlay(base, p.fragment), b.acks);
+  if (missing.length) {
+    return {
+      ok: false,
+      failure: {
+        code: 'unacknowledged_loosening',
+        scope,
+        profile: b.profile,
+        message: `${scope}: profile ${b.profile} loosens without consent: ${missing.map((m) => m.token).join(', ')}`,
+        missing,
+      },
+    };
+  }
+  return { ok: true, policy: fold(base, p.fragment), name: `${scope}=${b.profile}` };
+}
+
+/**
+ * The folded floor: the floor with the global binding folded in. The global fragment is first
+ * judged as an overlay on the unfolded floor, because once folded it is the baseline and would
+ * classify nothing.
+ */
+export function foldedBase(state: PolicyState): Layer {
+  const g = applyBinding(state.floor, 'global', state);
+  return g ?? { ok: true, policy: state.floor, name: 'floor' };
+}
+
+/**
+ * resolve(subject) = floor, then the global binding, then the subject's own agent binding.
+ * The configured user has no tier of its own: no agent binding re-points the control plane.
+ */
+export function resolveSubject(subject: Subject, state: PolicyState): Resolution {
+  const layers = ['floor'];
+  const g = foldedBase(state);
+  if (!g.ok) return g;
+  if (g.name !== 'floor') layers.push(g.name);
+  let policy = g.policy;
+  if (subject.kind === 'agent') {
+    const a = applyBinding(policy, `agent:${subject.account}`, state);
+    if (a && !a.ok) return a;
+    if (a) {
+      policy = a.policy;
+      layers.push(a.name);
+    }
+  }
+  return { ok: true, policy, hash: policyHash(policy), layers };
+}

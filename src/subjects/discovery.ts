@@ -1,0 +1,127 @@
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import { PolicyError } from '../policy/errors.js';
+
+/** The prefix Sentinel mints agent accounts with: the only thing discovery keys on. */
+export const AGENT_PREFIX = 'leash-';
+
+export interface PasswdEntry {
+  name: string;
+  uid: number;
+  gid: number;
+  gecos: string;
+  home: string;
+}
+
+export type SubjectKind = 'user' | 'agent';
+
+/** A leashed UID: the configured user (resolves to the floor) or a `leash-*` agent account. */
+export interface Subject {
+  kind: SubjectKind;
+  account: string;
+  uid: number;
+}
+
+export interface Discovery {
+  /** `single`: no agent accounts, the original single-subject path (no /var/lib/leash). */
+  mode: 'single' | 'multi';
+  subjects: Subject[];
+  /** Every passwd entry read: scopes are checked against it. */
+  accounts: PasswdEntry[];
+  /** Said out loud by the service, never silently dropped. */
+  warnings: string[];
+}
+
+export type PasswdSource = { path: string } | { getent: true };
+
+/** /etc/passwd, or LEASH_PASSWD: a file path, or `getent` to enumerate through NSS. */
+export function defaultPasswdSource(): PasswdSource {
+  const v = process.env.LEASH_PASSWD;
+  return v === 'getent' ? { getent: true } : { path: v ?? '/etc/passwd' };
+}
+
+/** Parses passwd(5) text. A malformed line is skipped with a warning, not a reason to look no further. */
+export function parsePasswd(text: string, warnings: string[] = []): PasswdEntry[] {
+  const out: PasswdEntry[] = [];
+  for (const [i, raw] of text.split('\n').entries()) {
+    const line = raw.trimEnd();
+    if (line === '' || line.startsWith('#')) continue;
+    const f = line.split(':');
+    const uid = Number(f[2]);
+    const gid = Number(f[3]);
+    if (f.length < 7 || !f[0] || !Number.isInteger(uid) || uid < 0 || !Number.isInteger(gid)) {
+      warnings.push(`passwd line ${i + 1} is malformed and was skipped`);
+      continue;
+    }
+    out.push({ name: f[0], uid, gid, gecos: f[4] ?? '', home: f[5] ?? '' });
+  }
+  return out;
+}
+
+/**
+ * Reads the account database. Any failure is wholesale (`passwd_unreadable`): "I could not
+ * look" must never turn into "there is nobody to confine".
+ */
+export function readPasswd(source: PasswdSource = defaultPasswdSource(), warnings: string[] = []): PasswdEntry[] {
+  let text: string;
+  try {
+    text =
+      'path' in source
+        ? fs.readFileSync(source.path, 'utf8')
+        : execFileSync('getent', ['passwd'], { encoding: 'utf8', timeout: 10_000, stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (e) {
+    const where = 'path' in source ? source.path : 'getent passwd';
+    throw new PolicyError(
+      'passwd_unreadable',
+      `cannot read ${where}: ${(e as Error).message}`,
+      { source: where },
+      { cause: e },
+    );
+  }
+  const entries = parsePasswd(text, warnings);
+  if (entries.length === 0) {
+    throw new PolicyError('passwd_unreadable', 'the account database returned no accounts at all', {});
+  }
+  return entries;
+}
+
+/** Subjects from a passwd read: the configured user plus every `leash-*` account. */
+export function discoverFrom(
+  entries: PasswdEntry[],
+  configuredUser: string | null,
+  warnings: string[] = [],
+): Discovery {
+  const subjects: Subject[] = [];
+  const seenUid = new Map<number, string>();
+  if (configuredUser) {
+    const u = entries.find((e) => e.name === configuredUser);
+    if (u) {
+      subjects.push({ kind: 'user', account: u.name, uid: u.uid });
+      seenUid.set(u.uid, u.name);
+    } else warnings.push(`configured user ${configuredUser} is not in passwd`);
+  }
+  for (const e of entries) {
+    if (!e.name.startsWith(AGENT_PREFIX) || e.name === configuredUser) continue;
+    if (e.uid === 0) {
+      // Denying every open of UID 0 would stop the host, not an agent.
+      warnings.push(`${e.name} has UID 0 and is not confined: give it its own UID`);
+      continue;
+    }
+    const other = seenUid.get(e.uid);
+    if (other !== undefined) {
+      warnings.push(`${e.name} shares UID ${e.uid} with ${other}: the first account's policy applies to both`);
+      continue;
+    }
+    seenUid.set(e.uid, e.name);
+    subjects.push({ kind: 'agent', account: e.name, uid: e.uid });
+  }
+  const mode = subjects.some((s) => s.kind === 'agent') ? 'multi' : 'single';
+  return { mode, subjects, accounts: entries, warnings };
+}
+
+/** Reads passwd and discovers subjects; throws `passwd_unreadable` on a read failure. */
+export function discover(configuredUser: string | null, source: PasswdSource = defaultPasswdSource()): Discovery {
+  const warnings: string[] = [];
+  const entries = readPasswd(source, warnings);
+  return discoverFrom(entries, configuredUser, warnings);
+}
