@@ -139,6 +139,27 @@ export const ENTRY_PROBLEMS = {
   wildcard: 'a * anywhere but a leading *.',
 } as const satisfies Record<EntryProblemCode, string>;
 
+/**
+ * Reason codes the tools gate (`leash mcp`) adds to the engine's: argument rules, method policy,
+ * protocol refusals and server failures. They appear in decision log lines with surface `tools`
+ * and in the `data.reason` of the JSON-RPC error the gate answers with.
+ */
+export const TOOLS_GATE_REASONS = {
+  arg_denied: 'an argument deny rule matched a value (or a space-joined array of scalars) at or below its path',
+  arg_not_allowed: 'the tool has allow rules and a value is not admitted by a rule at exactly its path',
+  args_not_object: 'the call arguments are not a JSON object (-32602)',
+  args_too_deep: 'the call arguments are nested more than 100 levels deep (-32602)',
+  bad_params: 'the params of a policed method are not an object or carry another spelling of a selector (-32602)',
+  bad_selector: 'the selector of a policed method (name, uri or ref) is missing, not a string, or not alone (-32602)',
+  method_denied: 'the method matches tools.deny_methods (-32601; a notification is dropped)',
+  protocol_client: 'the gate refused a client message it would not relay (strict JSON or envelope)',
+  protocol_server: 'the gate refused a server message it would not relay (strict JSON or envelope)',
+  server_closed: 'the server exited or closed its pipes with the request pending (-32603)',
+  server_stalled: 'the server stopped reading its input for longer than --timeout (-32603, exit 3)',
+  server_timeout: 'the server did not answer within --timeout (-32603, exit 3)',
+  strict_args: 'tools.strict_args is on and a tool without allow rules was called with arguments',
+} as const;
+
 /** One `path: message` line of an invalid config (path is dotted, e.g. `network.mode`). */
 export interface ConfigIssue {
   path: string;
@@ -185,6 +206,7 @@ export function allCodes(): string[] {
       ...Object.keys(REASONS),
       ...Object.keys(TERMINAL_REASONS),
       ...Object.keys(ENTRY_PROBLEMS),
+      ...Object.keys(TOOLS_GATE_REASONS),
     ]),
   ];
 }

@@ -9,7 +9,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { compilePolicy, decide } from '../engine/index.js';
+import { compilePolicy, decide, maskSecrets } from '../engine/index.js';
 import { createMcpGate, type GateObserver } from '../enforcers/tools/gate.js';
 import { createLocalJudge, type DecisionLog, type GateJudge } from '../enforcers/tools/judge.js';
 import { JsonError, parseStrict, toPlain } from '../enforcers/tools/json.js';
@@ -34,6 +34,9 @@ import { createDecisionLog, formatDecision, newRef } from '../log/decisions.js';
 
 /** The engine as the gate uses it. */
 export const toolsEngine: ToolsEngine = { compilePolicy, decide: decide as ToolsEngine['decide'] };
+
+/** Secret masking for strings the gate logs outside `inputs` (names, refused lines). */
+export const maskString = (s: string): string => maskSecrets(s);
 
 class GateExit extends Error {
   constructor(
@@ -276,7 +279,7 @@ export function register(program: Command): void {
         if (opts.policy !== undefined) {
           const { policy, decisions } = loadPolicy(opts.policy);
           const log = openLog(opts.log ?? decisions);
-          judge = createLocalJudge({ policy, log, uid: process.getuid?.() ?? -1 });
+          judge = createLocalJudge({ policy, log, uid: process.getuid?.() ?? -1, mask: maskString });
         } else {
           try {
             judge = await connectToolsJudge(opts.socket);

@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { parse as parseYaml } from 'yaml';
+import { maskSecrets } from '../engine/index.js';
 import { LeashError } from '../errors.js';
 import { createDecisionLog } from '../log/decisions.js';
 import { createAuditLog } from '../enforcers/terminal/audit.js';
@@ -155,7 +156,9 @@ async function startTerminal(o: TerminalOptions): Promise<void> {
     lang: process.env.LANG && /^[A-Za-z0-9_.@-]+$/.test(process.env.LANG) ? process.env.LANG : 'C.UTF-8',
     timeoutMs: o.timeout,
     maxOutputBytes: o.maxOutputBytes,
-    redact: redactSecrets,
+    // The terminal's own patterns replace a secret whole ([REDACTED:<kind>]); the engine's masking
+    // (the one the decision log and the tools gate use) then catches what they do not know, PII too.
+    redact: (text: string) => maskSecrets(redactSecrets(text)),
     audit: createAuditLog(auditFile),
     auditFailOpen: !!o.auditFailOpen,
     decisions,

@@ -159,3 +159,58 @@ describe.skipIf(!fs.existsSync(CLI) || !nativeAvailable() || !root)(
     });
   },
 );
+
+describe.skipIf(!nativeAvailable() || !root)('tools enforcer (service seam)', () => {
+  it('serves the configured account its tools policy and everyone else none', async () => {
+    const { toolsEnforcer } = await import('../../src/enforcers/tools/service.js');
+    const dir = tmpdir();
+    const sock = path.join(dir, 'run', 'tools.sock');
+    process.env.LEASH_TOOLS_SOCKET = sock;
+    onTestFinished(() => {
+      delete process.env.LEASH_TOOLS_SOCKET;
+    });
+    const log = memoryLog();
+    const config = {
+      fail_mode: 'closed',
+      tools: {
+        mode: 'whitelist',
+        allow: ['read_file'],
+        deny: [],
+        inspect: { secrets: 'block', pii: 'log', priv_esc: 'block' },
+        args: { read_file: { deny: { '**.path': ['^/etc/'] } } },
+      },
+      enforcers: { tools: true },
+    };
+    const ctx = { loaded: { config, account: { uid: 0 } }, decisions: log, logger: { error() {}, info() {} } };
+    const enf = await toolsEnforcer.start(ctx as never);
+    onTestFinished(() => enf.close());
+    const judge = await connectToolsJudge(sock);
+    onTestFinished(() => judge.close?.());
+    expect(judge.uid).toBe(0);
+    expect(await judge.judge('tools/call', { name: 'read_file', arguments: { path: '/srv/x' } }, false)).toMatchObject({
+      action: 'allow',
+    });
+    expect(
+      await judge.judge('tools/call', { name: 'read_file', arguments: { path: { $ref: '/etc/x' } } }, false),
+    ).toMatchObject({
+      action: 'deny',
+      reason: 'arg_denied',
+    });
+    // A reload that does not compile keeps the policy in force.
+    const bad = {
+      ...ctx,
+      loaded: { ...ctx.loaded, config: { ...config, tools: { ...config.tools, args: { t: { deny: ['('] } } } } },
+    };
+    await expect(enf.reload!(bad as never)).rejects.toThrow(/bad regex/);
+    expect(await judge.judge('tools/call', { name: 'read_file', arguments: { path: '/etc/x' } }, false)).toMatchObject({
+      action: 'deny',
+    });
+    // Another account (here: the configured account changed) has no policy: denied.
+    await enf.reload!({ ...ctx, loaded: { ...ctx.loaded, account: { uid: 12345 } } } as never);
+    expect(await judge.judge('tools/call', { name: 'read_file' }, false)).toMatchObject({
+      action: 'deny',
+      reason: 'no_policy',
+    });
+    expect(log.lines.every((l) => l.uid === 0)).toBe(true);
+  });
+});

@@ -16,7 +16,7 @@ tools:
       deny: { "**.path": ["^/etc/"] }
       allow: { path: ["^/srv/"], "opts.*": [{ type: boolean }] }
     run_cmd:
-      deny: ["rm -rf /"]
+      deny: ["shred -u"]
   deny_methods: ["resources/*"]
 `;
 
@@ -88,13 +88,28 @@ describe.skipIf(!built)('leash mcp: policy on the wire', () => {
 
   it('argument path rules: checks arrays of scalars joined, and admits the learned shape', async () => {
     const g = startGate({ policy: POLICY });
-    g.send(call(1, 'run_cmd', { argv: ['rm', '-rf', '/'] }));
+    g.send(call(1, 'run_cmd', { argv: ['shred', '-u', '/srv/x'] }));
     g.send(call(2, 'read_file', { path: '/srv/x/y.txt', opts: { a: true, b: false } }));
     expect((await g.answer(1)).error).toMatchObject({ data: { reason: 'arg_denied' } });
     expect((await g.answer(2)).result).toBeDefined();
     g.end();
     await g.exited;
     expect(calledTools(g)).toEqual(['read_file']);
+  });
+
+  it('inspects the arguments of an allowed tool and logs the secret masked', async () => {
+    const g = startGate({ policy: POLICY });
+    const key = 'AKIAIOSFODNN7EXAMPLE';
+    g.send(call(1, 'search', { q: `use ${key} please` }));
+    g.send(call(2, 'run_cmd', { cmd: 'sudo rm -rf /' }));
+    expect((await g.answer(1)).error).toMatchObject({ code: -32001, data: { reason: 'inspect_secrets' } });
+    expect((await g.answer(2)).error).toMatchObject({ code: -32001, data: { reason: 'inspect_priv_esc' } });
+    g.end();
+    expect(await g.exited).toBe(0);
+    expect(calledTools(g)).toEqual([]);
+    const text = fs.readFileSync(g.logFile, 'utf8');
+    expect(text).toContain('inspect_secrets');
+    expect(text).not.toContain(key);
   });
 
   it('hides denied tools (and entries with a second spelling of name) from tools/list', async () => {
@@ -404,6 +419,9 @@ describe.skipIf(!built)('leash mcp: time-outs, cancellation, failures, signals',
     g.end();
     await g.exited;
     expect(g.received().map((m) => (m as { method: string }).method)).toEqual(['initialize']);
+    // A notification is never answered, not even when refused.
+    expect(g.stdout()).toHaveLength(1);
+    expect(g.log().some((l) => (l.subject as { code?: string }).code === 'cancel_initialize')).toBe(true);
   });
 
   it('fails pending calls with -32603 and exits 3 when the server dies mid-call', async () => {

@@ -313,6 +313,13 @@ describe('leash terminal: audit trail and decision log', () => {
     expect(written).not.toContain('hunter2hunter2');
   });
 
+  it("masks what only the engine's detectors know (PII) after the terminal's own patterns", async () => {
+    const t = await terminal(makeLab());
+    const r = await t.call('run_command', { command: 'echo ghp_' + 'a'.repeat(36) + ' jane.doe@example.com' });
+    expect(r.stdout).toMatch(/^\[REDACTED:github_token\] \S+\*\*\*\*/);
+    expect(r.stdout).not.toContain('jane.doe@example.com');
+  });
+
   it('fail-open (operator choice) runs the command although the record cannot be written, and warns', async () => {
     const lab = makeLab();
     lab.writePolicy(basePolicy);

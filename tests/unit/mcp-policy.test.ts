@@ -253,3 +253,16 @@ describe('policy file validation', () => {
     });
   });
 });
+
+describe('arguments in the log', () => {
+  it('cuts strings to 200 characters and masks through the given masker', async () => {
+    const { redactForLog } = await import('../../src/enforcers/tools/policy.js');
+    const v = redactForLog(j(`{"a":"${'x'.repeat(500)}","k":"TOKEN-1","n":[1.5,2]}`), (s) =>
+      s.replace('TOKEN-1', '****'),
+    );
+    const o = v as { a: string; k: string; n: number[] };
+    expect(o.a.length).toBeLessThanOrEqual(201);
+    expect(o.k).toBe('****');
+    expect(o.n).toEqual([1.5, 2]);
+  });
+});

@@ -102,3 +102,30 @@ describe('policy from the tools socket server (src/enforcers/tools/socket.ts)', 
     await expect(fetchServicePolicy(sock)).rejects.toThrow(/closed without a reply/);
   });
 });
+
+describe('the tools enforcer answers commands_policy from the loaded config', () => {
+  it('gives the configured account its commands section and anyone else no_policy', async () => {
+    const { commandsPoliciesFromConfig } = await import('../../src/enforcers/tools/service.js');
+    const { createToolsSocketServer } = await import('../../src/enforcers/tools/socket.js');
+    const loaded = {
+      config: { fail_mode: 'closed', commands: { mode: 'whitelist', allow: ['git'], deny: ['rm'] } },
+      account: { uid: 1234 },
+    };
+    const forUid = commandsPoliciesFromConfig({ loaded } as never);
+    for (const [peer, want] of [
+      [1234, { fail_mode: 'closed', commands: { mode: 'whitelist', allow: ['git'], deny: ['rm'], args: {} } }],
+      [1235, null],
+    ] as const) {
+      const sock = path.join(dir, `tools${n++}.sock`);
+      const srv = await createToolsSocketServer({
+        path: sock,
+        policyForUid: () => null,
+        log: { write: () => 'ref' },
+        peerUid: () => peer,
+        commandsPolicyForUid: forUid,
+      });
+      onTestFinished(() => srv.close());
+      expect(await fetchServicePolicy(sock)).toEqual(want);
+    }
+  });
+});

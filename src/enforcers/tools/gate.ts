@@ -57,7 +57,8 @@ interface Pending {
   method: string;
   name?: string;
   args?: JsonValue;
-  timer: NodeJS.Timeout | null;
+  /** When the gate stops waiting (performance.now() ms; Infinity with no timeout). */
+  deadline: number;
 }
 
 type Out = JsonValue | null;
@@ -242,13 +243,36 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     if (age >= timeoutMs) stalled();
     else stallTimer = setTimeout(checkStall, timeoutMs - age);
   };
-  const toServer = (v: JsonValue) => {
+  // Output is coalesced: every message produced while handling one chunk of input goes out in one
+  // write (a write per message costs a syscall each and dominated the gate's CPU).
+  let serverOut = '';
+  let clientOut = '';
+  let flushQueued = false;
+  const flushAll = () => {
+    flushQueued = false;
+    flushServer();
+    flushClient();
+  };
+  const scheduleFlush = () => {
+    if (!flushQueued) {
+      flushQueued = true;
+      queueMicrotask(flushAll);
+    }
+  };
+  function flushServer(): void {
+    if (serverOut === '') return;
+    const s = serverOut;
+    serverOut = '';
     if (serverExited || sin.destroyed || sin.writableEnded) return;
     if (timeoutMs > 0) {
       unflushed.push(performance.now());
       if (stallTimer === null) stallTimer = setTimeout(checkStall, timeoutMs);
-      sin.write(stringifyAscii(v) + '\n', onFlushed);
-    } else sin.write(stringifyAscii(v) + '\n');
+      sin.write(s, onFlushed);
+    } else sin.write(s);
+  }
+  const toServer = (v: JsonValue) => {
+    serverOut += stringifyAscii(v) + '\n';
+    scheduleFlush();
   };
 
   let outClosed = false;
@@ -258,14 +282,20 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     killServer('SIGKILL');
     finish(0);
   });
+  function flushClient(): void {
+    if (clientOut === '' || outClosed) return;
+    const s = clientOut;
+    clientOut = '';
+    o.output.write(s);
+  }
   const toClient = (v: JsonValue) => {
     if (outClosed) return;
-    o.output.write(stringifyAscii(v) + '\n');
+    clientOut += stringifyAscii(v) + '\n';
+    scheduleFlush();
   };
 
   const failPending = (message: string, reason: 'server_closed' | 'server_stalled') => {
     for (const [k, p] of pending) {
-      if (p.timer) clearTimeout(p.timer);
       pending.delete(k);
       judge.event({ reason, method: p.method });
       toClient(rpcError(p.id, -32603, message));
@@ -397,13 +427,13 @@ export function createMcpGate(o: McpGateOptions): McpGate {
       return;
     }
     const fm = normalizeToolName(method);
-    const p: Pending = { id: v.id!, method: fm, timer: null };
+    const p: Pending = { id: v.id!, method: fm, deadline: timeoutMs > 0 ? performance.now() + timeoutMs : Infinity };
     if (o.observer && fm === 'tools/call' && isObject(v.params)) {
       p.name = typeof v.params.name === 'string' ? v.params.name : undefined;
       p.args = v.params.arguments;
     }
-    if (timeoutMs > 0) p.timer = setTimeout(() => timedOut(key), timeoutMs);
     pending.set(key, p);
+    if (timeoutMs > 0 && deadlineTimer === null) armDeadline(timeoutMs);
     retired.delete(key);
     toServer(v);
   }
@@ -413,7 +443,18 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     if (fm === 'notifications/cancelled' && isObject(v.params) && has(v.params, 'requestId')) {
       const k = idKey(v.params.requestId!);
       const p = k ? pending.get(k) : undefined;
-      if (p && p.method === 'initialize') return refuseClient(null, -32600, 'cancel_initialize', line, method);
+      if (p && p.method === 'initialize') {
+        // MCP does not let a client cancel initialize: not passed on, logged, and (a notification)
+        // never answered.
+        judge.event({
+          reason: 'protocol_client',
+          rejected: 'client',
+          code: 'cancel_initialize',
+          method,
+          line: line.toString('utf8'),
+        });
+        return;
+      }
     }
     const go = (j: GateJudgment | null) => {
       if (j === null || j.action === 'deny') return; // a denied notification is logged and dropped
@@ -421,7 +462,6 @@ export function createMcpGate(o: McpGateOptions): McpGate {
         const k = idKey(v.params.requestId!);
         const p = k ? pending.get(k) : undefined;
         if (k && p) {
-          if (p.timer) clearTimeout(p.timer);
           pending.delete(k);
           retired.add(k);
         }
@@ -434,9 +474,26 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     go(j);
   }
 
-  function timedOut(key: string): void {
-    const p = pending.get(key);
-    if (!p) return;
+  // One timer for every pending request: all share the same timeout, so the oldest entry of
+  // `pending` (a Map keeps insertion order) always has the earliest deadline.
+  let deadlineTimer: NodeJS.Timeout | null = null;
+  function armDeadline(ms: number): void {
+    deadlineTimer = setTimeout(expire, Math.max(1, Math.ceil(ms)));
+  }
+  function expire(): void {
+    deadlineTimer = null;
+    if (finished) return;
+    const now = performance.now();
+    for (const [key, p] of pending) {
+      if (p.deadline > now) {
+        armDeadline(p.deadline - now);
+        break;
+      }
+      timedOut(key, p);
+    }
+  }
+
+  function timedOut(key: string, p: Pending): void {
     pending.delete(key);
     retired.add(key);
     timeouts++;
@@ -460,7 +517,6 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     judge.event({ reason: 'protocol_server', rejected: 'server', code: what, line: line.toString('utf8') });
     const p = answers ? pending.get(answers) : undefined;
     if (answers && p) {
-      if (p.timer) clearTimeout(p.timer);
       pending.delete(answers);
       maybeShutdownSoon();
       return rpcError(p.id, -32603, `bad response from server: ${what}`);
@@ -564,7 +620,6 @@ export function createMcpGate(o: McpGateOptions): McpGate {
       if (!retired.has(exactKey)) say(`dropped a server response to an unknown id: ${printable(line)}`);
       return null;
     }
-    if (p.timer) clearTimeout(p.timer);
     pending.delete(exactKey);
     if (o.observer) observe(p, v);
     if (p.method === 'tools/list' && has(v, 'result') && judge.hideDenied) return filterToolsList(v, p, line);
@@ -630,6 +685,7 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     if (shuttingDown) return;
     shuttingDown = true;
     // What is queued is written first; then the server sees EOF, as the stdio transport asks.
+    flushServer();
     if (!sin.destroyed) sin.end();
     if (serverExited) return checkFinished();
     const stop = () => {
@@ -668,7 +724,7 @@ export function createMcpGate(o: McpGateOptions): McpGate {
   function finish(code: number): void {
     if (finished) return;
     finished = true;
-    for (const p of pending.values()) if (p.timer) clearTimeout(p.timer);
+    if (deadlineTimer) clearTimeout(deadlineTimer);
     if (stallTimer) clearTimeout(stallTimer);
     if (termTimer) clearTimeout(termTimer);
     if (killTimer) clearTimeout(killTimer);
@@ -678,6 +734,7 @@ export function createMcpGate(o: McpGateOptions): McpGate {
       say(`server did not answer ${timeouts} request${timeouts === 1 ? '' : 's'} within ${timeoutMs} ms`);
     if (code === 3 && failReason) say(failReason);
     if (code === 3 || code === 2) killServer('SIGKILL');
+    flushClient();
     judge.close?.();
     resolveDone(code);
   }

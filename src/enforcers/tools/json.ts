@@ -70,10 +70,15 @@ export function jsonType(v: JsonValue): 'string' | 'number' | 'boolean' | 'null'
 
 class Reader {
   i = 0;
+  /** The whole line as latin1 (one byte, one char): ASCII segments are cut from it as substrings,
+   * which is far cheaper than a Buffer decode per string. Non-ASCII segments are decoded as UTF-8. */
+  readonly s: string;
   constructor(
     readonly b: Buffer,
     readonly fileWs = false,
-  ) {}
+  ) {
+    this.s = b.toString('latin1');
+  }
 
   fail(code: JsonErrorCode, at = this.i): never {
     throw new JsonError(code, at);
@@ -116,7 +121,9 @@ class Reader {
   object(depth: number): JsonObject {
     if (depth > MAX_DEPTH) this.fail('too_deep');
     this.i++;
-    const o: JsonObject = Object.create(null) as JsonObject;
+    // A plain object (fast properties); `__proto__` is defined as an own property below, so a
+    // key never reaches the prototype, and every lookup elsewhere goes through hasOwnProperty.
+    const o: JsonObject = {};
     this.ws();
     if (this.b[this.i] === 0x7d) {
       this.i++;
@@ -132,7 +139,10 @@ class Reader {
       this.ws();
       if (this.b[this.i] !== 0x3a) this.fail('syntax');
       this.i++;
-      o[k] = this.value(depth);
+      const v = this.value(depth);
+      if (k === '__proto__')
+        Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
+      else o[k] = v;
       this.ws();
       const c = this.b[this.i];
       if (c === 0x2c) {
@@ -181,6 +191,13 @@ class Reader {
     else if (b[this.i]! >= 0x31 && b[this.i]! <= 0x39) while (b[this.i]! >= 0x30 && b[this.i]! <= 0x39) this.i++;
     else this.fail('syntax');
     const intDigits = this.i - intStart;
+    const c = b[this.i];
+    // Fast path: a short integer (ids, counts) is built from its digits without a string.
+    if (intDigits <= 15 && c !== 0x2e && c !== 0x65 && c !== 0x45) {
+      let n = 0;
+      for (let k = intStart; k < this.i; k++) n = n * 10 + (b[k]! - 0x30);
+      return b[start] === 0x2d && n !== 0 ? -n : n;
+    }
     let float = false;
     if (b[this.i] === 0x2e) {
       float = true;
@@ -197,7 +214,7 @@ class Reader {
       while (b[this.i]! >= 0x30 && b[this.i]! <= 0x39) this.i++;
       if (this.i === e) this.fail('syntax');
     }
-    const text = b.toString('latin1', start, this.i);
+    const text = this.s.slice(start, this.i);
     if (!float) {
       if (intDigits > MAX_INT_DIGITS) this.fail('number_too_long', start);
       const n = Number(text);
@@ -215,25 +232,29 @@ class Reader {
     this.i++;
     let out = '';
     let seg = this.i;
+    // Pure-ASCII segments decode as latin1, which is cheaper than the UTF-8 decoder.
+    let ascii = true;
     for (;;) {
       const c = b[this.i];
       if (c === undefined) this.fail('syntax');
       if (c === Q) {
-        if (seg < this.i) out += b.toString('utf8', seg, this.i);
+        if (seg < this.i) out += ascii ? this.s.slice(seg, this.i) : b.toString('utf8', seg, this.i);
         this.i++;
         return out;
       }
       if (c < 0x20) this.fail('control_char');
       if (c === BS) {
-        if (seg < this.i) out += b.toString('utf8', seg, this.i);
+        if (seg < this.i) out += ascii ? this.s.slice(seg, this.i) : b.toString('utf8', seg, this.i);
         out += this.escape();
         seg = this.i;
+        ascii = true;
         continue;
       }
       if (c < 0x80) {
         this.i++;
         continue;
       }
+      ascii = false;
       this.utf8(c);
     }
   }
@@ -417,8 +438,13 @@ export function fromPlain(v: unknown): JsonValue {
   if (v instanceof JsonNumber) return v;
   if (Array.isArray(v)) return v.map(fromPlain);
   if (typeof v === 'object') {
-    const o: JsonObject = Object.create(null) as JsonObject;
-    for (const [k, x] of Object.entries(v as Record<string, unknown>)) if (x !== undefined) o[k] = fromPlain(x);
+    const o: JsonObject = {};
+    for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
+      if (x === undefined) continue;
+      if (k === '__proto__')
+        Object.defineProperty(o, k, { value: fromPlain(x), enumerable: true, writable: true, configurable: true });
+      else o[k] = fromPlain(x);
+    }
     return o;
   }
   throw new TypeError(`not JSON: ${typeof v}`);

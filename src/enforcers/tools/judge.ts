@@ -58,7 +58,9 @@ export function logJudgment(
       ? (params as Record<string, JsonValue>).arguments
       : undefined;
   const subject: Record<string, unknown> = { method: j.method };
-  if (j.name !== undefined) subject.name = cut(ctx.mask(j.name));
+  // A name that matched an allow entry is the operator's own text: nothing to mask, and masking
+  // runs every detector. Any other name (denied, or passed by blacklist mode) is masked.
+  if (j.name !== undefined) subject.name = cut(j.verdict?.reason === 'allow_entry' ? j.name : ctx.mask(j.name));
   if (args !== undefined) subject.inputs = redactForLog(args, ctx.mask);
   if (j.verdict?.at) subject.at = cut(j.verdict.at);
   if (j.verdict?.findings?.length) subject.findings = j.verdict.findings;

@@ -3,6 +3,7 @@
  * mcp-leash features (argument rules, strict_args, policed_methods, deny_methods, hide_denied,
  * log_args), and the pure judgment of one JSON-RPC request against it.
  */
+import type { TOOLS_GATE_REASONS } from '../../errors.js';
 import type { PolicyInput, ToolSubject, ToolsSurfacePolicy, Verdict, FailMode } from '../../engine/types.js';
 import {
   ArgRuleError,
@@ -12,7 +13,7 @@ import {
   type CompiledToolArgs,
   type ToolArgsSpec,
 } from './args.js';
-import { isObject, JsonNumber, type JsonObject, type JsonValue } from './json.js';
+import { isObject, JsonNumber, toPlain, type JsonObject, type JsonValue } from './json.js';
 import { normalizeToolName, otherSpellingOf } from './names.js';
 
 /** The gate's extension of the config's `tools` section (all optional in YAML). */
@@ -110,7 +111,13 @@ export function compileGatePolicy(tools: ToolsGatePolicy, failMode: FailMode, en
   };
   const compiled = engine.compilePolicy(input) as never;
   return {
-    decideTool: (name, inputs) => engine.decide('tools', { name, inputs }, compiled),
+    // The engine inspects plain values: floats and big integers are handed over as doubles.
+    decideTool: (name, inputs) =>
+      engine.decide(
+        'tools',
+        { name, inputs: inputs === undefined ? undefined : toPlain(inputs as JsonValue) },
+        compiled,
+      ),
     args,
     strictArgs: tools.strict_args ?? false,
     policed: new Set(['tools/call', ...(tools.policed_methods ?? []).map(normalizeToolName)]),
@@ -121,17 +128,11 @@ export function compileGatePolicy(tools: ToolsGatePolicy, failMode: FailMode, en
   };
 }
 
-/** Reasons the gate adds to the engine's (documented in docs/errors.md, section tools gate). */
-export type GateReason =
-  | ArgsReason
-  | 'method_denied'
-  | 'bad_selector'
-  | 'bad_params'
-  | 'protocol_client'
-  | 'protocol_server'
-  | 'server_timeout'
-  | 'server_closed'
-  | 'server_stalled';
+/** Reasons the gate adds to the engine's (the catalogue and docs/errors.md list them). */
+export type GateReason = keyof typeof TOOLS_GATE_REASONS;
+// Compile-time guarantee that every argument-rule reason is in the catalogue.
+const _argsReasonsCatalogued: ArgsReason extends GateReason ? true : false = true;
+void _argsReasonsCatalogued;
 
 export interface ToolVerdict {
   action: 'allow' | 'block';

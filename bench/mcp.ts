@@ -1,0 +1,203 @@
+/**
+ * bench/mcp: what `leash mcp` costs per tool call, measured in one run against
+ *   direct  — the client talks to the server itself;
+ *   relay   — a minimal pass-through line relay (bench/mcp-relay.ts), the floor any stdio gate pays;
+ *   leash   — `leash mcp --policy` with a 1,000-rule policy, decisions logged to a file;
+ *   leash-ni — the same with tools.inspect all `allow` (no detectors): the gate without inspection.
+ * Latency: one call in flight, p50/p99 per call. Throughput: 64 calls in flight, calls/s.
+ * Gate CPU: user+system time of the middle process per 1,000 calls (steadier than latency on a VM).
+ * Rounds are interleaved and the median of each figure is reported.
+ *
+ *   node dist/bench/mcp.js [--rounds 3] [--lat 3000] [--calls 20000] [--json out.json]
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '..', '..');
+const ECHO = path.join(here, 'mcp-echo.js');
+const RELAY = path.join(here, 'mcp-relay.js');
+const CLI = path.join(root, 'dist', 'src', 'cli', 'main.js');
+
+const argv = process.argv.slice(2);
+const opt = (name: string, def: number) => {
+  const i = argv.indexOf(`--${name}`);
+  return i >= 0 ? Number(argv[i + 1]) : def;
+};
+const ROUNDS = opt('rounds', 3);
+const LAT = opt('lat', 3000);
+const CALLS = opt('calls', 20000);
+const INFLIGHT = 64;
+const jsonOut = argv.includes('--json') ? argv[argv.indexOf('--json') + 1] : null;
+
+function writePolicy(dir: string, inspect: boolean): string {
+  // 1,000 rules: 500 allowed tools, 300 denied tools, argument rules for 200 tools (the benchmarked
+  // tool among them, with an allow rule per argument and a deny rule checked against every value).
+  const allow = ['read_file', ...Array.from({ length: 499 }, (_, i) => `tool_${i}`)];
+  const deny = Array.from({ length: 300 }, (_, i) => `bad_tool_${i}`);
+  const args: Record<string, unknown> = {
+    read_file: {
+      deny: { '**.path': ['^/etc/', '\\.\\.'] },
+      allow: { path: ['^/srv/[a-z/]+\\.txt$'], n: [{ type: 'number' }] },
+    },
+  };
+  for (let i = 0; i < 199; i++) args[`tool_${i}`] = { deny: [`^secret_${i}`], allow: { q: ['^[a-z]+$'] } };
+  const file = path.join(dir, inspect ? 'policy.json' : 'policy-noinspect.json');
+  const tools: Record<string, unknown> = { mode: 'whitelist', allow, deny, args, hide_denied: true };
+  // The default inspection (secrets and priv_esc block) runs the engine's detectors on every call.
+  if (!inspect) tools.inspect = { secrets: 'allow', pii: 'allow', priv_esc: 'allow' };
+  fs.writeFileSync(file, JSON.stringify({ tools }));
+  return file;
+}
+
+const request = (id: number) =>
+  `{"jsonrpc":"2.0","id":${id},"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/srv/data/file.txt","n":1}}}\n`;
+
+interface Session {
+  child: ChildProcess;
+  /** PID of the process between client and server (null for direct). */
+  middle: number | null;
+  onLine: (cb: (id: number) => void) => void;
+}
+
+function start(kind: string, policies: Record<string, string>, logFile: string): Session {
+  let child: ChildProcess;
+  if (kind === 'direct') child = spawn(process.execPath, [ECHO], { stdio: ['pipe', 'pipe', 'inherit'] });
+  else if (kind === 'relay')
+    child = spawn(process.execPath, [RELAY, process.execPath, ECHO], { stdio: ['pipe', 'pipe', 'inherit'] });
+  else
+    child = spawn(
+      process.execPath,
+      [CLI, 'mcp', '--policy', policies[kind]!, '--log', logFile, '--', process.execPath, ECHO],
+      {
+        stdio: ['pipe', 'pipe', 'inherit'],
+      },
+    );
+  let cb: (id: number) => void = () => undefined;
+  let rest = '';
+  child.stdout!.on('data', (c: Buffer) => {
+    const s = rest + c.toString('utf8');
+    let start = 0;
+    for (let nl = s.indexOf('\n'); nl >= 0; nl = s.indexOf('\n', start)) {
+      const m = JSON.parse(s.slice(start, nl)) as { id: number; error?: unknown };
+      if (m.error) throw new Error(`${kind}: call failed: ${s.slice(start, nl)}`);
+      cb(m.id);
+      start = nl + 1;
+    }
+    rest = s.slice(start);
+  });
+  return { child, middle: kind === 'direct' ? null : child.pid!, onLine: (f) => (cb = f) };
+}
+
+function cpuMs(pid: number | null): number {
+  if (pid === null) return 0;
+  const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const parts = f.slice(f.lastIndexOf(')') + 2).split(' ');
+  const ticks = Number(parts[11]) + Number(parts[12]);
+  return (ticks * 1000) / 100; // USER_HZ is 100 on Linux
+}
+
+async function latency(s: Session, n: number, idBase: number): Promise<number[]> {
+  const out: number[] = [];
+  let t0 = 0n;
+  let resolveOne: () => void = () => undefined;
+  s.onLine(() => {
+    out.push(Number(process.hrtime.bigint() - t0) / 1000);
+    resolveOne();
+  });
+  for (let i = 0; i < n; i++) {
+    const p = new Promise<void>((r) => (resolveOne = r));
+    t0 = process.hrtime.bigint();
+    s.child.stdin!.write(request(idBase + i));
+    await p;
+  }
+  return out;
+}
+
+async function throughput(s: Session, n: number, idBase: number): Promise<{ rate: number; cpuPer1k: number }> {
+  let sent = 0;
+  let got = 0;
+  const cpu0 = cpuMs(s.middle);
+  const t0 = process.hrtime.bigint();
+  await new Promise<void>((resolve) => {
+    s.onLine(() => {
+      got++;
+      if (sent < n) s.child.stdin!.write(request(idBase + sent++));
+      if (got === n) resolve();
+    });
+    let burst = '';
+    for (; sent < Math.min(INFLIGHT, n); sent++) burst += request(idBase + sent);
+    s.child.stdin!.write(burst);
+  });
+  const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+  return { rate: n / secs, cpuPer1k: ((cpuMs(s.middle) - cpu0) / n) * 1000 };
+}
+
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
+};
+const median = (xs: number[]) => pct(xs, 50);
+
+async function main(): Promise<void> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-bench-mcp-'));
+  const policies = { leash: writePolicy(dir, true), 'leash-ni': writePolicy(dir, false) };
+  const kinds = ['direct', 'relay', 'leash', 'leash-ni'];
+  const res: Record<string, { p50: number[]; p99: number[]; rate: number[]; cpu: number[] }> = {};
+  for (const k of kinds) res[k] = { p50: [], p99: [], rate: [], cpu: [] };
+  const load = os.loadavg()[0]!;
+  try {
+    for (let r = 0; r < ROUNDS; r++) {
+      for (const k of r % 2 ? [...kinds].reverse() : kinds) {
+        const s = start(k, policies, path.join(dir, `decisions-${k}.jsonl`));
+        await latency(s, 300, 1_000_000); // warm-up (JIT, pipes)
+        const lat = await latency(s, LAT, 2_000_000);
+        const tp = await throughput(s, CALLS, 3_000_000);
+        s.child.stdin!.end();
+        await new Promise((resolve) => s.child.on('exit', resolve));
+        res[k]!.p50.push(pct(lat, 50));
+        res[k]!.p99.push(pct(lat, 99));
+        res[k]!.rate.push(tp.rate);
+        res[k]!.cpu.push(tp.cpuPer1k);
+      }
+    }
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+  const m = (k: string, f: 'p50' | 'p99' | 'rate' | 'cpu') => median(res[k]![f]);
+  const rows = kinds.map((k) => ({
+    mode: k,
+    calls_per_s: Math.round(m(k, 'rate')),
+    p50_us: +m(k, 'p50').toFixed(1),
+    p99_us: +m(k, 'p99').toFixed(1),
+    added_p50_us: +(m(k, 'p50') - m('direct', 'p50')).toFixed(1),
+    vs_relay_rate: +(m(k, 'rate') / m('relay', 'rate')).toFixed(2),
+    gate_cpu_ms_per_1k: k === 'direct' ? null : +m(k, 'cpu').toFixed(1),
+  }));
+  const pad = (s: unknown, n: number) => String(s).padStart(n);
+  console.log(
+    `bench/mcp: ${ROUNDS} rounds (median), latency ${LAT} calls at 1 in flight, throughput ${CALLS} calls at ${INFLIGHT} in flight`,
+  );
+  console.log(
+    `machine: ${os.cpus().length} vCPU, load average before the run ${load.toFixed(2)}, node ${process.version}`,
+  );
+  console.log(
+    `${'mode'.padEnd(8)}${pad('calls/s', 10)}${pad('p50 µs', 9)}${pad('p99 µs', 9)}${pad('+p50 µs', 9)}${pad('x relay', 9)}${pad('cpu ms/1k', 11)}`,
+  );
+  for (const r of rows)
+    console.log(
+      `${r.mode.padEnd(9)}${pad(r.calls_per_s, 10)}${pad(r.p50_us, 9)}${pad(r.p99_us, 9)}${pad(r.added_p50_us, 9)}${pad(r.vs_relay_rate, 9)}${pad(r.gate_cpu_ms_per_1k ?? '-', 11)}`,
+    );
+  for (const leash of rows.slice(2))
+    console.log(
+      `targets (${leash.mode}): +p50 ${leash.added_p50_us} µs (<= 200: ${leash.added_p50_us <= 200 ? 'met' : 'MISSED'}), ` +
+        `calls/s ${leash.vs_relay_rate}x relay (>= 0.8: ${leash.vs_relay_rate >= 0.8 ? 'met' : 'MISSED'})`,
+    );
+  const result = { when: new Date().toISOString(), rounds: ROUNDS, loadavg: load, rows, raw: res };
+  if (jsonOut) fs.writeFileSync(jsonOut, JSON.stringify(result, null, 2));
+}
+
+void main();
