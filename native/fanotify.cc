@@ -207,10 +207,13 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     } else {
       unsigned base = FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK;
       unsigned ev = O_RDONLY | O_LARGEFILE | O_CLOEXEC;
-      fd_ = fanotify_init(base | FAN_REPORT_PIDFD, ev);
+      // reportPidfd: false is for measurement only (credentials then come from /proc by PID).
+      Napi::Value rp = o.Get("reportPidfd");
+      bool wantPidfd = !(rp.IsBoolean() && !rp.As<Napi::Boolean>().Value());
+      fd_ = wantPidfd ? fanotify_init(base | FAN_REPORT_PIDFD, ev) : -1;
       if (fd_ >= 0) {
         pidfd_ = true;
-      } else if (errno == EINVAL) {
+      } else if (!wantPidfd || errno == EINVAL) {
         fd_ = fanotify_init(base, ev);
       }
       if (fd_ < 0) {
@@ -573,8 +576,14 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
 
   // Denies are always queued; allows beyond queueAllows_ are counted instead and the
   // count reaches the log with the next drain. The loop never waits for JavaScript.
+  // Waking JavaScript costs the loop an eventfd write and a futex per wake, so wakes are
+  // coalesced: a deny or a full batch wakes at once, otherwise at most one wake per
+  // kWakeEveryNs; JavaScript also drains on a short timer, which picks up the rest.
+  static constexpr int64_t kWakeEveryNs = 20 * 1000 * 1000;
+  static constexpr size_t kWakeBatch = 512;
   void Enqueue(Record&& r) {
     bool wake = false;
+    bool deny = !r.allow;
     {
       std::lock_guard<std::mutex> g(qmu_);
       if (r.allow && qAllows_ >= queueAllows_) {
@@ -584,8 +593,12 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
         q_.push_back(std::move(r));
       }
       if (!wakePending_) {
-        wakePending_ = true;
-        wake = true;
+        int64_t now = NowNs();
+        if (deny || q_.size() >= kWakeBatch || now - lastWakeNs_ >= kWakeEveryNs) {
+          wakePending_ = true;
+          lastWakeNs_ = now;
+          wake = true;
+        }
       }
     }
     if (wake) tsfn_.NonBlockingCall();
@@ -766,6 +779,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   size_t qAllows_ = 0;
   uint64_t dropped_ = 0;
   bool wakePending_ = false;
+  int64_t lastWakeNs_ = 0;
   Napi::ThreadSafeFunction tsfn_;
   bool haveTsfn_ = false;
 

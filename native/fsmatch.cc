@@ -40,17 +40,14 @@ std::u32string Decode(std::string_view s) {
   return out;
 }
 
-// JavaScript's `.` (without the s flag) stops at line terminators.
-bool IsLineTerminator(char32_t c) { return c == '\n' || c == '\r' || c == 0x2028 || c == 0x2029; }
-
 // JavaScript's \s, for the command grammar's "no whitespace" rule.
 bool IsJsSpace(char32_t c) {
   return c == ' ' || (c >= 0x09 && c <= 0x0D) || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
          c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000 || c == 0xFEFF;
 }
 
-// Compiles a normalised glob the way src/engine/path.ts compileGlob builds its RegExp.
-// Returns false where the engine reports bad_glob (an unterminated class, a reversed range).
+// Compiles a normalised glob into the tokens of src/engine/path.ts parseGlob.
+// Returns false where the engine reports bad_glob (an unterminated class).
 bool CompileGlob(const std::string& norm, CompiledGlob* g) {
   std::u32string p = Decode(norm);
   std::vector<std::u32string> segs;
@@ -93,8 +90,7 @@ bool CompileGlob(const std::string& norm, CompiledGlob* g) {
         if (j < seg.size() && seg[j] == U']') j++;
         while (j < seg.size() && seg[j] != U']') j++;
         if (j >= seg.size()) return false;
-        // The engine emits the body as a RegExp class: a '-' strictly inside the body is
-        // a range operator, a leading or trailing one is literal. Parse it as V8 would.
+        // `x-y` is a range when both ends exist; a leading or trailing '-' is literal.
         struct Atom {
           char32_t c;
           bool dashOp;
@@ -110,8 +106,7 @@ bool CompileGlob(const std::string& norm, CompiledGlob* g) {
         while (q < atoms.size()) {
           if (q + 2 < atoms.size() && atoms[q + 1].dashOp) {
             char32_t lo = atoms[q].c, hi = atoms[q + 2].c;
-            if (lo > hi) return false;  // "Range out of order": the RegExp does not compile
-            cls.ranges.push_back({lo, hi});
+            cls.ranges.push_back({std::min(lo, hi), std::max(lo, hi)});  // a reversed range is swapped
             q += 3;
           } else {
             cls.ranges.push_back({atoms[q].c, atoms[q].c});
@@ -136,54 +131,71 @@ bool InClass(const GlobClass& c, char32_t ch) {
   return hit != c.negate;
 }
 
-// The trailing `(?:/.*)?$`: a glob also covers what is beneath a match.
-bool TailOk(const std::u32string& s, size_t si) {
-  if (si == s.size()) return true;
-  if (s[si] != U'/') return false;
-  for (size_t k = si + 1; k < s.size(); k++)
-    if (IsLineTerminator(s[k])) return false;
-  return true;
-}
-
-bool GlobAt(const CompiledGlob& g, size_t ti, const std::u32string& s, size_t si) {
-  while (ti < g.toks.size()) {
-    const GlobTok& t = g.toks[ti];
+// Runs the tokens as a set of reachable positions (the engine's matchGlob): each token maps
+// the positions where it may start to those where it may end in one pass, so a glob costs
+// O(path length x tokens) and no path an agent makes can turn `**` into backtracking. The
+// glob covers the path when a reachable end is the end of the path or a '/' (what is beneath
+// a match is covered too).
+bool GlobMatch(const CompiledGlob& g, const std::u32string& s) {
+  thread_local std::vector<uint8_t> cur, nxt;
+  size_t n = s.size();
+  cur.assign(n + 1, 0);
+  nxt.assign(n + 1, 0);
+  cur[0] = 1;
+  for (const GlobTok& t : g.toks) {
+    std::fill(nxt.begin(), nxt.end(), 0);
+    bool alive = false;
     switch (t.kind) {
       case GlobTok::kLit:
-        if (si >= s.size() || s[si] != t.c) return false;
-        ti++;
-        si++;
-        continue;
       case GlobTok::kQuestion:
-        if (si >= s.size() || s[si] == U'/') return false;
-        ti++;
-        si++;
-        continue;
       case GlobTok::kClass:
-        if (si >= s.size() || !InClass(g.classes[t.cls], s[si])) return false;
-        ti++;
-        si++;
-        continue;
-      case GlobTok::kStar:  // [^/]*
-        for (size_t k = si;; k++) {
-          if (GlobAt(g, ti + 1, s, k)) return true;
-          if (k >= s.size() || s[k] == U'/') return false;
+        for (size_t i = 0; i < n; i++) {
+          if (!cur[i]) continue;
+          char32_t c = s[i];
+          bool ok = t.kind == GlobTok::kLit ? c == t.c
+                    : t.kind == GlobTok::kQuestion ? c != U'/'
+                                                   : InClass(g.classes[t.cls], c);
+          if (ok) {
+            nxt[i + 1] = 1;
+            alive = true;
+          }
         }
-      case GlobTok::kAny:  // .*
-        for (size_t k = si;; k++) {
-          if (GlobAt(g, ti + 1, s, k)) return true;
-          if (k >= s.size() || IsLineTerminator(s[k])) return false;
+        break;
+      case GlobTok::kStar: {  // any run without '/'
+        uint8_t r = 0;
+        for (size_t i = 0; i <= n; i++) {
+          r = (cur[i] || (r && s[i - 1] != U'/')) ? 1 : 0;
+          nxt[i] = r;
+          alive = alive || r;
         }
-      case GlobTok::kGlobstar:  // (?:/[^/]+)*
-        if (GlobAt(g, ti + 1, s, si)) return true;
-        if (si >= s.size() || s[si] != U'/') return false;
-        for (size_t k = si + 1; k < s.size() && s[k] != U'/'; k++) {
-          if (GlobAt(g, ti, s, k + 1)) return true;
+        break;
+      }
+      case GlobTok::kAny: {  // `**` inside a segment: any run
+        uint8_t r = 0;
+        for (size_t i = 0; i <= n; i++) {
+          if (cur[i]) r = 1;
+          nxt[i] = r;
+          alive = alive || r;
         }
-        return false;
+        break;
+      }
+      case GlobTok::kGlobstar: {  // a `**` segment: nothing, or '/' and any run
+        bool seen = false;
+        for (size_t i = 0; i <= n; i++) {
+          bool v = cur[i] || seen;
+          nxt[i] = v ? 1 : 0;
+          alive = alive || v;
+          if (cur[i] && i < n && s[i] == U'/') seen = true;
+        }
+        break;
+      }
     }
+    if (!alive) return false;
+    cur.swap(nxt);
   }
-  return TailOk(s, si);
+  for (size_t i = 0; i <= n; i++)
+    if (cur[i] && (i == n || s[i] == U'/')) return true;
+  return false;
 }
 
 // The literal directory part of a glob before its first wildcard ("" for the root).
@@ -287,7 +299,7 @@ const std::string* TestGlobs(const std::vector<CompiledGlob>& globs, std::string
                              std::u32string* decoded) {
   for (const CompiledGlob& g : globs) {
     if (decoded->empty()) *decoded = Decode(path);
-    if (GlobAt(g, 0, *decoded, 0)) return &g.rule;
+    if (GlobMatch(g, *decoded)) return &g.rule;
   }
   return nullptr;
 }

@@ -27,7 +27,7 @@ struct MatchVerdict {
   const std::string* rule;
 };
 
-/** A code-point glob compiled from a normalised entry (the engine's RegExp, as tokens). */
+/** A glob compiled from a normalised entry into the engine's tokens (parseGlob), over code points. */
 struct GlobClass {
   bool negate;
   std::vector<std::pair<char32_t, char32_t>> ranges;

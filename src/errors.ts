@@ -42,7 +42,6 @@ export const ERROR_CODES = {
   usage: EXIT.refused,
   user_invalid: EXIT.refused,
   user_unknown: EXIT.refused,
-  watcher_failed: EXIT.failed,
   // policy store, subjects, reconcile (branch policy)
   ack_invalid: EXIT.refused,
   binding_not_found: EXIT.refused,
@@ -59,6 +58,8 @@ export const ERROR_CODES = {
   profile_not_found: EXIT.refused,
   scope_invalid: EXIT.refused,
   scope_unknown_account: EXIT.refused,
+  // filesystem watcher (branch watch)
+  watcher_failed: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 

@@ -16,7 +16,8 @@ export interface PeerCred {
 /** The filesystem + commands part of a subject's policy, as the native matcher reads it. */
 export interface FsCmdPolicy {
   fail_mode: 'closed' | 'open';
-  filesystem: { mode: 'whitelist' | 'blacklist'; allow: string[]; deny: string[] };
+  /** `watch`: extra paths whose filesystems are marked (config filesystem.watch); the matcher ignores it. */
+  filesystem: { mode: 'whitelist' | 'blacklist'; allow: string[]; deny: string[]; watch?: string[] };
   commands: { mode: 'whitelist' | 'blacklist'; allow: string[]; deny: string[] };
 }
 /** Opaque handle to a natively compiled FsCmdPolicy. */
@@ -58,6 +59,8 @@ export interface WatcherOptions {
   nice?: number;
   /** Pending allow records beyond this are counted instead of queued (denies always queue). */
   queueAllows?: number;
+  /** Ask for FAN_REPORT_PIDFD (default true; false only to measure the /proc fallback). */
+  reportPidfd?: boolean;
   /** The PID whose events are always allowed (default: this process). */
   selfPid?: number;
 }

@@ -1,5 +1,6 @@
 // The watcher process under its supervisor, on a tmpfs this test mounts, judged from
 // the leashed accounts' side: EPERM where the policy says, nothing for anyone else.
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -175,6 +176,25 @@ describe.skipIf(!root)('filesystem watcher process', () => {
       expect.objectContaining({ uid: B.uid, surface: 'commands', action: 'block', rule: 'ls' }),
     );
     expect(lines.every((l) => l.uid === A.uid || l.uid === B.uid)).toBe(true);
+  });
+
+  it('a filesystem mounted beneath a subject root later is found by the re-scan and judged', async () => {
+    const sub = p('work', 'private', 'late');
+    fs.mkdirSync(sub);
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'mode=0755,size=1m', 'tmpfs', sub]);
+    cleanups.push(() => execFileSync('umount', ['-l', sub]));
+    fs.writeFileSync(path.join(sub, 'k'), 'late');
+    const t0 = Date.now();
+    let marks: string[] = [];
+    while (Date.now() - t0 < 8000) {
+      marks = (await sup.status()).marks;
+      if (marks.includes(sub)) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(marks).toContain(sub);
+    expect(Date.now() - t0).toBeLessThan(4500); // re-scan every 3 s
+    expect(isEperm(runAs(A, [bin.cat!, path.join(sub, 'k')]))).toBe(true); // beneath the deny
+    expect(runAs(B, [bin.cat!, path.join(sub, 'k')])).toMatchObject({ code: 0, stdout: 'late' });
   });
 
   it('the watcher opening a file on its own marked filesystem does not deadlock', async () => {

@@ -228,6 +228,15 @@ describe.skipIf(!nativeAvailable())('native matcher = TypeScript engine', () => 
     expect(n.nativeMatch(h, 'filesystem', 'home/a')).toMatchObject({ action: 'block', reason: 'engine_error' });
   });
 
+  it('matches a deep, agent-made path against many ** in linear time (no backtracking)', () => {
+    const p = pol(['whitelist', ['/a/**/**/**/**/**/**/**/**/**/**/z*q'], []]);
+    const deep = '/a/' + 'b/'.repeat(1500) + 'zzzzzzzzzzzzzzzzzzzz';
+    const t0 = Date.now();
+    compare(p, [f(deep), f(deep + 'q'), f(deep + 'q/x')]);
+    expect(nativeVerdicts(p, [f(deep + 'q')], 'closed')[0]).toMatch(/^allow\|allow_entry/);
+    expect(Date.now() - t0).toBeLessThan(2000);
+  });
+
   it('agrees on 100,000+ generated cases (seed 20261130)', () => {
     const r = rng(20261130);
     let total = 0;

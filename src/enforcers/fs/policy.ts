@@ -5,11 +5,19 @@ import { isGlob, normalizePath } from '../../engine/path.js';
 import type { PolicyInput, SurfacePolicy } from '../../engine/types.js';
 import type { FsCmdPolicy } from '../../native.js';
 
-/** The filesystem + commands part of a resolved policy, as the watcher's native matcher reads it. */
-export function fsCmdPolicyOf(p: PolicyInput): FsCmdPolicy {
+/** The filesystem + commands part of a resolved policy (PolicyInput or a resolved config), for the watcher. */
+export function fsCmdPolicyOf(
+  p: Pick<PolicyInput, 'fail_mode' | 'commands'> & { filesystem: SurfacePolicy & { watch?: string[] } },
+): FsCmdPolicy {
+  const watch = p.filesystem.watch;
   return {
     fail_mode: p.fail_mode === 'open' ? 'open' : 'closed',
-    filesystem: { mode: p.filesystem.mode, allow: [...p.filesystem.allow], deny: [...p.filesystem.deny] },
+    filesystem: {
+      mode: p.filesystem.mode,
+      allow: [...p.filesystem.allow],
+      deny: [...p.filesystem.deny],
+      ...(watch && watch.length ? { watch: [...watch] } : {}),
+    },
     commands: { mode: p.commands.mode, allow: [...p.commands.allow], deny: [...p.commands.deny] },
   };
 }
@@ -26,12 +34,16 @@ export function nonGlobPrefix(entry: string): string | null {
 
 /**
  * The paths whose filesystems must be marked for a policy: every filesystem entry's
- * non-glob prefix and the directory of every absolute command entry. Basename command
+ * non-glob prefix, the directory of every absolute command entry, and `filesystem.watch`. Basename command
  * entries name no filesystem (coverage of those is markCoverage's business).
  */
 export function policyRoots(p: FsCmdPolicy | null): string[] {
   if (!p) return [];
   const out = new Set<string>();
+  for (const w of p.filesystem.watch ?? []) {
+    const n = typeof w === 'string' ? normalizePath(w) : null;
+    if (n) out.add(n);
+  }
   for (const e of [...p.filesystem.allow, ...p.filesystem.deny]) {
     const r = typeof e === 'string' ? nonGlobPrefix(e) : null;
     if (r) out.add(r);

@@ -170,8 +170,10 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
     const init = request({ op: 'init', subjects: [...map.values()], watch: opts.watch ?? [] });
     const p = new Promise<WatcherStatus>((resolve, reject) => {
       const t = setTimeout(() => {
-        // A watcher that never acknowledges is as good as dead: kill it and let the exit path decide.
-        c.kill('SIGKILL');
+        // A watcher that never acknowledges is as good as dead: end it (closing its channel makes
+        // it exit; SIGTERM reaches it through a timeout(1) wrapper) and let the exit path decide.
+        s.destroy();
+        c.kill('SIGTERM');
         reject(new Error('watcher did not acknowledge its map in time'));
       }, timeoutMs);
       init.then(
@@ -181,7 +183,8 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
             pid = m.status.pid;
             resolve(m.status);
           } else {
-            c.kill('SIGKILL');
+            s.destroy();
+            c.kill('SIGTERM');
             reject(new Error(m.ok ? 'no status' : m.error));
           }
         },
@@ -264,7 +267,17 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
       const exited = new Promise<void>((r) => c.once('exit', () => r()));
       chan?.end();
       c.kill('SIGTERM');
-      const t = setTimeout(() => c.kill('SIGKILL'), 3000);
+      const wpid = pid;
+      const t = setTimeout(() => {
+        // The watcher is our grandchild under a wrapper: kill it by its own PID, then the wrapper.
+        if (wpid)
+          try {
+            process.kill(wpid, 'SIGKILL');
+          } catch {
+            /* already gone */
+          }
+        c.kill('SIGKILL');
+      }, 3000);
       await exited;
       clearTimeout(t);
     },

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createDecisionLog } from '../../log/decisions.js';
+import { createDecisionLog, formatDecision, type DecisionRecord } from '../../log/decisions.js';
 import { loadNative } from '../../native.js';
 import { lineReader, type FromWatcher, type ToWatcher } from './protocol.js';
 import { createWatcherCore } from './watcher.js';
@@ -20,6 +20,7 @@ const { values } = parseArgs({
     nice: { type: 'string', default: '0' },
     'watchdog-ms': { type: 'string', default: '10000' },
     'rescan-ms': { type: 'string', default: '3000' },
+    'no-pidfd': { type: 'boolean', default: false },
   },
 });
 
@@ -33,8 +34,20 @@ function wedgeForTest(): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
 }
 
-// The decision log is opened (its descriptor held) before the marks go on.
-const log = createDecisionLog({ sink: values.decisions! });
+// The decision log is opened (its descriptor held) before the marks go on. A drain's records
+// go out as one write(2) of whole lines (O_APPEND: never interleaved with other writers).
+const sink = values.decisions!;
+const single = createDecisionLog({ sink });
+const logFd = sink === 'stdout' ? 1 : fs.openSync(sink, fs.constants.O_WRONLY | fs.constants.O_APPEND);
+const log = {
+  write: (rec: DecisionRecord): string => single.write(rec),
+  writeMany(recs: DecisionRecord[]): void {
+    if (recs.length === 0) return;
+    const buf = Buffer.from(recs.map((r) => formatDecision(r)).join(''), 'utf8');
+    let off = 0;
+    while (off < buf.length) off += fs.writeSync(logFd, buf, off, buf.length - off);
+  },
+};
 const native = loadNative();
 const core = createWatcherCore({
   native,
@@ -44,6 +57,7 @@ const core = createWatcherCore({
   nice: Number(values.nice),
   watchdogMs: Number(values['watchdog-ms']),
   rescanMs: Number(values['rescan-ms']),
+  reportPidfd: !values['no-pidfd'],
 });
 
 const chan = new net.Socket({ fd: 3, readable: true, writable: true });

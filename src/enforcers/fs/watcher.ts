@@ -10,12 +10,14 @@ import type { WatcherStatus } from './protocol.js';
 
 export interface WatcherCoreOptions {
   native: NativeAddon;
-  log: { write(rec: DecisionRecord): string };
+  /** The decision log; `writeMany` (one write for a whole drain) is used when present. */
+  log: { write(rec: DecisionRecord): string; writeMany?(recs: DecisionRecord[]): void };
   /** Structured warnings (the journal). */
   warn: (obj: Record<string, unknown>) => void;
   spinUs?: number;
   nice?: number;
   watchdogMs?: number;
+  reportPidfd?: boolean;
   /** How often new filesystems under a root are looked for. */
   rescanMs?: number;
   readMountinfo?: () => string;
@@ -46,16 +48,16 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
 
   const drain = (): void => {
     const { records, droppedAllows: dropped } = w.drain();
-    for (const r of records) {
-      opts.log.write({
-        uid: r.uid,
-        surface: r.surface,
-        action: r.action,
-        reason: r.reason,
-        subject: r.surface === 'filesystem' ? { path: r.subject } : { binary: r.subject },
-        rule: r.rule,
-      });
-    }
+    const recs: DecisionRecord[] = records.map((r) => ({
+      uid: r.uid,
+      surface: r.surface,
+      action: r.action,
+      reason: r.reason,
+      subject: r.surface === 'filesystem' ? { path: r.subject } : { binary: r.subject },
+      rule: r.rule,
+    }));
+    if (opts.log.writeMany) opts.log.writeMany(recs);
+    else for (const r of recs) opts.log.write(r);
     if (dropped > 0) {
       droppedAllows += dropped;
       opts.warn({ msg: 'allow records counted instead of written (log pressure)', count: dropped });
@@ -67,6 +69,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     watchdogMs: opts.watchdogMs ?? 10_000,
     spinUs: opts.spinUs ?? 0,
     nice: opts.nice ?? 0,
+    reportPidfd: opts.reportPidfd ?? true,
   });
 
   const apply = (): void => {

@@ -1,0 +1,281 @@
+// bench/fanotify: opens per second on one benchmark-owned ramfs, in one run, with
+//   no listener | a minimal C listener (readlink + /proc status + allow) |
+//   the Leash watcher for a non-subject UID | for a subject with a 1,000-entry policy |
+//   fapolicyd 1.1.7 with an allow-all rule, confined to the benchmark's mount.
+// Rounds are interleaved and the median is reported; machine load is recorded with
+// the figures, because background load changes them (it keeps vCPUs awake).
+//
+// Run as root: `npm run build && node dist/bench/fanotify.js [--opens 50000] [--rounds 3] [--spin-us 50]`
+// The ramfs is used (not tmpfs) because fapolicyd can only be confined by filesystem type.
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { createFsSupervisor, type FsSupervisor } from '../src/enforcers/fs/supervisor.js';
+import type { FsCmdPolicy } from '../src/native.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const pkgRoot = [path.resolve(here, '..'), path.resolve(here, '..', '..')].find((r) =>
+  fs.existsSync(path.join(r, 'bench', 'fanotify', 'listener.c')),
+)!;
+const srcDir = path.join(pkgRoot, 'bench', 'fanotify');
+
+const { values } = parseArgs({
+  options: {
+    opens: { type: 'string', default: '50000' },
+    rounds: { type: 'string', default: '3' },
+    'spin-us': { type: 'string', default: '0' },
+    nice: { type: 'string', default: '-14' },
+    'no-fapolicyd': { type: 'boolean', default: false },
+    /** Extra Leash rows: without FAN_REPORT_PIDFD, and at nice 0 (to see what each costs). */
+    explore: { type: 'boolean', default: false },
+  },
+});
+const OPENS = Number(values.opens);
+const ROUNDS = Number(values.rounds);
+
+if (process.getuid?.() !== 0) {
+  console.error('bench/fanotify needs root (fanotify, mount, useradd)');
+  process.exit(2);
+}
+
+const cleanups: (() => void)[] = [];
+function cleanup(): void {
+  while (cleanups.length) {
+    try {
+      cleanups.pop()!();
+    } catch (e) {
+      console.error(`cleanup: ${(e as Error).message}`);
+    }
+  }
+}
+process.on('exit', cleanup);
+process.on('SIGINT', () => process.exit(130));
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-bench-fan-'));
+cleanups.push(() => fs.rmSync(tmp, { recursive: true, force: true }));
+const listenerBin = path.join(tmp, 'listener');
+const openerBin = path.join(tmp, 'opener');
+execFileSync('cc', ['-O2', '-o', listenerBin, path.join(srcDir, 'listener.c')]);
+execFileSync('cc', ['-O2', '-o', openerBin, path.join(srcDir, 'opener.c')]);
+fs.chmodSync(tmp, 0o755);
+
+const mnt = path.join(tmp, 'ramfs');
+fs.mkdirSync(mnt);
+execFileSync('mount', ['-t', 'ramfs', '-o', 'mode=0755', 'ramfs', mnt]);
+cleanups.push(() => execFileSync('umount', ['-l', mnt]));
+fs.chmodSync(mnt, 0o755);
+fs.mkdirSync(path.join(mnt, 'data'), { mode: 0o755 });
+const target = path.join(mnt, 'data', 'f');
+fs.writeFileSync(target, 'x');
+fs.chmodSync(target, 0o644);
+
+function user(tag: string): { uid: number; gid: number } {
+  const name = `leash-twb${process.pid % 100000}${tag}`;
+  spawnSync('userdel', [name]);
+  execFileSync('useradd', ['--system', '--no-create-home', '--shell', '/usr/sbin/nologin', '--user-group', name]);
+  cleanups.push(() => execFileSync('userdel', [name]));
+  return {
+    uid: Number(execFileSync('id', ['-u', name], { encoding: 'utf8' })),
+    gid: Number(execFileSync('id', ['-g', name], { encoding: 'utf8' })),
+  };
+}
+const N = user('n'); // not a subject
+const S = user('s'); // a subject
+
+function opener(u: { uid: number; gid: number }, count = OPENS): number {
+  const out = execFileSync(
+    'setpriv',
+    [`--reuid=${u.uid}`, `--regid=${u.gid}`, '--clear-groups', openerBin, target, String(count)],
+    { encoding: 'utf8', timeout: 120_000 },
+  );
+  return Number(out.trim());
+}
+
+function bigPolicy(): FsCmdPolicy {
+  const allow: string[] = [];
+  for (let i = 0; i < 890; i++) allow.push(path.join(mnt, `p${i}`, 'work'));
+  for (let i = 0; i < 100; i++) allow.push(path.join(mnt, `g${i}`, '**', '*.log'));
+  allow.push(path.join(mnt, 'data'));
+  const deny: string[] = [];
+  for (let i = 0; i < 10; i++) deny.push(path.join(mnt, `p${i}`, 'work', 'secret'));
+  const cmds = Array.from({ length: 50 }, (_, i) => `tool${i}`);
+  return {
+    fail_mode: 'closed',
+    filesystem: { mode: 'whitelist', allow, deny },
+    commands: { mode: 'whitelist', allow: cmds, deny: [] },
+  };
+}
+
+/** CPU time (ns) a process has run, all threads: the steadier figure on a loaded VM. */
+function cpuNs(pid: number): number {
+  let s = 0;
+  for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
+    s += Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+  }
+  return s;
+}
+
+/** The PID of timeout(1)'s child. */
+function childOf(pid: number): number {
+  const kids = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/);
+  return Number(kids[0]);
+}
+
+async function startListener(): Promise<ChildProcess> {
+  const c = spawn('timeout', ['-s', 'KILL', '300', listenerBin, mnt], { stdio: ['ignore', 'pipe', 'inherit'] });
+  cleanups.push(() => void c.kill('SIGTERM'));
+  await new Promise<void>((resolve, reject) => {
+    c.stdout!.on('data', (b: Buffer) => b.toString().includes('ready') && resolve());
+    c.on('exit', () => reject(new Error('listener exited')));
+  });
+  return c;
+}
+
+async function stop(c: ChildProcess): Promise<void> {
+  if (c.exitCode !== null || c.signalCode !== null) return;
+  const done = new Promise<void>((r) => c.once('exit', () => r()));
+  // SIGTERM: timeout(1) forwards it to the listener (a SIGKILL would orphan the listener).
+  c.kill('SIGTERM');
+  await done;
+}
+
+async function leash(spinUs: number, extraArgs: string[] = []): Promise<FsSupervisor> {
+  const sup = createFsSupervisor({
+    subjects: [{ uid: S.uid, policy: bigPolicy(), failMode: 'closed' }],
+    decisions: path.join(tmp, `decisions-${spinUs}.jsonl`),
+    wrap: ['timeout', '-s', 'KILL', '300'],
+    args: [`--spin-us=${spinUs}`, `--nice=${values.nice}`, ...extraArgs],
+  });
+  const st = await sup.ready;
+  if (st.marks.length !== 1) throw new Error(`expected one mark, got ${JSON.stringify(st.marks)}`);
+  return sup;
+}
+
+function fapolicyd(): { rate: number; cpu: number } | null {
+  const err = path.join(tmp, 'fapolicyd.err');
+  const r = spawnSync(
+    'unshare',
+    [
+      '-m',
+      '--propagation',
+      'private',
+      'bash',
+      path.join(srcDir, 'fapolicyd-run.sh'),
+      mnt,
+      target,
+      String(OPENS),
+      String(N.uid),
+      String(N.gid),
+      openerBin,
+      err,
+    ],
+    { encoding: 'utf8', timeout: 180_000 },
+  );
+  if (r.status !== 0) {
+    console.error(`fapolicyd row skipped: ${(r.stderr || '').trim().split('\n').slice(-3).join(' | ')}`);
+    return null;
+  }
+  const hits = /Object hits: (\d+)/.exec(fs.readFileSync(err, 'utf8'));
+  if (!hits || Number(hits[1]) < OPENS) throw new Error('fapolicyd did not see the opens');
+  const lines = r.stdout.trim().split('\n');
+  const cpu = Number(/cpu_ns (\d+)/.exec(r.stdout)?.[1] ?? NaN);
+  return { rate: Number(lines.find((l) => /^\d+$/.test(l))), cpu };
+}
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.floor(s.length / 2)]! : NaN;
+};
+
+async function main(): Promise<void> {
+  const spin = Number(values['spin-us']);
+  const rows: Record<string, number[]> = {};
+  const cpus: Record<string, number[]> = {};
+  const add = (k: string, v: number | null, cpu?: number): void => {
+    if (v !== null && Number.isFinite(v)) (rows[k] ??= []).push(v);
+    if (cpu !== undefined && Number.isFinite(cpu)) (cpus[k] ??= []).push(cpu / OPENS / 1000);
+  };
+  // Runs the opener and measures the listener's CPU over exactly those opens.
+  const measure = (k: string, u: { uid: number; gid: number }, pid: number): void => {
+    const c0 = cpuNs(pid);
+    const rate = opener(u);
+    add(k, rate, cpuNs(pid) - c0);
+  };
+  const load0 = os.loadavg();
+  const extra: Record<string, unknown> = {};
+  for (let round = 0; round < ROUNDS; round++) {
+    add('no listener', opener(N));
+
+    const l = await startListener();
+    opener(N, 2000);
+    measure('minimal C listener', N, childOf(l.pid!));
+    await stop(l);
+
+    for (const s of spin > 0 ? [0, spin] : [0]) {
+      const sup = await leash(s);
+      const tag = s > 0 ? ` (spin ${s} µs)` : '';
+      const wpid = sup.watcherPid()!;
+      opener(N, 2000);
+      measure(`Leash, non-subject${tag}`, N, wpid);
+      opener(S, 2000);
+      measure(`Leash, subject, 1,000 entries${tag}`, S, wpid);
+      const st = await sup.status();
+      extra[`leash${tag}`] = { droppedAllows: st.droppedAllows, stats: st.stats };
+      await sup.close();
+    }
+
+    if (values.explore) {
+      for (const [tag, args] of [
+        [' (no pidfd)', ['--no-pidfd']],
+        [' (nice 0)', ['--nice=0']],
+      ] as const) {
+        const sup = await leash(0, [...args]);
+        opener(N, 2000);
+        measure(`Leash, non-subject${tag}`, N, sup.watcherPid()!);
+        await sup.close();
+      }
+    }
+
+    if (!values['no-fapolicyd']) {
+      const fr = fapolicyd();
+      if (fr) add('fapolicyd 1.1.7 (allow all)', fr.rate, fr.cpu);
+    }
+    process.stderr.write(`round ${round + 1}/${ROUNDS} done\n`);
+  }
+  const load1 = os.loadavg();
+  const c = median(rows['minimal C listener'] ?? []);
+  const f = median(rows['fapolicyd 1.1.7 (allow all)'] ?? []);
+  const table = Object.entries(rows).map(([name, xs]) => ({
+    row: name,
+    'opens/s (median)': Math.round(median(xs)),
+    runs: xs.map((x) => Math.round(x)).join(' '),
+    'vs C listener': (median(xs) / c).toFixed(2) + 'x',
+    'vs fapolicyd': Number.isFinite(f) ? (median(xs) / f).toFixed(2) + 'x' : 'n/a',
+    'listener CPU µs/open': cpus[name] ? median(cpus[name]!).toFixed(2) : '-',
+  }));
+  console.log(
+    `bench/fanotify: ${OPENS} open+close per run, ${ROUNDS} interleaved rounds, ramfs, ` +
+      `${os.cpus().length} vCPU, kernel ${os.release()}`,
+  );
+  console.log(
+    `loadavg before ${load0.map((x) => x.toFixed(2)).join(' ')}, after ${load1.map((x) => x.toFixed(2)).join(' ')}`,
+  );
+  console.table(table);
+  const out = path.join(os.tmpdir(), `leash-bench-fanotify-${Date.now()}.json`);
+  fs.writeFileSync(
+    out,
+    JSON.stringify({ opens: OPENS, rounds: ROUNDS, load0, load1, rows, cpus, table, extra }, null, 2),
+  );
+  console.log(`json: ${out}`);
+}
+
+main().then(
+  () => process.exit(0),
+  (e: Error) => {
+    console.error(e);
+    process.exit(1);
+  },
+);
