@@ -111,6 +111,7 @@ export const REASONS = {
 export const TERMINAL_REASONS = {
   cwd_escape: 'leash terminal: the requested cwd does not resolve inside the jail root (audit only)',
   deny_args: 'leash terminal: a commands.args deny_args pattern matched the arguments',
+  not_on_path: "leash terminal: a basename allow entry matched a binary outside the terminal's PATH directories",
   parse_error: 'leash terminal: the command line has shell syntax or cannot be split into argv',
 } as const;
 

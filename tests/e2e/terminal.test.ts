@@ -186,6 +186,21 @@ describe('leash terminal: deny_args, spacing and case', () => {
     expect((await t.call('run_command', { command: '/usr/bin/../bin/rm x' })).code).toBe('POLICY_DENIED');
   });
 
+  it('does not let a program saved in the jail under an allowed name run (basename entries mean PATH binaries)', async () => {
+    const lab = makeLab();
+    fs.writeFileSync(path.join(lab.jail, 'keep'), 'x');
+    // What a model could produce with an allowed copying tool: rm's code under the name ls.
+    fs.copyFileSync('/usr/bin/rm', path.join(lab.jail, 'ls'));
+    fs.chmodSync(path.join(lab.jail, 'ls'), 0o755);
+    const t = await terminal(lab);
+    const r = await t.call('run_command', { command: './ls keep' });
+    expect(r.code).toBe('POLICY_DENIED');
+    expect(r.policy_reason).toMatch(/admits only a binary in the terminal's PATH/);
+    expect(fs.existsSync(path.join(lab.jail, 'keep'))).toBe(true);
+    expect((await t.call('run_command', { command: 'ls' })).stdout).toBe('keep\nls\n');
+    expect(readJsonl(lab.decisions).map((d) => d.reason)).toEqual(['not_on_path', 'allow_entry']);
+  });
+
   it('judges the real file behind a symlink in the jail, not the name it was given', async () => {
     const lab = makeLab();
     fs.writeFileSync(path.join(lab.jail, 'keep'), 'x');

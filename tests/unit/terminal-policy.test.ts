@@ -104,6 +104,24 @@ describe('judge', () => {
     expect(judge(['git', 'clean', '-fdx'], at('/usr/bin/git'), p, decide(p)).allowed).toBe(false);
   });
 
+  it('admits a basename allow entry only for a binary in the PATH directories', () => {
+    const p = policy({ allow: ['ls', '/jail/tool'] });
+    const dirs = ['/usr/bin', '/bin'];
+    expect(judge(['ls'], at('/usr/bin/ls'), p, decide(p), dirs).allowed).toBe(true);
+    // A copy of some other program saved in the jail under an allowed name.
+    const copy = judge(['./ls'], at('/jail/ls'), p, decide(p), dirs);
+    expect(copy).toMatchObject({ allowed: false, reason: 'not_on_path', rule: 'ls' });
+    // A symlink in the jail to the real ls is the real ls.
+    expect(judge(['./ls'], at('/jail/ls', '/usr/bin/ls'), p, decide(p), dirs).allowed).toBe(true);
+    // A PATH symlink whose target lives elsewhere (alternatives) is still on PATH.
+    expect(judge(['ls'], at('/usr/bin/ls', '/usr/lib/alt/ls'), p, decide(p), dirs).allowed).toBe(true);
+    // An absolute entry admits a binary outside PATH.
+    expect(judge(['./tool'], at('/jail/tool'), p, decide(p), dirs).allowed).toBe(true);
+    // Blacklist mode allows by the mode default: no entry to scope.
+    const b = policy({ mode: 'blacklist' });
+    expect(judge(['./ls'], at('/jail/ls'), b, decide(b), dirs).allowed).toBe(true);
+  });
+
   it('fails closed when there is no policy', () => {
     expect(judge(['ls'], at('/usr/bin/ls'), null, decide(null))).toMatchObject({ allowed: false, reason: 'no_policy' });
   });

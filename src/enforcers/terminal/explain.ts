@@ -6,7 +6,7 @@
  */
 import { parseCommandLine } from './parse.js';
 import { judge } from './policy.js';
-import { resolveBinary } from './resolve.js';
+import { pathDirs, resolveBinary } from './resolve.js';
 import { result, type CommandResult, type DeciderFactory, type PolicySource } from './types.js';
 
 export interface ExplainDeps {
@@ -23,6 +23,6 @@ export async function explainCommand(command: string, deps: ExplainDeps): Promis
   if (!parsed.ok) return result('PARSE_ERROR', parsed.reason);
   const policy = await deps.policy();
   const resolved = resolveBinary(parsed.argv[0]!, { searchPath: deps.searchPath, cwd: deps.jail });
-  const j = judge(parsed.argv, resolved, policy, deps.decider(policy));
+  const j = judge(parsed.argv, resolved, policy, deps.decider(policy), pathDirs(deps.searchPath));
   return result(j.allowed ? 'OK' : 'POLICY_DENIED', j.policyReason);
 }

@@ -1,3 +1,4 @@
+import path from 'node:path';
 import type { Verdict } from '../../engine/types.js';
 import { commandEntryMatches, matchDenyArgs } from './match.js';
 import type { ResolvedBinary } from './resolve.js';
@@ -48,12 +49,18 @@ function why(v: Verdict, name: string, binary: string, mode: string | null): str
  * path found on PATH (or given) and its real path, so a symlink can neither carry a denied file in
  * under an allowed name nor hide a denied name behind its target; any block wins. The subject
  * logged is the real path, which is what the kernel's exec event will name.
+ *
+ * `pathDirs` (the terminal's PATH directories, lexical and real): a basename allow entry then only
+ * admits a binary that lives in one of them. The engine lets a basename match in any directory, so
+ * without this a copy of any program saved in the jail as `ls` would run under an `ls` entry; a
+ * binary outside PATH needs an absolute-path entry.
  */
 export function judge(
   argv: readonly string[],
   resolved: ResolvedBinary,
   policy: TerminalPolicy | null,
   decide: CommandDecider,
+  pathDirs?: readonly string[],
 ): Judgement {
   const name = argv[0]!;
   const mode = policy?.commands.mode ?? null;
@@ -73,6 +80,20 @@ export function judge(
     if (b === subject) allowVerdict = v;
   }
   const v = allowVerdict!;
+  if (pathDirs && v.reason === 'allow_entry' && v.rule !== null && !v.rule.includes('/') && subject.includes('/')) {
+    const onPath = [resolved.path, resolved.real].some((b) => b !== null && pathDirs.includes(path.posix.dirname(b)));
+    if (!onPath) {
+      return {
+        allowed: false,
+        reason: 'not_on_path',
+        rule: v.rule,
+        binary: subject,
+        policyReason:
+          `${describe(name, subject)} is denied: allow entry '${v.rule}' admits only a binary in the terminal's ` +
+          `PATH directories; allow one elsewhere by its absolute path`,
+      };
+    }
+  }
   const names = [...candidates, name];
   for (const [key, rule] of Object.entries(policy?.commands.args ?? {})) {
     if (!names.some((n) => commandEntryMatches(key, n))) continue;

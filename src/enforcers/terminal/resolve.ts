@@ -49,3 +49,16 @@ export function resolveBinary(name: string, opts: { searchPath: string; cwd: str
   }
   return { path: null, real: null, error: `'${name}' not found on PATH` };
 }
+
+/** The absolute directories of `searchPath`, each with its real path too (`/bin` and `/usr/bin`). */
+export function pathDirs(searchPath: string): string[] {
+  const out = new Set<string>();
+  for (const dir of searchPath.split(':')) {
+    if (!dir.startsWith('/')) continue;
+    const lexical = path.posix.normalize(dir).replace(/(.)\/$/, '$1');
+    out.add(lexical);
+    const r = real(lexical);
+    if (r !== null) out.add(r);
+  }
+  return [...out];
+}

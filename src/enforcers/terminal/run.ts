@@ -4,7 +4,7 @@ import { execute } from './executor.js';
 import { resolveCwd } from './jail.js';
 import { parseCommandLine } from './parse.js';
 import { judge } from './policy.js';
-import { resolveBinary } from './resolve.js';
+import { pathDirs, resolveBinary } from './resolve.js';
 import {
   result,
   type CommandResult,
@@ -68,7 +68,7 @@ export async function runCommand(command: string, cwd: string | undefined, deps:
   const where = resolveCwd(deps.jail, cwd);
   const resolved = resolveBinary(argv[0]!, { searchPath: deps.searchPath, cwd: where.ok ? where.dir : deps.jail });
   const policy = await deps.policy();
-  const j = judge(argv, resolved, policy, deps.decider(policy));
+  const j = judge(argv, resolved, policy, deps.decider(policy), pathDirs(deps.searchPath));
   const subject = { binary: j.binary, argv: redactedArgv };
   const ref = logDecision(deps, j.allowed ? 'allow' : 'block', j.reason, subject, j.rule);
   const verdictFields = { argv: redactedArgv, binary: j.binary, reason: j.reason, rule: j.rule, ref };
