@@ -87,6 +87,8 @@ async function startTerminal(o: TerminalOptions): Promise<void> {
   let policySource: PolicySource;
   let fileDecisions: string | undefined;
   if (o.policy) {
+    // Read once at start: a policy the jailed commands could rewrite would be theirs at the next start.
+    refuseInsideJail(jail, o.policy, 'policy file');
     const policy = policyFrom(o.policy);
     const raw = parseYaml(fs.readFileSync(o.policy, 'utf8')) as { logging?: { decisions?: unknown } } | null;
     if (typeof raw?.logging?.decisions === 'string' && raw.logging.decisions.startsWith('/')) {

@@ -262,6 +262,15 @@ describe('leash terminal: start-up refusals', () => {
     }
   });
 
+  it('refuses a policy file inside the jail (the jailed commands could rewrite it)', () => {
+    const lab = makeLab();
+    const inside = path.join(lab.jail, 'policy.yaml');
+    fs.writeFileSync(inside, 'commands: { mode: blacklist }\n');
+    const r = run(['--policy', inside, '--jail', lab.jail, '--audit', lab.audit]);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/policy file .* inside the jail root/);
+  });
+
   it('refuses a decision log on stdout (it carries the protocol)', () => {
     const lab = makeLab();
     lab.writePolicy(policy);
