@@ -111,8 +111,12 @@ async function startTerminal(o: TerminalOptions): Promise<void> {
   try {
     fs.closeSync(fs.openSync(auditFile, 'a', 0o600));
   } catch (e) {
-    if (!o.auditFailOpen)
-      throw new Error(`audit log ${auditFile} cannot be opened: ${(e as NodeJS.ErrnoException).code}`);
+    const errno = (e as NodeJS.ErrnoException).code;
+    if (!o.auditFailOpen) {
+      throw new LeashError('terminal_audit_unavailable', `audit log ${auditFile} cannot be opened: ${errno}`, {
+        errno,
+      });
+    }
     warn(`audit log ${auditFile} cannot be opened; running anyway (--audit-fail-open)`);
   }
 

@@ -271,6 +271,18 @@ describe('leash terminal: start-up refusals', () => {
     expect(r.stderr).toMatch(/policy file .* inside the jail root/);
   });
 
+  it('refuses to start when the audit trail cannot be opened (fail closed), unless fail-open', () => {
+    const lab = makeLab();
+    lab.writePolicy(policy);
+    const audit = path.join(lab.base, 'no-such-dir', 'audit.jsonl');
+    const r = run(['--policy', lab.policyFile, '--jail', lab.jail, '--audit', audit]);
+    expect(r.status).toBe(3);
+    expect(r.stderr).toMatch(/cannot be opened: ENOENT/);
+    const open = run(['--policy', lab.policyFile, '--jail', lab.jail, '--audit', audit, '--audit-fail-open']);
+    expect(open.status).toBe(0);
+    expect(open.stderr).toMatch(/running anyway/);
+  });
+
   it('refuses a decision log on stdout (it carries the protocol)', () => {
     const lab = makeLab();
     lab.writePolicy(policy);
