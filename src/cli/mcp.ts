@@ -10,6 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { compilePolicy, decide, maskSecrets } from '../engine/index.js';
+import { isLeashError, LeashError } from '../errors.js';
 import { createMcpGate, type GateObserver } from '../enforcers/tools/gate.js';
 import { createLocalJudge, type DecisionLog, type GateJudge } from '../enforcers/tools/judge.js';
 import { JsonError, parseStrict, toPlain } from '../enforcers/tools/json.js';
@@ -160,26 +161,6 @@ function loadPolicy(file: string): { policy: CompiledGatePolicy; decisions: stri
   }
 }
 
-/** Signals that were ignored when we started stay ignored (nohup). */
-function ignoredSignals(): Set<string> {
-  const out = new Set<string>();
-  try {
-    const m = /^SigIgn:\s*([0-9a-f]+)$/m.exec(fs.readFileSync('/proc/self/status', 'utf8'));
-    if (m) {
-      const mask = BigInt(`0x${m[1]}`);
-      const nums: [string, number][] = [
-        ['SIGHUP', 1],
-        ['SIGINT', 2],
-        ['SIGTERM', 15],
-      ];
-      for (const [n, k] of nums) if ((mask >> BigInt(k - 1)) & 1n) out.add(n);
-    }
-  } catch {
-    /* not Linux procfs: catch them all */
-  }
-  return out;
-}
-
 async function flushAndExit(code: number): Promise<never> {
   await new Promise<void>((r) => {
     if (process.stdout.writableLength === 0) return r();
@@ -210,13 +191,14 @@ async function runSession(o: RunOptions): Promise<number> {
     errout: process.stderr,
     observer: o.observer,
   });
-  const ignored = ignoredSignals();
   const handlers: [NodeJS.Signals, () => void][] = [
     ['SIGTERM', () => gate.terminate(143)],
     ['SIGHUP', () => gate.terminate(129)],
     ['SIGINT', () => gate.interrupt()],
   ];
-  for (const [sig, h] of handlers) if (!ignored.has(sig)) process.on(sig, h);
+  // Node resets inherited signal dispositions at start-up, so a signal nohup ignored is caught
+  // here too (docs/tools.md says so).
+  for (const [sig, h] of handlers) process.on(sig, h);
   try {
     return await gate.done;
   } finally {
@@ -238,6 +220,9 @@ async function guarded(fn: () => Promise<number>): Promise<never> {
     if (e instanceof GateExit) {
       say(e.message);
       code = e.code;
+    } else if (isLeashError(e)) {
+      for (const l of e.lines()) process.stderr.write(`${l}\n`);
+      code = e.exitCode;
     } else throw e;
   }
   return flushAndExit(code);
@@ -332,7 +317,7 @@ export function register(program: Command): void {
 
 /**
  * `check tool NAME --inputs JSON` as a function the `check` command can call: the verdict and the
- * exit code (0 allow, 1 block, 2 inputs that are not strict JSON).
+ * exit code (0 allow, 1 block). Inputs that are not strict JSON throw LeashError subject_invalid.
  */
 export function runCheckTool(
   name: string,
@@ -343,7 +328,8 @@ export function runCheckTool(
   try {
     inputs = parseStrict(Buffer.from(inputsJson, 'utf8'), { fileWhitespace: true });
   } catch (e) {
-    if (e instanceof JsonError) throw new GateExit(2, `--inputs is not strict JSON: ${e.code}`);
+    if (e instanceof JsonError)
+      throw new LeashError('subject_invalid', `--inputs is not strict JSON: ${e.code}`, { code: e.code });
     throw e;
   }
   const v = checkTool(name, inputs, policy);

@@ -33,12 +33,25 @@ export interface DecisionLog {
 const B32 = 'abcdefghijklmnopqrstuvwxyz234567';
 
 /** 8 base32 characters from 40 random bits: short enough to read out, unique enough per log. */
+// Random bytes are drawn 4 KiB at a time: one getrandom per line cost more than the rest of a decision.
+let pool = Buffer.alloc(0);
+let poolAt = 0;
+
 export function newRef(): string {
-  const b = crypto.randomBytes(5);
-  let bits = 0n;
-  for (const x of b) bits = (bits << 8n) | BigInt(x);
+  if (poolAt + 5 > pool.length) {
+    pool = crypto.randomBytes(4096);
+    poolAt = 0;
+  }
+  // 40 random bits -> 8 base32 characters.
+  let hi = pool[poolAt]!;
+  let lo = ((pool[poolAt + 1]! << 24) | (pool[poolAt + 2]! << 16) | (pool[poolAt + 3]! << 8) | pool[poolAt + 4]!) >>> 0;
+  poolAt += 5;
   let s = '';
-  for (let i = 7; i >= 0; i--) s += B32[Number((bits >> BigInt(i * 5)) & 31n)];
+  for (let i = 0; i < 8; i++) {
+    s = B32[lo & 31]! + s;
+    lo = ((lo >>> 5) | ((hi & 31) << 27)) >>> 0;
+    hi >>>= 5;
+  }
   return s;
 }
 

@@ -137,6 +137,25 @@ describe.skipIf(!fs.existsSync(CLI))('leash mcp learn', () => {
   });
 });
 
+describe.skipIf(!fs.existsSync(CLI))('leash mcp learn (live, Ctrl-C)', () => {
+  it('writes the profile when the session is interrupted', async () => {
+    const d = tmpdir();
+    const out = path.join(d, 'live.yaml');
+    const p = spawn(process.execPath, [CLI, 'mcp', 'learn', '--out', out, '--', process.execPath, FAKE], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let n = 0;
+    p.stdout.on('data', (c: Buffer) => (n += c.toString().split('\n').length - 1));
+    for (const m of [init(0), call(1, 'read_file', { path: '/srv/a' })]) p.stdin.write(JSON.stringify(m) + '\n');
+    const deadline = Date.now() + 10_000;
+    while (n < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    p.kill('SIGINT');
+    const code = await new Promise<number | null>((r) => p.on('exit', (c) => r(c)));
+    expect(code).toBe(0);
+    expect(fs.readFileSync(out, 'utf8')).toMatch(/read_file/);
+  });
+});
+
 describe.skipIf(!fs.existsSync(CLI))('leash mcp check', () => {
   it('judges one call: exit 0 allow, 1 block, with the reason', () => {
     const d = tmpdir();

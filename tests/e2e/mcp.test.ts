@@ -149,6 +149,41 @@ describe.skipIf(!built)('leash mcp: policy on the wire', () => {
     expect(methods).toEqual(['ping']);
   });
 
+  it('polices other methods by the selector that really names what they touch', async () => {
+    const g = startGate({
+      policy: `
+tools:
+  mode: blacklist
+  deny: ["file:///etc/passwd", secret_prompt]
+  policed_methods: [resources/read, prompts/get, completion/complete]
+`,
+    });
+    const send = (id: number, method: string, params: unknown) => g.send({ jsonrpc: '2.0', id, method, params });
+    send(1, 'resources/read', { uri: 'FILE:///etc/passwd' });
+    send(2, 'resources/read', { uri: 'file:///srv/ok' });
+    send(3, 'resources/read', { uri: 'file:///srv/ok', name: 'x' });
+    send(4, 'prompts/get', { name: 'Secret_Prompt' });
+    send(5, 'completion/complete', {
+      ref: { type: 'ref/prompt', name: 'secret_prompt' },
+      argument: { name: 'a', value: 'b' },
+    });
+    send(6, 'completion/complete', { ref: { type: 'ref/resource', uri: 'file:///x', name: 'y' } });
+    send(7, 'completion/complete', {
+      ref: { type: 'ref/resource', uri: 'file:///srv/ok' },
+      argument: { name: 'a', value: 'b' },
+    });
+    expect((await g.answer(1)).error).toMatchObject({ code: -32001, data: { reason: 'deny_entry' } });
+    expect((await g.answer(2)).error).toMatchObject({ code: -32601 }); // reached the fake server, which has no resources
+    expect((await g.answer(3)).error).toMatchObject({ code: -32602, data: { reason: 'bad_selector' } });
+    expect((await g.answer(4)).error).toMatchObject({ code: -32001 });
+    expect((await g.answer(5)).error).toMatchObject({ code: -32001 });
+    expect((await g.answer(6)).error).toMatchObject({ code: -32602 });
+    expect((await g.answer(7)).error).toMatchObject({ code: -32601 });
+    g.end();
+    expect(await g.exited).toBe(0);
+    expect(g.received().map((m) => (m as { id: number }).id)).toEqual([2, 7]);
+  });
+
   it('polices Tools/Call like tools/call', async () => {
     const g = startGate({ policy: POLICY });
     g.send({ jsonrpc: '2.0', id: 1, method: 'Tools/Call', params: { name: 'delete_all' } });
@@ -459,6 +494,19 @@ describe.skipIf(!built)('leash mcp: time-outs, cancellation, failures, signals',
     expect(await g.exited).toBe(code);
   });
 
+  it('a second SIGTERM does not wait out --grace', async () => {
+    const g = startGate({ policy: POLICY, mode: 'ignoreterm', cliArgs: ['--grace', '20000'] });
+    g.send(init(0));
+    await g.answer(0);
+    const t0 = Date.now();
+    g.proc.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(g.proc.exitCode).toBeNull(); // still winding down: the server ignores SIGTERM
+    g.proc.kill('SIGTERM');
+    expect(await g.exited).toBe(143);
+    expect(Date.now() - t0).toBeLessThan(5000);
+  });
+
   it('stops a server that outlives --grace and still exits 0', async () => {
     const g = startGate({ policy: POLICY, mode: 'ignoreterm', cliArgs: ['--grace', '100'] });
     g.send(init(0));
@@ -469,6 +517,14 @@ describe.skipIf(!built)('leash mcp: time-outs, cancellation, failures, signals',
     expect(Date.now() - t0).toBeGreaterThan(90);
     expect(g.stderr()).toMatch(/did not exit within 100 ms/);
   }, 15_000);
+
+  it('exits quietly when the reader of its output goes away', async () => {
+    const g = startGate({ policy: POLICY });
+    g.proc.stdout!.destroy();
+    g.send({ jsonrpc: '2.0', id: 1, method: 'ping' });
+    g.send({ jsonrpc: '2.0', id: 2, method: 'ping' });
+    expect(await g.exited).toBe(0);
+  });
 
   it('a client that sends nothing is a clean session', async () => {
     const g = startGate({ policy: POLICY });

@@ -191,6 +191,11 @@ export function createMcpGate(o: McpGateOptions): McpGate {
   const pending = new Map<string, Pending>();
   /** Requests the gate stopped waiting for (cancelled, timed out): a late answer is dropped quietly. */
   const retired = new Set<string>();
+  const retire = (k: string) => {
+    // Bounded: a client cancelling for ever must not grow the gate without limit.
+    if (retired.size >= 10_000) retired.delete(retired.values().next().value!);
+    retired.add(k);
+  };
   const serverPending = new Map<string, JsonValue>();
   let clientSent = 0;
   let clientEnded = false;
@@ -463,7 +468,7 @@ export function createMcpGate(o: McpGateOptions): McpGate {
         const p = k ? pending.get(k) : undefined;
         if (k && p) {
           pending.delete(k);
-          retired.add(k);
+          retire(k);
         }
       }
       toServer(v);
@@ -484,6 +489,9 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     deadlineTimer = null;
     if (finished) return;
     const now = performance.now();
+    // A request is "unanswered" only if the server took it. When output to the server has been
+    // stuck for most of the timeout, the server stopped reading: that is the stall, not a time-out.
+    if (unflushed.length > 0 && now - unflushed[0]! >= timeoutMs / 2) return stalled();
     for (const [key, p] of pending) {
       if (p.deadline > now) {
         armDeadline(p.deadline - now);
@@ -495,7 +503,7 @@ export function createMcpGate(o: McpGateOptions): McpGate {
 
   function timedOut(key: string, p: Pending): void {
     pending.delete(key);
-    retired.add(key);
+    retire(key);
     timeouts++;
     failed = true;
     judge.event({ reason: 'server_timeout', method: p.method });
@@ -603,6 +611,7 @@ export function createMcpGate(o: McpGateOptions): McpGate {
       if (has(v, 'id')) {
         // A server-to-client request (sampling, roots, elicitation): relayed; the answer goes back.
         if (exactKey === null) return refuseServer('bad_id', line, null);
+        if (serverPending.size >= 10_000) serverPending.delete(serverPending.keys().next().value!);
         serverPending.set(exactKey, v.id!);
       }
       return v;
