@@ -6,6 +6,8 @@ import { FINDING_CODES, LeashError, type ConfigIssue, type FindingCode, type Sev
 import type { Surface } from '../engine/types.js';
 import { inertEntries, type InertEntry } from '../policy-engine.js';
 import { lookupAccount, type Account } from './accounts.js';
+import { compileGatePolicy, GATE_DEFAULTS, GatePolicyError, type ToolsGatePolicy } from '../enforcers/tools/policy.js';
+import { GATE_ENGINE } from '../enforcers/tools/service.js';
 import { configSchema, fragmentSchema, knownKeysAt, type ConfigFragment } from './schema.js';
 import type { Config } from './types.js';
 
@@ -73,6 +75,7 @@ export function parseConfig(text: string, source: string, opts: LoadOptions = {}
   const parsed = configSchema.safeParse(raw);
   if (!parsed.success) throw invalid(source, zodIssues(parsed.error, false));
   const config = parsed.data;
+  gateProblems(config.tools, source);
   const findings: Finding[] = failModeFinding ? [failModeFinding] : [];
   const lookup = opts.lookup ?? lookupAccount;
   const account = config.user ? lookup(config.user) : null;
@@ -89,10 +92,47 @@ export function parseFragment(
   const { raw, failModeFinding } = parseRaw(text, source, true);
   const parsed = fragmentSchema.safeParse(raw);
   if (!parsed.success) throw invalid(source, zodIssues(parsed.error, true));
+  const ft = parsed.data.tools;
+  if (ft) gateProblems(stripUndefined({ args: ft.args, policed_methods: ft.policed_methods }), source);
   const inert = inertEntries(parsed.data);
   const findings: Finding[] = failModeFinding ? [failModeFinding] : [];
   findings.push(...inertFindings(inert));
   return { fragment: parsed.data, findings: sortFindings(findings), inert };
+}
+
+/**
+ * The gate's own checks beyond the schema (an argument rule's regex compiles, an args key names one
+ * tool, policed_methods are method names): what the service would refuse at start is refused at load,
+ * so `leash validate` and a profile write say so first.
+ */
+function gateProblems(tools: Partial<ToolsGatePolicy>, source: string): void {
+  try {
+    compileGatePolicy(
+      {
+        mode: 'whitelist',
+        allow: [],
+        deny: [],
+        inspect: { secrets: 'block', pii: 'log', priv_esc: 'block' },
+        ...GATE_DEFAULTS,
+        ...tools,
+      },
+      'closed',
+      GATE_ENGINE,
+    );
+  } catch (e) {
+    if (!(e instanceof GatePolicyError)) throw e;
+    throw invalid(
+      source,
+      e.problems.map((line) => {
+        const i = line.indexOf(': ');
+        return i > 0 ? { path: line.slice(0, i), message: line.slice(i + 2) } : { path: 'tools', message: line };
+      }),
+    );
+  }
+}
+
+function stripUndefined<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
 function finish(

@@ -471,6 +471,74 @@ describe('leash check tools with inputs', () => {
   });
 });
 
+describe('leash check tool with the gate argument rules', () => {
+  const cfg = () =>
+    configFile(`user: nobody
+tools:
+  allow: [read_file, run, ping]
+  strict_args: true
+  args:
+    read_file:
+      allow: { path: ["^/work/[^/]+$"] }
+      deny: ["\\\\.env$"]
+    run:
+      allow: "*"
+      deny: { cmd: ["^git push --force"] }
+`);
+
+  it('an args deny rule blocks (arg_denied, the rule and where), exit 1', async () => {
+    const r = await leash(['-c', cfg(), 'check', 'tool', 'read_file', '--inputs', '{"path":"/work/.env"}', '--json']);
+    expect(r.code).toBe(1);
+    expect(JSON.parse(r.stdout)).toMatchObject({
+      surface: 'tools',
+      action: 'block',
+      reason: 'arg_denied',
+      source: 'args',
+      at: 'path',
+      enforced: true,
+    });
+    const h = await leash(['-c', cfg(), 'check', 'tool', 'run', '--inputs', '{"cmd":"git push --force origin"}']);
+    expect(h.code).toBe(1);
+    expect(h.stdout).toMatch(/^block tools run: arg_denied \(rule .*git push --force.* at cmd\)/);
+  });
+
+  it('allow rules admit the exact shape and refuse the rest (arg_not_allowed)', async () => {
+    const ok = await leash(['-c', cfg(), 'check', 'tool', 'read_file', '--inputs', '{"path":"/work/a.txt"}', '--json']);
+    expect(ok.code).toBe(0);
+    expect(JSON.parse(ok.stdout)).toMatchObject({ action: 'allow', reason: 'allow_entry', rule: 'read_file' });
+    const no = await leash(['-c', cfg(), 'check', 'tool', 'read_file', '--inputs', '{"path":"/etc/passwd"}', '--json']);
+    expect(no.code).toBe(1);
+    expect(JSON.parse(no.stdout)).toMatchObject({ action: 'block', reason: 'arg_not_allowed' });
+  });
+
+  it('strict_args: a tool without allow rules takes no arguments', async () => {
+    const bare = await leash(['-c', cfg(), 'check', 'tool', 'ping', '--json']);
+    expect(bare.code).toBe(0);
+    const withArgs = await leash(['-c', cfg(), 'check', 'tool', 'ping', '--inputs', '{"host":"x"}', '--json']);
+    expect(withArgs.code).toBe(1);
+    expect(JSON.parse(withArgs.stdout)).toMatchObject({ action: 'block', reason: 'strict_args' });
+  });
+
+  it('a name denied by the engine stays denied whatever the arguments', async () => {
+    const r = await leash(['-c', cfg(), 'check', 'tool', 'shell', '--inputs', '{}', '--json']);
+    expect(r.code).toBe(1);
+    expect(JSON.parse(r.stdout)).toMatchObject({ action: 'block', reason: 'not_allowed', source: 'mode' });
+  });
+
+  it('duplicate keys in --inputs are refused (strict JSON, as the gate reads a call)', async () => {
+    const r = await leash(['-c', cfg(), 'check', 'tool', 'run', '--inputs', '{"cmd":"ls","cmd":"x"}', '--json']);
+    expect(r.code).toBe(2);
+    expect(JSON.parse(r.stdout).error.code).toBe('subject_invalid');
+  });
+
+  it('a bad argument regex in leash.yaml is config_invalid, exit 2', async () => {
+    const bad = configFile('user: nobody\ntools:\n  allow: [t]\n  args: { t: { deny: ["("] } }\n');
+    const r = await leash(['-c', bad, 'check', 'tool', 't', '--json']);
+    expect(r.code).toBe(2);
+    expect(JSON.parse(r.stdout).error.code).toBe('config_invalid');
+  });
+});
+
 describe('leash init default policy lookup', () => {
   it('LEASH_DEFAULT_POLICY overrides the shipped file; a missing override falls back to it', async () => {
     const dir = tmpDir();

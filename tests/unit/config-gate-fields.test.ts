@@ -74,6 +74,13 @@ describe('tools: the MCP gate fields in leash.yaml', () => {
     expect(refusedPaths(() => parse('tools:\n  args: { t: { deny: { p: [{ typ: string }] } } }\n'))).toHaveLength(1);
   });
 
+  it('what the gate would refuse at start is refused at load: a bad regex, a glob args key', () => {
+    expect(refusedPaths(() => parse('tools:\n  args: { t: { deny: { p: ["("] } } }\n'))[0]).toMatch(/^tools\.args\.t/);
+    expect(refusedPaths(() => parse('tools:\n  args: { "t*": { deny: ["x"] } }\n'))).toEqual(['tools.args.t*']);
+    expect(refusedPaths(() => parse('tools:\n  policed_methods: ["tools/*"]\n'))).toEqual(['tools.policed_methods']);
+    expect(() => parseFragment('tools:\n  args: { t: { deny: ["("] } }\n', 'p.yaml')).toThrow(LeashError);
+  });
+
   it('a profile (fragment) carries only the gate fields it sets, with the same checks', () => {
     const { fragment } = parseFragment('tools:\n  strict_args: false\n  args: { t: { deny: ["x"] } }\n', 'p.yaml');
     expect(fragment.tools).toEqual({ strict_args: false, args: { t: { deny: ['x'] } } });
