@@ -89,6 +89,8 @@ export const FINDING_CODES = {
   binding_for_nobody: 'warning',
   profile_broken: 'critical',
   subject_unresolvable: 'warning',
+  // filesystem watcher coverage (branch wire): what `leash validate` says about this host's marks
+  marks_partial_coverage: 'warning',
 } as const satisfies Record<string, 'warning' | 'critical'>;
 export type FindingCode = keyof typeof FINDING_CODES;
 export type Severity = 'warning' | 'critical';

@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import path from 'node:path';
 import { isMap, isPair, isScalar, isSeq, parseDocument, type Document, type Node } from 'yaml';
 import type { z } from 'zod';
 import { FINDING_CODES, LeashError, type ConfigIssue, type FindingCode, type Severity } from '../errors.js';
@@ -8,6 +7,7 @@ import { inertEntries, type InertEntry } from '../policy-engine.js';
 import { lookupAccount, type Account } from './accounts.js';
 import { compileGatePolicy, GATE_DEFAULTS, GatePolicyError, type ToolsGatePolicy } from '../enforcers/tools/policy.js';
 import { GATE_ENGINE } from '../enforcers/tools/service.js';
+import { fsCmdPolicyOf, interpreterWarnings, markCoverage, parseMountinfo } from '../enforcers/fs/index.js';
 import { configSchema, fragmentSchema, knownKeysAt, type ConfigFragment } from './schema.js';
 import type { Config } from './types.js';
 
@@ -21,6 +21,8 @@ export interface Finding {
   path: string;
   message: string;
   entry?: string;
+  /** marks_partial_coverage: mount points of the filesystems no mark covers. */
+  unmarked?: string[];
 }
 
 export interface LoadedConfig {
@@ -269,13 +271,6 @@ export function levenshtein(a: string, b: string): number {
 
 const SURFACES: Surface[] = ['network', 'filesystem', 'commands', 'tools'];
 
-/**
- * Interpreters and loaders: a whitelisted one runs any script or binary handed to it as a file,
- * and that file is opened, not executed, so the commands surface never sees it (FIELD-NOTES).
- */
-const INTERPRETER =
-  /^(?:sh|bash|dash|zsh|ksh|mksh|fish|csh|tcsh|busybox|env|python[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|php[0-9.]*|lua[0-9.]*|tclsh[0-9.]*|ld-linux.*|ld\.so|ld64\.so.*)$/;
-
 function finding(code: FindingCode, p: string, message: string, entry?: string): Finding {
   return { code, severity: FINDING_CODES[code], path: p, message, ...(entry !== undefined ? { entry } : {}) };
 }
@@ -323,21 +318,31 @@ export function analyse(config: Config, account: Account | null): Finding[] {
       ),
     );
   }
-  if (cmd.mode === 'whitelist') {
-    for (const e of cmd.allow) {
-      if (INTERPRETER.test(path.posix.basename(e))) {
-        out.push(
-          finding(
-            'commands_interpreter_allowed',
-            'commands.allow',
-            `${e} is an interpreter or loader: it runs any script or binary given to it as a file, which the commands surface never sees as an exec`,
-            e,
-          ),
-        );
-      }
-    }
+  // One list of interpreters, loaders and launchers: the watcher's (src/enforcers/fs/policy.ts).
+  for (const w of interpreterWarnings(cmd)) {
+    out.push(finding('commands_interpreter_allowed', 'commands.allow', w.message, w.entry));
   }
   return out;
+}
+
+/**
+ * What `leash validate` says about the marks the watcher would put on this host: a filesystem or
+ * commands whitelist judges only filesystems that are marked (those holding the policy's paths,
+ * plus `filesystem.watch`), so opens and execs elsewhere pass unjudged. Host-dependent, so it is
+ * not part of `parseConfig` (the service and a profile write judge the policy, not the mounts).
+ * `mountinfo` is the text of /proc/self/mountinfo.
+ */
+export function coverageFindings(config: Config, mountinfo: string): Finding[] {
+  if (!config.enforcers.filesystem) return [];
+  const warnings = markCoverage({
+    policy: fsCmdPolicyOf(config),
+    watch: config.filesystem.watch,
+    mounts: parseMountinfo(mountinfo),
+  });
+  return warnings.map((w) => ({
+    ...finding('marks_partial_coverage', `${w.surface}.mode`, w.message),
+    unmarked: w.unmarked,
+  }));
 }
 
 function inertFindings(inert: InertEntry[]): Finding[] {
