@@ -128,4 +128,34 @@ describe('the tools enforcer answers commands_policy from the loaded config', ()
       expect(await fetchServicePolicy(sock)).toEqual(want);
     }
   });
+
+  it('passes commands.args from leash.yaml through to the terminal (service mode, no --policy)', async () => {
+    const { commandsPoliciesFromConfig } = await import('../../src/enforcers/tools/service.js');
+    const { createToolsSocketServer } = await import('../../src/enforcers/tools/socket.js');
+    const { parseConfig } = await import('../../src/config/load.js');
+    const { config } = parseConfig(
+      'user: fido\ncommands:\n  allow: [git]\n  args: { git: { deny_args: ["push --force"], reason: shared } }\n',
+      't.yaml',
+      { lookup: () => ({ name: 'fido', uid: 1234, gid: 1234, home: '/home/fido' }) },
+    );
+    const forUid = commandsPoliciesFromConfig({ loaded: { config, account: { uid: 1234 } } } as never);
+    const sock = path.join(dir, `tools${n++}.sock`);
+    const srv = await createToolsSocketServer({
+      path: sock,
+      policyForUid: () => null,
+      log: { write: () => 'ref' },
+      peerUid: () => 1234,
+      commandsPolicyForUid: forUid,
+    });
+    onTestFinished(() => srv.close());
+    expect(await fetchServicePolicy(sock)).toEqual({
+      fail_mode: 'closed',
+      commands: {
+        mode: 'whitelist',
+        allow: ['git'],
+        deny: [],
+        args: { git: { deny_args: ['push --force'], reason: 'shared' } },
+      },
+    });
+  });
 });
