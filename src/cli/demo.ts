@@ -204,7 +204,21 @@ function describeDecision(row: Row): string {
 
 /** Runs the demo; returns the exit code (0 when every step did what the policy says). */
 export async function runDemo(opts: DemoOptions = {}): Promise<number> {
-  const out = opts.out ?? ((s: string) => process.stdout.write(s));
+  let interrupted = false;
+  let stdoutGone = false;
+  const out =
+    opts.out ??
+    ((s: string) => {
+      if (!stdoutGone) process.stdout.write(s);
+    });
+  if (!opts.out)
+    // `leash demo | head` closes the pipe: an unhandled EPIPE would end the process before its teardown and leave
+    // the namespaces, the account and the tmpfs behind. Stop the steps and tear down instead (the listener stays,
+    // for writes still in flight).
+    process.stdout.on('error', () => {
+      stdoutGone = true;
+      interrupted = true;
+    });
   if (process.getuid?.() !== 0)
     throw new LeashError('usage', 'leash demo needs root (it creates network namespaces and an account)');
   const host = hostRunner();
@@ -233,7 +247,6 @@ export async function runDemo(opts: DemoOptions = {}): Promise<number> {
   );
   const needFs = steps.some((s) => s.surface === 'filesystem' || s.surface === 'commands');
   const cleanups = createCleanups();
-  let interrupted = false;
   const onSignal = () => {
     interrupted = true;
     out('\ninterrupted: tearing the demo down…\n');
