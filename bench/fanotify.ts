@@ -27,9 +27,10 @@ const { values } = parseArgs({
     opens: { type: 'string', default: '50000' },
     rounds: { type: 'string', default: '3' },
     'spin-us': { type: 'string', default: '0' },
-    nice: { type: 'string', default: '-14' },
+    /** Nice of the Leash loop thread. 0: at -14 (fapolicyd's) the wake-ups measured worse here. */
+    nice: { type: 'string', default: '0' },
     'no-fapolicyd': { type: 'boolean', default: false },
-    /** Extra Leash rows: without FAN_REPORT_PIDFD, and at nice 0 (to see what each costs). */
+    /** Extra Leash rows: credentials via FAN_REPORT_PIDFD or /proc, and at nice -14 (what each costs). */
     explore: { type: 'boolean', default: false },
   },
 });
@@ -229,8 +230,9 @@ async function main(): Promise<void> {
 
     if (values.explore) {
       for (const [tag, args] of [
-        [' (no pidfd)', ['--no-pidfd']],
-        [' (nice 0)', ['--nice=0']],
+        [' (FAN_REPORT_PIDFD)', ['--identity=report-pidfd']],
+        [' (/proc)', ['--identity=proc']],
+        [' (nice -14)', ['--nice=-14']],
       ] as const) {
         const sup = await leash(0, [...args]);
         opener(N, 2000);

@@ -143,6 +143,7 @@ struct Snapshot {
 };
 
 struct Record {
+  double tsMs;  // wall-clock time of the decision (ms since the epoch)
   uint32_t uid;
   int32_t pid;
   bool exec;
@@ -195,6 +196,14 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     int eventFd = static_cast<int>(num("eventFd", -1));
     int responseFd = static_cast<int>(num("responseFd", -1));
 
+    // identity: how the opener's credentials are read (see CredsOf). 'pidfd-cache' (default):
+    // one pidfd per live process, kept; 'report-pidfd': the kernel's pidfd on every event
+    // (FAN_REPORT_PIDFD); 'proc': /proc/<pid>/status. The last two are for measurement.
+    Napi::Value idv = o.Get("identity");
+    std::string id = idv.IsString() ? idv.As<Napi::String>().Utf8Value() : "pidfd-cache";
+    if (id == "proc") identity_ = kIdProc;
+    else if (id == "report-pidfd") identity_ = kIdReport;
+    else identity_ = kIdCache;
     if (eventFd >= 0) {
       // A test feeds crafted events through any descriptor (fapolicyd's test_notify_set_fanotify_fd).
       fd_ = eventFd;
@@ -207,9 +216,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     } else {
       unsigned base = FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK;
       unsigned ev = O_RDONLY | O_LARGEFILE | O_CLOEXEC;
-      // reportPidfd: false is for measurement only (credentials then come from /proc by PID).
-      Napi::Value rp = o.Get("reportPidfd");
-      bool wantPidfd = !(rp.IsBoolean() && !rp.As<Napi::Boolean>().Value());
+      bool wantPidfd = identity_ == kIdReport;
       fd_ = wantPidfd ? fanotify_init(base | FAN_REPORT_PIDFD, ev) : -1;
       if (fd_ >= 0) {
         pidfd_ = true;
@@ -329,6 +336,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     uint32_t i = 0;
     for (const Record& r : q) {
       Napi::Object o = Napi::Object::New(env);
+      o.Set("ts", Napi::Number::New(env, r.tsMs));
       o.Set("uid", Napi::Number::New(env, r.uid));
       o.Set("pid", Napi::Number::New(env, r.pid));
       o.Set("surface", Napi::String::New(env, r.exec ? "commands" : "filesystem"));
@@ -400,6 +408,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     fd_ = -1;
     if (stopFd_ >= 0) close(stopFd_);
     stopFd_ = -1;
+    for (auto& kv : pidfds_) close(kv.second);
+    pidfds_.clear();
     std::lock_guard<std::mutex> g(mountMu_);
     for (auto& kv : mountFds_) close(kv.second);
     mountFds_.clear();
@@ -459,8 +469,57 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     }
   }
 
+  static bool InfoCreds(int pidfd, Creds* c) {
+    PidfdInfoV0 info;
+    memset(&info, 0, sizeof info);
+    info.mask = kPidfdInfoPid | kPidfdInfoCreds;
+    if (ioctl(pidfd, kPidfdGetInfo, &info) != 0 || !(info.mask & kPidfdInfoCreds)) return false;
+    c->uid[0] = info.ruid;
+    c->uid[1] = info.euid;
+    c->uid[2] = info.suid;
+    c->uid[3] = info.fsuid;
+    return true;
+  }
+
+  // Credentials through a pidfd kept per process. Safe against PID reuse: a pidfd whose
+  // process is alive (or a zombie) answers PIDFD_GET_INFO, and while it does its PID cannot
+  // belong to anyone else; once it is reaped the ioctl fails with ESRCH and the PID is
+  // opened afresh. A fresh pidfd_open(pid) names the event's process, which is blocked in
+  // this very open and cannot be reaped unless killed (then the answer no longer matters).
+  // This costs one ioctl per event instead of the kernel making and us closing a pidfd.
+  bool CredsFromCache(int32_t pid, Creds* c) {
+    auto it = pidfds_.find(pid);
+    if (it != pidfds_.end()) {
+      if (InfoCreds(it->second, c)) return true;
+      int err = errno;
+      close(it->second);
+      pidfds_.erase(it);
+      if (err == ENOTTY || err == EINVAL) {
+        pidfdInfoOk_.store(false);
+        return false;
+      }
+    }
+    int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (fd < 0) return false;
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (!InfoCreds(fd, c)) {
+      if (errno == ENOTTY || errno == EINVAL) pidfdInfoOk_.store(false);
+      close(fd);
+      return false;
+    }
+    if (pidfds_.size() >= kPidfdCacheMax) {
+      for (auto& kv : pidfds_) close(kv.second);
+      pidfds_.clear();
+    }
+    pidfds_.emplace(pid, fd);
+    return true;
+  }
+
   bool CredsOf(int pidfd, int32_t pid, Creds* c) {
-    if (pidfd >= 0 && pidfdInfoOk_.load(std::memory_order_relaxed)) {
+    if (identity_ == kIdCache && pidfdInfoOk_.load(std::memory_order_relaxed)) {
+      if (CredsFromCache(pid, c)) return true;
+      if (errno == ESRCH) return false;  // the process is gone
+    } else if (pidfd >= 0 && pidfdInfoOk_.load(std::memory_order_relaxed)) {
       PidfdInfoV0 info;
       memset(&info, 0, sizeof info);
       info.mask = kPidfdInfoPid | kPidfdInfoCreds;
@@ -560,6 +619,9 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
         }
         if (!v.allow) *allow = false;
         Record& r = recs[n++];
+        timespec wall;
+        clock_gettime(CLOCK_REALTIME, &wall);
+        r.tsMs = static_cast<double>(wall.tv_sec) * 1000.0 + static_cast<double>(wall.tv_nsec / 1000000);
         r.uid = uids[h];
         r.pid = m->pid;
         r.exec = exec;
@@ -616,9 +678,25 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     return true;
   }
 
-  // Mount IDs of this process's mount namespace, re-read when the kernel flags a change
-  // (poll on /proc/self/mountinfo reports POLLPRI after any mount or unmount).
-  bool OurMount(uint64_t id) {
+  // Is this mount one of this process's own (the watcher's mount namespace)?
+  //
+  // With unique mount IDs (statx STATX_MNT_ID_UNIQUE + listmount, Linux 6.8+) the set of our
+  // mounts can be stale only by missing new mounts of ours: a unique ID is never reused, so a
+  // mount of another namespace can never match. A miss re-lists our mounts (at most every
+  // 50 ms); a new mount of ours missed in that window is only renamed through our marked
+  // mount of the same filesystem. No syscall per event beyond the statx.
+  //
+  // Without them, the classic 32-bit IDs are reused, so the set is re-read whenever
+  // /proc/self/mountinfo signals a change (checked with poll on every event).
+  bool OurMount(uint64_t id, bool unique) {
+    if (unique) {
+      if (ourUnique_.count(id)) return true;
+      int64_t now = NowNs();
+      if (now - lastListNs_ < 50 * 1000 * 1000) return false;
+      lastListNs_ = now;
+      if (!ListOurMounts()) return false;
+      return ourUnique_.count(id) > 0;
+    }
     bool reload = mountinfoFd_ < 0;
     if (!reload) {
       pollfd p{mountinfoFd_, POLLPRI, 0};
@@ -646,6 +724,28 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     return ourMounts_.count(id) > 0;
   }
 
+  // listmount(2) of every mount in our namespace, by unique ID.
+  bool ListOurMounts() {
+    struct {
+      uint32_t size, spare;
+      uint64_t mnt_id, param;
+    } req{24, 0, ~0ULL /* LSMT_ROOT */, 0};
+    std::unordered_set<uint64_t> ids;
+    std::vector<uint64_t> buf(1024);
+    for (;;) {
+      long n = syscall(458 /* __NR_listmount */, &req, buf.data(), buf.size(), 0);
+      if (n < 0) {
+        listmountOk_ = false;
+        return false;
+      }
+      ids.insert(buf.begin(), buf.begin() + n);
+      if (static_cast<size_t>(n) < buf.size()) break;
+      req.param = buf[static_cast<size_t>(n) - 1];  // continue after the last ID
+    }
+    ourUnique_.swap(ids);
+    return true;
+  }
+
   // The path a subject's event is judged on. Through one of our mounts it is what
   // readlink says. Through a mount of another namespace (an agent's `unshare -Urm`, its
   // own bind mounts) readlink would name the file as that namespace sees it, which the
@@ -653,8 +753,12 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   // same filesystem and named from there. No such mount, no name: engine_error.
   bool PathOf(int fd, std::string* out) {
     struct statx sx;
-    if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &sx) != 0 || !(sx.stx_mask & STATX_MNT_ID)) return false;
-    if (OurMount(sx.stx_mnt_id)) return ReadLinkFd(fd, out);
+    constexpr unsigned kMntIdUnique = 0x4000;  // STATX_MNT_ID_UNIQUE (Linux 6.8)
+    unsigned want = STATX_MNT_ID | (listmountOk_ ? kMntIdUnique : 0u);  // an old kernel ignores the new bit
+    if (statx(fd, "", AT_EMPTY_PATH, want, &sx) != 0) return false;
+    bool unique = (sx.stx_mask & kMntIdUnique) != 0;
+    if (!unique && !(sx.stx_mask & STATX_MNT_ID)) return false;
+    if (OurMount(sx.stx_mnt_id, unique && listmountOk_)) return ReadLinkFd(fd, out);
     foreignMount_.fetch_add(1, std::memory_order_relaxed);
     struct {
       file_handle fh;
@@ -767,10 +871,16 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   std::atomic<bool> loopDone_{false};
   std::atomic<int> loopErrno_{0};
   std::atomic<bool> pidfdInfoOk_{true};
+  enum Identity { kIdCache, kIdReport, kIdProc } identity_ = kIdCache;
+  static constexpr size_t kPidfdCacheMax = 512;
+  std::unordered_map<int32_t, int> pidfds_;  // loop thread only
   std::mutex mountMu_;
   std::unordered_map<dev_t, int> mountFds_;
   int mountinfoFd_ = -1;
   std::unordered_set<uint64_t> ourMounts_;
+  std::unordered_set<uint64_t> ourUnique_;
+  int64_t lastListNs_ = 0;
+  bool listmountOk_ = true;
   std::atomic<uint64_t> foreignMount_{0};
   std::shared_ptr<const Snapshot> snap_;
 

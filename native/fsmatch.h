@@ -51,6 +51,7 @@ struct CompiledGlob {
  */
 class PathList {
  public:
+  /** Adds one entry (inert ones are skipped, as the engine's PathIndex.add does). */
   void Add(const std::string& entry);
   /** The entry text that decides for a normalised path, or null. */
   const std::string* Find(std::string_view normPath) const;
@@ -69,7 +70,9 @@ class PathList {
 /** A command entry list: absolute entries by normalised path (preferred), others by basename. */
 class CommandList {
  public:
+  /** Adds one entry (inert ones are skipped, as the engine's CommandIndex.add does). */
   void Add(const std::string& entry);
+  /** The entry text that decides for a normalised binary path or bare name, or null. */
   const std::string* Find(std::string_view normBinary) const;
 
  private:

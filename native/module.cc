@@ -5,6 +5,7 @@
 #include "fsmatch.h"
 #include "notify.h"
 #include "sockopt.h"
+#include "splice.h"
 
 namespace {
 
@@ -12,6 +13,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("originalDst", Napi::Function::New(env, leash::OriginalDst, "originalDst"));
   exports.Set("peerCred", Napi::Function::New(env, leash::PeerCred, "peerCred"));
   exports.Set("sdNotify", Napi::Function::New(env, leash::SdNotify, "sdNotify"));
+  leash::InitSplice(env, exports);
   exports.Set("compileFsPolicy", Napi::Function::New(env, leash::CompileFsPolicy, "compileFsPolicy"));
   exports.Set("nativeMatch", Napi::Function::New(env, leash::NativeMatch, "nativeMatch"));
   exports.Set("nativeMatchBatch", Napi::Function::New(env, leash::NativeMatchBatch, "nativeMatchBatch"));

@@ -42,6 +42,12 @@ export const ERROR_CODES = {
   usage: EXIT.refused,
   user_invalid: EXIT.refused,
   user_unknown: EXIT.refused,
+  // network enforcer (src/enforcers/network)
+  iptables_failed: EXIT.failed,
+  iptables_single_subject: EXIT.failed,
+  network_rule_invalid: EXIT.refused,
+  nft_failed: EXIT.failed,
+  nft_missing_multi: EXIT.failed,
   // policy store, subjects, reconcile (branch policy)
   ack_invalid: EXIT.refused,
   binding_not_found: EXIT.refused,
@@ -142,6 +148,17 @@ export const ENTRY_PROBLEMS = {
 } as const satisfies Record<EntryProblemCode, string>;
 
 /**
+ * Reasons the network proxy writes itself, for connections it refuses before (or instead of) asking the
+ * engine. They appear in decision lines like the engine's REASONS.
+ */
+export const PROXY_REASONS = {
+  ambiguous_host: 'the HTTP head names two different hosts; a server could pick either',
+  no_original_dst: 'SO_ORIGINAL_DST could not be read, so the connection cannot be shown to be redirected (critical)',
+  not_redirected: 'a direct connection to a proxy listener, or to the reserved loopback range 18000-18999 (critical)',
+  resolve_failed: 'a name-decided allow whose name did not resolve through the configured resolvers',
+} as const;
+
+/**
  * Reason codes the tools gate (`leash mcp`) adds to the engine's: argument rules, method policy,
  * protocol refusals and server failures. They appear in decision log lines with surface `tools`
  * and in the `data.reason` of the JSON-RPC error the gate answers with.
@@ -208,6 +225,7 @@ export function allCodes(): string[] {
       ...Object.keys(REASONS),
       ...Object.keys(TERMINAL_REASONS),
       ...Object.keys(ENTRY_PROBLEMS),
+      ...Object.keys(PROXY_REASONS),
       ...Object.keys(TOOLS_GATE_REASONS),
     ]),
   ];

@@ -13,6 +13,15 @@ export interface PeerCred {
   uid: number;
   gid: number;
 }
+/** A splice(2) pump shared by many connections (native/splice.cc). */
+export interface SplicerInstance {
+  /** Starts moving bytes both ways between two connected sockets JS no longer reads; returns the pair's id. */
+  add(fdA: number, fdB: number): number;
+  /** Finishes a pair now (its onDone fires with ECANCELED). */
+  abort(id: number): void;
+  /** Finishes every pair and stops the thread. */
+  close(): void;
+}
 /** The filesystem + commands part of a subject's policy, as the native matcher reads it. */
 export interface FsCmdPolicy {
   fail_mode: 'closed' | 'open';
@@ -35,6 +44,8 @@ export interface WatcherSubject {
 }
 /** A decision the native loop made for a subject, handed to JS for the decision log. */
 export interface WatcherRecord {
+  /** When the loop decided (ms since the epoch): the log line's ts, not the time it was drained. */
+  ts: number;
   uid: number;
   pid: number;
   surface: 'filesystem' | 'commands';
@@ -59,8 +70,12 @@ export interface WatcherOptions {
   nice?: number;
   /** Pending allow records beyond this are counted instead of queued (denies always queue). */
   queueAllows?: number;
-  /** Ask for FAN_REPORT_PIDFD (default true; false only to measure the /proc fallback). */
-  reportPidfd?: boolean;
+  /**
+   * How the opener's credentials are read: 'pidfd-cache' (default: one pidfd kept per live
+   * process, one ioctl per event), 'report-pidfd' (FAN_REPORT_PIDFD: a new pidfd from the kernel
+   * on every event), 'proc' (/proc/<pid>/status). The last two are for measurement.
+   */
+  identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
   /** The PID whose events are always allowed (default: this process). */
   selfPid?: number;
 }
@@ -90,6 +105,8 @@ export interface NativeWatcher {
   close(): void;
 }
 export interface NativeAddon {
+  /** new Splicer(onDone): onDone(id, errno (0 = both sides closed cleanly), bytesAtoB, bytesBtoA). */
+  Splicer: new (onDone: (id: number, errno: number, ab: number, ba: number) => void) => SplicerInstance;
   originalDst(fd: number): OriginalDst;
   peerCred(fd: number): PeerCred;
   sdNotify(state: string): boolean;

@@ -4,6 +4,8 @@ import { LeashError } from '../errors.js';
 import { runService } from '../service/start.js';
 import { register as check } from './check.js';
 import { configPath } from './context.js';
+import { registerDemo } from './demo.js';
+import { registerTeardown } from './teardown.js';
 import { register as init } from './init.js';
 import { register as logs } from './logs.js';
 import { register as mcp } from './mcp.js';
@@ -34,6 +36,8 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   policy,
   mcp,
   terminal,
+  registerDemo,
+  registerTeardown,
 ];
 
 export function buildProgram(extra: CommandGroup[] = []): Command {

@@ -245,7 +245,11 @@ export function analyse(config: Config, account: Account | null): Finding[] {
   const out: Finding[] = [];
   if (config.user === null) {
     out.push(
-      finding('user_unset', 'user', 'no leashed user is set; nothing is enforced (run: leash init --user NAME)'),
+      finding(
+        'user_unset',
+        'user',
+        'no leashed user is set; only leash-* agent accounts are enforced (run: leash init --user NAME)',
+      ),
     );
   } else if (account === null) {
     out.push(finding('user_unknown', 'user', `account ${config.user} does not exist on this host`));

@@ -1,4 +1,5 @@
-import { SURFACES } from '../engine/types.js';
+import { compilePolicy, decide, isGlob, type CompiledPolicy } from '../engine/index.js';
+import { SURFACES, type Surface } from '../engine/types.js';
 import type { InspectAction } from '../engine/types.js';
 import type { Effective, Fragment } from './fragment.js';
 import { fold, INSPECT_CATEGORIES } from './fragment.js';
@@ -21,6 +22,45 @@ function l(field: string, value: string, words: string): Loosening {
 /** How much inspection lets through: block < log < allow (log passes the call, it only records it). */
 const INSPECT_RANK: Record<InspectAction, number> = { block: 0, log: 1, allow: 2 };
 
+/** `before`'s allow lists alone (deny lists empty), compiled once: "was this already allowed by an entry?" */
+function allowOnly(before: Effective): CompiledPolicy {
+  const wl = (sp: { allow: string[] }) => ({ mode: 'whitelist' as const, allow: [...sp.allow], deny: [] });
+  return compilePolicy({
+    fail_mode: 'closed',
+    network: wl(before.network),
+    filesystem: wl(before.filesystem),
+    commands: wl(before.commands),
+    tools: { ...wl(before.tools), inspect: { secrets: 'allow', pii: 'allow', priv_esc: 'allow' } },
+  });
+}
+
+const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
+
+/**
+ * True when everything `entry` would allow is already allowed by an entry of the base's allow list, asked of the
+ * engine itself. Only shapes whose whole reach is one engine question are judged this way: a plain path (a
+ * directory entry covers its subtree, so covering the path covers all it reaches), a port-less host or IP (port 0
+ * is matched only by port-less base entries, which match every port), a command, a tool name. Globs, CIDRs,
+ * wildcards and port-pinned entries are compared as strings: a new spelling of them still asks for consent.
+ */
+function coveredByBase(surface: Surface, entry: string, base: CompiledPolicy): boolean {
+  const allowed = (v: { action: string; source: string }) => v.action === 'allow' && v.source === 'allow';
+  switch (surface) {
+    case 'filesystem':
+      return !isGlob(entry) && allowed(decide('filesystem', { path: entry }, base));
+    case 'commands':
+      return !isGlob(entry) && allowed(decide('commands', { binary: entry }, base));
+    case 'tools':
+      return allowed(decide('tools', { name: entry, inputs: {} }, base));
+    case 'network': {
+      if (IPV4.test(entry)) return allowed(decide('network', { ip: entry, port: 0 }, base));
+      if (/^[A-Za-z0-9.-]+$/.test(entry) && !entry.startsWith('.'))
+        return allowed(decide('network', { domain: entry, port: 0 }, base));
+      return false;
+    }
+  }
+}
+
 /**
  * Every loosening from `before` to `after`, not the first: the mode flipped to default-allow,
  * an allow entry a whitelist did not have, a deny entry dropped (`<surface>.unset.deny`),
@@ -29,6 +69,7 @@ const INSPECT_RANK: Record<InspectAction, number> = { block: 0, log: 1, allow: 2
  */
 export function loosenings(before: Effective, after: Effective): Loosening[] {
   const out: Loosening[] = [];
+  let base: CompiledPolicy | null = null;
   if (before.fail_mode !== 'open' && after.fail_mode === 'open') {
     out.push(l('fail_mode', 'open', 'fail_mode closed -> open: when no decision can be made, every surface allows'));
   }
@@ -46,7 +87,9 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
     }
     if (b.mode === 'whitelist' && a.mode === 'whitelist') {
       for (const e of a.allow) {
-        if (!b.allow.includes(e))
+        if (b.allow.includes(e)) continue;
+        base ??= allowOnly(before);
+        if (!coveredByBase(s, e, base))
           out.push(l(`${s}.allow`, e, `${s} whitelist allows ${e}: allow_entry where it was not_allowed`));
       }
     }

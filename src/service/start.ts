@@ -1,4 +1,7 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { loadConfig, type LoadedConfig } from '../config/load.js';
+import { agentsEnforcer } from './agents.js';
 import { LeashError } from '../errors.js';
 import { SURFACES } from '../engine/types.js';
 import { createDecisionLog, type DecisionLog } from '../log/decisions.js';
@@ -66,7 +69,7 @@ function describe(loaded: LoadedConfig, running: string[]): string {
   const c = loaded.config;
   const who = c.user
     ? `leashing ${c.user}${loaded.account ? ` (uid ${loaded.account.uid})` : ''}`
-    : 'no user set, nothing leashed';
+    : 'no configured user (leash-* agent accounts only)';
   const modes = SURFACES.map((s) => `${s} ${c[s].mode}`).join(', ');
   return `${who}: ${modes}; enforcers running: ${running.length ? running.join(', ') : 'none'}`;
 }
@@ -181,8 +184,31 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   return { stopped, stop, reload };
 }
 
-/** `leash` with no subcommand: run until SIGTERM/SIGINT, then exit 0. */
+/** `leash` with no subcommand: run until SIGTERM/SIGINT, then exit 0; exit 1 when the watcher gave up. */
 export async function runService(configPath: string): Promise<void> {
-  const svc = await startService({ configPath });
+  let fatal = false;
+  let svc: Service | null = null;
+  const wrapS = Number(process.env.LEASH_WATCHER_TIMEOUT_S);
+  const factory = agentsEnforcer({
+    ...(Number.isFinite(wrapS) && wrapS > 0 ? { watcherWrap: ['timeout', '-s', 'KILL', String(wrapS)] } : {}),
+    onFatal: () => {
+      // systemd restarts the whole service (Restart=on-failure): exit non-zero after a clean stop.
+      fatal = true;
+      void svc?.stop();
+    },
+  });
+  svc = await startService({ configPath, enforcers: [factory] });
+  // Outside systemd the CLI signals the pid file (see src/cli/policy-common.ts).
+  const pidFile = process.env.LEASH_PID_FILE ?? (process.env.NOTIFY_SOCKET ? null : '/run/leash/leash.pid');
+  if (pidFile) {
+    try {
+      fs.mkdirSync(path.dirname(pidFile), { recursive: true, mode: 0o755 });
+      fs.writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o644 });
+    } catch {
+      // Not fatal: the CLI then says how to signal by hand.
+    }
+  }
   await svc.stopped;
+  if (pidFile) fs.rmSync(pidFile, { force: true });
+  if (fatal) process.exitCode = 1;
 }

@@ -47,7 +47,8 @@ function start(
   env: Record<string, string> = {},
 ): { child: ChildProcess; out: () => string; err: () => string; exit: Promise<number | null> } {
   const child = spawn(process.execPath, [CLI, ...args], {
-    env: { ...process.env, ...env },
+    // The pid file goes to a temp dir, never the host's /run/leash.
+    env: { ...process.env, LEASH_PID_FILE: path.join(tmpDir(), 'leash.pid'), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   onTestFinished(() => void child.kill('SIGKILL'));
@@ -59,9 +60,12 @@ function start(
   return { child, out: () => out, err: () => err, exit };
 }
 
+// Enforcers off: these tests are about readiness and signals, and must not change the host's firewall
+// or mark its filesystems (tests/integration/service-agents.test.ts runs them for real in a namespace).
 const policy = (decisions: string) => `user: nobody
 network: { allow: [github.com] }
 logging: { level: info, decisions: ${decisions} }
+enforcers: { network: false, filesystem: false, tools: false }
 `;
 
 describe.skipIf(!nativeAvailable())('leash service (no subcommand)', () => {
@@ -122,7 +126,7 @@ describe.skipIf(!nativeAvailable())('leash service (no subcommand)', () => {
   });
 
   it('runs without NOTIFY_SOCKET too (sd_notify is a no-op)', async () => {
-    const env = { ...process.env };
+    const env: NodeJS.ProcessEnv = { ...process.env, LEASH_PID_FILE: path.join(tmpDir(), 'leash.pid') };
     delete env.NOTIFY_SOCKET;
     const svc = start(['-c', configFile(policy('stdout'))], env as Record<string, string>);
     for (let i = 0; i < 100 && !svc.err().includes('"ready"'); i++) await new Promise((r) => setTimeout(r, 50));

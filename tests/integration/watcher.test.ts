@@ -102,7 +102,12 @@ describe.skipIf(!root)('filesystem watcher process', () => {
     expect(isEperm(runAs(A, [bin.ls!, p('secret')]))).toBe(true);
   });
 
-  it('whitelist holds inside a user + mount namespace the account made itself', () => {
+  it('names files opened through its own mounts by readlink, with no renaming', async () => {
+    runAs(A, [bin.cat!, p('work', 'a.txt')]);
+    expect((await sup.status()).stats.foreignMount).toBe(0);
+  });
+
+  it('whitelist holds inside a user + mount namespace the account made itself', async () => {
     const r = runAsInOwnNs(A, `${bin.cat} ${p('work', 'a.txt')}; echo; ${bin.cat} ${p('secret', 's.txt')}`);
     expect(r.stdout).toContain('inside');
     expect(r.stdout).not.toContain('secret');
@@ -110,6 +115,21 @@ describe.skipIf(!root)('filesystem watcher process', () => {
     // Its own bind mount of the secret directory is still the marked filesystem.
     const b = runAsInOwnNs(A, `mount --bind ${p('secret')} ${p('work')} && ${bin.cat} ${p('work', 's.txt')}`);
     expect(b.stdout).not.toContain('secret');
+    expect(b.stderr).toMatch(/Operation not permitted/);
+    // Those opens came through the namespace's own mounts and were renamed through ours.
+    expect((await sup.status()).stats.foreignMount).toBeGreaterThan(0);
+  });
+
+  it('a symlink inside the whitelist to a file outside it is judged by the real path', () => {
+    // The kernel resolves the link before the open: the event names the target, not the link.
+    const link = p('work', 'to-secret');
+    fs.symlinkSync(p('secret', 's.txt'), link);
+    try {
+      expect(isEperm(runAs(A, [bin.cat!, link]))).toBe(true);
+      expect(runAs(A, [bin.cat!, p('work', 'a.txt')]).code).toBe(0);
+    } finally {
+      fs.rmSync(link, { force: true });
+    }
   });
 
   it('blacklist blocks only what it lists', () => {
@@ -176,6 +196,11 @@ describe.skipIf(!root)('filesystem watcher process', () => {
       expect.objectContaining({ uid: B.uid, surface: 'commands', action: 'block', rule: 'ls' }),
     );
     expect(lines.every((l) => l.uid === A.uid || l.uid === B.uid)).toBe(true);
+    for (const l of lines) {
+      expect(l.ref).toMatch(/^[a-z2-7]{8}$/);
+      expect(Math.abs(Date.parse(l.ts as string) - Date.now())).toBeLessThan(60_000);
+    }
+    expect(new Set(lines.map((l) => l.ref)).size).toBe(lines.length);
   });
 
   it('a filesystem mounted beneath a subject root later is found by the re-scan and judged', async () => {

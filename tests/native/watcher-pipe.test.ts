@@ -82,7 +82,7 @@ describe.skipIf(!nativeAvailable())('watcher loop on crafted events', () => {
     return r.readUInt32LE(4);
   }
 
-  it('judges a subject process by its /proc credentials', async () => {
+  it('judges a subject process by its credentials (a pidfd kept per process)', async () => {
     expect(answer(FAN_OPEN_PERM, path.join(dir, 'ok', 'f'), childPid)).toBe(FAN_ALLOW);
     expect(answer(FAN_OPEN_PERM, path.join(dir, 'other'), childPid)).toBe(FAN_DENY);
     await new Promise((r) => setTimeout(r, 50));
@@ -90,7 +90,41 @@ describe.skipIf(!nativeAvailable())('watcher loop on crafted events', () => {
       ['allow', 'allow_entry', path.join(dir, 'ok', 'f')],
       ['block', 'not_allowed', path.join(dir, 'other')],
     ]);
-    expect(w.stats().procFallback).toBeGreaterThanOrEqual(2);
+    expect(w.stats().procFallback).toBe(0);
+  });
+
+  it('reads credentials from /proc when asked to', () => {
+    w.close();
+    const evR2 = fs.openSync(path.join(dir, 'ev'), 'r+');
+    cleanups.push(() => fs.closeSync(evR2));
+    const respW2 = fs.openSync(path.join(dir, 'resp'), 'w');
+    cleanups.push(() => fs.closeSync(respW2));
+    w = new (loadNative().Watcher)({
+      onRecords: () => {},
+      eventFd: evR2,
+      responseFd: respW2,
+      watchdogMs: 0,
+      identity: 'proc',
+    });
+    cleanups.push(() => w.close());
+    w.setSubjects([{ uid: process.getuid!(), failMode: 'closed', policy: null }]);
+    w.start();
+    expect(answer(FAN_OPEN_PERM, path.join(dir, 'ok', 'f'), childPid)).toBe(FAN_DENY);
+    expect(w.stats().procFallback).toBe(1);
+  });
+
+  it('does not trust a kept pidfd whose process has died (ESRCH)', async () => {
+    w.setSubjects([{ uid: process.getuid!(), failMode: 'closed', policy: null }]);
+    const a = spawn('sleep', ['30'], { stdio: 'ignore' });
+    cleanups.push(() => a.kill('SIGKILL'));
+    expect(answer(FAN_OPEN_PERM, path.join(dir, 'ok', 'f'), a.pid!)).toBe(FAN_DENY); // subject: no policy
+    await new Promise<void>((r) => {
+      a.on('exit', () => r());
+      a.kill('SIGKILL');
+    });
+    // The same PID, now dead: its kept pidfd no longer answers, and a fresh one cannot be opened.
+    expect(answer(FAN_OPEN_PERM, path.join(dir, 'ok', 'f'), a.pid!)).toBe(FAN_DENY);
+    expect(w.stats().unknownProcess).toBe(1);
   });
 
   it('answers its own PID allow without judging', () => {

@@ -91,3 +91,32 @@ describe('loosening judge', () => {
     expect(ackFlags(['a:b', "c:it's"])).toBe(`--ack 'a:b' --ack 'c:it'\\''s'`);
   });
 });
+
+describe('loosening judge: an allow entry the base already covers is no loosening', () => {
+  const base = floor({
+    network: { mode: 'whitelist', allow: ['github.com', 'pinned.org:443', '10.0.0.0/8'] },
+    filesystem: { mode: 'whitelist', allow: ['/home/a', '/srv/*/logs'] },
+    commands: { mode: 'whitelist', allow: ['git', '/usr/bin/make'] },
+    tools: { mode: 'whitelist', allow: ['read_file'] },
+  });
+  const tokens = (f: Fragment) => loosenings(base, fold(base, f)).map((x) => x.token);
+  it.each<[string, Fragment, string[]]>([
+    ['a subdirectory of an allowed directory', { filesystem: { allow: ['/home/a/work'] } }, []],
+    ['a sibling that only shares a prefix', { filesystem: { allow: ['/home/ab'] } }, ['filesystem.allow:/home/ab']],
+    ['a path under an allowed glob', { filesystem: { allow: ['/srv/x/logs/today'] } }, []],
+    ['a new glob is judged as written', { filesystem: { allow: ['/home/a/*'] } }, ['filesystem.allow:/home/a/*']],
+    ['a subdomain of an allowed domain', { network: { allow: ['api.github.com'] } }, []],
+    ['a lookalike domain', { network: { allow: ['evilgithub.com'] } }, ['network.allow:evilgithub.com']],
+    ['a domain allowed only on one port', { network: { allow: ['pinned.org'] } }, ['network.allow:pinned.org']],
+    ['an address inside an allowed CIDR', { network: { allow: ['10.1.2.3'] } }, []],
+    ['an address outside it', { network: { allow: ['11.1.2.3'] } }, ['network.allow:11.1.2.3']],
+    ['a path of a command allowed by basename', { commands: { allow: ['/opt/bin/git'] } }, []],
+    ['a basename allowed only at one path', { commands: { allow: ['make'] } }, ['commands.allow:make']],
+    ['a tool name spelled differently', { tools: { allow: ['READ_FILE'] } }, []],
+  ])('%s', (_what, f, want) => {
+    const keep = (s: keyof Effective & ('network' | 'filesystem' | 'commands' | 'tools')) =>
+      f[s] ? { [s]: { ...f[s], allow: [...(base[s].allow as string[]), ...(f[s]!.allow ?? [])] } } : {};
+    const frag = { ...keep('network'), ...keep('filesystem'), ...keep('commands'), ...keep('tools') } as Fragment;
+    expect(tokens(frag)).toEqual(want);
+  });
+});

@@ -58,7 +58,7 @@ describe('service start', () => {
     });
     expect(events).toEqual(['start network closed', 'start filesystem closed']);
     expect(s.notes[0]).toMatch(
-      /^READY=1\nSTATUS=no user set, nothing leashed: .*enforcers running: network, filesystem$/,
+      /^READY=1\nSTATUS=no configured user \(leash-\* agent accounts only\): .*enforcers running: network, filesystem$/,
     );
     await svc.stop();
     await svc.stopped;

@@ -2,6 +2,7 @@
 // service (supervisor.ts) with the map protocol on fd 3. It is the only holder of the
 // fanotify group. Everything it will ever need is imported here, before any mark goes
 // on: once marks exist, loading a module would open files on a marked filesystem.
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -20,7 +21,8 @@ const { values } = parseArgs({
     nice: { type: 'string', default: '0' },
     'watchdog-ms': { type: 'string', default: '10000' },
     'rescan-ms': { type: 'string', default: '3000' },
-    'no-pidfd': { type: 'boolean', default: false },
+    identity: { type: 'string', default: 'pidfd-cache' },
+    'queue-allows': { type: 'string', default: '4096' },
   },
 });
 
@@ -39,11 +41,30 @@ function wedgeForTest(): void {
 const sink = values.decisions!;
 const single = createDecisionLog({ sink });
 const logFd = sink === 'stdout' ? 1 : fs.openSync(sink, fs.constants.O_WRONLY | fs.constants.O_APPEND);
+// Refs in the decision log's format (8 base32 characters from 40 random bits), drawn from a
+// pool of random bytes: one crypto call per 1,024 lines instead of one per line.
+const B32 = 'abcdefghijklmnopqrstuvwxyz234567';
+let pool = Buffer.alloc(0);
+let poolAt = 0;
+function poolRef(): string {
+  if (poolAt + 5 > pool.length) {
+    pool = crypto.randomBytes(5 * 1024);
+    poolAt = 0;
+  }
+  let v = pool[poolAt]! * 4294967296 + pool.readUInt32BE(poolAt + 1);
+  poolAt += 5;
+  let s = '';
+  for (let i = 0; i < 8; i++) {
+    s = B32[v % 32] + s;
+    v = Math.floor(v / 32);
+  }
+  return s;
+}
 const log = {
   write: (rec: DecisionRecord): string => single.write(rec),
-  writeMany(recs: DecisionRecord[]): void {
+  writeMany(recs: DecisionRecord[], times: number[]): void {
     if (recs.length === 0) return;
-    const buf = Buffer.from(recs.map((r) => formatDecision(r)).join(''), 'utf8');
+    const buf = Buffer.from(recs.map((r, i) => formatDecision(r, poolRef(), new Date(times[i]!))).join(''), 'utf8');
     let off = 0;
     while (off < buf.length) off += fs.writeSync(logFd, buf, off, buf.length - off);
   },
@@ -57,7 +78,8 @@ const core = createWatcherCore({
   nice: Number(values.nice),
   watchdogMs: Number(values['watchdog-ms']),
   rescanMs: Number(values['rescan-ms']),
-  reportPidfd: !values['no-pidfd'],
+  identity: values.identity as 'pidfd-cache' | 'report-pidfd' | 'proc',
+  queueAllows: Number(values['queue-allows']),
 });
 
 const chan = new net.Socket({ fd: 3, readable: true, writable: true });

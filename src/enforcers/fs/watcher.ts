@@ -10,14 +10,16 @@ import type { WatcherStatus } from './protocol.js';
 
 export interface WatcherCoreOptions {
   native: NativeAddon;
-  /** The decision log; `writeMany` (one write for a whole drain) is used when present. */
-  log: { write(rec: DecisionRecord): string; writeMany?(recs: DecisionRecord[]): void };
+  /** The decision log; `writeMany` (one write for a whole drain, with each decision's time) when present. */
+  log: { write(rec: DecisionRecord): string; writeMany?(recs: DecisionRecord[], times: number[]): void };
   /** Structured warnings (the journal). */
   warn: (obj: Record<string, unknown>) => void;
   spinUs?: number;
   nice?: number;
   watchdogMs?: number;
-  reportPidfd?: boolean;
+  identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
+  /** Pending allow records beyond this are counted, not written (denies always are). */
+  queueAllows?: number;
   /** How often new filesystems under a root are looked for. */
   rescanMs?: number;
   readMountinfo?: () => string;
@@ -56,7 +58,11 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
       subject: r.surface === 'filesystem' ? { path: r.subject } : { binary: r.subject },
       rule: r.rule,
     }));
-    if (opts.log.writeMany) opts.log.writeMany(recs);
+    if (opts.log.writeMany)
+      opts.log.writeMany(
+        recs,
+        records.map((r) => r.ts),
+      );
     else for (const r of recs) opts.log.write(r);
     if (dropped > 0) {
       droppedAllows += dropped;
@@ -69,7 +75,8 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     watchdogMs: opts.watchdogMs ?? 10_000,
     spinUs: opts.spinUs ?? 0,
     nice: opts.nice ?? 0,
-    reportPidfd: opts.reportPidfd ?? true,
+    identity: opts.identity ?? 'pidfd-cache',
+    queueAllows: opts.queueAllows ?? 4096,
   });
 
   const apply = (): void => {

@@ -1,0 +1,305 @@
+/**
+ * bench/proxy: the network surface's cost, in ONE run in the lab (two namespaces on a veth pair), for three paths:
+ *   direct   root in the agent namespace (no leash rules) straight to the upstream
+ *   leash    the leashed account: nft redirect -> Leash proxy (peek SNI, decide, resolve, splice)
+ *   nginx    another account: nft redirect -> nginx stream with ssl_preread doing the same SNI routing (1 worker)
+ * Measures bulk throughput (1 GiB, median of 3), new TLS connections/s with 50 concurrent clients (median of 3
+ * runs of 2 s), and p50/p99 connection set-up time (connect -> TLS handshake done) at one client (600 samples),
+ * every repetition interleaved across the three paths. Prints a table with ratios, writes JSON
+ * with --json <file>. Root only; run by hand: `npm run build && node dist/bench/proxy.js`.
+ */
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import tls from 'node:tls';
+import { fileURLToPath } from 'node:url';
+import type { PolicyInput } from '../src/engine/types.js';
+import { parseClientHello } from '../src/enforcers/network/peek.js';
+import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../src/lab/lab.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const BULK_PORT = 9443;
+const BULK_BYTES = 1 << 30;
+const TARGET = LAB.hosts[0]!; // good.lab
+const args = process.argv.slice(2);
+const opt = (name: string, dflt: number) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? Number(args[i + 1]) : dflt;
+};
+const REPS = opt('--reps', 3);
+const CONNS_MS = opt('--conns-ms', 2000);
+const CONC = opt('--concurrency', 50);
+const SETUP_N = opt('--setup-n', 600);
+
+type PathName = 'direct' | 'leash' | 'nginx';
+
+async function captureHello(servername: string): Promise<Buffer> {
+  const server = net.createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as net.AddressInfo).port;
+  const got = new Promise<Buffer>((resolve) => {
+    server.on('connection', (s) => {
+      let acc = Buffer.alloc(0);
+      s.on('data', (d: Buffer) => {
+        acc = Buffer.concat([acc, d]);
+        if (parseClientHello(acc).kind !== 'more') resolve(acc);
+      });
+    });
+  });
+  const c = tls.connect({ port, host: '127.0.0.1', servername, rejectUnauthorized: false });
+  c.on('error', () => {});
+  const hello = await got;
+  c.destroy();
+  server.close();
+  return hello;
+}
+
+function policy(): PolicyInput {
+  const open = { mode: 'blacklist' as const, allow: [], deny: [] };
+  return {
+    fail_mode: 'closed',
+    network: { mode: 'whitelist', allow: [TARGET.name!], deny: [] },
+    filesystem: open,
+    commands: open,
+    tools: { ...open, inspect: { secrets: 'log', pii: 'log', priv_esc: 'log' } },
+  };
+}
+
+function nginxConf(dir: string): string {
+  return `load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+daemon off;
+worker_processes 1;
+pid ${dir}/nginx.pid;
+error_log ${dir}/nginx-error.log warn;
+events { worker_connections 8192; }
+stream {
+  map $ssl_preread_server_name $tls_up { ${TARGET.name} ${TARGET.v4}:443; default 127.0.0.1:1; }
+  map $ssl_preread_server_name $bulk_up { ${TARGET.name} ${TARGET.v4}:${BULK_PORT}; default 127.0.0.1:1; }
+  server { listen 127.0.0.1:19443 backlog=4096; ssl_preread on; proxy_pass $tls_up; }
+  server { listen 127.0.0.1:19444 backlog=4096; ssl_preread on; proxy_pass $bulk_up; }
+}
+`;
+}
+
+async function client(lab: Lab, user: LabUser | null, argv: string[]): Promise<unknown> {
+  const script = path.join(here, 'proxy-client.js');
+  const pre = user ? ['setpriv', `--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups'] : [];
+  const r = await lab.agent([...pre, process.execPath, script, ...argv]);
+  if (r.code !== 0) throw new Error(`client ${argv[0]} failed: ${r.stderr}`);
+  return JSON.parse(r.stdout);
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const pct = (xs: number[], p: number) =>
+  [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+
+function cpuSeconds(pid: number): number {
+  const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = f.slice(f.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100; // clock ticks (USER_HZ 100) -> seconds
+}
+
+async function main(): Promise<void> {
+  if (process.getuid?.() !== 0) throw new Error('bench/proxy needs root (namespaces, accounts)');
+  const cleanups = createCleanups();
+  process.once('SIGINT', () => void cleanups.run().then(() => process.exit(130)));
+  try {
+    const load0 = fs.readFileSync('/proc/loadavg', 'utf8').trim();
+    const lab = await buildLab({ id: 'netb', bulk: { port: BULK_PORT, bytes: BULK_BYTES }, cleanups });
+    const leashUser = await lab.createUser('leash-tb1');
+    const nginxUser = await lab.createUser('leash-tb2');
+    const enforcer = await lab.startEnforcer({ subjects: [{ uid: leashUser.uid, port: 18443, policy: policy() }] });
+    // nginx gets the same kind of kernel redirect, for its own account, from a table of the bench's own.
+    const nft = await lab.agent(
+      ['nft', '-f', '-'],
+      `table ip leash_bench {
+  chain o { type nat hook output priority -100; policy accept;
+    meta skuid ${nginxUser.uid} tcp dport 443 redirect to :19443
+    meta skuid ${nginxUser.uid} tcp dport ${BULK_PORT} redirect to :19444
+  }
+}\n`,
+    );
+    if (nft.code !== 0) throw new Error(nft.stderr);
+    fs.writeFileSync(path.join(lab.dir, 'nginx.conf'), nginxConf(lab.dir));
+    const ngx = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        lab.agentNs,
+        'nginx',
+        '-p',
+        lab.dir,
+        '-e',
+        path.join(lab.dir, 'nginx-error.log'),
+        '-c',
+        path.join(lab.dir, 'nginx.conf'),
+      ],
+      {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
+    let ngxErr = '';
+    ngx.stderr!.on('data', (d: Buffer) => (ngxErr += d.toString()));
+    cleanups.defer(`stop nginx pid ${ngx.pid}`, () => stopChild(ngx));
+    for (let i = 0; i < 50 && !fs.existsSync(path.join(lab.dir, 'nginx.pid')); i++)
+      await new Promise((r) => setTimeout(r, 100));
+    if (!fs.existsSync(path.join(lab.dir, 'nginx.pid'))) throw new Error(`nginx did not start: ${ngxErr}`);
+
+    const helloFile = path.join(lab.dir, 'hello.hex');
+    fs.writeFileSync(helloFile, (await captureHello(TARGET.name!)).toString('hex'));
+    fs.chmodSync(helloFile, 0o644);
+    const users: Record<PathName, LabUser | null> = { direct: null, leash: leashUser, nginx: nginxUser };
+    const paths: PathName[] = ['direct', 'leash', 'nginx'];
+
+    // Sanity: every path reaches the upstream and Leash decided on the name.
+    for (const p of paths) await client(lab, users[p], ['setup', TARGET.v4, '443', TARGET.name!, '3']);
+    if (!enforcer.decisions().some((d) => d.action === 'allow')) throw new Error('Leash made no allow decision');
+
+    const bulk: Record<PathName, number[]> = { direct: [], leash: [], nginx: [] };
+    let leashCpu = 0;
+    let nginxCpu = 0;
+    const ngxWorkers = () =>
+      fs
+        .readFileSync(`/proc/${ngx.pid}/task/${ngx.pid}/children`, 'utf8')
+        .trim()
+        .split(/\s+/)
+        .filter(Boolean)
+        .map(Number);
+    const ngxCpu = () => ngxWorkers().reduce((a, p) => a + cpuSeconds(p), cpuSeconds(ngx.pid!));
+    for (let rep = 0; rep < REPS; rep++) {
+      for (const p of paths) {
+        const c0 = p === 'leash' ? cpuSeconds(enforcer.pid) : p === 'nginx' ? ngxCpu() : 0;
+        const r = (await client(lab, users[p], ['bulk', TARGET.v4, String(BULK_PORT), helloFile])) as {
+          bytes: number;
+          ms: number;
+        };
+        if (r.bytes !== BULK_BYTES) throw new Error(`${p}: bulk got ${r.bytes} bytes`);
+        if (p === 'leash') leashCpu += cpuSeconds(enforcer.pid) - c0;
+        if (p === 'nginx') nginxCpu += ngxCpu() - c0;
+        bulk[p].push((r.bytes * 8) / (r.ms / 1000) / 1e9);
+      }
+    }
+    // Interleaved repetitions (direct, leash, nginx, direct, ...): background load on a shared VM drifts, and
+    // interleaving spreads the drift over the three paths instead of charging it to one.
+    const rates: Record<PathName, number[]> = { direct: [], leash: [], nginx: [] };
+    const errs: Record<PathName, number> = { direct: 0, leash: 0, nginx: 0 };
+    const cpuUs: Record<PathName, { s: number; n: number }> = {
+      direct: { s: 0, n: 0 },
+      leash: { s: 0, n: 0 },
+      nginx: { s: 0, n: 0 },
+    };
+    const samples: Record<PathName, number[]> = { direct: [], leash: [], nginx: [] };
+    for (let rep = 0; rep < REPS; rep++) {
+      for (const p of paths) {
+        const cpu = p === 'leash' ? () => cpuSeconds(enforcer.pid) : p === 'nginx' ? ngxCpu : null;
+        const c0 = cpu?.() ?? 0;
+        const r = (await client(lab, users[p], [
+          'conns',
+          TARGET.v4,
+          '443',
+          TARGET.name!,
+          String(CONC),
+          String(CONNS_MS),
+        ])) as { count: number; errors: number; ms: number };
+        rates[p].push(r.count / (r.ms / 1000));
+        errs[p] += r.errors;
+        if (cpu) {
+          cpuUs[p].s += cpu() - c0;
+          cpuUs[p].n += r.count;
+        }
+      }
+      for (const p of paths) {
+        const r = (await client(lab, users[p], [
+          'setup',
+          TARGET.v4,
+          '443',
+          TARGET.name!,
+          String(Math.ceil(SETUP_N / REPS)),
+        ])) as { samples: number[] };
+        samples[p].push(...r.samples);
+      }
+    }
+    const conns: Record<PathName, { rate: number; errors: number; cpuUsPerConn: number | null }> = {} as never;
+    const setup: Record<PathName, { p50: number; p99: number }> = {} as never;
+    for (const p of paths) {
+      conns[p] = {
+        rate: median(rates[p]),
+        errors: errs[p],
+        cpuUsPerConn: cpuUs[p].n ? (cpuUs[p].s * 1e6) / cpuUs[p].n : null,
+      };
+      setup[p] = { p50: pct(samples[p], 50), p99: pct(samples[p], 99) };
+    }
+    const load1 = fs.readFileSync('/proc/loadavg', 'utf8').trim();
+
+    const g = (p: PathName) => median(bulk[p]);
+    const rows = paths.map((p) => ({
+      path: p,
+      bulkGbit: g(p),
+      connsPerSec: conns[p].rate,
+      connErrors: conns[p].errors,
+      setupP50ms: setup[p].p50,
+      setupP99ms: setup[p].p99,
+    }));
+    const f = (n: number, d = 2) => n.toFixed(d);
+    const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(8) : c.padStart(14))).join('');
+    process.stdout.write(
+      `\nbench/proxy  (lab: veth between two namespaces; ${os.cpus().length} vCPU; loadavg before ${load0} | after ${load1})\n`,
+    );
+    process.stdout.write(line(['path', 'bulk Gbit/s', 'TLS conns/s', 'setup p50 ms', 'setup p99 ms']) + '\n');
+    for (const r of rows)
+      process.stdout.write(line([r.path, f(r.bulkGbit), f(r.connsPerSec, 0), f(r.setupP50ms), f(r.setupP99ms)]) + '\n');
+    const L = rows[1]!;
+    const D = rows[0]!;
+    const N = rows[2]!;
+    const checks = [
+      ['throughput vs direct', L.bulkGbit / D.bulkGbit, '>= 0.90x', L.bulkGbit / D.bulkGbit >= 0.9],
+      ['throughput vs nginx', L.bulkGbit / N.bulkGbit, '>= 1.00x', L.bulkGbit / N.bulkGbit >= 1.0],
+      ['conns/s vs nginx', L.connsPerSec / N.connsPerSec, '>= 0.70x', L.connsPerSec / N.connsPerSec >= 0.7],
+      ['conns/s vs direct', L.connsPerSec / D.connsPerSec, '(info)', true],
+    ] as const;
+    process.stdout.write('\nLeash ratios:\n');
+    for (const [name, v, want, ok] of checks)
+      process.stdout.write(`  ${name.padEnd(22)} ${f(v)}x  target ${want}  ${ok ? 'met' : 'MISSED'}\n`);
+    const dP99 = L.setupP99ms - D.setupP99ms;
+    process.stdout.write(
+      `  ${'p99 set-up vs direct'.padEnd(22)} +${f(dP99)} ms  target <= +2 ms  ${dP99 <= 2 ? 'met' : 'MISSED'}\n`,
+    );
+    process.stdout.write(`  proxy CPU per GiB bulk: Leash ${f(leashCpu / REPS)} s, nginx ${f(nginxCpu / REPS)} s\n`);
+    process.stdout.write(
+      `  proxy CPU per new TLS connection: Leash ${f(conns.leash.cpuUsPerConn ?? 0, 0)} us, nginx ${f(conns.nginx.cpuUsPerConn ?? 0, 0)} us (errors: ${paths.map((p) => `${p} ${conns[p].errors}`).join(', ')})\n`,
+    );
+    process.stdout.write(
+      `  bulk samples (Gbit/s): ${paths.map((p) => `${p} ${bulk[p].map((x) => f(x)).join('/')}`).join('; ')}\n`,
+    );
+    process.stdout.write(
+      `  conns/s samples: ${paths.map((p) => `${p} ${rates[p].map((x) => f(x, 0)).join('/')}`).join('; ')}\n`,
+    );
+    const ji = args.indexOf('--json');
+    if (ji >= 0) {
+      fs.writeFileSync(
+        args[ji + 1]!,
+        JSON.stringify(
+          { load0, load1, rows, bulk, leashCpuPerGiB: leashCpu / REPS, nginxCpuPerGiB: nginxCpu / REPS },
+          null,
+          2,
+        ),
+      );
+    }
+    const ngxLog = path.join(lab.dir, 'nginx-error.log');
+    const errLines = fs.existsSync(ngxLog) ? fs.readFileSync(ngxLog, 'utf8').trim().split('\n').filter(Boolean) : [];
+    if (errLines.length)
+      process.stdout.write(`  nginx error log: ${errLines.length} lines, last: ${errLines.at(-1)}\n`);
+    await enforcer.stop();
+  } finally {
+    const problems = await cleanups.run();
+    if (problems.length) process.stderr.write(`teardown problems: ${problems.join('; ')}\n`);
+  }
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`bench/proxy: ${(e as Error).stack ?? String(e)}\n`);
+  process.exit(1);
+});

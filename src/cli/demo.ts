@@ -1,0 +1,286 @@
+/**
+ * `leash demo`: shows Leash deciding, end to end, without touching the host. It builds the lab (an agent and an
+ * "internet" network namespace), creates a demo agent account, runs the service's network enforcer with the shipped
+ * default policy inside the agent namespace, performs allowed and blocked actions AS that account, prints what was
+ * decided and why, and tears everything down (also on Ctrl-C or failure).
+ *
+ * Steps are data (DEMO_STEPS): another surface adds its own by appending to the list (or passing `extraSteps`).
+ */
+import fs from 'node:fs';
+import type { Command } from 'commander';
+import { loadConfig } from '../config/load.js';
+import type { Config } from '../config/types.js';
+import { EXIT, LeashError } from '../errors.js';
+import { SINGLE_SUBJECT_PORT } from '../enforcers/network/nft.js';
+import type { DecisionRecord } from '../enforcers/network/proxy.js';
+import { nftAvailable } from '../enforcers/network/nft.js';
+import { hostRunner } from '../enforcers/network/run.js';
+import { buildLab, createCleanups, type Lab, type LabHost, type LabUser } from '../lab/lab.js';
+import type { Probe, ProbeResult } from '../lab/probe.js';
+import { nativeAvailable } from '../native.js';
+import { defaultPolicyPath } from '../paths.js';
+import { toPolicyInput } from './check.js';
+
+/** The demo's "internet": names the default policy talks about, on lab addresses. */
+export const DEMO_HOSTS: LabHost[] = [
+  { name: 'github.com', v4: '198.18.1.10', v6: '2001:db8:1::10' },
+  { name: 'api.github.com', v4: '198.18.1.11', v6: '2001:db8:1::11' },
+  { name: 'api.anthropic.com', v4: '198.18.1.12', v6: '2001:db8:1::12' },
+  { name: 'pastebin.com', v4: '198.18.1.20', v6: '2001:db8:1::20' },
+  { name: 'metadata.google.internal', v4: '169.254.169.254', v6: '2001:db8:1::254' },
+];
+
+export interface DemoContext {
+  lab: Lab;
+  agent: LabUser;
+  config: Config;
+  /** Runs probes as the demo agent inside the agent namespace. */
+  probe(probes: Probe[]): Promise<ProbeResult[]>;
+}
+
+export interface StepOutcome {
+  /** What the agent saw: allowed (it worked) or blocked (reset, EPERM, ...). */
+  result: 'allowed' | 'blocked';
+  detail: string;
+}
+
+export interface DemoStep {
+  surface: 'network' | 'filesystem' | 'commands' | 'tools';
+  title: string;
+  /** What the default policy should do with it. */
+  expect: 'allowed' | 'blocked';
+  run(ctx: DemoContext): Promise<StepOutcome>;
+}
+
+function reached(r: ProbeResult): string {
+  const a = r.data.indexOf('{');
+  const b = r.data.lastIndexOf('}');
+  if (a < 0 || b < a) return r.data.trim().slice(0, 60);
+  try {
+    const rep = JSON.parse(r.data.slice(a, b + 1)) as { sni?: string; host?: string; local: string; port: number };
+    return `upstream saw ${rep.sni ?? rep.host ?? '-'} at ${rep.local}:${rep.port}`;
+  } catch {
+    return r.data.slice(0, 60);
+  }
+}
+
+function probeStep(surface: DemoStep['surface'], title: string, expect: DemoStep['expect'], p: Probe): DemoStep {
+  return {
+    surface,
+    title,
+    expect,
+    async run(ctx) {
+      const [r] = await ctx.probe([p]);
+      if (!r) throw new Error('probe gave no result');
+      return r.ok
+        ? {
+            result: 'allowed',
+            detail: p.kind === 'udp' ? 'datagram sent' : p.kind.startsWith('dns') ? r.data : reached(r),
+          }
+        : { result: 'blocked', detail: `${r.code} after ${r.ms} ms` };
+    },
+  };
+}
+
+/** The built-in steps, against packaging/leash.default.yaml. */
+export const DEMO_STEPS: DemoStep[] = [
+  probeStep('network', 'HTTPS to github.com', 'allowed', {
+    kind: 'tls',
+    host: '198.18.1.10',
+    port: 443,
+    servername: 'github.com',
+  }),
+  probeStep('network', 'HTTP to api.github.com (suffix of github.com)', 'allowed', {
+    kind: 'http',
+    host: '198.18.1.11',
+    port: 80,
+    hostHeader: 'api.github.com',
+  }),
+  probeStep('network', 'HTTPS to api.anthropic.com over IPv6', 'allowed', {
+    kind: 'tls',
+    host: '2001:db8:1::12',
+    port: 443,
+    servername: 'api.anthropic.com',
+  }),
+  probeStep('network', 'HTTPS to pastebin.com (not on the whitelist)', 'blocked', {
+    kind: 'tls',
+    host: '198.18.1.20',
+    port: 443,
+    servername: 'pastebin.com',
+  }),
+  probeStep('network', "Forged SNI: 'github.com' sent to pastebin.com's address", 'allowed', {
+    kind: 'tls',
+    host: '198.18.1.20',
+    port: 443,
+    servername: 'github.com',
+  }),
+  probeStep('network', 'Cloud metadata 169.254.169.254 (deny entry)', 'blocked', {
+    kind: 'http',
+    host: '169.254.169.254',
+    port: 80,
+    hostHeader: '169.254.169.254',
+  }),
+  probeStep('network', 'Direct connection to the proxy port 127.0.0.1:18443', 'blocked', {
+    kind: 'tcp',
+    host: '127.0.0.1',
+    port: SINGLE_SUBJECT_PORT,
+    send: 'GET / HTTP/1.1\r\nHost: github.com\r\n\r\n',
+  }),
+  probeStep('network', 'UDP/443 to pastebin.com (QUIC)', 'blocked', { kind: 'udp', host: '198.18.1.20', port: 443 }),
+  probeStep('network', "DNS to a resolver that is not the host's", 'blocked', {
+    kind: 'dnsserver',
+    server: '198.18.1.20',
+    name: 'github.com',
+  }),
+  probeStep('network', 'DNS lookup of github.com through the host resolver', 'allowed', {
+    kind: 'dns',
+    name: 'github.com',
+  }),
+];
+
+export interface DemoOptions {
+  id?: string;
+  account?: string;
+  policyPath?: string;
+  json?: boolean;
+  steps?: DemoStep[];
+  out?: (s: string) => void;
+}
+
+interface Row {
+  step: DemoStep;
+  outcome: StepOutcome;
+  decisions: DecisionRecord[];
+}
+
+function pad(s: string, n: number): string {
+  return s.length > n ? s.slice(0, n - 1) + '…' : s.padEnd(n);
+}
+
+function describeDecision(row: Row): string {
+  const d = row.decisions[row.decisions.length - 1];
+  if (d) {
+    const rule = d.rule ? ` rule=${d.rule}` : '';
+    const sev = d.severity ? ` ${d.severity.toUpperCase()}` : '';
+    const ref = (d as { ref?: string }).ref;
+    return `${d.action} ${d.reason}${rule}${sev}${ref ? ` ref=${ref}` : ''}`;
+  }
+  if (row.step.surface === 'network' && row.outcome.result === 'blocked') return 'kernel: nft filter drop (UDP)';
+  if (row.step.surface === 'network') return 'kernel: not redirected (DNS to resolver)';
+  return '-';
+}
+
+/** Runs the demo; returns the exit code (0 when every step did what the policy says). */
+export async function runDemo(opts: DemoOptions = {}): Promise<number> {
+  const out = opts.out ?? ((s: string) => process.stdout.write(s));
+  if (process.getuid?.() !== 0)
+    throw new LeashError('usage', 'leash demo needs root (it creates network namespaces and an account)');
+  const host = hostRunner();
+  if (!(await nftAvailable(host)))
+    throw new LeashError('service_failed', 'leash demo needs nftables: apt-get install -y nftables');
+  const missing: string[] = [];
+  for (const [tool, pkg] of [
+    ['ip', 'iproute2'],
+    ['openssl', 'openssl'],
+    ['setpriv', 'util-linux'],
+    ['useradd', 'passwd'],
+  ] as const) {
+    if ((await host(['sh', '-c', `command -v ${tool}`])).code !== 0) missing.push(pkg);
+  }
+  if (missing.length)
+    throw new LeashError('service_failed', `leash demo needs: apt-get install -y ${missing.join(' ')}`, { missing });
+  if (!nativeAvailable())
+    throw new LeashError('native_unavailable', 'the native addon is not built (npm run build:native)');
+  const policyPath = opts.policyPath ?? defaultPolicyPath();
+  const loaded = loadConfig(policyPath, { lookup: () => null });
+  const config = loaded.config;
+  const steps = opts.steps ?? DEMO_STEPS;
+  const cleanups = createCleanups();
+  let interrupted = false;
+  const onSignal = () => {
+    interrupted = true;
+    out('\ninterrupted: tearing the demo down…\n');
+    void cleanups.run().then(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    out('Leash demo: building the lab (two network namespaces, a demo agent account)…\n');
+    const lab = await buildLab({ id: opts.id ?? 'demo', hosts: DEMO_HOSTS, cleanups });
+    const agent = await lab.createUser(opts.account ?? 'leash-demo');
+    const enforcer = await lab.startEnforcer({
+      subjects: [{ uid: agent.uid, port: SINGLE_SUBJECT_PORT, policy: toPolicyInput(config) }],
+      udp: config.network.udp,
+      peekTimeoutMs: 2000,
+    });
+    const n = config.network;
+    out(
+      `  agent namespace ${lab.agentNs}, upstream ${lab.upstreamNs}; agent account ${agent.name} (uid ${agent.uid})\n` +
+        `  policy ${policyPath}: network ${n.mode} (${n.allow.length} allow, ${n.deny.length} deny), udp ${n.udp}\n` +
+        `  the service's network enforcer (pid ${enforcer.pid}) holds the nft chain agent_${agent.uid} and listens on ${SINGLE_SUBJECT_PORT}\n\n`,
+    );
+    const ctx: DemoContext = { lab, agent, config, probe: (p) => lab.probe(agent, p) };
+    const rows: Row[] = [];
+    for (const step of steps) {
+      if (interrupted) break;
+      const before = enforcer.decisions().length;
+      const outcome = await step.run(ctx);
+      rows.push({ step, outcome, decisions: enforcer.decisions().slice(before) });
+    }
+    if (interrupted) return 130;
+    const ok = rows.filter((r) => r.outcome.result === r.step.expect).length;
+    if (opts.json) {
+      out(
+        JSON.stringify(
+          rows.map((r) => ({
+            surface: r.step.surface,
+            title: r.step.title,
+            expect: r.step.expect,
+            ...r.outcome,
+            decisions: r.decisions,
+          })),
+          null,
+          2,
+        ) + '\n',
+      );
+    } else {
+      out(`  ${pad('#', 3)}${pad('action (as ' + agent.name + ')', 56)}${pad('expected', 9)}${pad('outcome', 9)}why\n`);
+      rows.forEach((r, i) => {
+        const mark = r.outcome.result === r.step.expect ? ' ' : '!';
+        out(
+          `${mark} ${pad(String(i + 1), 3)}${pad(r.step.title, 56)}${pad(r.step.expect, 9)}${pad(r.outcome.result, 9)}${describeDecision(r)}\n`,
+        );
+        out(`  ${pad('', 3)}${pad('', 56)}${pad('', 18)}${r.outcome.detail}\n`);
+      });
+      out('\nDecision log lines written by the enforcer:\n');
+      for (const l of fs.readFileSync(enforcer.decisionsPath, 'utf8').split('\n').filter(Boolean)) out(`  ${l}\n`);
+      out(`\n${ok}/${rows.length} actions did what the policy says.\n`);
+    }
+    const code = await enforcer.stop();
+    const left = await lab.agent(['nft', 'list', 'ruleset']);
+    if (code !== 0 || /leash/.test(left.stdout)) out('warning: the enforcer did not release its rules cleanly\n');
+    return ok === rows.length && !interrupted ? EXIT.ok : EXIT.verdict;
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    const problems = await cleanups.run();
+    if (!opts.json)
+      out(
+        problems.length
+          ? `teardown problems: ${problems.join('; ')}\n`
+          : 'Lab torn down: namespaces, account and processes removed.\n',
+      );
+  }
+}
+
+/** Registers `leash demo`. */
+export function registerDemo(program: Command): void {
+  program
+    .command('demo')
+    .description('show Leash deciding, in a throw-away lab: allowed and blocked actions of a demo agent, and why')
+    .option('--json', 'print the steps and decisions as JSON')
+    .option('--policy <file>', 'policy to run (default: the shipped leash.default.yaml)')
+    .action(async (o: { json?: boolean; policy?: string }) => {
+      process.exitCode = await runDemo({ json: o.json, policyPath: o.policy });
+    });
+}

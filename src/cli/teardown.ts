@@ -1,0 +1,29 @@
+import type { Command } from 'commander';
+import { LeashError } from '../errors.js';
+import { teardownNetwork } from '../enforcers/network/enforcer.js';
+import { hostRunner, netnsRunner } from '../enforcers/network/run.js';
+
+/**
+ * `leash teardown [--uid N ...]`: releases the leash nftables chains (every UID by default; the tables go with
+ * the last one). The service's stop path does the same for the UIDs it applied; this is for ExecStopPost and for
+ * an operator cleaning up after a crash. `--netns` runs it inside a network namespace (tests, the lab).
+ */
+export function registerTeardown(program: Command): void {
+  program
+    .command('teardown')
+    .description('release the leash nftables rules (all leashed UIDs, or those given)')
+    .option('--uid <uid...>', 'release only these UIDs')
+    .option('--netns <name>', 'act inside this network namespace instead of the host')
+    .option('--json', 'print the released UIDs as JSON')
+    .action(async (o: { uid?: string[]; netns?: string; json?: boolean }) => {
+      if (process.getuid?.() !== 0) throw new LeashError('usage', 'leash teardown needs root');
+      const uids = o.uid?.map((u) => {
+        const n = Number(u);
+        if (!Number.isInteger(n) || n < 0) throw new LeashError('usage', `--uid ${u} is not a UID`);
+        return n;
+      });
+      const released = await teardownNetwork(o.netns ? netnsRunner(o.netns) : hostRunner(), uids);
+      if (o.json) process.stdout.write(`${JSON.stringify({ released })}\n`);
+      else process.stdout.write(released.length ? `released UIDs: ${released.join(', ')}\n` : 'no leash rules held\n');
+    });
+}

@@ -1,0 +1,123 @@
+import fs from 'node:fs';
+import net from 'node:net';
+import { openFirewall, type ApplyOutcome, type Firewall } from './nft.js';
+import { createProxy, type DecisionLogLike, type NetworkDecide, type Proxy, type ProxyOptions } from './proxy.js';
+import type { Runner } from './run.js';
+
+/** The nameserver lines of a resolv.conf (IP literals only; a zone suffix `%eth0` is dropped). */
+export function parseResolvConf(text: string): string[] {
+  const out: string[] = [];
+  for (const line of text.split('\n')) {
+    const m = /^\s*nameserver\s+(\S+)/.exec(line);
+    if (!m) continue;
+    const ip = m[1]!.replace(/%.*$/, '');
+    if (net.isIP(ip) && !out.includes(ip)) out.push(ip);
+  }
+  return out;
+}
+
+/** `network.dns_resolvers` when set, else the host's /etc/resolv.conf. */
+export function hostResolvers(configured: string[], resolvConf = '/etc/resolv.conf'): string[] {
+  if (configured.length) return configured;
+  try {
+    return parseResolvConf(fs.readFileSync(resolvConf, 'utf8'));
+  } catch {
+    return [];
+  }
+}
+
+export interface NetworkSubjectSpec<P> {
+  uid: number;
+  port: number;
+  policy: P | null;
+  /** This subject's `network.udp` (default: the enforcer's). */
+  udp?: 'drop' | 'allow';
+  /** This subject's resolvers for the UDP/53 exception (default: the enforcer's). */
+  resolvers?: string[];
+}
+
+export interface NetworkEnforcerOptions<P> {
+  runner: Runner;
+  decide: NetworkDecide<P>;
+  log: DecisionLogLike;
+  resolvers: string[];
+  udp: 'drop' | 'allow';
+  /** How many subjects will be applied (the iptables fallback refuses more than one). */
+  expectedSubjects: number;
+  warn?: (msg: string) => void;
+  proxy?: Partial<Pick<ProxyOptions<P>, 'peekTimeoutMs' | 'peekBytes' | 'connectTimeoutMs' | 'onError' | 'hosts'>>;
+}
+
+export interface NetworkEnforcer<P> {
+  readonly firewall: Firewall;
+  readonly proxy: Proxy<P>;
+  /** Opens the listener first, then applies the chain: a redirected connection always finds its listener. */
+  setSubject(s: NetworkSubjectSpec<P>): Promise<ApplyOutcome>;
+  /** Releases the chain first, then closes the listener. */
+  releaseSubject(uid: number): Promise<void>;
+  /**
+   * A subject that cannot be resolved: no chain at all (any it had is dropped), and its listener, when it has a
+   * port, stays open refusing everything (a stale redirect must land somewhere that says so).
+   */
+  denySubject(uid: number, port: number | null): Promise<void>;
+  /** A subject that left discovery: its chain is kept (the UID may still run), its listener refuses everything. */
+  orphanSubject(uid: number, port: number | null): Promise<void>;
+  /** Releases every subject this enforcer applied and closes the proxy. */
+  stop(): Promise<void>;
+}
+
+/** The service's network surface: nft chains per UID plus one proxy listener per UID. */
+export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): Promise<NetworkEnforcer<P>> {
+  const firewall = await openFirewall({ runner: opts.runner, subjects: opts.expectedSubjects, warn: opts.warn });
+  const proxy = createProxy<P>({ decide: opts.decide, log: opts.log, resolvers: opts.resolvers, ...opts.proxy });
+  const applied = new Set<number>();
+  return {
+    firewall,
+    proxy,
+    async setSubject(s) {
+      await proxy.setSubject(s);
+      const outcome = await firewall.apply({
+        uid: s.uid,
+        port: s.port,
+        resolvers: s.resolvers ?? opts.resolvers,
+        udp: s.udp ?? opts.udp,
+      });
+      applied.add(s.uid);
+      return outcome;
+    },
+    async releaseSubject(uid) {
+      await firewall.release([uid]);
+      applied.delete(uid);
+      await proxy.removeSubject(uid);
+    },
+    async denySubject(uid, port) {
+      await firewall.release([uid]);
+      applied.delete(uid);
+      if (port === null) await proxy.removeSubject(uid);
+      else await proxy.setSubject({ uid, port, policy: null });
+    },
+    async orphanSubject(uid, port) {
+      if (port !== null) await proxy.setSubject({ uid, port, policy: null });
+    },
+    async stop() {
+      try {
+        if (applied.size) await firewall.release([...applied]);
+        applied.clear();
+      } finally {
+        await proxy.close();
+      }
+    },
+  };
+}
+
+/**
+ * `leash teardown` for the network surface: releases `uids` (default: every UID holding leash rules); the tables go
+ * when none remain. Returns the UIDs released.
+ */
+export async function teardownNetwork(runner: Runner, uids?: number[]): Promise<number[]> {
+  const fw = await openFirewall({ runner, subjects: 1, warn: () => {} });
+  const present = await fw.applied();
+  const going = uids ? present.filter((u) => uids.includes(u)) : present;
+  if (going.length) await fw.release(going);
+  return going;
+}

@@ -1,0 +1,407 @@
+import { createHash } from 'node:crypto';
+import net from 'node:net';
+import { LeashError } from '../../errors.js';
+import type { Runner } from './run.js';
+
+/**
+ * The kernel side of the network surface.
+ *
+ * Layout (one per host, shared by every subject):
+ *   table ip leash / table ip6 leash   chain output: nat, hook output, priority -100 (dstnat is refused there)
+ *   table inet leash_filter           chain output: filter, hook output, priority 0
+ * The hooked chains are dispatchers holding only `meta skuid <uid> jump agent_<uid>`; a subject's rules live in
+ * its own hookless chain `agent_<uid>`. Adding, changing or releasing one subject is one `nft -f` transaction
+ * touching only its chains and its dispatch rules: nothing flushes a shared chain or deletes a shared table while
+ * another subject is applied, because that would silently disarm the others.
+ */
+
+/** Ports 18000-18999 on loopback are Leash's: never exempt, so an attempt at any of them lands on the UID's own listener. */
+export const PROXY_PORT_MIN = 18000;
+export const PROXY_PORT_MAX = 18999;
+/** The single-subject listener port (inside the reserved range, so a direct attempt is refused at the attempter's own listener). */
+export const SINGLE_SUBJECT_PORT = 18443;
+
+export const NAT_TABLES = [
+  { family: 'ip', table: 'leash' },
+  { family: 'ip6', table: 'leash' },
+] as const;
+export const FILTER_TABLE = { family: 'inet', table: 'leash_filter' } as const;
+type TableRef = { family: 'ip' | 'ip6' | 'inet'; table: string };
+const ALL_TABLES: readonly TableRef[] = [...NAT_TABLES, FILTER_TABLE];
+
+/** What the kernel needs to know about one subject. */
+export interface SubjectRules {
+  uid: number;
+  /** The subject's proxy port (loopback, both families). */
+  port: number;
+  /** Resolvers the UID may reach on UDP/53 (IPv4 and IPv6 literals). */
+  resolvers: string[];
+  /** `drop` (default): UDP other than DNS to a resolver is dropped. `allow`: UDP is not filtered. */
+  udp: 'drop' | 'allow';
+}
+
+/** The rule bodies of one subject's three chains, in order. */
+export interface RenderedSubject {
+  uid: number;
+  chain: string;
+  ip: string[];
+  ip6: string[];
+  filter: string[];
+  /** Fingerprint of everything above; carried in each rule's comment so an unchanged subject is recognised. */
+  hash: string;
+}
+
+export function chainName(uid: number): string {
+  return `agent_${uid}`;
+}
+
+function dispatchComment(uid: number): string {
+  return `leash:${uid}`;
+}
+
+function validate(s: SubjectRules): void {
+  if (!Number.isInteger(s.uid) || s.uid < 0 || s.uid > 0xfffffffe)
+    throw new LeashError('network_rule_invalid', `bad uid ${s.uid}`);
+  if (!Number.isInteger(s.port) || s.port < 1 || s.port > 65535)
+    throw new LeashError('network_rule_invalid', `bad proxy port ${s.port}`);
+  for (const r of s.resolvers)
+    if (net.isIP(r) === 0)
+      throw new LeashError('network_rule_invalid', `resolver ${JSON.stringify(r)} is not an IP address`);
+}
+
+/** Renders one subject's chain contents (pure; the unit tests pin the exact rules). */
+export function renderSubject(s: SubjectRules): RenderedSubject {
+  validate(s);
+  const range = `${PROXY_PORT_MIN}-${PROXY_PORT_MAX}`;
+  // Loopback stays exempt (local model backends, broker sockets) except the proxy range: an attempt there falls
+  // through to this UID's own redirect and is refused by its own listener, never crossing to another subject.
+  const ip = [`ip daddr 127.0.0.0/8 tcp dport != ${range} return`, `meta l4proto tcp redirect to :${s.port}`];
+  const ip6 = [`ip6 daddr ::1 tcp dport != ${range} return`, `meta l4proto tcp redirect to :${s.port}`];
+  const v4 = s.resolvers.filter((r) => net.isIPv4(r)).sort();
+  const v6 = s.resolvers
+    .filter((r) => net.isIPv6(r))
+    .map((r) => r.toLowerCase())
+    .sort();
+  const filter: string[] = [];
+  if (s.udp === 'allow') {
+    filter.push('meta l4proto udp return');
+  } else {
+    if (v4.length) filter.push(`ip daddr { ${v4.join(', ')} } udp dport 53 return`);
+    if (v6.length) filter.push(`ip6 daddr { ${v6.join(', ')} } udp dport 53 return`);
+  }
+  // TCP goes to the proxy (nat above); anything else that is not inspected is not let through: UDP (QUIC), and
+  // the other unprivileged IP protocols (ICMP echo sockets, SCTP) a TCP proxy cannot broker either.
+  filter.push('meta l4proto != tcp drop');
+  const hash = createHash('sha256')
+    .update(JSON.stringify([s.uid, ip, ip6, filter]))
+    .digest('hex')
+    .slice(0, 16);
+  return { uid: s.uid, chain: chainName(s.uid), ip, ip6, filter, hash };
+}
+
+function rulesFor(r: RenderedSubject, t: TableRef): string[] {
+  return t.family === 'ip' ? r.ip : t.family === 'ip6' ? r.ip6 : r.filter;
+}
+
+function hookSpec(t: TableRef): string {
+  return t.family === 'inet'
+    ? '{ type filter hook output priority 0; policy accept; }'
+    : '{ type nat hook output priority -100; policy accept; }';
+}
+
+function ruleComment(r: RenderedSubject): string {
+  return `leash:${r.uid}:${r.hash}`;
+}
+
+/** What is in the kernel now, per table: the dispatch rules and the agent chains. */
+export interface TableState {
+  exists: boolean;
+  /** uid -> handles of `meta skuid <uid> jump agent_<uid>` rules in the hooked chain. */
+  dispatch: Map<number, number[]>;
+  /** Handles of hooked-chain rules that are not a dispatch rule (the pre-per-UID shape). */
+  foreign: number[];
+  /** chain name -> comments of its rules, in order. */
+  chains: Map<string, (string | null)[]>;
+}
+export type RulesetState = Map<string, TableState>;
+
+function key(t: TableRef): string {
+  return `${t.family} ${t.table}`;
+}
+
+interface NftJsonRule {
+  chain: string;
+  handle: number;
+  comment?: string;
+  expr: unknown[];
+}
+
+function dispatchUid(rule: NftJsonRule): number | null {
+  // Exactly: match meta skuid == N ; jump agent_N. Anything else in the hooked chain is foreign.
+  if (rule.expr.length !== 2) return null;
+  const [m, j] = rule.expr as [Record<string, unknown>, Record<string, unknown>];
+  const match = m.match as { op?: string; left?: { meta?: { key?: string } }; right?: unknown } | undefined;
+  const jump = j.jump as { target?: string } | undefined;
+  if (!match || match.op !== '==' || match.left?.meta?.key !== 'skuid' || typeof match.right !== 'number') return null;
+  if (!jump || jump.target !== chainName(match.right)) return null;
+  return match.right;
+}
+
+/** Reads the three leash tables (missing tables are reported as such, not as an error). */
+export async function readState(runner: Runner): Promise<RulesetState> {
+  const out: RulesetState = new Map();
+  for (const t of ALL_TABLES) {
+    const res = await runner(['nft', '-j', '-a', 'list', 'table', t.family, t.table]);
+    const st: TableState = { exists: false, dispatch: new Map(), foreign: [], chains: new Map() };
+    out.set(key(t), st);
+    if (res.code !== 0) {
+      if (/No such file or directory|does not exist/i.test(res.stderr)) continue;
+      throw new LeashError('nft_failed', `nft list table ${t.family} ${t.table}: ${res.stderr.trim()}`, {
+        stderr: res.stderr.trim(),
+      });
+    }
+    st.exists = true;
+    const doc = JSON.parse(res.stdout) as { nftables: Record<string, unknown>[] };
+    for (const item of doc.nftables) {
+      if (item.chain) {
+        const c = item.chain as { name: string };
+        if (c.name !== 'output') st.chains.set(c.name, []);
+      } else if (item.rule) {
+        const r = item.rule as NftJsonRule;
+        if (r.chain === 'output') {
+          const uid = dispatchUid(r);
+          if (uid === null) st.foreign.push(r.handle);
+          else st.dispatch.set(uid, [...(st.dispatch.get(uid) ?? []), r.handle]);
+        } else {
+          const list = st.chains.get(r.chain) ?? [];
+          list.push(r.comment ?? null);
+          st.chains.set(r.chain, list);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+/** True when the kernel already holds exactly this subject's rendering (so applying it would change nothing). */
+export function isApplied(state: RulesetState, r: RenderedSubject): boolean {
+  for (const t of ALL_TABLES) {
+    const st = state.get(key(t));
+    if (!st?.exists) return false;
+    const want = rulesFor(r, t);
+    const have = st.chains.get(r.chain);
+    if (!have || have.length !== want.length || have.some((c) => c !== ruleComment(r))) return false;
+    if ((st.dispatch.get(r.uid) ?? []).length !== 1) return false;
+  }
+  return true;
+}
+
+/** The `nft -f` transaction that makes one subject's chains and dispatch rules exactly `r`. */
+export function renderApply(state: RulesetState, r: RenderedSubject): string {
+  const lines: string[] = [];
+  for (const t of ALL_TABLES) {
+    const st = state.get(key(t));
+    const p = `${t.family} ${t.table}`;
+    lines.push(`add table ${p}`);
+    lines.push(`add chain ${p} output ${hookSpec(t)}`);
+    // `add` is idempotent; the flush touches this subject's own chain only, inside the same transaction.
+    lines.push(`add chain ${p} ${r.chain}`);
+    lines.push(`flush chain ${p} ${r.chain}`);
+    for (const rule of rulesFor(r, t)) lines.push(`add rule ${p} ${r.chain} ${rule} comment "${ruleComment(r)}"`);
+    const handles = st?.dispatch.get(r.uid) ?? [];
+    if (handles.length === 0) {
+      lines.push(`add rule ${p} output meta skuid ${r.uid} jump ${r.chain} comment "${dispatchComment(r.uid)}"`);
+    } else {
+      for (const h of handles.slice(1)) lines.push(`delete rule ${p} output handle ${h}`);
+    }
+  }
+  return lines.join('\n') + '\n';
+}
+
+/** The transaction releasing `uids`; when no other subject remains, the tables themselves go. */
+export function renderRelease(state: RulesetState, uids: number[]): string {
+  const going = new Set(uids.map(chainName));
+  const remaining = [...state.values()].some(
+    (st) => [...st.chains.keys()].some((c) => !going.has(c)) || [...st.dispatch.keys()].some((u) => !uids.includes(u)),
+  );
+  const lines: string[] = [];
+  for (const t of ALL_TABLES) {
+    const st = state.get(key(t));
+    if (!st?.exists) continue;
+    const p = `${t.family} ${t.table}`;
+    if (!remaining) {
+      lines.push(`delete table ${p}`);
+      continue;
+    }
+    for (const uid of uids) {
+      for (const h of st.dispatch.get(uid) ?? []) lines.push(`delete rule ${p} output handle ${h}`);
+      if (st.chains.has(chainName(uid))) lines.push(`delete chain ${p} ${chainName(uid)}`);
+    }
+  }
+  return lines.length ? lines.join('\n') + '\n' : '';
+}
+
+async function nftApply(runner: Runner, script: string): Promise<void> {
+  const res = await runner(['nft', '-f', '-'], script);
+  if (res.code !== 0)
+    throw new LeashError('nft_failed', `nft -f failed: ${res.stderr.trim()}`, { stderr: res.stderr.trim() });
+}
+
+export type ApplyOutcome = 'added' | 'changed' | 'unchanged';
+
+/** Applies one subject atomically. An unchanged subject is not touched at all. */
+export async function applySubject(runner: Runner, s: SubjectRules): Promise<ApplyOutcome> {
+  const r = renderSubject(s);
+  const state = await readState(runner);
+  if (isApplied(state, r)) return 'unchanged';
+  const existed = [...state.values()].some((st) => st.chains.has(r.chain) || st.dispatch.has(r.uid));
+  await nftApply(runner, renderApply(state, r));
+  return existed ? 'changed' : 'added';
+}
+
+/** Releases the given subjects (their chains and dispatch rules); drops the tables when none remain. */
+export async function releaseSubjects(runner: Runner, uids: number[]): Promise<void> {
+  const state = await readState(runner);
+  const script = renderRelease(state, uids);
+  if (script) await nftApply(runner, script);
+}
+
+/** The UIDs that have a chain or a dispatch rule in any leash table. */
+export function appliedUids(state: RulesetState): number[] {
+  const uids = new Set<number>();
+  for (const st of state.values()) {
+    for (const u of st.dispatch.keys()) uids.add(u);
+    for (const c of st.chains.keys()) {
+      const m = /^agent_(\d+)$/.exec(c);
+      if (m) uids.add(Number(m[1]));
+    }
+  }
+  return [...uids].sort((a, b) => a - b);
+}
+
+/**
+ * Drops any leash table still in the pre-per-UID shape (rules straight in the hooked chain). A stale redirect there
+ * is a terminal verdict that wins over the new dispatch rule, freezing that UID on its old policy. Called once at
+ * startup, before the first subject is applied. Returns the tables dropped.
+ */
+export async function dropLegacyShape(runner: Runner, warn: (msg: string) => void): Promise<string[]> {
+  const state = await readState(runner);
+  const dropped: string[] = [];
+  for (const t of ALL_TABLES) {
+    const st = state.get(key(t));
+    if (st?.exists && st.foreign.length > 0) dropped.push(`${t.family} ${t.table}`);
+  }
+  if (dropped.length) {
+    await nftApply(runner, dropped.map((p) => `delete table ${p}`).join('\n') + '\n');
+    warn(`leash: dropped nftables table(s) in the old shape: ${dropped.join(', ')}`);
+  }
+  return dropped;
+}
+
+/** True when `nft` can be run through this runner. */
+export async function nftAvailable(runner: Runner): Promise<boolean> {
+  const res = await runner(['nft', '--version']);
+  return res.code === 0;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// iptables fallback: IPv4 TCP for ONE UID. It appends into the built-in nat OUTPUT chain, which cannot express a
+// per-UID dispatch, so several subjects are refused rather than one policy silently applied to all.
+
+/** The `iptables -S` lines the fallback keeps in nat OUTPUT for one subject (the exact canonical form). */
+export function renderIptables(s: SubjectRules): string[] {
+  validate(s);
+  const c = `-m comment --comment "${dispatchComment(s.uid)}"`;
+  return [
+    `-A OUTPUT -d 127.0.0.0/8 -p tcp -m owner --uid-owner ${s.uid} -m tcp ! --dport ${PROXY_PORT_MIN}:${PROXY_PORT_MAX} ${c} -j RETURN`,
+    `-A OUTPUT -p tcp -m owner --uid-owner ${s.uid} ${c} -j REDIRECT --to-ports ${s.port}`,
+  ];
+}
+
+async function iptablesLeashLines(runner: Runner): Promise<string[]> {
+  const res = await runner(['iptables', '-w', '-t', 'nat', '-S', 'OUTPUT']);
+  if (res.code !== 0)
+    throw new LeashError('iptables_failed', `iptables -S failed: ${res.stderr.trim()}`, { stderr: res.stderr.trim() });
+  return res.stdout.split('\n').filter((l) => /--comment "?leash:\d+"?/.test(l));
+}
+
+async function iptablesRestore(runner: Runner, lines: string[]): Promise<void> {
+  if (!lines.length) return;
+  const res = await runner(['iptables-restore', '-w', '--noflush'], `*nat\n${lines.join('\n')}\nCOMMIT\n`);
+  if (res.code !== 0)
+    throw new LeashError('iptables_failed', `iptables-restore failed: ${res.stderr.trim()}`, {
+      stderr: res.stderr.trim(),
+    });
+}
+
+/** Applies the single subject with iptables; one transaction (iptables-restore --noflush). */
+export async function applyIptables(runner: Runner, s: SubjectRules): Promise<ApplyOutcome> {
+  const want = renderIptables(s);
+  const have = await iptablesLeashLines(runner);
+  const others = have.filter((l) => !l.includes(`"${dispatchComment(s.uid)}"`) && !l.endsWith(dispatchComment(s.uid)));
+  if (others.length) throw new LeashError('iptables_single_subject', 'the iptables fallback holds one subject only');
+  if (have.length === want.length && have.every((l, i) => l === want[i])) return 'unchanged';
+  await iptablesRestore(runner, [...have.map((l) => l.replace(/^-A /, '-D ')), ...want]);
+  return have.length ? 'changed' : 'added';
+}
+
+export async function releaseIptables(runner: Runner, uids: number[]): Promise<void> {
+  const have = await iptablesLeashLines(runner);
+  const mine = have.filter((l) => uids.some((u) => l.includes(`"${dispatchComment(u)}"`)));
+  await iptablesRestore(
+    runner,
+    mine.map((l) => l.replace(/^-A /, '-D ')),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+export type Backend = 'nft' | 'iptables';
+
+export interface Firewall {
+  readonly backend: Backend;
+  apply(s: SubjectRules): Promise<ApplyOutcome>;
+  release(uids: number[]): Promise<void>;
+  /** UIDs currently holding rules. */
+  applied(): Promise<number[]>;
+}
+
+export interface FirewallOptions {
+  runner: Runner;
+  /** How many subjects the caller will apply; the iptables fallback refuses more than one. */
+  subjects: number;
+  /** Where the fallback's notice goes (stderr by default). */
+  warn?: (msg: string) => void;
+}
+
+/**
+ * Picks nft, or the iptables fallback when nft cannot be run (saying so: it covers IPv4 TCP only, no IPv6, no UDP
+ * filter). With several subjects and no nft it refuses rather than apply one subject's redirect to all.
+ */
+export async function openFirewall(opts: FirewallOptions): Promise<Firewall> {
+  const warn = opts.warn ?? ((m: string) => process.stderr.write(m + '\n'));
+  const { runner } = opts;
+  if (await nftAvailable(runner)) {
+    return {
+      backend: 'nft',
+      apply: (s) => applySubject(runner, s),
+      release: (uids) => releaseSubjects(runner, uids),
+      applied: async () => appliedUids(await readState(runner)),
+    };
+  }
+  if (opts.subjects > 1)
+    throw new LeashError(
+      'nft_missing_multi',
+      `nft is not available and ${opts.subjects} subjects are configured: the iptables fallback enforces one UID only; install nftables`,
+    );
+  warn('leash: nft not found; iptables fallback: IPv4 TCP only for one UID (no IPv6 redirect, no UDP filter)');
+  return {
+    backend: 'iptables',
+    apply: (s) => applyIptables(runner, s),
+    release: (uids) => releaseIptables(runner, uids),
+    applied: async () =>
+      [...new Set((await iptablesLeashLines(runner)).map((l) => Number(/leash:(\d+)/.exec(l)?.[1] ?? NaN)))].filter(
+        (n) => Number.isInteger(n),
+      ),
+  };
+}

@@ -1,0 +1,455 @@
+import dns from 'node:dns';
+import net from 'node:net';
+import type { NetworkSubject, Reason, Verdict } from '../../engine/types.js';
+import type { PROXY_REASONS } from '../../errors.js';
+import { loadNative, type OriginalDst } from '../../native.js';
+import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
+import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekDestination, type PeekResult } from './peek.js';
+import { createSplicePump, stopReading, type SplicePump } from './splice.js';
+
+/**
+ * The transparent proxy: one listener per subject (on 127.0.0.1 and ::1, where `redirect` sends IPv4 and IPv6),
+ * so the port a connection arrives on names the subject — no pid lookup. Each connection: read the original
+ * destination, peek the SNI/Host, ask the engine, then either splice to the real destination or reset.
+ */
+
+/** The engine's decide, narrowed to the network surface; `P` is the compiled policy type. */
+export type NetworkDecide<P> = (surface: 'network', subject: NetworkSubject, policy: P | null) => Verdict;
+
+/** One decision line (the decision log's record). */
+export interface DecisionRecord {
+  uid: number;
+  surface: 'network';
+  action: 'allow' | 'block';
+  reason: string;
+  subject: unknown;
+  rule?: string | null;
+  severity?: 'critical';
+}
+export interface DecisionLogLike {
+  write(rec: DecisionRecord): string;
+}
+
+/** Reason codes the proxy writes itself (catalogued in src/errors.ts PROXY_REASONS, documented in docs/errors.md). */
+export type ProxyReason = keyof typeof PROXY_REASONS;
+
+export interface ProxySubject<P> {
+  uid: number;
+  port: number;
+  /** The subject's compiled policy; null = no resolved policy: the listener stays open and refuses everything. */
+  policy: P | null;
+}
+
+export interface ProxyOptions<P> {
+  decide: NetworkDecide<P>;
+  log: DecisionLogLike;
+  /** Resolvers a domain-decided allow is resolved through (IP literals, optionally :port). */
+  resolvers: string[];
+  /** Replaces the built-in resolution (dns.Resolver on `resolvers`, cached by TTL); returns the name's addresses. */
+  resolve?: (name: string) => Promise<string[]>;
+  /** Listen addresses (default 127.0.0.1 and ::1). */
+  hosts?: string[];
+  /** Reads SO_ORIGINAL_DST (default: the addon). */
+  originalDst?: (fd: number) => OriginalDst;
+  peekBytes?: number;
+  peekTimeoutMs?: number;
+  connectTimeoutMs?: number;
+  /** Move allowed bytes with splice(2) on the addon's pump thread (default true; false = a Node pipe). */
+  splice?: boolean;
+  /** Operational errors (upstream unreachable and the like), for the service's own log. */
+  onError?: (err: Error, ctx: { uid: number; stage: string }) => void;
+}
+
+export interface Proxy<P> {
+  /** Opens the subject's listeners if new, and swaps its policy (new connections see the new one). */
+  setSubject(s: ProxySubject<P>): Promise<void>;
+  /** Closes a subject's listeners. */
+  removeSubject(uid: number): Promise<void>;
+  /** uid -> port of every open subject. */
+  ports(): Map<number, number>;
+  close(): Promise<void>;
+}
+
+interface Entry<P> {
+  uid: number;
+  port: number;
+  policy: P | null;
+  servers: net.Server[];
+  sockets: Set<net.Socket>;
+  /** Spliced pairs: their sockets belong to the pump until it reports; closing means aborting them. */
+  spliced: Set<number>;
+}
+
+function plainIp(a: string): string {
+  return a.toLowerCase().replace(/^::ffff:(\d+\.\d+\.\d+\.\d+)$/, '$1');
+}
+
+/** True when the entry that decided is an address rule (IP, CIDR, ip:port, [v6]:port) rather than a name. */
+export function isAddressRule(rule: string | null): boolean {
+  if (!rule) return false;
+  if (rule.startsWith('[')) return true;
+  const host = rule.includes('/') ? rule.slice(0, rule.indexOf('/')) : rule;
+  if (net.isIP(host)) return true;
+  const m = /^(.*):(\d+)$/.exec(host);
+  return !!m && net.isIPv4(m[1]!);
+}
+
+function fdOf(s: net.Socket): number {
+  return (s as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
+}
+
+interface Resolved {
+  v4: string[];
+  v6: string[];
+  expires: number;
+}
+
+/** Creates the proxy. No listener opens until `setSubject`. */
+export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
+  const hosts = opts.hosts ?? ['127.0.0.1', '::1'];
+  const originalDst = opts.originalDst ?? ((fd: number) => loadNative().originalDst(fd));
+  const peekBytes = opts.peekBytes ?? PEEK_MAX_BYTES;
+  const peekTimeout = opts.peekTimeoutMs ?? PEEK_TIMEOUT_MS;
+  const connectTimeout = opts.connectTimeoutMs ?? 10_000;
+  const onError = opts.onError ?? (() => {});
+  const subjects = new Map<number, Entry<P>>();
+  const resolver = new dns.promises.Resolver({ timeout: 2000, tries: 2 });
+  if (opts.resolvers.length) resolver.setServers(opts.resolvers);
+  const cache = new Map<string, Resolved>();
+  const pump: SplicePump | null = opts.splice === false ? null : createSplicePump();
+  const pumped = new WeakSet<net.Socket>();
+
+  /** Every address:port this proxy listens on: a connection whose original destination is one of them was not redirected. */
+  function isListenerAddress(dst: OriginalDst): boolean {
+    const ip = plainIp(dst.address);
+    for (const e of subjects.values()) if (e.port === dst.port && hosts.some((h) => plainIp(h) === ip)) return true;
+    return false;
+  }
+
+  async function resolve(name: string): Promise<Resolved> {
+    if (opts.resolve) {
+      const all = (await opts.resolve(name)).map((a) => plainIp(a));
+      return { v4: all.filter((a) => net.isIPv4(a)), v6: all.filter((a) => net.isIPv6(a)), expires: 0 };
+    }
+    const hit = cache.get(name);
+    if (hit && hit.expires > Date.now()) return hit;
+    const [a, aaaa] = await Promise.allSettled([
+      resolver.resolve4(name, { ttl: true }),
+      resolver.resolve6(name, { ttl: true }),
+    ]);
+    const v4 = a.status === 'fulfilled' ? a.value : [];
+    const v6 = aaaa.status === 'fulfilled' ? aaaa.value : [];
+    const ttl = Math.min(300, Math.max(1, ...[...v4, ...v6].map((r) => r.ttl)));
+    const out = {
+      v4: v4.map((r) => r.address),
+      v6: v6.map((r) => r.address.toLowerCase()),
+      expires: Date.now() + ttl * 1000,
+    };
+    if (out.v4.length || out.v6.length) cache.set(name, out);
+    return out;
+  }
+
+  function refuse(
+    e: Entry<P>,
+    sock: net.Socket,
+    rec: Omit<DecisionRecord, 'uid' | 'surface' | 'action' | 'reason'> & { reason: ProxyReason | Reason },
+  ): void {
+    opts.log.write({ uid: e.uid, surface: 'network', action: 'block', ...rec });
+    sock.resetAndDestroy();
+  }
+
+  function peek(sock: net.Socket): Promise<{ bytes: Buffer; result: PeekResult }> {
+    return new Promise((done) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      let finished = false;
+      const finish = (result: PeekResult) => {
+        if (finished) return;
+        finished = true;
+        clearTimeout(timer);
+        sock.off('data', onData);
+        sock.off('end', onEnd);
+        sock.pause();
+        done({ bytes: Buffer.concat(chunks, size), result });
+      };
+      const onData = (d: Buffer) => {
+        chunks.push(d);
+        size += d.length;
+        const all = chunks.length === 1 ? d : Buffer.concat(chunks, size);
+        const r = peekDestination(all);
+        if (r.kind !== 'more') finish(r);
+        else if (size >= peekBytes) finish({ kind: 'other', why: 'peek_limit' });
+      };
+      const onEnd = () => finish({ kind: 'other', why: 'client_closed' });
+      const timer = setTimeout(() => finish({ kind: 'other', why: 'peek_timeout' }), peekTimeout);
+      sock.on('data', onData);
+      sock.on('end', onEnd);
+      sock.resume();
+    });
+  }
+
+  function judge(e: Entry<P>, subject: NetworkSubject): Verdict {
+    // A listener without a resolved policy refuses everything; it never borrows a default or another subject's.
+    if (e.policy === null) return { action: 'block', reason: 'no_policy', source: 'fail_mode', rule: null };
+    try {
+      return opts.decide('network', subject, e.policy);
+    } catch {
+      return { action: 'block', reason: 'engine_error', source: 'fail_mode', rule: null };
+    }
+  }
+
+  async function handle(e: Entry<P>, sock: net.Socket): Promise<void> {
+    sock.on('error', () => {});
+    const local = { address: sock.localAddress ?? '', port: sock.localPort ?? 0 };
+    const peer = `${plainIp(sock.remoteAddress ?? '')}:${sock.remotePort ?? 0}`;
+    let dst: OriginalDst;
+    try {
+      dst = originalDst(fdOf(sock));
+    } catch (err) {
+      // Not provably redirected: the same answer as a direct connection, with no policy consulted.
+      refuse(e, sock, {
+        reason: 'no_original_dst',
+        subject: { peer, listener: `${plainIp(local.address)}:${local.port}`, error: (err as { code?: string }).code },
+        rule: null,
+        severity: 'critical',
+      });
+      return;
+    }
+    const ip = plainIp(dst.address);
+    const isLoop = ip.startsWith('127.') || ip === '::1';
+    if (
+      (plainIp(local.address) === ip && local.port === dst.port) ||
+      isListenerAddress(dst) ||
+      (isLoop && dst.port >= PROXY_PORT_MIN && dst.port <= PROXY_PORT_MAX)
+    ) {
+      // A direct connection to a listener (own or another subject's): judging it would let one agent borrow
+      // another's egress policy by guessing a port.
+      refuse(e, sock, {
+        reason: 'not_redirected',
+        subject: { ip, port: dst.port, peer },
+        rule: null,
+        severity: 'critical',
+      });
+      return;
+    }
+
+    const { bytes, result } = await peek(sock);
+    if (sock.destroyed) return;
+    let domain: string | null = null;
+    if (result.kind === 'tls') domain = result.sni;
+    else if (result.kind === 'http') {
+      if (result.conflict) {
+        refuse(e, sock, { reason: 'ambiguous_host', subject: { domain: result.host, ip, port: dst.port }, rule: null });
+        return;
+      }
+      domain = result.host;
+    }
+    const subject: NetworkSubject = { domain, ip, port: dst.port };
+    const verdict = judge(e, subject);
+    if (verdict.action === 'block') {
+      refuse(e, sock, { reason: verdict.reason, subject, rule: verdict.rule });
+      return;
+    }
+
+    let target = ip;
+    if (domain && verdict.rule !== null && !isAddressRule(verdict.rule)) {
+      // Decided on the name: connect where the name resolves (through our resolvers), never to the address the
+      // agent supplied, so a forged SNI/Host cannot carry an allowed name to an arbitrary address. A mode default
+      // (blacklist, nothing denied) judged the address as well as the name, so it goes to the address.
+      let r: Resolved;
+      try {
+        r = await resolve(domain);
+      } catch {
+        r = { v4: [], v6: [], expires: 0 };
+      }
+      const all = [...r.v4, ...r.v6];
+      if (all.includes(ip)) target = ip;
+      else {
+        const same = net.isIPv4(ip) ? r.v4 : r.v6;
+        const pick = same[0] ?? all[0];
+        if (!pick) {
+          refuse(e, sock, { reason: 'resolve_failed', subject, rule: verdict.rule });
+          return;
+        }
+        // The resolved address is judged too: a deny entry covering it still wins.
+        const again = judge(e, { domain, ip: pick, port: dst.port });
+        if (again.action === 'block') {
+          refuse(e, sock, { reason: again.reason, subject: { ...subject, upstream: pick }, rule: again.rule });
+          return;
+        }
+        target = pick;
+      }
+    }
+    if (sock.destroyed) return;
+    opts.log.write({
+      uid: e.uid,
+      surface: 'network',
+      action: 'allow',
+      reason: verdict.reason,
+      subject: target === ip ? subject : { ...subject, upstream: target },
+      rule: verdict.rule,
+    });
+    splice(e, sock, target, dst.port, bytes);
+  }
+
+  function splice(e: Entry<P>, client: net.Socket, host: string, port: number, head: Buffer): void {
+    const up = net.connect({ host, port, allowHalfOpen: true, noDelay: true });
+    e.sockets.add(up);
+    up.on('close', () => e.sockets.delete(up));
+    const timer = setTimeout(() => up.destroy(new Error('connect timeout')), connectTimeout);
+    up.on('error', (err) => {
+      clearTimeout(timer);
+      onError(err, { uid: e.uid, stage: 'upstream' });
+      if (!pumped.has(client)) client.resetAndDestroy();
+    });
+    client.on('error', () => {
+      if (!pumped.has(up)) up.destroy();
+    });
+    up.once('connect', () => {
+      clearTimeout(timer);
+      if (client.destroyed) {
+        up.destroy();
+        return;
+      }
+      if (pump) {
+        // Nothing more is read by Node from here on: the pump thread owns both directions.
+        up.pause();
+        const rest = stopReading(client);
+        const first = rest.length ? Buffer.concat([head, rest]) : head;
+        const go = () => {
+          if (client.destroyed || up.destroyed) {
+            client.destroy();
+            up.destroy();
+            return;
+          }
+          stopReading(up);
+          pumped.add(client);
+          pumped.add(up);
+          const { id, done } = pump.start(client, up);
+          e.spliced.add(id);
+          void done.then((r) => {
+            e.spliced.delete(id);
+            pumped.delete(client);
+            pumped.delete(up);
+            // A reset on either side is passed on as a reset on both.
+            if (r.error && r.error !== 'ECANCELED') {
+              client.resetAndDestroy();
+              up.resetAndDestroy();
+            } else {
+              client.destroy();
+              up.destroy();
+            }
+          });
+        };
+        if (first.length) up.write(first, go);
+        else go();
+        return;
+      }
+      if (head.length) up.write(head);
+      // pipe() ends the destination when the source ends: a half-close is passed on, the other direction
+      // keeps flowing (allowHalfOpen on both sockets).
+      client.pipe(up);
+      up.pipe(client);
+      client.resume();
+      let ended = 0;
+      const both = () => {
+        if (++ended === 2) {
+          client.destroy();
+          up.destroy();
+        }
+      };
+      client.on('end', both);
+      up.on('end', both);
+      client.on('close', () => up.destroy());
+      up.on('close', () => {
+        if (!client.destroyed && !client.writableEnded) client.destroy();
+      });
+    });
+  }
+
+  async function open(e: Entry<P>): Promise<void> {
+    for (const host of hosts) {
+      const srv = net.createServer({ allowHalfOpen: true, pauseOnConnect: true, noDelay: true }, (sock) => {
+        e.sockets.add(sock);
+        sock.on('close', () => e.sockets.delete(sock));
+        handle(e, sock).catch((err: Error) => {
+          onError(err, { uid: e.uid, stage: 'handle' });
+          sock.resetAndDestroy();
+        });
+      });
+      try {
+        await new Promise<void>((resolve, reject) => {
+          srv.once('error', reject);
+          srv.listen({ host, port: e.port, exclusive: true, backlog: 1024 }, () => {
+            srv.off('error', reject);
+            resolve();
+          });
+        });
+      } catch (err) {
+        // A host with IPv6 disabled has no ::1 (and no IPv6 connection to redirect): IPv4 alone is complete.
+        const code = (err as NodeJS.ErrnoException).code;
+        if (net.isIPv6(host) && (code === 'EADDRNOTAVAIL' || code === 'EAFNOSUPPORT')) {
+          onError(err as Error, { uid: e.uid, stage: 'listen_ipv6' });
+          continue;
+        }
+        throw err;
+      }
+      e.servers.push(srv);
+    }
+  }
+
+  async function closeEntry(e: Entry<P>): Promise<void> {
+    const closing = e.servers.map((s) => new Promise<void>((r) => s.close(() => r())));
+    // Spliced sockets are the pump's until it reports: abort, and let its completion destroy them.
+    for (const id of e.spliced) pump?.abort(id);
+    for (const s of e.sockets) if (!pumped.has(s)) s.destroy();
+    await Promise.all(closing);
+  }
+
+  return {
+    async setSubject(s) {
+      const cur = subjects.get(s.uid);
+      if (cur && cur.port === s.port) {
+        cur.policy = s.policy;
+        return;
+      }
+      if (cur) {
+        subjects.delete(s.uid);
+        await closeEntry(cur);
+      }
+      const e: Entry<P> = {
+        uid: s.uid,
+        port: s.port,
+        policy: s.policy,
+        servers: [],
+        sockets: new Set(),
+        spliced: new Set(),
+      };
+      subjects.set(s.uid, e);
+      try {
+        await open(e);
+      } catch (err) {
+        subjects.delete(s.uid);
+        await closeEntry(e);
+        throw err;
+      }
+    },
+    async removeSubject(uid) {
+      const e = subjects.get(uid);
+      if (!e) return;
+      subjects.delete(uid);
+      await closeEntry(e);
+    },
+    ports() {
+      return new Map([...subjects.values()].map((e) => [e.uid, e.port]));
+    },
+    async close() {
+      const all = [...subjects.values()];
+      subjects.clear();
+      await Promise.all(all.map(closeEntry));
+      // Let the aborted pairs report (their sockets are destroyed then) before the pump thread stops.
+      while (pump && pump.size() > 0) await new Promise((r) => setTimeout(r, 5));
+      pump?.close();
+    },
+  };
+}

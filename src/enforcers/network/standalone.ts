@@ -1,0 +1,93 @@
+/**
+ * The network enforcer as a process of its own: `node standalone.js <spec.json>`. The lab and `leash demo` start it
+ * inside the agent namespace (`ip netns exec`), where it applies the nft chains and runs the proxy exactly as the
+ * service does. Prints "ready" once every subject is applied; SIGHUP re-reads the spec and changes only what
+ * differs; SIGTERM/SIGINT release every chain it applied and exit.
+ */
+import fs from 'node:fs';
+import { compilePolicy, decide, type CompiledPolicy, type PolicyInput } from '../../engine/index.js';
+import { createDecisionLog } from '../../log/decisions.js';
+import { startNetworkEnforcer, type NetworkEnforcer } from './enforcer.js';
+import { hostRunner } from './run.js';
+
+export interface StandaloneSpec {
+  subjects: { uid: number; port: number; policy: PolicyInput | null }[];
+  resolvers: string[];
+  udp?: 'drop' | 'allow';
+  /** Decision log sink: an absolute file path (stdout carries this process's own "ready"/"reloaded"). */
+  decisions: string;
+  peekTimeoutMs?: number;
+}
+
+async function main(): Promise<void> {
+  const specPath = process.argv[2];
+  if (!specPath) throw new Error('usage: standalone.js <spec.json>');
+  const read = () => JSON.parse(fs.readFileSync(specPath, 'utf8')) as StandaloneSpec;
+  let spec = read();
+  const log = createDecisionLog({ sink: spec.decisions });
+  const enf: NetworkEnforcer<CompiledPolicy> = await startNetworkEnforcer<CompiledPolicy>({
+    runner: hostRunner(),
+    decide,
+    log,
+    resolvers: spec.resolvers,
+    udp: spec.udp ?? 'drop',
+    expectedSubjects: spec.subjects.length,
+    proxy: {
+      peekTimeoutMs: spec.peekTimeoutMs,
+      onError: (err, ctx) => process.stderr.write(`proxy uid=${ctx.uid} ${ctx.stage}: ${err.message}\n`),
+    },
+  });
+  const current = new Map<number, string>();
+  const applyAll = async (s: StandaloneSpec) => {
+    for (const sub of s.subjects) {
+      const key = JSON.stringify(sub);
+      if (current.get(sub.uid) === key) continue;
+      const policy = sub.policy ? compilePolicy(sub.policy) : null;
+      const outcome = await enf.setSubject({ uid: sub.uid, port: sub.port, policy });
+      current.set(sub.uid, key);
+      process.stderr.write(`subject ${sub.uid} port ${sub.port}: ${outcome}\n`);
+    }
+  };
+  try {
+    await applyAll(spec);
+  } catch (e) {
+    // Never leave half a set of chains behind a process that is about to exit.
+    await enf.stop().catch(() => {});
+    throw e;
+  }
+  let chain = Promise.resolve();
+  process.on('SIGHUP', () => {
+    chain = chain.then(async () => {
+      try {
+        spec = read();
+        await applyAll(spec);
+        process.stdout.write('reloaded\n');
+      } catch (e) {
+        process.stderr.write(`reload failed, previous rules kept: ${(e as Error).message}\n`);
+      }
+    });
+  });
+  let stopping = false;
+  const stop = () => {
+    if (stopping) return;
+    stopping = true;
+    void chain
+      .then(() => enf.stop())
+      .then(() => log.close())
+      .then(
+        () => process.exit(0),
+        (e: Error) => {
+          process.stderr.write(`stop: ${e.message}\n`);
+          process.exit(1);
+        },
+      );
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  process.stdout.write('ready\n');
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`network enforcer: ${(e as Error).stack ?? String(e)}\n`);
+  process.exit(1);
+});

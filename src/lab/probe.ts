@@ -1,0 +1,166 @@
+/**
+ * The agent's side of the lab: run AS the leashed account inside the agent namespace
+ * (`setpriv --reuid=U ... node probe.js '<json probes>'`). Each probe tries one thing and reports what happened,
+ * so tests assert on errno codes and on the upstream's own report of where the connection landed.
+ * Self-contained (node:* imports only) so it can be copied somewhere the account can read.
+ */
+import dgram from 'node:dgram';
+import dns from 'node:dns';
+import net from 'node:net';
+import tls from 'node:tls';
+
+export type Probe =
+  | { kind: 'tls'; host: string; port: number; servername?: string }
+  | { kind: 'http'; host: string; port: number; hostHeader: string }
+  | { kind: 'tcp'; host: string; port: number; send?: string }
+  | { kind: 'udp'; host: string; port: number }
+  | { kind: 'dns'; name: string }
+  | { kind: 'dnsserver'; server: string; name: string }
+  /** One A query over TCP (what a resolver library falls back to for a truncated answer). */
+  | { kind: 'dnstcp'; server: string; name: string };
+
+export interface ProbeResult {
+  ok: boolean;
+  /** errno code (ECONNRESET, EPERM, ...) when it failed. */
+  code: string | null;
+  /** What the server sent back (the upstream's JSON report), or resolved addresses. */
+  data: string;
+  ms: number;
+}
+
+function finish(t0: number, ok: boolean, code: string | null, data: string): ProbeResult {
+  return { ok, code, data, ms: Math.round((performance.now() - t0) * 10) / 10 };
+}
+
+function stream(
+  p: Probe & { host: string; port: number },
+  connect: () => net.Socket,
+  send: string | null,
+): Promise<ProbeResult> {
+  const t0 = performance.now();
+  return new Promise((resolve) => {
+    let data = '';
+    let settled = false;
+    const done = (r: ProbeResult) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      s.destroy();
+      resolve(r);
+    };
+    const s = connect();
+    const timer = setTimeout(() => done(finish(t0, false, 'ETIMEDOUT', data)), 8000);
+    s.on(p.kind === 'tls' ? 'secureConnect' : 'connect', () => {
+      if (send !== null) s.write(send);
+    });
+    s.on('data', (d: Buffer) => (data += d.toString()));
+    s.on('error', (e: NodeJS.ErrnoException) => done(finish(t0, false, e.code ?? 'ERR', data)));
+    s.on('end', () => done(finish(t0, data.length > 0, data.length > 0 ? null : 'EOF', data)));
+  });
+}
+
+function udp(p: { host: string; port: number }): Promise<ProbeResult> {
+  const t0 = performance.now();
+  return new Promise((resolve) => {
+    const sock = dgram.createSocket(net.isIPv6(p.host) ? 'udp6' : 'udp4');
+    sock.on('error', (e: NodeJS.ErrnoException) => {
+      sock.close();
+      resolve(finish(t0, false, e.code ?? 'ERR', ''));
+    });
+    sock.send(Buffer.from('x'), p.port, p.host, (err) => {
+      sock.close();
+      const e = err as NodeJS.ErrnoException | null;
+      resolve(finish(t0, !e, e ? (e.code ?? 'ERR') : null, ''));
+    });
+  });
+}
+
+async function lookup(name: string, server?: string): Promise<ProbeResult> {
+  const t0 = performance.now();
+  try {
+    if (server) {
+      // c-ares over UDP straight to `server`: what a DNS tunnel to an arbitrary resolver looks like.
+      const r = new dns.promises.Resolver({ timeout: 1500, tries: 1 });
+      r.setServers([server]);
+      const a = await r.resolve4(name);
+      return finish(t0, true, null, a.join(','));
+    }
+    const all = await dns.promises.lookup(name, { all: true });
+    return finish(t0, true, null, all.map((a) => a.address).join(','));
+  } catch (e) {
+    return finish(t0, false, (e as NodeJS.ErrnoException).code ?? 'ERR', '');
+  }
+}
+
+function dnsTcp(server: string, name: string): Promise<ProbeResult> {
+  const t0 = performance.now();
+  const q = Buffer.concat([
+    Buffer.from([0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]),
+    ...name.split('.').map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)])),
+    Buffer.from([0, 0, 1, 0, 1]),
+  ]);
+  const len = Buffer.alloc(2);
+  len.writeUInt16BE(q.length);
+  return new Promise((resolve) => {
+    let acc = Buffer.alloc(0);
+    const s = net.connect(53, server, () => s.write(Buffer.concat([len, q])));
+    const timer = setTimeout(() => done(finish(t0, false, 'ETIMEDOUT', '')), 5000);
+    const done = (r: ProbeResult) => {
+      clearTimeout(timer);
+      s.destroy();
+      resolve(r);
+    };
+    s.on('data', (d: Buffer) => {
+      acc = Buffer.concat([acc, d]);
+      if (acc.length >= 2 && acc.length >= 2 + acc.readUInt16BE(0)) {
+        const msg = acc.subarray(2);
+        // The last 4 bytes of a one-answer A response are the address.
+        const ok = msg.readUInt16BE(6) > 0;
+        done(finish(t0, ok, ok ? null : 'ENODATA', ok ? [...msg.subarray(msg.length - 4)].join('.') : ''));
+      }
+    });
+    s.on('error', (e: NodeJS.ErrnoException) => done(finish(t0, false, e.code ?? 'ERR', '')));
+    s.on('end', () => done(finish(t0, false, 'EOF', '')));
+  });
+}
+
+export async function runProbe(p: Probe): Promise<ProbeResult> {
+  switch (p.kind) {
+    case 'tls':
+      return stream(
+        p,
+        () => tls.connect({ host: p.host, port: p.port, servername: p.servername, rejectUnauthorized: false }),
+        null,
+      );
+    case 'http':
+      return stream(
+        p,
+        () => net.connect(p.port, p.host),
+        `GET / HTTP/1.1\r\nHost: ${p.hostHeader}\r\nConnection: close\r\n\r\n`,
+      );
+    case 'tcp':
+      return stream(p, () => net.connect(p.port, p.host), p.send ?? '');
+    case 'udp':
+      return udp(p);
+    case 'dns':
+      return lookup(p.name);
+    case 'dnsserver':
+      return lookup(p.name, p.server);
+    case 'dnstcp':
+      return dnsTcp(p.server, p.name);
+  }
+}
+
+async function main(): Promise<void> {
+  const probes = JSON.parse(process.argv[2] ?? '[]') as Probe[];
+  const out: ProbeResult[] = [];
+  for (const p of probes) out.push(await runProbe(p));
+  process.stdout.write(JSON.stringify({ uid: process.getuid?.(), results: out }) + '\n');
+}
+
+if (process.argv[1] && import.meta.url.endsWith('/' + process.argv[1].split('/').pop()!)) {
+  main().catch((e: unknown) => {
+    process.stderr.write(String(e) + '\n');
+    process.exit(1);
+  });
+}

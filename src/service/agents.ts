@@ -1,0 +1,218 @@
+/**
+ * The service's enforcement of every subject at once: discovery -> resolution -> plan -> the
+ * watcher map, the nft chains and proxy listeners, and the tools gate's per-UID policies. SIGHUP
+ * (the service's reload) runs one coalesced reconcile pass that changes only what differs.
+ *
+ * Order matters on the way in: a subject's watcher map entry is acknowledged before its chain goes
+ * in (so a new subject is denied on the filesystem before it is redirected), and its listener is
+ * open before its redirect (the network enforcer does that part).
+ */
+import fs from 'node:fs';
+import { compilePolicy, decide, maskSecrets, type CompiledPolicy } from '../engine/index.js';
+import { createFsSupervisor, fsCmdPolicyOf, type FsSupervisor } from '../enforcers/fs/index.js';
+import { hostResolvers, startNetworkEnforcer, type NetworkEnforcer } from '../enforcers/network/enforcer.js';
+import { dropLegacyShape } from '../enforcers/network/nft.js';
+import { networkPlanHooks } from '../enforcers/network/plan-hooks.js';
+import { hostRunner, type Runner } from '../enforcers/network/run.js';
+import { compileGatePolicy, GATE_DEFAULTS, type CompiledGatePolicy } from '../enforcers/tools/policy.js';
+import { createToolsSocketServer, DEFAULT_TOOLS_SOCKET, type ToolsSocketServer } from '../enforcers/tools/socket.js';
+import { LeashError } from '../errors.js';
+import type { WatcherSubject } from '../native.js';
+import type { Effective } from '../policy/fragment.js';
+import { createReconciler } from './coalesce.js';
+import { observe } from './observe.js';
+import { emptyApplied, executePlan, planReconcile, type AppliedState, type PlanHooks } from './plan.js';
+import type { Enforcer, EnforcerFactory, ServiceContext } from './start.js';
+
+export interface AgentsEnforcerOptions {
+  /** Where nft runs (default: this process's own network namespace). */
+  runner?: Runner;
+  /** /var/lib/leash (LEASH_STATE_DIR). */
+  stateDir?: string;
+  /** argv prefix for the watcher process (tests: a timeout). */
+  watcherWrap?: string[];
+  /** Extra watcher arguments. */
+  watcherArgs?: string[];
+  /** Gate socket path (default LEASH_TOOLS_SOCKET or /run/leash/tools.sock). */
+  toolsSocket?: string;
+  /** Called when the watcher died too often: the service must exit for systemd to restart it. */
+  onFatal?: (e: LeashError) => void;
+}
+
+/** Everything dumped when a reconcile pass runs past 30 s: the JS stack and the native one. */
+function dumpStacks(log: (msg: string) => void): void {
+  try {
+    const report = process.report?.getReport() as unknown as {
+      javascriptStack?: { message?: string; stack?: string[] };
+      nativeStack?: { symbol?: string }[];
+    };
+    log(
+      [
+        'reconcile pass running past 30 s; stacks follow',
+        `javascript: ${report?.javascriptStack?.message ?? ''}`,
+        ...(report?.javascriptStack?.stack ?? []).map((l) => `  ${l}`),
+        'native:',
+        ...(report?.nativeStack ?? []).map((f) => `  ${f.symbol ?? '?'}`),
+      ].join('\n'),
+    );
+  } catch (e) {
+    log(`reconcile pass running past 30 s; no stack report: ${(e as Error).message}`);
+  }
+}
+
+function gatePolicyFor(e: Effective): CompiledGatePolicy {
+  const tools = { ...GATE_DEFAULTS, ...e.tools };
+  return compileGatePolicy(tools as never, e.fail_mode, { compilePolicy, decide } as never);
+}
+
+/** The factory registered in ENFORCERS: network, filesystem/commands and tools for every subject. */
+export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactory {
+  return {
+    name: 'agents',
+    enabled: (l) => l.config.enforcers.network || l.config.enforcers.filesystem || l.config.enforcers.tools,
+    async start(ctx: ServiceContext): Promise<Enforcer> {
+      const logger = ctx.logger.child({ component: 'reconcile' });
+      const stateDir = opts.stateDir ?? process.env.LEASH_STATE_DIR ?? '/var/lib/leash';
+      const runner = opts.runner ?? hostRunner();
+      let current = ctx.loaded;
+      const critical = (message: string, detail: Record<string, unknown>) =>
+        logger.error({ severity: 'critical', ...detail }, message);
+
+      const first = await observe({ config: () => current.config, stateDir });
+      if (!first.ok) throw new LeashError('service_failed', `cannot discover subjects: ${first.message}`);
+      for (const w of first.warnings) logger.warn(w);
+      const initialPlan = planReconcile(emptyApplied(first.mode), first);
+      const c = ctx.loaded.config;
+
+      // The watcher starts with the whole starting map: every subject resolved, or "no policy".
+      let sup: FsSupervisor | null = null;
+      if (c.enforcers.filesystem) {
+        const subjects = initialPlan.actions.flatMap((a): WatcherSubject[] => {
+          if (a.kind === 'add' || a.kind === 'reapply')
+            return [{ uid: a.uid, policy: fsCmdPolicyOf(a.policy), failMode: a.policy.fail_mode }];
+          if (a.kind === 'fail' || a.kind === 'orphan') return [{ uid: a.uid, policy: null, failMode: c.fail_mode }];
+          return [];
+        });
+        sup = createFsSupervisor({
+          subjects,
+          watch: c.filesystem.watch,
+          decisions: c.logging.decisions,
+          ...(opts.watcherWrap ? { wrap: opts.watcherWrap } : {}),
+          ...(opts.watcherArgs ? { args: opts.watcherArgs } : {}),
+          onFatal: (e) => {
+            critical(`the watcher died too often: ${e.message}`, { code: e.code });
+            opts.onFatal?.(e);
+          },
+          onRespawn: (i) => logger.warn({ pid: i.pid, deaths: i.deaths }, 'watcher respawned from the current map'),
+        });
+        await sup.ready;
+      }
+
+      let net: NetworkEnforcer<CompiledPolicy> | null = null;
+      if (c.enforcers.network) {
+        await dropLegacyShape(runner, (m) => logger.warn(m));
+        const resolvers = hostResolvers(c.network.dns_resolvers);
+        if (resolvers.length === 0)
+          logger.warn('no DNS resolvers: network.dns_resolvers is empty and resolv.conf names none');
+        net = await startNetworkEnforcer<CompiledPolicy>({
+          runner,
+          decide,
+          log: ctx.decisions,
+          resolvers,
+          udp: c.network.udp,
+          expectedSubjects: Math.max(1, first.subjects.length),
+          warn: (m) => logger.warn(m),
+          proxy: { onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message) },
+        });
+      }
+
+      const gate = new Map<number, CompiledGatePolicy>();
+      // What `leash terminal` asks for over the same socket (op commands_policy), per subject.
+      const commandsOf = new Map<number, { fail_mode: string; commands: unknown }>();
+      let tools: ToolsSocketServer | null = null;
+      if (c.enforcers.tools) {
+        const sock = opts.toolsSocket ?? process.env.LEASH_TOOLS_SOCKET ?? DEFAULT_TOOLS_SOCKET;
+        fs.mkdirSync(sock.slice(0, sock.lastIndexOf('/')) || '/', { recursive: true, mode: 0o755 });
+        tools = await createToolsSocketServer({
+          path: sock,
+          log: ctx.decisions,
+          mask: maskSecrets,
+          policyForUid: (uid) => gate.get(uid) ?? null,
+          commandsPolicyForUid: (uid) => commandsOf.get(uid) ?? null,
+        });
+      }
+
+      const netHooks = net ? networkPlanHooks(net) : null;
+      const failMode = () => current.config.fail_mode;
+      const hooks: PlanHooks = {
+        async apply(a) {
+          // A gate policy that does not compile fails this subject alone (executePlan denies it).
+          const g = c.enforcers.tools ? gatePolicyFor(a.policy) : null;
+          if (sup) await sup.set(a.uid, fsCmdPolicyOf(a.policy), a.policy.fail_mode);
+          if (netHooks) await netHooks.apply(a);
+          if (g) gate.set(a.uid, g);
+          commandsOf.set(a.uid, { fail_mode: a.policy.fail_mode, commands: a.policy.commands });
+        },
+        async deny(a) {
+          gate.delete(a.uid);
+          commandsOf.delete(a.uid);
+          if (sup) await sup.set(a.uid, null, failMode());
+          if (netHooks) await netHooks.deny(a);
+        },
+        async orphan(a) {
+          gate.delete(a.uid);
+          commandsOf.delete(a.uid);
+          if (sup) await sup.set(a.uid, null, failMode());
+          if (netHooks) await netHooks.orphan(a);
+        },
+        critical,
+      };
+
+      const report = (what: string, plan: ReturnType<typeof planReconcile>, applied: AppliedState) => {
+        const counts: Record<string, number> = {};
+        for (const a of plan.actions) counts[a.kind] = (counts[a.kind] ?? 0) + 1;
+        logger.info({ mode: applied.mode, subjects: applied.subjects.size, ...counts }, what);
+      };
+
+      let prev: AppliedState;
+      try {
+        const done = await executePlan(initialPlan, hooks);
+        prev = done.state;
+        report('subjects applied', initialPlan, prev);
+      } catch (e) {
+        await net?.stop().catch(() => {});
+        await tools?.close().catch(() => {});
+        await sup?.close().catch(() => {});
+        throw e;
+      }
+
+      const reconciler = createReconciler({
+        pass: async () => {
+          const obs = await observe({ config: () => current.config, stateDir });
+          if (obs.ok) for (const w of obs.warnings) logger.warn(w);
+          const plan = planReconcile(prev, obs);
+          const done = await executePlan(plan, hooks);
+          prev = done.state;
+          report('reconciled', plan, prev);
+        },
+        onSlow: () => dumpStacks((m) => logger.error({ severity: 'critical' }, m)),
+        onError: (e) => critical(`reconcile pass failed: ${(e as Error).message}`, {}),
+      });
+
+      return {
+        name: 'agents',
+        async reload(next) {
+          current = next.loaded;
+          await reconciler.trigger();
+        },
+        async close() {
+          await reconciler.close();
+          // Release chains before the listeners and the watcher go: no UID is left redirected to nothing.
+          await net?.stop().catch((e: unknown) => logger.error({ err: e }, 'network release failed'));
+          await tools?.close().catch(() => {});
+          await sup?.close().catch(() => {});
+        },
+      };
+    },
+  };
+}

@@ -1,0 +1,155 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { teardownNetwork } from '../../src/enforcers/network/enforcer.js';
+import {
+  applySubject,
+  dropLegacyShape,
+  openFirewall,
+  readState,
+  releaseSubjects,
+  type SubjectRules,
+} from '../../src/enforcers/network/nft.js';
+import { netnsRunner, type Runner } from '../../src/enforcers/network/run.js';
+import { bareNetns, isRoot } from '../lab/index.js';
+
+const NS = 'lt-net-nft';
+const a: SubjectRules = { uid: 61001, port: 18001, resolvers: ['198.18.1.53', '2001:db8:1::53'], udp: 'drop' };
+const b: SubjectRules = { uid: 61002, port: 18002, resolvers: ['198.18.1.53'], udp: 'drop' };
+
+describe.skipIf(!isRoot)('nft apply in a namespace', () => {
+  let run: Runner;
+  let cleanup: (() => Promise<void>) | null = null;
+  beforeAll(async () => {
+    cleanup = await bareNetns(NS);
+    run = netnsRunner(NS);
+  });
+  afterAll(async () => {
+    await cleanup?.();
+  });
+
+  const listing = async () => (await run(['nft', '-a', 'list', 'ruleset'])).stdout;
+  const handlesOf = async (uid: number) => {
+    const st = await readState(run);
+    return [...st.values()].map((t) => t.dispatch.get(uid));
+  };
+
+  it('adds subjects one transaction each, each in its own chain behind one dispatch rule', async () => {
+    expect(await applySubject(run, a)).toBe('added');
+    expect(await applySubject(run, b)).toBe('added');
+    const text = await listing();
+    for (const fam of ['table ip leash', 'table ip6 leash', 'table inet leash_filter']) expect(text).toContain(fam);
+    expect(text.match(/meta skuid 61001 jump agent_61001/g)).toHaveLength(3);
+    expect(text.match(/meta skuid 61002 jump agent_61002/g)).toHaveLength(3);
+    expect(text).toContain('redirect to :18001');
+    expect(text).toContain('redirect to :18002');
+  });
+
+  it('applying an unchanged subject changes nothing (same handles, same ruleset)', async () => {
+    const before = await listing();
+    expect(await applySubject(run, a)).toBe('unchanged');
+    expect(await listing()).toBe(before);
+  });
+
+  it('changing one subject leaves the other one untouched, handle for handle', async () => {
+    const bBefore = await handlesOf(b.uid);
+    const bChain = (await run(['nft', '-a', 'list', 'chain', 'ip', 'leash', 'agent_61002'])).stdout;
+    expect(await applySubject(run, { ...a, port: 18011 })).toBe('changed');
+    expect(await handlesOf(b.uid)).toEqual(bBefore);
+    expect((await run(['nft', '-a', 'list', 'chain', 'ip', 'leash', 'agent_61002'])).stdout).toBe(bChain);
+    expect(await listing()).toContain('redirect to :18011');
+    expect(await listing()).not.toContain('redirect to :18001');
+  });
+
+  it('repairs a tampered chain on the next apply', async () => {
+    await run(['nft', 'add', 'rule', 'ip', 'leash', 'agent_61002', 'accept'], '');
+    expect(await applySubject(run, b)).toBe('changed');
+    expect(await applySubject(run, b)).toBe('unchanged');
+  });
+
+  it('releasing one subject removes only its chain and dispatch rules', async () => {
+    const bBefore = await handlesOf(b.uid);
+    await releaseSubjects(run, [a.uid]);
+    const text = await listing();
+    expect(text).not.toContain('61001');
+    expect(text).toContain('agent_61002');
+    expect(await handlesOf(b.uid)).toEqual(bBefore);
+  });
+
+  it('drops a leash table still in the pre-per-UID shape at startup, and leaves the per-UID shape alone', async () => {
+    const warned: string[] = [];
+    expect(await dropLegacyShape(run, (m) => warned.push(m))).toEqual([]);
+    expect(await listing()).toContain('agent_61002');
+    const legacy = await run(
+      ['nft', '-f', '-'],
+      'table ip6 leash { chain output { type nat hook output priority -100; meta skuid 61009 tcp dport 443 redirect to :8443; }; }\n',
+    );
+    expect(legacy.code).toBe(0);
+    expect(await dropLegacyShape(run, (m) => warned.push(m))).toEqual(['ip6 leash']);
+    expect(warned.join('\n')).toMatch(/old shape: ip6 leash/);
+    const after = await listing();
+    expect(after).not.toContain('61009');
+    expect(after).toContain('table ip leash'); // the per-UID tables were not touched
+    expect(await applySubject(run, b)).toBe('changed'); // ip6 part re-created on the next apply
+    expect(await applySubject(run, b)).toBe('unchanged');
+  });
+
+  it('teardown of the last subject drops the tables', async () => {
+    expect(await teardownNetwork(run)).toEqual([b.uid]);
+    expect(await listing()).not.toMatch(/leash/);
+  });
+
+  describe('without nft', () => {
+    // nft "missing": the runner answers as exec would for an absent binary.
+    const noNft: () => Runner = () => (argv, input) =>
+      argv[0] === 'nft' ? Promise.resolve({ code: 127, stdout: '', stderr: 'nft: not found' }) : run(argv, input);
+
+    it('falls back to iptables for one UID, IPv4 TCP, and says so on stderr', async () => {
+      const warnings: string[] = [];
+      const fw = await openFirewall({ runner: noNft(), subjects: 1, warn: (m) => warnings.push(m) });
+      expect(fw.backend).toBe('iptables');
+      expect(warnings.join('\n')).toMatch(/iptables fallback: IPv4 TCP only/);
+      expect(await fw.apply({ ...a, port: 18443 })).toBe('added');
+      expect(await fw.apply({ ...a, port: 18443 })).toBe('unchanged');
+      const rules = (await run(['iptables', '-t', 'nat', '-S', 'OUTPUT'])).stdout;
+      expect(rules).toContain('--uid-owner 61001');
+      expect(rules).toContain('REDIRECT --to-ports 18443');
+      await expect(fw.apply(b)).rejects.toMatchObject({ code: 'iptables_single_subject' });
+      await fw.release([a.uid]);
+      expect((await run(['iptables', '-t', 'nat', '-S', 'OUTPUT'])).stdout).not.toContain('leash');
+    });
+
+    it('refuses several subjects rather than apply one policy to all', async () => {
+      await expect(openFirewall({ runner: noNft(), subjects: 2, warn: () => {} })).rejects.toMatchObject({
+        code: 'nft_missing_multi',
+      });
+    });
+  });
+});
+
+describe.skipIf(!isRoot)('leash teardown', () => {
+  const TNS = 'lt-net-td';
+  let cleanup: (() => Promise<void>) | null = null;
+  beforeAll(async () => {
+    cleanup = await bareNetns(TNS);
+  });
+  afterAll(async () => {
+    await cleanup?.();
+  });
+
+  it('releases the named UID, then every remaining one, leaving no leash table', async () => {
+    const run = netnsRunner(TNS);
+    await applySubject(run, a);
+    await applySubject(run, b);
+    const { spawnSync } = await import('node:child_process');
+    const cli = (args: string[]) =>
+      spawnSync(process.execPath, ['dist/src/cli/main.js', 'teardown', '--netns', TNS, '--json', ...args], {
+        encoding: 'utf8',
+      });
+    const one = cli(['--uid', String(a.uid)]);
+    expect(one.status).toBe(0);
+    expect(JSON.parse(one.stdout)).toEqual({ released: [a.uid] });
+    expect((await run(['nft', 'list', 'ruleset'])).stdout).toContain('agent_61002');
+    const rest = cli([]);
+    expect(JSON.parse(rest.stdout)).toEqual({ released: [b.uid] });
+    expect((await run(['nft', 'list', 'ruleset'])).stdout).not.toMatch(/leash/);
+  });
+});

@@ -1,0 +1,146 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config/load.js';
+import { decide, type CompiledPolicy } from '../../src/engine/index.js';
+import { startNetworkEnforcer } from '../../src/enforcers/network/enforcer.js';
+import { networkPlanHooks } from '../../src/enforcers/network/plan-hooks.js';
+import type { Effective } from '../../src/policy/fragment.js';
+import { networkEnforcerFactory } from '../../src/enforcers/network/service.js';
+import { netnsRunner, type Runner } from '../../src/enforcers/network/run.js';
+import type { DecisionRecord } from '../../src/log/decisions.js';
+import { createLogger } from '../../src/log/logger.js';
+import { bareNetns, isRoot } from '../lab/index.js';
+
+// The service-side factory, with nft pointed at a namespace of the test's own (never the host's ruleset).
+const NS = 'lt-net-svc';
+const account = { name: 'leash-tsvc', uid: 61500, gid: 61500, home: '/nonexistent' };
+const yaml = (udp: string) => `user: leash-tsvc
+network: { mode: whitelist, allow: [example.org], deny: [], dns_resolvers: [198.18.1.53], udp: ${udp} }
+`;
+
+describe.skipIf(!isRoot)('network enforcer factory (service path)', () => {
+  let run: Runner;
+  let cleanup: (() => Promise<void>) | null = null;
+  beforeAll(async () => {
+    cleanup = await bareNetns(NS);
+    run = netnsRunner(NS);
+  });
+  afterAll(async () => {
+    await cleanup?.();
+  });
+
+  it('applies the configured account, keeps an unchanged reload untouched, and releases everything on close', async () => {
+    const lines: DecisionRecord[] = [];
+    const decisions = { write: (r: DecisionRecord) => (lines.push(r), 'x'), close: async () => {} };
+    const logger = createLogger({ level: 'error' });
+    const loaded = parseConfig(yaml('drop'), 'test', { lookup: () => account });
+    const factory = networkEnforcerFactory({ runner: run, port: 18991 });
+    expect(factory.enabled(loaded)).toBe(true);
+    const enf = await factory.start({ loaded, decisions, logger });
+    try {
+      const listing = async () => (await run(['nft', '-a', 'list', 'ruleset'])).stdout;
+      const first = await listing();
+      expect(first).toContain('meta skuid 61500 jump agent_61500');
+      expect(first).toContain('redirect to :18991');
+      expect(first).toContain('198.18.1.53');
+      await enf.reload!({ loaded: parseConfig(yaml('drop'), 'test', { lookup: () => account }), decisions, logger });
+      expect(await listing()).toBe(first);
+    } finally {
+      await enf.close();
+    }
+    expect(await run(['nft', 'list', 'ruleset'])).toMatchObject({ stdout: expect.not.stringMatching(/leash/) });
+  });
+});
+
+describe.skipIf(!isRoot)('proxy on a host with IPv6 disabled', () => {
+  const NS6 = 'lt-net-nov6';
+  let cleanup: (() => Promise<void>) | null = null;
+  beforeAll(async () => {
+    cleanup = await bareNetns(NS6);
+  });
+  afterAll(async () => {
+    await cleanup?.();
+  });
+
+  it('listens on 127.0.0.1 alone instead of failing the subject', async () => {
+    const run = netnsRunner(NS6);
+    await run(['sysctl', '-qw', 'net.ipv6.conf.all.disable_ipv6=1', 'net.ipv6.conf.default.disable_ipv6=1']);
+    await run(['sysctl', '-qw', 'net.ipv6.conf.lo.disable_ipv6=1']);
+    await run(['ip', 'link', 'set', 'lo', 'up']);
+    const proxyJs = new URL('../../dist/src/enforcers/network/proxy.js', import.meta.url).pathname;
+    const script = `import(${JSON.stringify(proxyJs)}).then(async (m) => {
+      const errs = [];
+      const p = m.createProxy({ decide: () => ({ action: 'block', reason: 'not_allowed', source: 'mode', rule: null }),
+        log: { write: () => '' }, resolvers: [], onError: (e, c) => errs.push(c.stage + ':' + e.code) });
+      await p.setSubject({ uid: 1, port: 18443, policy: null });
+      console.log(JSON.stringify({ ports: [...p.ports()], errs }));
+      await p.close();
+    })`;
+    const r = await run([process.execPath, '-e', script]);
+    expect(r.stderr).toBe('');
+    expect(JSON.parse(r.stdout)).toEqual({ ports: [[1, 18443]], errs: ['listen_ipv6:EADDRNOTAVAIL'] });
+  });
+});
+
+describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)', () => {
+  const NSP = 'lt-net-plan';
+  let cleanup: (() => Promise<void>) | null = null;
+  beforeAll(async () => {
+    cleanup = await bareNetns(NSP);
+  });
+  afterAll(async () => {
+    await cleanup?.();
+  });
+
+  const effective = (text: string): Effective => {
+    const { user: _u, logging: _l, ...rest } = parseConfig(text, 'test', { lookup: () => null }).config;
+    return rest;
+  };
+
+  it('apply / orphan / deny: chains per subject with its own udp and resolvers, kept on orphan, dropped on deny', async () => {
+    const run = netnsRunner(NSP);
+    const enf = await startNetworkEnforcer<CompiledPolicy>({
+      runner: run,
+      decide,
+      log: { write: () => 'r' },
+      resolvers: ['198.18.1.53'],
+      udp: 'drop',
+      expectedSubjects: 2,
+      proxy: { hosts: ['127.0.0.1'] },
+    });
+    const hooks = networkPlanHooks(enf);
+    try {
+      const a = effective('network: { mode: whitelist, allow: [example.org] }\n');
+      const b = effective('network: { mode: blacklist, udp: allow, dns_resolvers: [2001:db8::53] }\n');
+      await hooks.apply({ kind: 'add', account: 'leash-ta', uid: 62001, port: 18961, policy: a, hash: 'h1' });
+      await hooks.apply({ kind: 'add', account: 'leash-tb', uid: 62002, port: 18962, policy: b, hash: 'h2' });
+      const chain = async (fam: string, uid: number) =>
+        (await run(['nft', 'list', 'chain', fam, fam === 'inet' ? 'leash_filter' : 'leash', `agent_${uid}`])).stdout;
+      expect(await chain('inet', 62001)).toContain('198.18.1.53');
+      expect(await chain('inet', 62002)).toContain('meta l4proto udp return');
+      expect(await chain('ip', 62002)).toContain('redirect to :18962');
+      expect([...enf.proxy.ports()]).toEqual([
+        [62001, 18961],
+        [62002, 18962],
+      ]);
+
+      await hooks.orphan({ kind: 'orphan', account: 'leash-ta', uid: 62001, port: 18961 });
+      expect(await chain('ip', 62001)).toContain('redirect to :18961');
+      expect(enf.proxy.ports().get(62001)).toBe(18961);
+
+      await hooks.deny({
+        kind: 'fail',
+        account: 'leash-tb',
+        uid: 62002,
+        port: 18962,
+        failure: { code: 'no_port', message: 'x' },
+        hadChain: true,
+      });
+      const rs = (await run(['nft', 'list', 'ruleset'])).stdout;
+      expect(rs).not.toContain('agent_62002');
+      expect(rs).toContain('agent_62001');
+      expect(enf.proxy.ports().get(62002)).toBe(18962); // still listening, refusing
+    } finally {
+      await enf.stop();
+    }
+  });
+});

@@ -1,0 +1,248 @@
+/**
+ * The whole service, for real, with several agent accounts: `leash` (no subcommand) runs inside the lab's agent
+ * namespace (so its nft rules are that namespace's own), discovers leash-* accounts from a passwd file holding only
+ * this test's accounts, resolves each through its own profile binding, and enforces network and filesystem for
+ * all of them at once. Filesystem paths lie on a tmpfs this test mounts; the watcher runs under a timeout.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LAB, canRunLab, stopChild, useLab, type LabUser } from '../lab/index.js';
+import type { DecisionRecord } from '../../src/log/decisions.js';
+
+const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
+
+function run(argv: string[], env: NodeJS.ProcessEnv = {}): { code: number; out: string; err: string } {
+  const r = spawnSync(argv[0]!, argv.slice(1), { env: { ...process.env, ...env }, encoding: 'utf8' });
+  return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
+}
+
+describe.skipIf(!canRunLab)('leash service with several agent accounts (root, lab, tmpfs)', () => {
+  const lab = useLab('svc');
+  let dir = '';
+  let mnt = '';
+  let env: NodeJS.ProcessEnv = {};
+  let users: LabUser[] = [];
+  let svc: ChildProcess | null = null;
+  let svcErr = '';
+  const decisionsPath = () => path.join(dir, 'decisions.jsonl');
+  const decisions = (): DecisionRecord[] =>
+    fs.existsSync(decisionsPath())
+      ? fs
+          .readFileSync(decisionsPath(), 'utf8')
+          .split('\n')
+          .filter(Boolean)
+          .map((l) => JSON.parse(l) as DecisionRecord)
+      : [];
+
+  const writePasswd = (accounts: LabUser[]) => {
+    const lines = ['root:x:0:0:root:/root:/bin/bash'];
+    for (const u of accounts) lines.push(`${u.name}:x:${u.uid}:${u.gid}::/nonexistent:/usr/sbin/nologin`);
+    fs.writeFileSync(path.join(dir, 'passwd'), lines.join('\n') + '\n');
+  };
+  const leash = (args: string[]) => {
+    const r = run([process.execPath, CLI, '-c', path.join(dir, 'leash.yaml'), ...args, '--no-reconcile'], env);
+    if (r.code !== 0) throw new Error(`leash ${args.join(' ')} -> ${r.code}: ${r.err}${r.out}`);
+    return r;
+  };
+  const chain = (uid: number) => {
+    const l = lab.get();
+    return run(['ip', 'netns', 'exec', l.agentNs, 'nft', '-a', 'list', 'chain', 'ip', 'leash', `agent_${uid}`]);
+  };
+  const hupAndWait = async () => {
+    const before = (svcErr.match(/"msg":"reconciled"/g) ?? []).length;
+    // To the service's own PID, as the CLI does (the pid file): a second SIGHUP sent to the `timeout` wrapper never
+    // reached the service here.
+    process.kill(Number(fs.readFileSync(env.LEASH_PID_FILE!, 'utf8')), 'SIGHUP');
+    for (let i = 0; i < 200; i++) {
+      if ((svcErr.match(/"msg":"reconciled"/g) ?? []).length > before) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error(`no reconcile after SIGHUP:\n${svcErr.slice(-3000)}`);
+  };
+  /** Reads a file as `u` inside the agent namespace (another mount namespace: FAN_MARK_FILESYSTEM still sees it). */
+  const readAs = (u: LabUser, file: string) => {
+    const r = run([
+      'ip',
+      'netns',
+      'exec',
+      lab.get().agentNs,
+      'setpriv',
+      `--reuid=${u.uid}`,
+      `--regid=${u.gid}`,
+      '--clear-groups',
+      'timeout',
+      '10',
+      '/bin/cat',
+      file,
+    ]);
+    return r.code === 0 ? 'ok' : /Operation not permitted/.test(r.err) ? 'EPERM' : `fail ${r.code} ${r.err.trim()}`;
+  };
+  const tlsAs = async (u: LabUser, host: string) => {
+    const [res] = await lab.get().probe(u, [{ kind: 'tls', host, port: 443, servername: host }]);
+    return res!.ok ? 'ok' : (res!.code ?? 'fail');
+  };
+
+  beforeAll(async () => {
+    const l = lab.get();
+    dir = fs.mkdtempSync(path.join(l.dir, 'svc-'));
+    fs.chmodSync(dir, 0o755);
+    mnt = path.join(dir, 'fs');
+    fs.mkdirSync(mnt);
+    const m = run(['mount', '-t', 'tmpfs', '-o', 'size=8m,mode=0755', 'leash-test', mnt]);
+    if (m.code !== 0) throw new Error(m.err);
+    l.defer(`umount ${mnt}`, () => run(['umount', '-l', mnt]));
+    for (const d of ['a1', 'a2', 'a3', 'a4']) {
+      fs.mkdirSync(path.join(mnt, d), { mode: 0o755 });
+      fs.writeFileSync(path.join(mnt, d, 'f'), `${d}\n`, { mode: 0o644 });
+    }
+    users = [];
+    for (const n of ['leash-tsa1', 'leash-tsa2', 'leash-tsa3']) users.push(await l.createUser(n));
+    writePasswd(users);
+    fs.writeFileSync(
+      path.join(dir, 'leash.yaml'),
+      `user: null
+fail_mode: closed
+network: { mode: whitelist, allow: [good.lab, evil.lab, other.lab], deny: [], dns_resolvers: [${LAB.dnsV4}] }
+filesystem: { mode: whitelist, allow: [${mnt}], deny: [] }
+commands: { mode: blacklist, allow: [], deny: [] }
+tools: { mode: whitelist, allow: [read_file], deny: [] }
+logging: { level: info, decisions: ${decisionsPath()} }
+`,
+    );
+    env = {
+      LEASH_STATE_DIR: path.join(dir, 'state'),
+      LEASH_PASSWD: path.join(dir, 'passwd'),
+      LEASH_TOOLS_SOCKET: path.join(dir, 'tools.sock'),
+      LEASH_PID_FILE: path.join(dir, 'leash.pid'),
+      LEASH_WATCHER_TIMEOUT_S: '300',
+    };
+    // Profiles only narrow the floor, so no consent is needed.
+    const prof = (name: string, body: string) => {
+      fs.writeFileSync(path.join(dir, `${name}.yaml`), body);
+      leash(['profile', 'save', name, '--from', path.join(dir, `${name}.yaml`)]);
+    };
+    prof('p1', `network: { allow: [good.lab] }\nfilesystem: { allow: [${mnt}/a1] }\n`);
+    prof('p2', `network: { allow: [evil.lab] }\nfilesystem: { allow: [${mnt}/a2] }\n`);
+    leash(['bind', 'agent:leash-tsa1', 'p1']);
+    leash(['bind', 'agent:leash-tsa2', 'p2']);
+
+    svc = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        l.agentNs,
+        'timeout',
+        '-s',
+        'KILL',
+        '300',
+        process.execPath,
+        CLI,
+        '-c',
+        path.join(dir, 'leash.yaml'),
+      ],
+      { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    l.defer('stop leash service', () => stopChild(svc!, 10_000));
+    svc.stderr!.setEncoding('utf8').on('data', (d: string) => (svcErr += d));
+    for (let i = 0; i < 300 && !svcErr.includes('"msg":"ready"'); i++) {
+      if (svc.exitCode !== null) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    if (!svcErr.includes('"msg":"ready"')) throw new Error(`service not ready:\n${svcErr}`);
+  }, 120_000);
+
+  afterAll(async () => {
+    if (svc && svc.exitCode === null) {
+      const code = await stopChild(svc, 10_000);
+      expect(code).toBe(0);
+      // A stop releases every chain.
+      const rules = run(['ip', 'netns', 'exec', lab.get().agentNs, 'nft', 'list', 'ruleset']);
+      expect(rules.out).not.toMatch(/leash/);
+    }
+  }, 60_000);
+
+  it('enforces three agents independently on network and filesystem, each logged under its own UID', async () => {
+    const [u1, u2, u3] = users as [LabUser, LabUser, LabUser];
+    expect(await tlsAs(u1, 'good.lab')).toBe('ok');
+    expect(await tlsAs(u1, 'evil.lab')).toBe('ECONNRESET');
+    expect(await tlsAs(u2, 'evil.lab')).toBe('ok');
+    expect(await tlsAs(u2, 'good.lab')).toBe('ECONNRESET');
+    expect(await tlsAs(u3, 'other.lab')).toBe('ok');
+    expect(readAs(u1, `${mnt}/a1/f`)).toBe('ok');
+    expect(readAs(u1, `${mnt}/a2/f`)).toBe('EPERM');
+    expect(readAs(u2, `${mnt}/a2/f`)).toBe('ok');
+    expect(readAs(u2, `${mnt}/a1/f`)).toBe('EPERM');
+    expect(readAs(u3, `${mnt}/a1/f`)).toBe('ok');
+    expect(readAs(u3, `${mnt}/a2/f`)).toBe('ok');
+    await new Promise((r) => setTimeout(r, 500));
+    const d = decisions();
+    const has = (uid: number, surface: string, action: string, needle: string) =>
+      d.some(
+        (r) =>
+          r.uid === uid && r.surface === surface && r.action === action && JSON.stringify(r.subject).includes(needle),
+      );
+    expect(has(u1.uid, 'network', 'block', 'evil.lab')).toBe(true);
+    expect(has(u2.uid, 'network', 'block', 'good.lab')).toBe(true);
+    expect(has(u1.uid, 'filesystem', 'block', `${mnt}/a2/f`)).toBe(true);
+    expect(has(u2.uid, 'filesystem', 'block', `${mnt}/a1/f`)).toBe(true);
+  });
+
+  it('SIGHUP after a fourth account leaves the other chains byte-identical; a profile change re-judges one agent', async () => {
+    const [u1, u2, u3] = users as [LabUser, LabUser, LabUser];
+    const before = users.map((u) => chain(u.uid).out);
+    for (const b of before) expect(b).toMatch(/redirect to :18\d\d\d/);
+    const u4 = await lab.get().createUser('leash-tsa4');
+    users.push(u4);
+    writePasswd(users);
+    await hupAndWait();
+    expect(chain(u4.uid).code).toBe(0);
+    expect([u1, u2, u3].map((u) => chain(u.uid).out)).toEqual(before);
+    expect(await tlsAs(u4, 'good.lab')).toBe('ok');
+
+    // Narrow p1 to one subdomain: leash-tsa1 loses good.lab itself; nobody else's chain changes.
+    fs.writeFileSync(
+      path.join(dir, 'p1.yaml'),
+      `network: { allow: [api.good.lab] }\nfilesystem: { allow: [${mnt}/a1] }\n`,
+    );
+    leash(['profile', 'save', 'p1', '--from', path.join(dir, 'p1.yaml')]);
+    await hupAndWait();
+    expect(await tlsAs(u1, 'good.lab')).toBe('ECONNRESET');
+    expect(await tlsAs(u1, 'api.good.lab')).toBe('ok');
+    expect(await tlsAs(u2, 'evil.lab')).toBe('ok');
+    expect([u2, u3].map((u) => chain(u.uid).out)).toEqual(before.slice(1));
+  });
+
+  it('a corrupt ports.json changes nothing applied', async () => {
+    const ports = path.join(env.LEASH_STATE_DIR!, 'ports.json');
+    const saved = fs.readFileSync(ports);
+    const before = users.map((u) => chain(u.uid).out);
+    fs.writeFileSync(ports, '{ not json');
+    try {
+      await hupAndWait();
+      expect(svcErr).toMatch(/reconcile changed nothing/);
+      expect(users.map((u) => chain(u.uid).out)).toEqual(before);
+      expect(await tlsAs(users[1]!, 'evil.lab')).toBe('ok');
+      expect(readAs(users[0]!, `${mnt}/a2/f`)).toBe('EPERM');
+    } finally {
+      fs.writeFileSync(ports, saved);
+    }
+  });
+
+  it('a dangling profile fails its agent alone: denied on the filesystem, the others untouched', async () => {
+    const [u1, u2, u3] = users as [LabUser, LabUser, LabUser];
+    const before3 = chain(u3.uid).out;
+    fs.rmSync(path.join(env.LEASH_STATE_DIR!, 'profiles', 'p2.yaml'));
+    await hupAndWait();
+    expect(svcErr).toMatch(/leash-tsa2 \(uid \d+\) fails alone/);
+    expect(readAs(u2, `${mnt}/a2/f`)).toBe('EPERM');
+    expect(readAs(u1, `${mnt}/a1/f`)).toBe('ok');
+    expect(readAs(u3, `${mnt}/a2/f`)).toBe('ok');
+    expect(await tlsAs(u3, 'good.lab')).toBe('ok');
+    expect(chain(u3.uid).out).toBe(before3);
+    // Failed: no chain of its own.
+    expect(chain(u2.uid).code).not.toBe(0);
+  });
+});

@@ -1,0 +1,43 @@
+/**
+ * The lab for vitest: `const lab = useLab('net1')` builds it in beforeAll and tears it down in afterAll (teardown
+ * also runs when building fails half-way). Root only; callers wrap their describe in `describe.skipIf(!isRoot)`.
+ */
+import { afterAll, beforeAll } from 'vitest';
+import { buildLab, type Lab } from '../../src/lab/lab.js';
+import { nativeAvailable } from '../../src/native.js';
+import { hostRunner } from '../../src/enforcers/network/run.js';
+
+export * from '../../src/lab/lab.js';
+export { netPolicy } from './policy.js';
+
+export const isRoot = process.getuid?.() === 0;
+export const canRunLab = isRoot && nativeAvailable();
+
+export function useLab(id: string): { get: () => Lab } {
+  let lab: Lab | null = null;
+  beforeAll(async () => {
+    lab = await buildLab({ id: `net${id}` });
+  }, 60_000);
+  afterAll(async () => {
+    if (!lab) return;
+    const problems = await lab.teardown();
+    if (problems.length) throw new Error(`lab teardown: ${problems.join('; ')}`);
+  }, 60_000);
+  return {
+    get: () => {
+      if (!lab) throw new Error('lab not built');
+      return lab;
+    },
+  };
+}
+
+/** Makes a bare namespace (no lab) for nft-only tests; removed by the returned cleanup. */
+export async function bareNetns(name: string): Promise<() => Promise<void>> {
+  const host = hostRunner();
+  await host(['ip', 'netns', 'del', name]);
+  const r = await host(['ip', 'netns', 'add', name]);
+  if (r.code !== 0) throw new Error(r.stderr);
+  return async () => {
+    await host(['ip', 'netns', 'del', name]);
+  };
+}
