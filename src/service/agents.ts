@@ -127,6 +127,8 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
       }
 
       const gate = new Map<number, CompiledGatePolicy>();
+      // What `leash terminal` asks for over the same socket (op commands_policy), per subject.
+      const commandsOf = new Map<number, { fail_mode: string; commands: unknown }>();
       let tools: ToolsSocketServer | null = null;
       if (c.enforcers.tools) {
         const sock = opts.toolsSocket ?? process.env.LEASH_TOOLS_SOCKET ?? DEFAULT_TOOLS_SOCKET;
@@ -136,6 +138,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           log: ctx.decisions,
           mask: maskSecrets,
           policyForUid: (uid) => gate.get(uid) ?? null,
+          commandsPolicyForUid: (uid) => commandsOf.get(uid) ?? null,
         });
       }
 
@@ -148,14 +151,17 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           if (sup) await sup.set(a.uid, fsCmdPolicyOf(a.policy), a.policy.fail_mode);
           if (netHooks) await netHooks.apply(a);
           if (g) gate.set(a.uid, g);
+          commandsOf.set(a.uid, { fail_mode: a.policy.fail_mode, commands: a.policy.commands });
         },
         async deny(a) {
           gate.delete(a.uid);
+          commandsOf.delete(a.uid);
           if (sup) await sup.set(a.uid, null, failMode());
           if (netHooks) await netHooks.deny(a);
         },
         async orphan(a) {
           gate.delete(a.uid);
+          commandsOf.delete(a.uid);
           if (sup) await sup.set(a.uid, null, failMode());
           if (netHooks) await netHooks.orphan(a);
         },

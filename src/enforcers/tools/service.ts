@@ -28,6 +28,17 @@ export function policiesFromConfig(ctx: ServiceContext): (uid: number) => Compil
   return (uid) => (account && uid === account.uid ? compiled : null);
 }
 
+/**
+ * The commands policy `leash terminal` asks for over the same socket (op `commands_policy`): the
+ * configured account's `fail_mode` and `commands` section (with `commands.args` once the schema
+ * carries it), anyone else null (the terminal then denies everything: `no_policy`).
+ */
+export function commandsPoliciesFromConfig(ctx: Pick<ServiceContext, 'loaded'>): (uid: number) => unknown {
+  const { config, account } = ctx.loaded;
+  const policy = { fail_mode: config.fail_mode, commands: config.commands };
+  return (uid) => (account && uid === account.uid ? policy : null);
+}
+
 export const toolsEnforcer: EnforcerFactory = {
   name: 'tools',
   enabled: (loaded) => loaded.config.enforcers.tools,
@@ -35,16 +46,19 @@ export const toolsEnforcer: EnforcerFactory = {
     const sock = process.env.LEASH_TOOLS_SOCKET ?? DEFAULT_TOOLS_SOCKET;
     fs.mkdirSync(path.dirname(sock), { recursive: true, mode: 0o755 });
     let policyForUid = policiesFromConfig(ctx);
+    let commandsPolicyForUid = commandsPoliciesFromConfig(ctx);
     const server = await createToolsSocketServer({
       path: sock,
       log: ctx.decisions,
       mask: maskSecrets,
       policyForUid: (uid) => policyForUid(uid),
+      commandsPolicyForUid: (uid) => commandsPolicyForUid(uid),
     });
     return {
       name: 'tools',
       async reload(next) {
         policyForUid = policiesFromConfig(next);
+        commandsPolicyForUid = commandsPoliciesFromConfig(next);
       },
       close: () => server.close(),
     };
