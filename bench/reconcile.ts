@@ -431,6 +431,7 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
   console.log(
     `${'restart (baseline, 1 run)'.padEnd(26)} ${f1(restartMs).padStart(6)}   (stop ${f1(stopMs)} + start to ready ${f1(readyMs)})       ${String(restart.added).padStart(5)} ${String(restart.removed).padStart(7)} ${String([...restart.uids].filter((u) => u !== 'shared').length + ' +shared').padStart(8)}    ${String(startCalls).padStart(5)}+stop`,
   );
+  for (const r of rows) console.log(`  ${r.scenario}: passes ${r.passes.map((p) => p.ms.toFixed(0)).join(', ')} ms`);
   console.log('');
   const chainRow = rows.find((r) => r.scenario === 'one profile, chain change')!;
   const chainTouched = chainRow.counted.touch.added + chainRow.counted.touch.removed;
