@@ -10,7 +10,12 @@
 import fs from 'node:fs';
 import { compilePolicy, decide, maskSecrets, type CompiledPolicy } from '../engine/index.js';
 import { createFsSupervisor, fsCmdPolicyOf, type FsSupervisor } from '../enforcers/fs/index.js';
-import { hostResolvers, startNetworkEnforcer, type NetworkEnforcer } from '../enforcers/network/enforcer.js';
+import {
+  hostResolvers,
+  startNetworkEnforcer,
+  teardownNetwork,
+  type NetworkEnforcer,
+} from '../enforcers/network/enforcer.js';
 import { dropLegacyShape } from '../enforcers/network/nft.js';
 import { networkPlanHooks } from '../enforcers/network/plan-hooks.js';
 import { hostRunner, type Runner } from '../enforcers/network/run.js';
@@ -209,6 +214,15 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           await reconciler.close();
           // Release chains before the listeners and the watcher go: no UID is left redirected to nothing.
           await net?.stop().catch((e: unknown) => logger.error({ err: e }, 'network release failed'));
+          if (net) {
+            // Whatever the enforcer's own bookkeeping missed (a pass cut short, an apply that failed half-way):
+            // a stop leaves no UID redirected, the same sweep as ExecStopPost=leash teardown.
+            const left = await teardownNetwork(runner).catch((e: unknown) => {
+              logger.error({ err: e }, 'network teardown failed');
+              return [] as number[];
+            });
+            if (left.length) logger.warn({ uids: left }, 'released chains the enforcer no longer tracked');
+          }
           await tools?.close().catch(() => {});
           await sup?.close().catch(() => {});
         },
