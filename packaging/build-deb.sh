@@ -30,7 +30,7 @@ Package: leash
 Version: $version
 Architecture: $arch
 Maintainer: Leash developers <leash@localhost>
-Depends: nodejs (>= 20), nftables, iproute2
+Depends: nodejs (>= 20), nftables, iproute2, util-linux, openssl
 Installed-Size: $size
 Section: admin
 Priority: optional

@@ -35,9 +35,9 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   restart,
   policy,
   mcp,
+  terminal,
   registerDemo,
   registerTeardown,
-  terminal,
 ];
 
 export function buildProgram(extra: CommandGroup[] = []): Command {

@@ -10,7 +10,12 @@
 import fs from 'node:fs';
 import { decide, maskSecrets, type CompiledPolicy } from '../engine/index.js';
 import { createFsSupervisor, fsCmdPolicyOf, type FsSupervisor } from '../enforcers/fs/index.js';
-import { hostResolvers, startNetworkEnforcer, type NetworkEnforcer } from '../enforcers/network/enforcer.js';
+import {
+  hostResolvers,
+  startNetworkEnforcer,
+  teardownNetwork,
+  type NetworkEnforcer,
+} from '../enforcers/network/enforcer.js';
 import { dropLegacyShape } from '../enforcers/network/nft.js';
 import { networkPlanHooks } from '../enforcers/network/plan-hooks.js';
 import { hostRunner, type Runner } from '../enforcers/network/run.js';
@@ -127,9 +132,8 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
       }
 
       const gate = new Map<number, CompiledGatePolicy>();
-      // What `leash terminal` (no --policy) gets for its own UID: fail_mode and the commands section
-      // (commands.args included) of that subject's resolved policy; anyone else no_policy.
-      const terminal = new Map<number, { fail_mode: Effective['fail_mode']; commands: Effective['commands'] }>();
+      // What `leash terminal` asks for over the same socket (op commands_policy), per subject.
+      const commandsOf = new Map<number, { fail_mode: string; commands: unknown }>();
       let tools: ToolsSocketServer | null = null;
       if (c.enforcers.tools) {
         const sock = opts.toolsSocket ?? process.env.LEASH_TOOLS_SOCKET ?? DEFAULT_TOOLS_SOCKET;
@@ -139,7 +143,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           log: ctx.decisions,
           mask: maskSecrets,
           policyForUid: (uid) => gate.get(uid) ?? null,
-          commandsPolicyForUid: (uid) => terminal.get(uid) ?? null,
+          commandsPolicyForUid: (uid) => commandsOf.get(uid) ?? null,
         });
       }
 
@@ -152,18 +156,17 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           if (sup) await sup.set(a.uid, fsCmdPolicyOf(a.policy), a.policy.fail_mode);
           if (netHooks) await netHooks.apply(a);
           if (g) gate.set(a.uid, g);
-          if (c.enforcers.tools)
-            terminal.set(a.uid, { fail_mode: a.policy.fail_mode, commands: structuredClone(a.policy.commands) });
+          commandsOf.set(a.uid, { fail_mode: a.policy.fail_mode, commands: a.policy.commands });
         },
         async deny(a) {
           gate.delete(a.uid);
-          terminal.delete(a.uid);
+          commandsOf.delete(a.uid);
           if (sup) await sup.set(a.uid, null, failMode());
           if (netHooks) await netHooks.deny(a);
         },
         async orphan(a) {
           gate.delete(a.uid);
-          terminal.delete(a.uid);
+          commandsOf.delete(a.uid);
           if (sup) await sup.set(a.uid, null, failMode());
           if (netHooks) await netHooks.orphan(a);
         },
@@ -211,6 +214,15 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           await reconciler.close();
           // Release chains before the listeners and the watcher go: no UID is left redirected to nothing.
           await net?.stop().catch((e: unknown) => logger.error({ err: e }, 'network release failed'));
+          if (net) {
+            // Whatever the enforcer's own bookkeeping missed (a pass cut short, an apply that failed half-way):
+            // a stop leaves no UID redirected, the same sweep as ExecStopPost=leash teardown.
+            const left = await teardownNetwork(runner).catch((e: unknown) => {
+              logger.error({ err: e }, 'network teardown failed');
+              return [] as number[];
+            });
+            if (left.length) logger.warn({ uids: left }, 'released chains the enforcer no longer tracked');
+          }
           await tools?.close().catch(() => {});
           await sup?.close().catch(() => {});
         },

@@ -9,7 +9,7 @@ import {
   type JsonRpcId,
 } from './jsonrpc.js';
 import { fromPlain, stringifyAscii } from '../tools/json.js';
-import { result, type CommandResult } from './types.js';
+import { result, RESULT_CODES, type CommandResult } from './types.js';
 
 export const SUPPORTED_PROTOCOL_VERSIONS = ['2025-11-25', '2025-06-18', '2025-03-26', '2024-11-05'];
 
@@ -19,17 +19,7 @@ const RESULT_SCHEMA = {
     ok: { type: 'boolean' },
     code: {
       type: 'string',
-      enum: [
-        'OK',
-        'POLICY_DENIED',
-        'PARSE_ERROR',
-        'TIMEOUT',
-        'OUTPUT_TRUNCATED',
-        'CWD_ESCAPE',
-        'EXEC_ERROR',
-        'AUDIT_UNAVAILABLE',
-        'INTERNAL_ERROR',
-      ],
+      enum: [...RESULT_CODES],
     },
     stdout: { type: 'string' },
     stderr: { type: 'string' },
