@@ -34,6 +34,11 @@ export const ERROR_CODES = {
   service_signal_failed: EXIT.failed,
   subject_invalid: EXIT.refused,
   surface_unknown: EXIT.refused,
+  // leash terminal (docs/terminal.md)
+  terminal_audit_unavailable: EXIT.failed,
+  terminal_jail_invalid: EXIT.refused,
+  terminal_log_in_jail: EXIT.refused,
+  terminal_service_unavailable: EXIT.failed,
   usage: EXIT.refused,
   user_invalid: EXIT.refused,
   user_unknown: EXIT.refused,
@@ -84,6 +89,8 @@ export const FINDING_CODES = {
   binding_for_nobody: 'warning',
   profile_broken: 'critical',
   subject_unresolvable: 'warning',
+  // filesystem watcher coverage (branch wire): what `leash validate` says about this host's marks
+  marks_partial_coverage: 'warning',
 } as const satisfies Record<string, 'warning' | 'critical'>;
 export type FindingCode = keyof typeof FINDING_CODES;
 export type Severity = 'warning' | 'critical';
@@ -104,6 +111,17 @@ export const REASONS = {
   no_policy: 'the subject has no resolved policy; fail_mode decided',
   not_allowed: 'whitelist mode and no allow entry matched',
 } as const satisfies Record<Reason, string>;
+
+/**
+ * Reasons `leash terminal` adds to the engine's, in its decision log lines and audit records:
+ * refusals the commands surface itself cannot express (arguments, shell syntax, the cwd jail).
+ */
+export const TERMINAL_REASONS = {
+  cwd_escape: 'leash terminal: the requested cwd does not resolve inside the jail root (audit only)',
+  deny_args: 'leash terminal: a commands.args deny_args pattern matched the arguments',
+  not_on_path: "leash terminal: a basename allow entry matched a binary outside the terminal's PATH directories",
+  parse_error: 'leash terminal: the command line has shell syntax or cannot be split into argv',
+} as const;
 
 /**
  * Why an entry can never match (engine grammar), as carried in `inert_entries[].problem.code`
@@ -207,6 +225,7 @@ export function allCodes(): string[] {
       ...Object.keys(ERROR_CODES),
       ...Object.keys(FINDING_CODES),
       ...Object.keys(REASONS),
+      ...Object.keys(TERMINAL_REASONS),
       ...Object.keys(ENTRY_PROBLEMS),
       ...Object.keys(PROXY_REASONS),
       ...Object.keys(TOOLS_GATE_REASONS),

@@ -3,9 +3,13 @@ import type { Command } from 'commander';
 import { loadConfig } from '../config/load.js';
 import type { Config } from '../config/types.js';
 import { EXIT, LeashError } from '../errors.js';
-import type { NetworkSubject, PolicyInput, Surface, SubjectOf } from '../engine/types.js';
+import type { NetworkSubject, PolicyInput, Surface, SubjectOf, Verdict } from '../engine/types.js';
+import type { ToolVerdict } from '../enforcers/tools/policy.js';
 import { compilePolicy, decide, maskInputs } from '../policy-engine.js';
+import { compileGatePolicy } from '../enforcers/tools/policy.js';
+import { GATE_ENGINE, gatePolicyOf } from '../enforcers/tools/service.js';
 import { configPath, parseSurface, print, printJson } from './context.js';
+import { runCheckTool } from './mcp.js';
 
 /** The engine's view of a config: the four surface policies and fail_mode, nothing else. */
 export function toPolicyInput(c: Config): PolicyInput {
@@ -22,6 +26,13 @@ export function toPolicyInput(c: Config): PolicyInput {
     tools: { ...sp(c.tools), inspect: { ...c.tools.inspect } },
   };
 }
+
+/** The engine's verdict, or for a tool the gate's when an argument rule decided (source `args`, `at` where). */
+type CheckVerdict = Omit<Verdict, 'reason' | 'source'> & {
+  reason: string;
+  source: Verdict['source'] | 'args';
+  at?: string;
+};
 
 function bad(message: string, subject: string): LeashError {
   return new LeashError('subject_invalid', message, { subject });
@@ -99,7 +110,17 @@ export function register(program: Command): void {
         const surface = parseSurface(surfaceArg);
         const subject = parseSubject(surface, subjectArg, opts);
         const { config } = loadConfig(configPath(cmd));
-        const verdict = decide(surface, subject as never, compilePolicy(toPolicyInput(config)));
+        let verdict: CheckVerdict = decide(surface, subject as never, compilePolicy(toPolicyInput(config)));
+        if (surface === 'tools') {
+          // The tools surface as the gate enforces it: the engine's decision, then the argument rules
+          // (tools.args, strict_args) of the tool; the same judgment `leash mcp` makes on tools/call.
+          const gate = compileGatePolicy(gatePolicyOf(config), config.fail_mode, GATE_ENGINE);
+          const g = runCheckTool(subjectArg, opts.inputs ?? '{}', gate).verdict as unknown as ToolVerdict;
+          if (g.action !== verdict.action || g.reason !== verdict.reason) {
+            verdict = { ...verdict, action: g.action, reason: g.reason, rule: g.rule, source: 'args' };
+            if (g.at !== undefined) verdict.at = g.at;
+          }
+        }
         const enforced =
           surface === 'commands'
             ? config.enforcers.filesystem
@@ -109,7 +130,10 @@ export function register(program: Command): void {
           const shown = 'inputs' in subject ? { ...subject, inputs: maskInputs(subject.inputs) } : subject;
           printJson({ surface, subject: shown, ...verdict, enforced });
         } else {
-          const by = verdict.rule !== null ? `rule ${verdict.rule}` : `${verdict.source} default`;
+          const by =
+            verdict.rule !== null
+              ? `rule ${verdict.rule}${verdict.at !== undefined ? ` at ${verdict.at}` : ''}`
+              : `${verdict.source} default`;
           print(
             `${verdict.action} ${surface} ${subjectArg}: ${verdict.reason} (${by})${enforced ? '' : ' [enforcer off: not enforced]'}`,
           );

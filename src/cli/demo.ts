@@ -1,10 +1,11 @@
 /**
  * `leash demo`: shows Leash deciding, end to end, without touching the host. It builds the lab (an agent and an
  * "internet" network namespace), creates a demo agent account, runs the service's network enforcer with the shipped
- * default policy inside the agent namespace, performs allowed and blocked actions AS that account, prints what was
- * decided and why, and tears everything down (also on Ctrl-C or failure).
+ * default policy inside the agent namespace and the fanotify watcher on a tmpfs of the demo's own (the policy's
+ * filesystem and commands entries re-rooted there, see demo-fs.ts), performs allowed and blocked actions AS that
+ * account, prints what was decided and why, and tears everything down (also on Ctrl-C or failure).
  *
- * Steps are data (DEMO_STEPS): another surface adds its own by appending to the list (or passing `extraSteps`).
+ * Steps are data (DEMO_STEPS): another surface adds its own by appending to the list (or passing `steps`).
  */
 import fs from 'node:fs';
 import type { Command } from 'commander';
@@ -12,7 +13,7 @@ import { loadConfig } from '../config/load.js';
 import type { Config } from '../config/types.js';
 import { EXIT, LeashError } from '../errors.js';
 import { SINGLE_SUBJECT_PORT } from '../enforcers/network/nft.js';
-import type { DecisionRecord } from '../enforcers/network/proxy.js';
+import type { DecisionRecord } from '../log/decisions.js';
 import { nftAvailable } from '../enforcers/network/nft.js';
 import { hostRunner } from '../enforcers/network/run.js';
 import { buildLab, createCleanups, type Lab, type LabHost, type LabUser } from '../lab/lab.js';
@@ -20,6 +21,7 @@ import type { Probe, ProbeResult } from '../lab/probe.js';
 import { nativeAvailable } from '../native.js';
 import { defaultPolicyPath } from '../paths.js';
 import { toPolicyInput } from './check.js';
+import { FS_DEMO_STEPS, setupDemoFs, type DemoFs } from './demo-fs.js';
 
 /** The demo's "internet": names the default policy talks about, on lab addresses. */
 export const DEMO_HOSTS: LabHost[] = [
@@ -30,18 +32,27 @@ export const DEMO_HOSTS: LabHost[] = [
   { name: 'metadata.google.internal', v4: '169.254.169.254', v6: '2001:db8:1::254' },
 ];
 
+/** A decision line as read back from the log. */
+export type LoggedDecision = DecisionRecord & { ref?: string; ts?: string };
+
 export interface DemoContext {
   lab: Lab;
   agent: LabUser;
   config: Config;
   /** Runs probes as the demo agent inside the agent namespace. */
   probe(probes: Probe[]): Promise<ProbeResult[]>;
+  /** The demo's tmpfs and watcher (absent when the policy disables the filesystem enforcer). */
+  fs?: DemoFs;
+  /** Every decision line written so far (network enforcer and watcher share one log). */
+  decisions(): LoggedDecision[];
 }
 
 export interface StepOutcome {
-  /** What the agent saw: allowed (it worked) or blocked (reset, EPERM, ...). */
-  result: 'allowed' | 'blocked';
+  /** What the agent saw: allowed (it worked), blocked (reset, EPERM, ...), or an error that is neither. */
+  result: 'allowed' | 'blocked' | 'error';
   detail: string;
+  /** The decision line this step is about, when the step can tell (else the step's last one is shown). */
+  decision?: LoggedDecision;
 }
 
 export interface DemoStep {
@@ -136,7 +147,19 @@ export const DEMO_STEPS: DemoStep[] = [
     kind: 'dns',
     name: 'github.com',
   }),
+  ...FS_DEMO_STEPS,
 ];
+
+/** What the demo set up, for tests that check it is all gone afterwards. */
+export interface DemoSetup {
+  agentNs: string;
+  upstreamNs: string;
+  account: string;
+  enforcerPid: number;
+  fsRoot?: string;
+  watcherPid?: number;
+  marks?: string[];
+}
 
 export interface DemoOptions {
   id?: string;
@@ -145,12 +168,22 @@ export interface DemoOptions {
   json?: boolean;
   steps?: DemoStep[];
   out?: (s: string) => void;
+  /** Called once everything is up, before the first step. */
+  onSetup?: (s: DemoSetup) => void;
 }
 
 interface Row {
   step: DemoStep;
   outcome: StepOutcome;
-  decisions: DecisionRecord[];
+  decisions: LoggedDecision[];
+}
+
+function readDecisions(file: string): LoggedDecision[] {
+  return fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as LoggedDecision);
 }
 
 function pad(s: string, n: number): string {
@@ -158,21 +191,34 @@ function pad(s: string, n: number): string {
 }
 
 function describeDecision(row: Row): string {
-  const d = row.decisions[row.decisions.length - 1];
+  const d = row.outcome.decision ?? row.decisions[row.decisions.length - 1];
   if (d) {
     const rule = d.rule ? ` rule=${d.rule}` : '';
     const sev = d.severity ? ` ${d.severity.toUpperCase()}` : '';
-    const ref = (d as { ref?: string }).ref;
-    return `${d.action} ${d.reason}${rule}${sev}${ref ? ` ref=${ref}` : ''}`;
+    return `${d.action} ${d.reason}${rule}${sev}${d.ref ? ` ref=${d.ref}` : ''}`;
   }
   if (row.step.surface === 'network' && row.outcome.result === 'blocked') return 'kernel: nft filter drop (UDP)';
   if (row.step.surface === 'network') return 'kernel: not redirected (DNS to resolver)';
-  return '-';
+  return 'no decision line';
 }
 
 /** Runs the demo; returns the exit code (0 when every step did what the policy says). */
 export async function runDemo(opts: DemoOptions = {}): Promise<number> {
-  const out = opts.out ?? ((s: string) => process.stdout.write(s));
+  let interrupted = false;
+  let stdoutGone = false;
+  const out =
+    opts.out ??
+    ((s: string) => {
+      if (!stdoutGone) process.stdout.write(s);
+    });
+  if (!opts.out)
+    // `leash demo | head` closes the pipe: an unhandled EPIPE would end the process before its teardown and leave
+    // the namespaces, the account and the tmpfs behind. Stop the steps and tear down instead (the listener stays,
+    // for writes still in flight).
+    process.stdout.on('error', () => {
+      stdoutGone = true;
+      interrupted = true;
+    });
   if (process.getuid?.() !== 0)
     throw new LeashError('usage', 'leash demo needs root (it creates network namespaces and an account)');
   const host = hostRunner();
@@ -194,9 +240,13 @@ export async function runDemo(opts: DemoOptions = {}): Promise<number> {
   const policyPath = opts.policyPath ?? defaultPolicyPath();
   const loaded = loadConfig(policyPath, { lookup: () => null });
   const config = loaded.config;
-  const steps = opts.steps ?? DEMO_STEPS;
+  // The filesystem half needs the watcher; a policy that turns that enforcer off gets the network steps only.
+  const fsOn = config.enforcers.filesystem;
+  const steps = (opts.steps ?? DEMO_STEPS).filter(
+    (s) => fsOn || (s.surface !== 'filesystem' && s.surface !== 'commands'),
+  );
+  const needFs = steps.some((s) => s.surface === 'filesystem' || s.surface === 'commands');
   const cleanups = createCleanups();
-  let interrupted = false;
   const onSignal = () => {
     interrupted = true;
     out('\ninterrupted: tearing the demo down…\n');
@@ -205,7 +255,7 @@ export async function runDemo(opts: DemoOptions = {}): Promise<number> {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   try {
-    out('Leash demo: building the lab (two network namespaces, a demo agent account)…\n');
+    out(`Leash demo: building the lab (two network namespaces, a demo agent account${needFs ? ', a tmpfs' : ''})…\n`);
     const lab = await buildLab({ id: opts.id ?? 'demo', hosts: DEMO_HOSTS, cleanups });
     const agent = await lab.createUser(opts.account ?? 'leash-demo');
     const enforcer = await lab.startEnforcer({
@@ -213,20 +263,47 @@ export async function runDemo(opts: DemoOptions = {}): Promise<number> {
       udp: config.network.udp,
       peekTimeoutMs: 2000,
     });
+    const decisions = () => readDecisions(enforcer.decisionsPath);
+    // The watcher writes to the same decision log (O_APPEND, whole lines), so one listing shows every surface.
+    const fsd = needFs
+      ? await setupDemoFs({ lab, agent, config, cleanups, decisionsPath: enforcer.decisionsPath })
+      : undefined;
     const n = config.network;
     out(
       `  agent namespace ${lab.agentNs}, upstream ${lab.upstreamNs}; agent account ${agent.name} (uid ${agent.uid})\n` +
         `  policy ${policyPath}: network ${n.mode} (${n.allow.length} allow, ${n.deny.length} deny), udp ${n.udp}\n` +
-        `  the service's network enforcer (pid ${enforcer.pid}) holds the nft chain agent_${agent.uid} and listens on ${SINGLE_SUBJECT_PORT}\n\n`,
+        `  the service's network enforcer (pid ${enforcer.pid}) holds the nft chain agent_${agent.uid} and listens on ${SINGLE_SUBJECT_PORT}\n`,
     );
-    const ctx: DemoContext = { lab, agent, config, probe: (p) => lab.probe(agent, p) };
+    if (fsd) {
+      const f = fsd.policy.filesystem;
+      const c = fsd.policy.commands;
+      const whose = opts.policyPath ? "the policy's" : "the default policy's";
+      out(
+        `  filesystem and commands: ${whose} entries re-rooted on the demo's tmpfs, because the demo never marks the host's filesystems\n` +
+          `    <t> = ${fsd.root} (tmpfs), ~ = <t>/home/${agent.name}; filesystem ${f.mode} (${f.allow.length} allow, ${f.deny.length} deny),` +
+          ` commands ${c.mode} (${c.allow.length} allow, ${c.deny.length} deny)\n` +
+          `  the fanotify watcher (pid ${fsd.watcherPid}, under timeout 120 s) has ${fsd.marks.length} FAN_MARK_FILESYSTEM mark: ` +
+          `the demo's tmpfs (put on through ${fsd.marks.map((m) => m.split(fsd.root).join('<t>')).join(', ')})\n`,
+      );
+    } else if (!fsOn)
+      out('  filesystem and commands: enforcers.filesystem is off in this policy; those steps are skipped\n');
+    out('\n');
+    opts.onSetup?.({
+      agentNs: lab.agentNs,
+      upstreamNs: lab.upstreamNs,
+      account: agent.name,
+      enforcerPid: enforcer.pid,
+      ...(fsd ? { fsRoot: fsd.root, watcherPid: fsd.watcherPid, marks: fsd.marks } : {}),
+    });
+    const ctx: DemoContext = { lab, agent, config, fs: fsd, decisions, probe: (p) => lab.probe(agent, p) };
     const rows: Row[] = [];
     for (const step of steps) {
       if (interrupted) break;
-      const before = enforcer.decisions().length;
+      const before = decisions().length;
       const outcome = await step.run(ctx);
-      rows.push({ step, outcome, decisions: enforcer.decisions().slice(before) });
+      rows.push({ step, outcome, decisions: decisions().slice(before) });
     }
+    const short = (s: string) => (fsd ? s.split(fsd.root).join('<t>') : s);
     if (interrupted) return 130;
     const ok = rows.filter((r) => r.outcome.result === r.step.expect).length;
     if (opts.json) {
@@ -248,11 +325,11 @@ export async function runDemo(opts: DemoOptions = {}): Promise<number> {
       rows.forEach((r, i) => {
         const mark = r.outcome.result === r.step.expect ? ' ' : '!';
         out(
-          `${mark} ${pad(String(i + 1), 3)}${pad(r.step.title, 56)}${pad(r.step.expect, 9)}${pad(r.outcome.result, 9)}${describeDecision(r)}\n`,
+          `${mark} ${pad(String(i + 1), 3)}${pad(r.step.title, 56)}${pad(r.step.expect, 9)}${pad(r.outcome.result, 9)}${short(describeDecision(r))}\n`,
         );
         out(`  ${pad('', 3)}${pad('', 56)}${pad('', 18)}${r.outcome.detail}\n`);
       });
-      out('\nDecision log lines written by the enforcer:\n');
+      out(`\nDecision log lines written by the enforcer${fsd ? ' and the watcher' : ''}:\n`);
       for (const l of fs.readFileSync(enforcer.decisionsPath, 'utf8').split('\n').filter(Boolean)) out(`  ${l}\n`);
       out(`\n${ok}/${rows.length} actions did what the policy says.\n`);
     }
@@ -268,7 +345,7 @@ export async function runDemo(opts: DemoOptions = {}): Promise<number> {
       out(
         problems.length
           ? `teardown problems: ${problems.join('; ')}\n`
-          : 'Lab torn down: namespaces, account and processes removed.\n',
+          : `Lab torn down: namespaces, account${needFs ? ', tmpfs' : ''} and processes removed.\n`,
       );
   }
 }

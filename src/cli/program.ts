@@ -11,6 +11,7 @@ import { register as logs } from './logs.js';
 import { register as mcp } from './mcp.js';
 import { register as restart } from './reconcile.js';
 import { register as status } from './status.js';
+import { registerTerminal as terminal } from './terminal.js';
 import { register as surface } from './surface.js';
 import { register as validate } from './validate.js';
 import { registerPolicyCommands as policy } from './bind.js';
@@ -34,6 +35,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   restart,
   policy,
   mcp,
+  terminal,
   registerDemo,
   registerTeardown,
 ];

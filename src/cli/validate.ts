@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
-import { loadConfig } from '../config/load.js';
+import fs from 'node:fs';
+import { coverageFindings, loadConfig, type Finding } from '../config/load.js';
 import { EXIT, isLeashError } from '../errors.js';
 import { storeFindings } from '../policy/validate.js';
 import { configPath, formatFinding, print, printJson } from './context.js';
@@ -25,24 +26,38 @@ export function register(program: Command): void {
       }
       // The policy store (profiles, bindings, acks) is judged with the same floor; nothing when absent.
       const store = storeFindings(loaded.config, stateDirOf({}));
-      const critical = [...loaded.findings, ...store].filter((f) => f.severity === 'critical');
+      // How much of a whitelist the watcher's marks would cover on this host (its mounts, now).
+      const findings: Finding[] = [...loaded.findings, ...hostFindings(loaded.config)];
+      const warnings = findings.filter((f) => f.severity === 'warning');
+      const critical = [...findings, ...store].filter((f) => f.severity === 'critical');
       if (opts.json) {
         printJson({
           valid: critical.length === 0,
           config: file,
-          findings: loaded.findings,
+          findings,
           inert_entries: loaded.inert,
           policy_store: store,
         });
       } else {
-        for (const f of loaded.findings) print(formatFinding(f));
+        for (const f of findings) print(formatFinding(f));
         for (const f of store) print(`${f.severity} ${f.code} ${f.path}: ${f.message}`);
         print(
           critical.length
             ? `${file}: ${critical.length} critical finding(s)`
-            : `${file}: valid${loaded.warnings.length ? ` (${loaded.warnings.length} warning(s))` : ''}`,
+            : `${file}: valid${warnings.length ? ` (${warnings.length} warning(s))` : ''}`,
         );
       }
       if (critical.length) process.exitCode = EXIT.verdict;
     });
+}
+
+/** Findings about this host rather than the file: mark coverage, from /proc/self/mountinfo. */
+function hostFindings(config: Parameters<typeof coverageFindings>[0]): Finding[] {
+  let mountinfo: string;
+  try {
+    mountinfo = fs.readFileSync('/proc/self/mountinfo', 'utf8');
+  } catch {
+    return []; // not Linux, or /proc not mounted: nothing to say about marks
+  }
+  return coverageFindings(config, mountinfo);
 }

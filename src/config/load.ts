@@ -1,11 +1,13 @@
 import fs from 'node:fs';
-import path from 'node:path';
 import { isMap, isPair, isScalar, isSeq, parseDocument, type Document, type Node } from 'yaml';
 import type { z } from 'zod';
 import { FINDING_CODES, LeashError, type ConfigIssue, type FindingCode, type Severity } from '../errors.js';
 import type { Surface } from '../engine/types.js';
 import { inertEntries, type InertEntry } from '../policy-engine.js';
 import { lookupAccount, type Account } from './accounts.js';
+import { compileGatePolicy, GATE_DEFAULTS, GatePolicyError, type ToolsGatePolicy } from '../enforcers/tools/policy.js';
+import { GATE_ENGINE } from '../enforcers/tools/service.js';
+import { fsCmdPolicyOf, interpreterWarnings, markCoverage, parseMountinfo } from '../enforcers/fs/index.js';
 import { configSchema, fragmentSchema, knownKeysAt, type ConfigFragment } from './schema.js';
 import type { Config } from './types.js';
 
@@ -19,6 +21,8 @@ export interface Finding {
   path: string;
   message: string;
   entry?: string;
+  /** marks_partial_coverage: mount points of the filesystems no mark covers. */
+  unmarked?: string[];
 }
 
 export interface LoadedConfig {
@@ -73,6 +77,7 @@ export function parseConfig(text: string, source: string, opts: LoadOptions = {}
   const parsed = configSchema.safeParse(raw);
   if (!parsed.success) throw invalid(source, zodIssues(parsed.error, false));
   const config = parsed.data;
+  gateProblems(config.tools, source);
   const findings: Finding[] = failModeFinding ? [failModeFinding] : [];
   const lookup = opts.lookup ?? lookupAccount;
   const account = config.user ? lookup(config.user) : null;
@@ -89,10 +94,47 @@ export function parseFragment(
   const { raw, failModeFinding } = parseRaw(text, source, true);
   const parsed = fragmentSchema.safeParse(raw);
   if (!parsed.success) throw invalid(source, zodIssues(parsed.error, true));
+  const ft = parsed.data.tools;
+  if (ft) gateProblems(stripUndefined({ args: ft.args, policed_methods: ft.policed_methods }), source);
   const inert = inertEntries(parsed.data);
   const findings: Finding[] = failModeFinding ? [failModeFinding] : [];
   findings.push(...inertFindings(inert));
   return { fragment: parsed.data, findings: sortFindings(findings), inert };
+}
+
+/**
+ * The gate's own checks beyond the schema (an argument rule's regex compiles, an args key names one
+ * tool, policed_methods are method names): what the service would refuse at start is refused at load,
+ * so `leash validate` and a profile write say so first.
+ */
+function gateProblems(tools: Partial<ToolsGatePolicy>, source: string): void {
+  try {
+    compileGatePolicy(
+      {
+        mode: 'whitelist',
+        allow: [],
+        deny: [],
+        inspect: { secrets: 'block', pii: 'log', priv_esc: 'block' },
+        ...GATE_DEFAULTS,
+        ...tools,
+      },
+      'closed',
+      GATE_ENGINE,
+    );
+  } catch (e) {
+    if (!(e instanceof GatePolicyError)) throw e;
+    throw invalid(
+      source,
+      e.problems.map((line) => {
+        const i = line.indexOf(': ');
+        return i > 0 ? { path: line.slice(0, i), message: line.slice(i + 2) } : { path: 'tools', message: line };
+      }),
+    );
+  }
+}
+
+function stripUndefined<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
 function finish(
@@ -229,13 +271,6 @@ export function levenshtein(a: string, b: string): number {
 
 const SURFACES: Surface[] = ['network', 'filesystem', 'commands', 'tools'];
 
-/**
- * Interpreters and loaders: a whitelisted one runs any script or binary handed to it as a file,
- * and that file is opened, not executed, so the commands surface never sees it (FIELD-NOTES).
- */
-const INTERPRETER =
-  /^(?:sh|bash|dash|zsh|ksh|mksh|fish|csh|tcsh|busybox|env|python[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|php[0-9.]*|lua[0-9.]*|tclsh[0-9.]*|ld-linux.*|ld\.so|ld64\.so.*)$/;
-
 function finding(code: FindingCode, p: string, message: string, entry?: string): Finding {
   return { code, severity: FINDING_CODES[code], path: p, message, ...(entry !== undefined ? { entry } : {}) };
 }
@@ -283,21 +318,31 @@ export function analyse(config: Config, account: Account | null): Finding[] {
       ),
     );
   }
-  if (cmd.mode === 'whitelist') {
-    for (const e of cmd.allow) {
-      if (INTERPRETER.test(path.posix.basename(e))) {
-        out.push(
-          finding(
-            'commands_interpreter_allowed',
-            'commands.allow',
-            `${e} is an interpreter or loader: it runs any script or binary given to it as a file, which the commands surface never sees as an exec`,
-            e,
-          ),
-        );
-      }
-    }
+  // One list of interpreters, loaders and launchers: the watcher's (src/enforcers/fs/policy.ts).
+  for (const w of interpreterWarnings(cmd)) {
+    out.push(finding('commands_interpreter_allowed', 'commands.allow', w.message, w.entry));
   }
   return out;
+}
+
+/**
+ * What `leash validate` says about the marks the watcher would put on this host: a filesystem or
+ * commands whitelist judges only filesystems that are marked (those holding the policy's paths,
+ * plus `filesystem.watch`), so opens and execs elsewhere pass unjudged. Host-dependent, so it is
+ * not part of `parseConfig` (the service and a profile write judge the policy, not the mounts).
+ * `mountinfo` is the text of /proc/self/mountinfo.
+ */
+export function coverageFindings(config: Config, mountinfo: string): Finding[] {
+  if (!config.enforcers.filesystem) return [];
+  const warnings = markCoverage({
+    policy: fsCmdPolicyOf(config),
+    watch: config.filesystem.watch,
+    mounts: parseMountinfo(mountinfo),
+  });
+  return warnings.map((w) => ({
+    ...finding('marks_partial_coverage', `${w.surface}.mode`, w.message),
+    unmarked: w.unmarked,
+  }));
 }
 
 function inertFindings(inert: InertEntry[]): Finding[] {

@@ -1,5 +1,8 @@
 import { isIP } from 'node:net';
 import { z } from 'zod';
+import { commandEntryProblem } from '../engine/index.js';
+import { GATE_DEFAULTS } from '../enforcers/tools/policy.js';
+import { toolsGateSpecs } from '../enforcers/tools/schema.js';
 import type { Config } from './types.js';
 
 /**
@@ -107,8 +110,40 @@ function build<F extends boolean>(fragment: F) {
     'the filesystem surface: file opens of the leashed UID (fanotify FAN_OPEN_PERM)',
   );
 
+  // `leash terminal`'s argument rules (docs/terminal.md): keyed by a command entry of the same grammar
+  // as allow/deny; a key that can never match is refused, since its deny_args would deny nothing.
+  const argRule = z
+    .strictObject(
+      {
+        deny_args: z
+          .array(z.string({ error: 'must be a string' }).trim().min(1, 'must not be empty'), { error: LIST_MSG })
+          .min(1, 'must name at least one pattern')
+          .describe('argument patterns: one denies when all its tokens appear in the argv, in any order'),
+        reason: z
+          .string({ error: 'must be a string' })
+          .optional()
+          .describe("the operator's words, appended to the terminal's policy_reason"),
+      },
+      { error: 'must be a mapping with deny_args' },
+    )
+    .describe("one command entry's argument rules");
+  const commandArgs = z
+    .record(z.string(), argRule, { error: 'must be a mapping of command entry to { deny_args, reason }' })
+    .superRefine((rec, ctx) => {
+      for (const key of Object.keys(rec)) {
+        const p = commandEntryProblem(key);
+        if (p) ctx.addIssue({ code: 'custom', path: [key], message: `${p.message} (an args key is a command entry)` });
+      }
+    })
+    .describe(
+      'leash terminal: per-command argument rules, keyed by a command entry (basename or absolute path); a matching argv is refused before it runs',
+    );
+
   const commands = obj(
-    surfaceShape('a basename, or an absolute path matched exactly'),
+    {
+      ...surfaceShape('a basename, or an absolute path matched exactly'),
+      args: opt(commandArgs, {}),
+    },
     'the commands surface: executions by the leashed UID (fanotify FAN_OPEN_EXEC_PERM)',
   );
 
@@ -133,6 +168,13 @@ function build<F extends boolean>(fragment: F) {
     {
       ...surfaceShape('an exact tool name'),
       inspect: opt(inspect, { secrets: 'block', pii: 'log', priv_esc: 'block' }),
+      // The MCP gate's policy fields (src/enforcers/tools/schema.ts), with the gate's defaults.
+      args: opt(toolsGateSpecs.args, GATE_DEFAULTS.args),
+      strict_args: opt(toolsGateSpecs.strict_args, GATE_DEFAULTS.strict_args),
+      policed_methods: opt(toolsGateSpecs.policed_methods, GATE_DEFAULTS.policed_methods),
+      deny_methods: opt(toolsGateSpecs.deny_methods, GATE_DEFAULTS.deny_methods),
+      hide_denied: opt(toolsGateSpecs.hide_denied, GATE_DEFAULTS.hide_denied),
+      log_args: opt(toolsGateSpecs.log_args, GATE_DEFAULTS.log_args),
     },
     'the tools surface: calls checked by the harness or the MCP gate (cooperative)',
   );

@@ -1,4 +1,6 @@
 import type { FailMode, SurfacePolicy, ToolsSurfacePolicy } from '../engine/types.js';
+import type { ArgRule } from '../enforcers/terminal/types.js';
+import type { ToolsGateFields } from '../enforcers/tools/policy.js';
 
 /** The whole /etc/leash/leash.yaml after defaults are applied. The schema lives in schema.ts. */
 export interface Config {
@@ -14,8 +16,12 @@ export interface Config {
     /** Extra paths whose filesystems are marked even when no entry names them. */
     watch: string[];
   };
-  commands: SurfacePolicy;
-  tools: ToolsSurfacePolicy;
+  commands: SurfacePolicy & {
+    /** `leash terminal`'s argument rules, keyed by a command entry (docs/terminal.md). */
+    args: Record<string, ArgRule>;
+  };
+  /** The engine's tools surface plus the MCP gate's fields (docs/tools.md). */
+  tools: ToolsSurfacePolicy & ToolsGateFields;
   logging: { level: 'debug' | 'info' | 'warn' | 'error'; decisions: string };
   enforcers: { network: boolean; filesystem: boolean; tools: boolean };
 }

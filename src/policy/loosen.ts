@@ -1,8 +1,10 @@
 import { compilePolicy, decide, isGlob, type CompiledPolicy } from '../engine/index.js';
 import { SURFACES, type Surface } from '../engine/types.js';
 import type { InspectAction } from '../engine/types.js';
+import type { ArgRuleSpec, ArgRulesSpec, ToolArgsSpec } from '../enforcers/tools/args.js';
+import { normalizeToolName } from '../enforcers/tools/names.js';
 import type { Effective, Fragment } from './fragment.js';
-import { fold, INSPECT_CATEGORIES } from './fragment.js';
+import { canonicalJson, fold, INSPECT_CATEGORIES } from './fragment.js';
 
 /**
  * One way a change widens what a subject may do. `token` (`field:value`) is exactly what
@@ -131,6 +133,120 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
   for (const p of before.filesystem.watch) {
     if (!after.filesystem.watch.includes(p)) {
       out.push(l('filesystem.unset.watch', p, `filesystem watch ${p} removed: its filesystem may no longer be marked`));
+    }
+  }
+  out.push(...gateLoosenings(before.tools, after.tools), ...terminalLoosenings(before.commands, after.commands));
+  return out;
+}
+
+/** A rule as one comparable string: a regex as written, a typed rule as key-sorted JSON. */
+const ruleText = (r: ArgRuleSpec): string => (typeof r === 'string' ? r : canonicalJson(r));
+
+/** Rules by argument path (`[...]` is shorthand for `{"**": [...]}`), each as `path rule` text. */
+function ruleSet(spec: ArgRulesSpec | undefined): Set<string> {
+  const out = new Set<string>();
+  if (spec === undefined) return out;
+  const byPath = Array.isArray(spec) ? { '**': spec } : spec;
+  for (const [p, rules] of Object.entries(byPath)) for (const r of rules) out.add(`${p} ${ruleText(r)}`);
+  return out;
+}
+
+/** Argument rules by tool, keyed by the normalised name the gate compares (a respelt key is the same tool). */
+function argsByTool(args: Record<string, ToolArgsSpec>): Map<string, ToolArgsSpec> {
+  return new Map(Object.entries(args).map(([k, v]) => [normalizeToolName(k), v]));
+}
+
+/**
+ * The MCP gate's fields: strict_args or hide_denied switched off, a denied or policed method
+ * dropped, an argument deny rule dropped, and argument allow rules that admit more (a new rule
+ * or path, `*`, or allow rules removed where a bare tool then takes anything). Logging (`log_args`)
+ * decides nothing and is not judged.
+ */
+function gateLoosenings(b: Effective['tools'], a: Effective['tools']): Loosening[] {
+  const out: Loosening[] = [];
+  if (b.strict_args && !a.strict_args) {
+    out.push(
+      l(
+        'tools.strict_args',
+        'false',
+        'tools strict_args true -> false: a tool without allow rules takes any arguments',
+      ),
+    );
+  }
+  if (b.hide_denied && !a.hide_denied) {
+    out.push(l('tools.hide_denied', 'false', 'tools hide_denied true -> false: denied tools are listed to the agent'));
+  }
+  for (const m of b.deny_methods) {
+    if (!a.deny_methods.includes(m))
+      out.push(
+        l('tools.unset.deny_methods', m, `tools deny_methods ${m} removed: the method is relayed to the server`),
+      );
+  }
+  for (const m of b.policed_methods) {
+    if (!a.policed_methods.includes(m))
+      out.push(
+        l('tools.unset.policed_methods', m, `tools policed_methods ${m} removed: its selector is no longer judged`),
+      );
+  }
+  const bt = argsByTool(b.args);
+  const at = argsByTool(a.args);
+  for (const [tool, bs] of bt) {
+    const as = at.get(tool);
+    const afterDeny = ruleSet(as?.deny);
+    for (const r of ruleSet(bs.deny)) {
+      if (!afterDeny.has(r))
+        out.push(
+          l(
+            'tools.args.unset.deny',
+            `${tool} ${r}`,
+            `tools args ${tool} deny ${r} removed: arg_denied no longer blocks it`,
+          ),
+        );
+    }
+  }
+  for (const [tool, as] of at) {
+    const bs = bt.get(tool);
+    const bAllow = bs?.allow;
+    if (bAllow === '*') continue;
+    // Without allow rules a tool takes any arguments, unless strict_args makes it take none.
+    if (bAllow === undefined && !b.strict_args) continue;
+    if (as.allow === '*') {
+      out.push(
+        l('tools.args.allow', `${tool} *`, `tools args ${tool} allow *: any arguments pass (deny rules still apply)`),
+      );
+      continue;
+    }
+    const before = ruleSet(bAllow === undefined ? undefined : bAllow);
+    for (const r of ruleSet(as.allow)) {
+      if (!before.has(r))
+        out.push(l('tools.args.allow', `${tool} ${r}`, `tools args ${tool} allow ${r}: arguments it matches now pass`));
+    }
+  }
+  for (const [tool, bs] of bt) {
+    if (bs.allow === undefined || bs.allow === '*') continue;
+    if (at.get(tool)?.allow === undefined && !a.strict_args) {
+      out.push(
+        l('tools.args.unset.allow', tool, `tools args ${tool} allow rules removed: the tool takes any arguments`),
+      );
+    }
+  }
+  return out;
+}
+
+/** `leash terminal`'s argument rules: a deny_args pattern dropped (or its whole entry) lets that argv run. */
+function terminalLoosenings(b: Effective['commands'], a: Effective['commands']): Loosening[] {
+  const out: Loosening[] = [];
+  for (const [entry, rule] of Object.entries(b.args)) {
+    const kept = a.args[entry]?.deny_args ?? [];
+    for (const pat of rule.deny_args) {
+      if (!kept.includes(pat))
+        out.push(
+          l(
+            'commands.args.unset.deny_args',
+            `${entry} ${pat}`,
+            `commands args ${entry} deny_args "${pat}" removed: leash terminal runs it`,
+          ),
+        );
     }
   }
   return out;

@@ -8,13 +8,19 @@
  * open before its redirect (the network enforcer does that part).
  */
 import fs from 'node:fs';
-import { compilePolicy, decide, maskSecrets, type CompiledPolicy } from '../engine/index.js';
+import { decide, maskSecrets, type CompiledPolicy } from '../engine/index.js';
 import { createFsSupervisor, fsCmdPolicyOf, type FsSupervisor } from '../enforcers/fs/index.js';
-import { hostResolvers, startNetworkEnforcer, type NetworkEnforcer } from '../enforcers/network/enforcer.js';
+import {
+  hostResolvers,
+  startNetworkEnforcer,
+  teardownNetwork,
+  type NetworkEnforcer,
+} from '../enforcers/network/enforcer.js';
 import { dropLegacyShape } from '../enforcers/network/nft.js';
 import { networkPlanHooks } from '../enforcers/network/plan-hooks.js';
 import { hostRunner, type Runner } from '../enforcers/network/run.js';
-import { compileGatePolicy, GATE_DEFAULTS, type CompiledGatePolicy } from '../enforcers/tools/policy.js';
+import { compileGatePolicy, type CompiledGatePolicy } from '../enforcers/tools/policy.js';
+import { GATE_ENGINE, gatePolicyOf } from '../enforcers/tools/service.js';
 import { createToolsSocketServer, DEFAULT_TOOLS_SOCKET, type ToolsSocketServer } from '../enforcers/tools/socket.js';
 import { LeashError } from '../errors.js';
 import type { WatcherSubject } from '../native.js';
@@ -61,8 +67,7 @@ function dumpStacks(log: (msg: string) => void): void {
 }
 
 function gatePolicyFor(e: Effective): CompiledGatePolicy {
-  const tools = { ...GATE_DEFAULTS, ...e.tools };
-  return compileGatePolicy(tools as never, e.fail_mode, { compilePolicy, decide } as never);
+  return compileGatePolicy(gatePolicyOf(e), e.fail_mode, GATE_ENGINE);
 }
 
 /** The factory registered in ENFORCERS: network, filesystem/commands and tools for every subject. */
@@ -127,6 +132,8 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
       }
 
       const gate = new Map<number, CompiledGatePolicy>();
+      // What `leash terminal` asks for over the same socket (op commands_policy), per subject.
+      const commandsOf = new Map<number, { fail_mode: string; commands: unknown }>();
       let tools: ToolsSocketServer | null = null;
       if (c.enforcers.tools) {
         const sock = opts.toolsSocket ?? process.env.LEASH_TOOLS_SOCKET ?? DEFAULT_TOOLS_SOCKET;
@@ -136,6 +143,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           log: ctx.decisions,
           mask: maskSecrets,
           policyForUid: (uid) => gate.get(uid) ?? null,
+          commandsPolicyForUid: (uid) => commandsOf.get(uid) ?? null,
         });
       }
 
@@ -148,14 +156,17 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           if (sup) await sup.set(a.uid, fsCmdPolicyOf(a.policy), a.policy.fail_mode);
           if (netHooks) await netHooks.apply(a);
           if (g) gate.set(a.uid, g);
+          commandsOf.set(a.uid, { fail_mode: a.policy.fail_mode, commands: a.policy.commands });
         },
         async deny(a) {
           gate.delete(a.uid);
+          commandsOf.delete(a.uid);
           if (sup) await sup.set(a.uid, null, failMode());
           if (netHooks) await netHooks.deny(a);
         },
         async orphan(a) {
           gate.delete(a.uid);
+          commandsOf.delete(a.uid);
           if (sup) await sup.set(a.uid, null, failMode());
           if (netHooks) await netHooks.orphan(a);
         },
@@ -203,6 +214,15 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           await reconciler.close();
           // Release chains before the listeners and the watcher go: no UID is left redirected to nothing.
           await net?.stop().catch((e: unknown) => logger.error({ err: e }, 'network release failed'));
+          if (net) {
+            // Whatever the enforcer's own bookkeeping missed (a pass cut short, an apply that failed half-way):
+            // a stop leaves no UID redirected, the same sweep as ExecStopPost=leash teardown.
+            const left = await teardownNetwork(runner).catch((e: unknown) => {
+              logger.error({ err: e }, 'network teardown failed');
+              return [] as number[];
+            });
+            if (left.length) logger.warn({ uids: left }, 'released chains the enforcer no longer tracked');
+          }
           await tools?.close().catch(() => {});
           await sup?.close().catch(() => {});
         },

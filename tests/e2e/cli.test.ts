@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { mountOf, parseMountinfo } from '../../src/enforcers/fs/policy.js';
 import { configFile, ensureBuilt, leash, tmpDir } from './helpers.js';
 
 beforeAll(() => ensureBuilt(), 120_000);
@@ -105,11 +106,15 @@ describe('leash status', () => {
   });
 });
 
+/** The findings about the file itself (mark coverage depends on this host's mounts; tested on its own). */
+const ofFile = (findings: { code: string }[]) => findings.filter((f) => f.code !== 'marks_partial_coverage');
+
 describe('leash validate', () => {
   it('a clean config is valid, exit 0', async () => {
     const r = await leash(['-c', configFile(POLICY('stdout')), 'validate', '--json']);
     expect(r.code).toBe(0);
-    expect(JSON.parse(r.stdout)).toMatchObject({ valid: true, findings: [] });
+    expect(JSON.parse(r.stdout)).toMatchObject({ valid: true });
+    expect(ofFile(JSON.parse(r.stdout).findings)).toEqual([]);
   });
 
   it.each([
@@ -142,7 +147,7 @@ describe('leash validate', () => {
     ]);
     expect(r.code).toBe(0);
     const out = JSON.parse(r.stdout);
-    expect(out.findings).toEqual([expect.objectContaining({ code: 'inert_allow', severity: 'warning' })]);
+    expect(ofFile(out.findings)).toEqual([expect.objectContaining({ code: 'inert_allow', severity: 'warning' })]);
     expect(out.inert_entries[0]).toMatchObject({
       surface: 'filesystem',
       list: 'allow',
@@ -166,10 +171,67 @@ describe('leash validate', () => {
     expect(out.error.details.issues).toEqual([expect.objectContaining({ path: 'user' })]);
   });
 
+  it('warns when a whitelist names an interpreter, the loader or a launcher', async () => {
+    const r = await leash([
+      '-c',
+      configFile('user: nobody\ncommands: { allow: [git, python3, /lib64/ld-linux-x86-64.so.2, xargs] }\n'),
+      'validate',
+      '--json',
+    ]);
+    expect(r.code).toBe(0);
+    const hits = JSON.parse(r.stdout).findings.filter(
+      (f: { code: string }) => f.code === 'commands_interpreter_allowed',
+    );
+    expect(hits.map((f: { entry: string }) => f.entry)).toEqual(['python3', '/lib64/ld-linux-x86-64.so.2', 'xargs']);
+  });
+
+  it('warns when the marks cover only part of a whitelist on this host, not when / is covered', async () => {
+    const mounts = parseMountinfo(fs.readFileSync('/proc/self/mountinfo', 'utf8'));
+    // The policy's roots: /home/nobody/work (+ secrets) and /usr/bin (from /usr/bin/ls).
+    const markedDevs = new Set(['/home/nobody/work', '/usr/bin'].map((p) => mountOf(mounts, p)?.dev));
+    // Another real filesystem than the ones holding the policy's paths: its opens would pass unjudged.
+    const REAL = new Set(['tmpfs', 'devtmpfs', 'ext4', 'xfs', 'btrfs', 'overlay', 'vfat', '9p', 'virtiofs']);
+    const others = mounts.filter(
+      (m) => !markedDevs.has(m.dev) && REAL.has(m.fsType) && !/^\/(home\/nobody\/work|usr\/bin)\//.test(m.mountPoint),
+    );
+    const partial = await leash(['-c', configFile(POLICY('stdout')), 'validate', '--json']);
+    expect(partial.code).toBe(0);
+    const cov = JSON.parse(partial.stdout).findings.filter(
+      (f: { code: string }) => f.code === 'marks_partial_coverage',
+    );
+    if (others.length > 0) {
+      expect(cov.map((f: { path: string }) => f.path)).toEqual(['filesystem.mode', 'commands.mode']);
+      expect(cov[0].severity).toBe('warning');
+      expect(cov[0].unmarked).toContain(others[0]!.mountPoint);
+      const human = await leash(['-c', configFile(POLICY('stdout')), 'validate']);
+      expect(human.stdout).toMatch(/marks_partial_coverage/);
+    }
+    // A whitelist rooted at / marks every filesystem (and the ones mounted beneath it).
+    const whole = await leash([
+      '-c',
+      configFile('user: nobody\nfilesystem: { allow: [/] }\ncommands: { allow: [/usr/bin/git] }\n'),
+      'validate',
+      '--json',
+    ]);
+    expect(JSON.parse(whole.stdout).findings.map((f: { code: string }) => f.code)).not.toContain(
+      'marks_partial_coverage',
+    );
+    // The filesystem enforcer switched off: no marks at all, and nothing to warn about them.
+    const off = await leash([
+      '-c',
+      configFile(`${POLICY('stdout')}enforcers: { filesystem: false }\n`),
+      'validate',
+      '--json',
+    ]);
+    expect(JSON.parse(off.stdout).findings.map((f: { code: string }) => f.code)).not.toContain(
+      'marks_partial_coverage',
+    );
+  });
+
   it('a fail_mode typo is a warning, not an error', async () => {
     const r = await leash(['-c', configFile('user: nobody\nfail_mode: opne\n'), 'validate', '--json']);
     expect(r.code).toBe(0);
-    expect(JSON.parse(r.stdout).findings).toEqual([expect.objectContaining({ code: 'fail_mode_invalid' })]);
+    expect(ofFile(JSON.parse(r.stdout).findings)).toEqual([expect.objectContaining({ code: 'fail_mode_invalid' })]);
   });
 });
 
@@ -468,6 +530,74 @@ describe('leash check tools with inputs', () => {
     const r = await leash(['-c', cfg(), 'check', 'tool', 'run', '--inputs', '{nope', '--json']);
     expect(r.code).toBe(2);
     expect(JSON.parse(r.stdout).error.code).toBe('subject_invalid');
+  });
+});
+
+describe('leash check tool with the gate argument rules', () => {
+  const cfg = () =>
+    configFile(`user: nobody
+tools:
+  allow: [read_file, run, ping]
+  strict_args: true
+  args:
+    read_file:
+      allow: { path: ["^/work/[^/]+$"] }
+      deny: ["\\\\.env$"]
+    run:
+      allow: "*"
+      deny: { cmd: ["^git push --force"] }
+`);
+
+  it('an args deny rule blocks (arg_denied, the rule and where), exit 1', async () => {
+    const r = await leash(['-c', cfg(), 'check', 'tool', 'read_file', '--inputs', '{"path":"/work/.env"}', '--json']);
+    expect(r.code).toBe(1);
+    expect(JSON.parse(r.stdout)).toMatchObject({
+      surface: 'tools',
+      action: 'block',
+      reason: 'arg_denied',
+      source: 'args',
+      at: 'path',
+      enforced: true,
+    });
+    const h = await leash(['-c', cfg(), 'check', 'tool', 'run', '--inputs', '{"cmd":"git push --force origin"}']);
+    expect(h.code).toBe(1);
+    expect(h.stdout).toMatch(/^block tools run: arg_denied \(rule .*git push --force.* at cmd\)/);
+  });
+
+  it('allow rules admit the exact shape and refuse the rest (arg_not_allowed)', async () => {
+    const ok = await leash(['-c', cfg(), 'check', 'tool', 'read_file', '--inputs', '{"path":"/work/a.txt"}', '--json']);
+    expect(ok.code).toBe(0);
+    expect(JSON.parse(ok.stdout)).toMatchObject({ action: 'allow', reason: 'allow_entry', rule: 'read_file' });
+    const no = await leash(['-c', cfg(), 'check', 'tool', 'read_file', '--inputs', '{"path":"/etc/passwd"}', '--json']);
+    expect(no.code).toBe(1);
+    expect(JSON.parse(no.stdout)).toMatchObject({ action: 'block', reason: 'arg_not_allowed' });
+  });
+
+  it('strict_args: a tool without allow rules takes no arguments', async () => {
+    const bare = await leash(['-c', cfg(), 'check', 'tool', 'ping', '--json']);
+    expect(bare.code).toBe(0);
+    const withArgs = await leash(['-c', cfg(), 'check', 'tool', 'ping', '--inputs', '{"host":"x"}', '--json']);
+    expect(withArgs.code).toBe(1);
+    expect(JSON.parse(withArgs.stdout)).toMatchObject({ action: 'block', reason: 'strict_args' });
+  });
+
+  it('a name denied by the engine stays denied whatever the arguments', async () => {
+    const r = await leash(['-c', cfg(), 'check', 'tool', 'shell', '--inputs', '{}', '--json']);
+    expect(r.code).toBe(1);
+    expect(JSON.parse(r.stdout)).toMatchObject({ action: 'block', reason: 'not_allowed', source: 'mode' });
+  });
+
+  it('duplicate keys in --inputs are refused (strict JSON, as the gate reads a call)', async () => {
+    const r = await leash(['-c', cfg(), 'check', 'tool', 'run', '--inputs', '{"cmd":"ls","cmd":"x"}', '--json']);
+    expect(r.code).toBe(2);
+    expect(JSON.parse(r.stdout).error.code).toBe('subject_invalid');
+  });
+
+  it('a bad argument regex in leash.yaml is config_invalid, exit 2', async () => {
+    const bad = configFile('user: nobody\ntools:\n  allow: [t]\n  args: { t: { deny: ["("] } }\n');
+    const r = await leash(['-c', bad, 'check', 'tool', 't', '--json']);
+    expect(r.code).toBe(2);
+    expect(JSON.parse(r.stdout).error.code).toBe('config_invalid');
   });
 });
 

@@ -4,6 +4,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { toolsEngine } from '../../src/cli/mcp.js';
+import { configSchema } from '../../src/config/schema.js';
 import type { DecisionLog } from '../../src/enforcers/tools/judge.js';
 import { compileGatePolicy, GATE_DEFAULTS, type CompiledGatePolicy } from '../../src/enforcers/tools/policy.js';
 import { connectToolsJudge, createToolsSocketServer } from '../../src/enforcers/tools/socket.js';
@@ -170,7 +171,8 @@ describe.skipIf(!nativeAvailable() || !root)('tools enforcer (service seam)', ()
       delete process.env.LEASH_TOOLS_SOCKET;
     });
     const log = memoryLog();
-    const config = {
+    // A config as the loader makes it: the gate's fields are part of the tools section.
+    const config = configSchema.parse({
       fail_mode: 'closed',
       tools: {
         mode: 'whitelist',
@@ -180,7 +182,7 @@ describe.skipIf(!nativeAvailable() || !root)('tools enforcer (service seam)', ()
         args: { read_file: { deny: { '**.path': ['^/etc/'] } } },
       },
       enforcers: { tools: true },
-    };
+    });
     const ctx = { loaded: { config, account: { uid: 0 } }, decisions: log, logger: { error() {}, info() {} } };
     const enf = await toolsEnforcer.start(ctx as never);
     onTestFinished(() => enf.close());

@@ -1,25 +1,85 @@
+import fs from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { runDemo } from '../../src/cli/demo.js';
+import { runDemo, type DemoSetup } from '../../src/cli/demo.js';
 import { hostRunner } from '../../src/enforcers/network/run.js';
 import { canRunLab } from '../lab/index.js';
 
+interface DemoRow {
+  surface: string;
+  title: string;
+  expect: string;
+  result: string;
+  detail: string;
+  decision?: { action: string; reason: string; rule: string | null; ref?: string; subject: Record<string, string> };
+  decisions: { reason: string }[];
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 describe.skipIf(!canRunLab)('leash demo', () => {
-  it('runs every step as the default policy says, then leaves no namespace or account behind', async () => {
+  it('runs every step as the default policy says, then leaves no namespace, account, mount or process behind', async () => {
     let text = '';
-    const code = await runDemo({ id: 'netdm', account: 'leash-demo', json: true, out: (s) => (text += s) });
+    let setup: DemoSetup | undefined;
+    const code = await runDemo({
+      id: 'netdm',
+      account: 'leash-demo',
+      json: true,
+      out: (s) => (text += s),
+      onSetup: (s) => (setup = s),
+    });
     const json = text.slice(text.indexOf('['));
-    const rows = JSON.parse(json) as {
-      title: string;
-      expect: string;
-      result: string;
-      decisions: { reason: string }[];
-    }[];
-    expect(rows.length).toBeGreaterThanOrEqual(10);
+    const rows = JSON.parse(json) as DemoRow[];
+    expect(rows.length).toBeGreaterThanOrEqual(18);
     for (const r of rows) expect({ title: r.title, result: r.result }).toEqual({ title: r.title, result: r.expect });
     expect(rows.find((r) => r.title.startsWith('HTTPS to pastebin'))?.decisions[0]?.reason).toBe('not_allowed');
     expect(code).toBe(0);
+
+    // The watcher marked the demo's own tmpfs and nothing else.
+    const root = setup?.fsRoot;
+    expect(root).toMatch(/^\/tmp\/leash-lab-netdm-[^/]+\/fs$/);
+    expect(setup!.marks!.length).toBe(1);
+    expect(setup!.marks![0]!.startsWith(`${root}/`) || setup!.marks![0] === root).toBe(true);
+
+    // Filesystem and commands rows: EPERM and a block line for the denied, success and an allow line for the rest.
+    const fsRows = rows.filter((r) => r.surface === 'filesystem' || r.surface === 'commands');
+    expect(fsRows.filter((r) => r.surface === 'filesystem').length).toBeGreaterThanOrEqual(4);
+    expect(fsRows.filter((r) => r.surface === 'commands').length).toBeGreaterThanOrEqual(3);
+    for (const r of fsRows) {
+      if (r.expect === 'blocked') {
+        expect(r.detail, r.title).toMatch(/^EPERM: .*Operation not permitted/);
+        expect(r.decision, r.title).toMatchObject({ action: 'block', reason: 'deny_entry' });
+      } else {
+        expect(r.detail, r.title).toMatch(/^exit 0: /);
+        expect(r.decision, r.title).toMatchObject({ action: 'allow' });
+      }
+      expect(r.decision?.ref, r.title).toMatch(/^[a-z2-7]{8}$/);
+    }
+    const row = (prefix: string) => fsRows.find((r) => r.title.startsWith(prefix))!;
+    expect(row('Read its own ~/work/notes.txt').detail).toContain('demo notes');
+    expect(row('Read <t>/etc/shadow (deny').decision).toMatchObject({
+      rule: `${root}/etc/shadow`,
+      subject: { path: `${root}/etc/shadow` },
+    });
+    expect(row('Read <t>/etc/shadow from its own user+mount').decision?.rule).toBe(`${root}/etc/shadow`);
+    expect(row('List <t>/etc/sudoers.d').detail).toMatch(/cannot open directory/);
+    expect(row('Run <t>/bin/nc').decision).toMatchObject({ rule: 'nc', subject: { binary: `${root}/bin/nc` } });
+    expect(row('Run <t>/bin/sudo').decision?.rule).toBe('sudo');
+    expect(row('Run <t>/bin/ls').detail).toContain('notes.txt');
+
+    // Teardown: nothing left.
     const host = hostRunner();
     expect((await host(['ip', 'netns', 'list'])).stdout).not.toMatch(/lt-netdm-/);
     expect((await host(['id', 'leash-demo'])).code).not.toBe(0);
+    expect(fs.readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(root!);
+    expect(fs.existsSync(root!)).toBe(false);
+    expect(alive(setup!.watcherPid!)).toBe(false);
+    expect(alive(setup!.enforcerPid)).toBe(false);
   });
 });

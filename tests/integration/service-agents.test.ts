@@ -12,6 +12,36 @@ import { LAB, canRunLab, stopChild, useLab, type LabUser } from '../lab/index.js
 import type { DecisionRecord } from '../../src/log/decisions.js';
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
+/** The lab's bulk source: after the first bytes of a connection it sends `bytes` and closes. */
+const BULK = { port: 9000, bytes: 64 << 20 };
+
+/**
+ * Run as a leashed account inside the agent namespace: opens one connection to the bulk source through the proxy
+ * (an HTTP head naming an allowed host, so the proxy decides and splices it), reads at least 1 MiB and pauses,
+ * holding the connection open mid-stream. On a `go` line on stdin it resumes and reports how many bytes arrived in
+ * all, or the error that ended the connection. Self-contained (node:* only) so the account can run a copy.
+ */
+const HOLDER = `import net from 'node:net';
+const [host, port, name] = [process.argv[2], Number(process.argv[3]), process.argv[4]];
+const say = (o) => process.stdout.write(JSON.stringify(o) + '\\n');
+let n = 0;
+let held = false;
+const s = net.connect({ host, port }, () => s.write('GET / HTTP/1.1\\r\\nHost: ' + name + '\\r\\n\\r\\n'));
+s.on('data', (d) => {
+  n += d.length;
+  if (!held && n >= 1 << 20) {
+    held = true;
+    s.pause();
+    say({ held: n });
+  }
+});
+s.on('error', (e) => { say({ error: e.code ?? String(e), bytes: n }); process.exit(0); });
+s.on('end', () => { say({ end: n }); process.exit(0); });
+process.stdin.setEncoding('utf8').on('data', (l) => {
+  if (l.includes('go')) { say({ resumed: n }); s.resume(); }
+});
+setTimeout(() => { say({ error: 'ETIMEDOUT', bytes: n }); process.exit(0); }, 240000).unref();
+`;
 
 function run(argv: string[], env: NodeJS.ProcessEnv = {}): { code: number; out: string; err: string } {
   const r = spawnSync(argv[0]!, argv.slice(1), { env: { ...process.env, ...env }, encoding: 'utf8' });
@@ -19,7 +49,7 @@ function run(argv: string[], env: NodeJS.ProcessEnv = {}): { code: number; out: 
 }
 
 describe.skipIf(!canRunLab)('leash service with several agent accounts (root, lab, tmpfs)', () => {
-  const lab = useLab('svc');
+  const lab = useLab('svc', { bulk: BULK });
   let dir = '';
   let mnt = '';
   let env: NodeJS.ProcessEnv = {};
@@ -78,6 +108,61 @@ describe.skipIf(!canRunLab)('leash service with several agent accounts (root, la
       file,
     ]);
     return r.code === 0 ? 'ok' : /Operation not permitted/.test(r.err) ? 'EPERM' : `fail ${r.code} ${r.err.trim()}`;
+  };
+  /** Starts HOLDER as `u`; resolves once its connection is allowed, open, and paused mid-stream. */
+  const holdAs = async (u: LabUser, name: string, v4: string) => {
+    const script = path.join(dir, 'holder.mjs');
+    fs.writeFileSync(script, HOLDER, { mode: 0o644 });
+    const child = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        lab.get().agentNs,
+        'setpriv',
+        `--reuid=${u.uid}`,
+        `--regid=${u.gid}`,
+        '--clear-groups',
+        'timeout',
+        '-s',
+        'KILL',
+        '300',
+        process.execPath,
+        script,
+        v4,
+        String(BULK.port),
+        name,
+      ],
+      { stdio: ['pipe', 'pipe', 'pipe'] },
+    );
+    lab.get().defer(`stop holder pid ${child.pid}`, () => stopChild(child, 2000));
+    let out = '';
+    child.stdout!.setEncoding('utf8').on('data', (d: string) => (out += d));
+    child.stderr!.setEncoding('utf8').on('data', (d: string) => (out += d));
+    const next = async (key: string): Promise<Record<string, unknown>> => {
+      for (let i = 0; i < 600; i++) {
+        const line = out
+          .split('\n')
+          .filter((l) => l.startsWith('{'))
+          .map((l) => JSON.parse(l) as Record<string, unknown>)
+          .find((o) => key in o || 'error' in o);
+        if (line) return line;
+        if (child.exitCode !== null) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      throw new Error(`holder: no ${key}: ${out}`);
+    };
+    const held = await next('held');
+    return {
+      held,
+      /** Resumes reading: what had arrived when it resumed, and how the connection ended. */
+      async finish() {
+        child.stdin!.write('go\n');
+        const resumed = await next('resumed');
+        const end = await next('end');
+        return { resumed, end };
+      },
+    };
   };
   const tlsAs = async (u: LabUser, host: string) => {
     const [res] = await lab.get().probe(u, [{ kind: 'tls', host, port: 443, servername: host }]);
@@ -155,12 +240,19 @@ logging: { level: info, decisions: ${decisionsPath()} }
   }, 120_000);
 
   afterAll(async () => {
-    if (svc && svc.exitCode === null) {
-      const code = await stopChild(svc, 10_000);
-      expect(code).toBe(0);
-      // A stop releases every chain.
-      const rules = run(['ip', 'netns', 'exec', lab.get().agentNs, 'nft', 'list', 'ruleset']);
-      expect(rules.out).not.toMatch(/leash/);
+    try {
+      if (svc && svc.exitCode === null) {
+        const code = await stopChild(svc, 10_000);
+        expect(code, svcErr.slice(-3000)).toBe(0);
+        // A stop releases every chain.
+        const rules = run(['ip', 'netns', 'exec', lab.get().agentNs, 'nft', 'list', 'ruleset']);
+        expect(rules.out, svcErr.slice(-3000)).not.toMatch(/leash/);
+      }
+    } catch (e) {
+      // A failing afterAll skips the hooks after it, the lab's teardown among them: undo the lab here first, so
+      // no namespace, account or mount outlives a failed check.
+      await lab.get().teardown();
+      throw e;
     }
   }, 60_000);
 
@@ -194,6 +286,9 @@ logging: { level: info, decisions: ${decisionsPath()} }
     const [u1, u2, u3] = users as [LabUser, LabUser, LabUser];
     const before = users.map((u) => chain(u.uid).out);
     for (const b of before) expect(b).toMatch(/redirect to :18\d\d\d/);
+    // An open connection of leash-tsa3, allowed and spliced before either SIGHUP, held mid-stream across both.
+    const hold = await holdAs(u3, 'good.lab', LAB.hosts.find((h) => h.name === 'good.lab')!.v4);
+    expect(hold.held).toHaveProperty('held');
     const u4 = await lab.get().createUser('leash-tsa4');
     users.push(u4);
     writePasswd(users);
@@ -213,7 +308,13 @@ logging: { level: info, decisions: ${decisionsPath()} }
     expect(await tlsAs(u1, 'api.good.lab')).toBe('ok');
     expect(await tlsAs(u2, 'evil.lab')).toBe('ok');
     expect([u2, u3].map((u) => chain(u.uid).out)).toEqual(before.slice(1));
-  });
+
+    // Still mid-stream when resumed (so the rest crossed the connection after both reconciles), and it ran to
+    // the end: neither SIGHUP reset it.
+    const { resumed, end } = await hold.finish();
+    expect(resumed.resumed).toBeLessThan(BULK.bytes);
+    expect(end).toEqual({ end: BULK.bytes });
+  }, 120_000);
 
   it('a corrupt ports.json changes nothing applied', async () => {
     const ports = path.join(env.LEASH_STATE_DIR!, 'ports.json');

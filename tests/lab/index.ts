@@ -3,7 +3,7 @@
  * also runs when building fails half-way). Root only; callers wrap their describe in `describe.skipIf(!isRoot)`.
  */
 import { afterAll, beforeAll } from 'vitest';
-import { buildLab, type Lab } from '../../src/lab/lab.js';
+import { buildLab, type Lab, type LabOptions } from '../../src/lab/lab.js';
 import { nativeAvailable } from '../../src/native.js';
 import { hostRunner } from '../../src/enforcers/network/run.js';
 
@@ -13,10 +13,10 @@ export { netPolicy } from './policy.js';
 export const isRoot = process.getuid?.() === 0;
 export const canRunLab = isRoot && nativeAvailable();
 
-export function useLab(id: string): { get: () => Lab } {
+export function useLab(id: string, opts: Omit<LabOptions, 'id' | 'cleanups'> = {}): { get: () => Lab } {
   let lab: Lab | null = null;
   beforeAll(async () => {
-    lab = await buildLab({ id: `net${id}` });
+    lab = await buildLab({ ...opts, id: `net${id}` });
   }, 60_000);
   afterAll(async () => {
     if (!lab) return;

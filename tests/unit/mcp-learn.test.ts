@@ -1,7 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { checkArgs, compileToolArgs } from '../../src/enforcers/tools/args.js';
 import { parseStrict } from '../../src/enforcers/tools/json.js';
-import { Learner, learnArgs, learnStringPattern } from '../../src/enforcers/tools/learn.js';
+import { parseFragment } from '../../src/config/load.js';
+import { Learner, learnArgs, learnStringPattern, renderProfile } from '../../src/enforcers/tools/learn.js';
+import { validateGatePolicy } from '../../src/enforcers/tools/schema.js';
+import { parse as parseYaml } from 'yaml';
 
 const j = (s: string) => parseStrict(Buffer.from(s));
 
@@ -77,5 +80,21 @@ describe('Learner', () => {
     expect((b.profile.tools as { allow: string[] }).allow).toEqual([]);
     expect(b.leftOut).toHaveLength(3);
     expect(b.summary).toMatch(/\(3 left out\)/);
+  });
+});
+
+describe('renderProfile', () => {
+  it('writes a file that is both a Leash profile and a leash mcp --policy file; notes are comments', () => {
+    const l = new Learner();
+    l.toolsListed(['read_file', 'delete_all']);
+    l.call('read_file', j('{"path":"/work/a.txt"}'), true);
+    const text = renderProfile(l.build().profile);
+    expect(text).toMatch(/^# Learned by leash mcp learn/);
+    expect(text).toContain('# Listed by the server but never called (left denied): delete_all');
+    const { fragment } = parseFragment(text, 'learned.yaml');
+    expect(fragment.tools?.allow).toEqual(['read_file']);
+    expect(fragment.tools?.strict_args).toBe(true);
+    expect(Object.keys(fragment.tools?.args ?? {})).toEqual(['read_file']);
+    expect(validateGatePolicy(parseYaml(text)).tools.allow).toEqual(['read_file']);
   });
 });

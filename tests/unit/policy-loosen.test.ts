@@ -120,3 +120,109 @@ describe('loosening judge: an allow entry the base already covers is no loosenin
     expect(tokens(frag)).toEqual(want);
   });
 });
+
+describe('loosening judge: the MCP gate fields and leash terminal argument rules', () => {
+  const gated = floor({
+    tools: {
+      mode: 'whitelist',
+      allow: ['read_file', 'run', 'ping'],
+      strict_args: true,
+      hide_denied: true,
+      deny_methods: ['resources/*', 'sampling/*'],
+      policed_methods: ['tools/call', 'prompts/get'],
+      args: {
+        read_file: { allow: { path: ['^/work/'] }, deny: ['\\.env$', { type: 'string', pattern: 'id_rsa' }] },
+        run: { allow: '*', deny: { cmd: ['^git push --force'] } },
+      },
+    },
+    commands: { mode: 'whitelist', allow: ['git'], args: { git: { deny_args: ['push --force', 'push -f'] } } },
+  });
+  const readFile = gated.tools.args.read_file!;
+
+  it.each<[string, Fragment, string[]]>([
+    ['strict_args true -> false', { tools: { strict_args: false } }, ['tools.strict_args:false']],
+    ['hide_denied true -> false', { tools: { hide_denied: false } }, ['tools.hide_denied:false']],
+    ['a denied method dropped', { tools: { deny_methods: ['sampling/*'] } }, ['tools.unset.deny_methods:resources/*']],
+    [
+      'a policed method dropped',
+      { tools: { policed_methods: ['tools/call'] } },
+      ['tools.unset.policed_methods:prompts/get'],
+    ],
+    [
+      'an args deny rule dropped',
+      { tools: { args: { ...gated.tools.args, read_file: { ...readFile, deny: ['\\.env$'] } } } },
+      ['tools.args.unset.deny:read_file ** {"pattern":"id_rsa","type":"string"}'],
+    ],
+    [
+      "a tool's whole args entry dropped (deny rules go with it; strict_args keeps it bare)",
+      { tools: { args: { run: gated.tools.args.run! } } },
+      [
+        'tools.args.unset.deny:read_file ** \\.env$',
+        'tools.args.unset.deny:read_file ** {"pattern":"id_rsa","type":"string"}',
+      ],
+    ],
+    [
+      'an allow rule added to a path',
+      { tools: { args: { ...gated.tools.args, read_file: { ...readFile, allow: { path: ['^/work/', '^/etc/'] } } } } },
+      ['tools.args.allow:read_file path ^/etc/'],
+    ],
+    [
+      'allow rules widened to *',
+      { tools: { args: { ...gated.tools.args, read_file: { ...readFile, allow: '*' } } } },
+      ['tools.args.allow:read_file *'],
+    ],
+    [
+      'allow rules for a bare tool under strict_args',
+      { tools: { args: { ...gated.tools.args, ping: { allow: { host: ['^localhost$'] } } } } },
+      ['tools.args.allow:ping host ^localhost$'],
+    ],
+    [
+      'a deny_args pattern dropped',
+      { commands: { args: { git: { deny_args: ['push --force'] } } } },
+      ['commands.args.unset.deny_args:git push -f'],
+    ],
+    [
+      'a whole commands.args entry dropped',
+      { commands: { args: {} } },
+      ['commands.args.unset.deny_args:git push --force', 'commands.args.unset.deny_args:git push -f'],
+    ],
+    ['strict_args false -> true tightens', { tools: { strict_args: true } }, []],
+    ['an extra args deny rule tightens', { tools: { args: { ...gated.tools.args, ping: { deny: ['x'] } } } }, []],
+    [
+      'an allow rule removed tightens',
+      { tools: { args: { ...gated.tools.args, read_file: { ...readFile, allow: {} } } } },
+      [],
+    ],
+    ['an extra denied method tightens', { tools: { deny_methods: ['resources/*', 'sampling/*', 'x/*'] } }, []],
+    [
+      'an extra deny_args pattern tightens',
+      { commands: { args: { git: { deny_args: ['push --force', 'push -f', 'reset --hard'] } } } },
+      [],
+    ],
+    ['log_args decides nothing', { tools: { log_args: 'all' } }, []],
+    [
+      'a respelt args key names the same tool',
+      { tools: { args: { run: gated.tools.args.run!, READ_FILE: readFile } } },
+      [],
+    ],
+  ])('%s', (_name, fragment, tokens) => {
+    expect(judgeOverlay(gated, fragment).map((l) => l.token)).toEqual(tokens);
+  });
+
+  it('without strict_args, allow rules removed let the tool take anything; adding them tightens', () => {
+    const loose = fold(gated, { tools: { strict_args: false } });
+    const { allow: _a, ...noAllow } = readFile;
+    expect(
+      judgeOverlay(loose, { tools: { args: { ...loose.tools.args, read_file: noAllow } } }).map((l) => l.token),
+    ).toEqual(['tools.args.unset.allow:read_file']);
+    expect(
+      judgeOverlay(loose, { tools: { args: { ...loose.tools.args, ping: { allow: { host: ['^x$'] } } } } }),
+    ).toEqual([]);
+  });
+
+  it('tokens round-trip through parseToken (the value may hold colons and spaces)', () => {
+    for (const f of judgeOverlay(gated, { tools: { strict_args: false, args: {} }, commands: { args: {} } })) {
+      expect(parseToken(f.token)).toEqual({ field: f.field, value: f.value });
+    }
+  });
+});

@@ -63,7 +63,7 @@ const INTERPRETERS: { re: RegExp; what: string }[] = [
   { re: /^perl[0-9.]*$/, what: 'the Perl interpreter' },
   { re: /^(ruby|irb)[0-9.]*$/, what: 'the Ruby interpreter' },
   { re: /^(php|lua|tclsh|wish|awk|gawk|mawk)[0-9.]*$/, what: 'a script interpreter' },
-  { re: /^ld-linux.*\.so.*$|^ld\.so$|^ld-musl.*$/, what: 'the dynamic loader' },
+  { re: /^ld-linux.*\.so.*$|^ld\.so$|^ld64\.so.*$|^ld-musl.*$/, what: 'the dynamic loader' },
   { re: /^(env|busybox|xargs|nice|nohup|timeout|setsid|stdbuf|chroot|unshare|nsenter)$/, what: 'a program launcher' },
 ];
 

@@ -20,6 +20,8 @@ export interface WatcherCoreOptions {
   identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
   /** Pending allow records beyond this are counted, not written (denies always are). */
   queueAllows?: number;
+  /** How often queued records are drained when the loop has not woken JavaScript (default 100 ms). */
+  drainMs?: number;
   /** How often new filesystems under a root are looked for. */
   rescanMs?: number;
   readMountinfo?: () => string;
@@ -131,7 +133,13 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
       // The loop answers before the first mark exists, so no event ever waits for a thread.
       w.start();
       rescan();
-      timers = [setInterval(rescan, opts.rescanMs ?? 3000), setInterval(() => w.heartbeat(), 1000)];
+      // The loop coalesces its wake-ups (a deny or a full batch at once, else at most one per 20 ms), so allows
+      // queued just after a wake wait for this timer rather than for the next deny.
+      timers = [
+        setInterval(rescan, opts.rescanMs ?? 3000),
+        setInterval(() => w.heartbeat(), 1000),
+        setInterval(drain, opts.drainMs ?? 100),
+      ];
       w.heartbeat();
     },
     set(s) {

@@ -185,7 +185,17 @@ export function learnArgs(calls: JsonValue[]): Record<string, ArgRuleSpec[]> | n
 
 /** Renders a learned profile as the YAML `leash mcp --policy` reads. */
 export function renderProfile(profile: Record<string, unknown>): string {
-  return yamlStringify(profile, { lineWidth: 0 });
+  // The notes are written as YAML comments, not keys: the file is then a Leash profile as it stands
+  // (the config's fragment schema is strict), and still a `leash mcp --policy` file.
+  const { _comment: comment, _not_called: notCalled, ...rest } = profile;
+  const notes: string[] = [];
+  if (typeof comment === 'string') notes.push(comment);
+  if (Array.isArray(notCalled))
+    notes.push(
+      `Listed by the server but never called (left denied): ${notCalled.length ? notCalled.join(', ') : 'none'}`,
+    );
+  const body = yamlStringify(rest, { lineWidth: 0 });
+  return notes.map((n) => `# ${n.replace(/[\r\n]+/g, ' ')}\n`).join('') + body;
 }
 
 /** Writes a file atomically (temp file in the same directory, then rename). */

@@ -22,8 +22,12 @@ const rulesSpec = z.union([
   z.record(z.string(), z.array(ruleSpec)).describe('argument path (a.b, *, **) → rules'),
 ]);
 
-/** The fields the gate adds to the config's `tools` section. */
-export const toolsGateFields = {
+/**
+ * The fields the gate adds to the config's `tools` section, without defaults: the config schema
+ * (src/config/schema.ts) wraps each with its own `opt(spec, GATE_DEFAULTS[key])`, so a profile
+ * (fragment) carries only what it sets and the full config gets the gate's defaults.
+ */
+export const toolsGateSpecs = {
   args: z
     .record(
       z.string(),
@@ -32,34 +36,38 @@ export const toolsGateFields = {
         deny: rulesSpec.optional(),
       }),
     )
-    .default({})
     .describe(
       'per-tool argument rules by argument path; deny is checked against every nested value, allow must match the exact shape',
     ),
   strict_args: z
     .boolean()
-    .default(false)
     .describe('a tool without allow rules accepts only empty arguments ({}), so a bare tool stays bare'),
   policed_methods: z
     .array(z.string().min(1))
-    .default(['tools/call'])
     .describe('JSON-RPC methods whose selector (name/uri/ref) goes through the tool policy; tools/call always does'),
   deny_methods: z
     .array(z.string().min(1))
-    .default([])
     .describe(
       'JSON-RPC methods refused outright with -32601 (globs, case-insensitive); matching notifications are dropped',
     ),
   hide_denied: z
     .boolean()
-    .default(false)
     .describe('strip tools denied by name from every tools/list page, so the agent never sees them'),
   log_args: z
     .enum(['denied', 'all', 'none'])
-    .default('denied')
     .describe(
       'which calls carry argument values in the decision log; allowed calls carry secrets, so "denied" by default',
     ),
+};
+
+/** The gate's fields with the gate's defaults (a `leash mcp --policy FILE`). */
+export const toolsGateFields = {
+  args: toolsGateSpecs.args.default(() => structuredClone(GATE_DEFAULTS.args)),
+  strict_args: toolsGateSpecs.strict_args.default(GATE_DEFAULTS.strict_args),
+  policed_methods: toolsGateSpecs.policed_methods.default(() => structuredClone(GATE_DEFAULTS.policed_methods)),
+  deny_methods: toolsGateSpecs.deny_methods.default(() => structuredClone(GATE_DEFAULTS.deny_methods)),
+  hide_denied: toolsGateSpecs.hide_denied.default(GATE_DEFAULTS.hide_denied),
+  log_args: toolsGateSpecs.log_args.default(GATE_DEFAULTS.log_args),
 };
 
 const inspectAction = z.enum(['block', 'log', 'allow']);

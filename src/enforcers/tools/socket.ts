@@ -8,6 +8,8 @@
  *   {op:"judge", method, params?, notification} → {seq, judgment}
  *   {op:"hidden", names:[...]}                → {seq, hidden:[bool...]}
  *   {op:"event", event:{...}}                 (no answer: logged)
+ *   {op:"commands_policy"}                    → {seq, ok:true, uid, policy:{fail_mode, commands}}
+ *                                               | {seq, ok:false, error:"no_policy"}   (leash terminal)
  * The service parses the gate's lines with the same strict reader the gate uses on MCP traffic.
  */
 import fs from 'node:fs';
@@ -33,6 +35,11 @@ export interface ToolsSocketServerOptions {
   peerUid?: (sock: net.Socket) => number;
   /** Mode of the socket file: every account may connect; the UID is what identifies it. */
   mode?: number;
+  /**
+   * The subject's resolved commands policy for `leash terminal` (`{fail_mode, commands: {mode,
+   * allow, deny, args?}}`), or null when it has none. Absent: the op is refused like any unknown op.
+   */
+  commandsPolicyForUid?(uid: number): unknown;
 }
 
 export interface ToolsSocketServer {
@@ -140,6 +147,13 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
           const ev = isObject(msg.event) ? (toPlain(msg.event) as GateEvent) : null;
           const reasons = ['protocol_client', 'protocol_server', 'server_timeout', 'server_closed', 'server_stalled'];
           if (ev && reasons.includes(ev.reason)) logEvent(ev, ctx);
+          return;
+        }
+        case 'commands_policy': {
+          if (!o.commandsPolicyForUid) return sock.destroy();
+          const p = o.commandsPolicyForUid(uid);
+          if (p === null || p === undefined) send({ seq, ok: false, error: 'no_policy' });
+          else send({ seq, ok: true, uid, policy: fromPlain(p) });
           return;
         }
         default:
