@@ -9,3 +9,14 @@ if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
+
+# Node.js 20 comes with this kind of machine (Debian 12's own nodejs is 18, too old for Leash).
+if ! command -v node >/dev/null 2>&1; then
+  echo "install-deps: node not found: Leash needs Node.js >= 20 (Debian 12's nodejs package is 18)" >&2
+  exit 2
+fi
+major=$(node -p 'process.versions.node.split(".")[0]')
+if [ "$major" -lt 20 ]; then
+  echo "install-deps: node $(node --version) is too old: Leash needs Node.js >= 20" >&2
+  exit 2
+fi
