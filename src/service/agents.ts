@@ -9,7 +9,7 @@
  */
 import fs from 'node:fs';
 import { decide, maskSecrets, type CompiledPolicy } from '../engine/index.js';
-import { createFsSupervisor, fsCmdPolicyOf, type FsSupervisor } from '../enforcers/fs/index.js';
+import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks, type FsSupervisor } from '../enforcers/fs/index.js';
 import {
   hostResolvers,
   startNetworkEnforcer,
@@ -148,12 +148,19 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
       }
 
       const netHooks = net ? networkPlanHooks(net) : null;
-      const failMode = () => current.config.fail_mode;
+      // "No policy" entries follow the floor's fail_mode as it is now, after any reload.
+      const fsHooks = sup
+        ? watcherMapHooks(sup, {
+            get failMode() {
+              return current.config.fail_mode;
+            },
+          })
+        : null;
       const hooks: PlanHooks = {
         async apply(a) {
           // A gate policy that does not compile fails this subject alone (executePlan denies it).
           const g = c.enforcers.tools ? gatePolicyFor(a.policy) : null;
-          if (sup) await sup.set(a.uid, fsCmdPolicyOf(a.policy), a.policy.fail_mode);
+          if (fsHooks) await fsHooks.apply(a);
           if (netHooks) await netHooks.apply(a);
           if (g) gate.set(a.uid, g);
           commandsOf.set(a.uid, { fail_mode: a.policy.fail_mode, commands: a.policy.commands });
@@ -161,13 +168,13 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         async deny(a) {
           gate.delete(a.uid);
           commandsOf.delete(a.uid);
-          if (sup) await sup.set(a.uid, null, failMode());
+          if (fsHooks) await fsHooks.deny(a);
           if (netHooks) await netHooks.deny(a);
         },
         async orphan(a) {
           gate.delete(a.uid);
           commandsOf.delete(a.uid);
-          if (sup) await sup.set(a.uid, null, failMode());
+          if (fsHooks) await fsHooks.orphan(a);
           if (netHooks) await netHooks.orphan(a);
         },
         critical,
