@@ -10,7 +10,7 @@ export type { NetworkEntry } from './network.js';
 export { normalizeDomainSubject } from './domain.js';
 export { parseIp } from './ip.js';
 export { parsePort } from './port.js';
-export { pathEntryProblem, normalizePath, isGlob, compileGlob, parseGlob, matchGlob } from './path.js';
+export { pathEntryProblem, normalizePath, isGlob, parseGlob, matchGlob } from './path.js';
 export type { GlobToken } from './path.js';
 export { commandEntryProblem } from './command.js';
 export { toolEntryProblem, normalizeToolName } from './tool.js';

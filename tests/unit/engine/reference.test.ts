@@ -147,7 +147,8 @@ describe('indexed matchers agree with a reference implementation', () => {
 
 describe('glob matcher agrees with the RegExp statement of the same glob', () => {
   it('on generated globs and paths', async () => {
-    const { compileGlob, parseGlob, matchGlob, normalizePath } = await import('../../../src/engine/index.js');
+    const { parseGlob, matchGlob, normalizePath } = await import('../../../src/engine/index.js');
+    const { compileGlob } = await import('./fixtures/glob-regexp.js');
     const r = rng(5);
     const atoms = ['a', 'b', '.', '*', '**', '?', '[ab]', '[!a]', '[a-c]', 'é', '𝒳'];
     const chars = ['a', 'b', 'c', '.', 'é', '𝒳'];
