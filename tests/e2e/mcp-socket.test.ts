@@ -161,30 +161,44 @@ describe.skipIf(!fs.existsSync(CLI) || !nativeAvailable() || !root)(
   },
 );
 
-describe.skipIf(!nativeAvailable() || !root)('tools enforcer (service seam)', () => {
-  it('serves the configured account its tools policy and everyone else none', async () => {
-    const { toolsEnforcer } = await import('../../src/enforcers/tools/service.js');
+describe.skipIf(!nativeAvailable() || !root)('tools socket of the running service (agents enforcer)', () => {
+  it('serves each subject its resolved tools and commands policy, and a subject that left discovery none', async () => {
+    const { agentsEnforcer } = await import('../../src/service/agents.js');
+    const { createLogger } = await import('../../src/log/logger.js');
+    const { fetchServicePolicy } = await import('../../src/enforcers/terminal/service-client.js');
     const dir = tmpdir();
     const sock = path.join(dir, 'run', 'tools.sock');
-    process.env.LEASH_TOOLS_SOCKET = sock;
+    // Discovery reads this passwd only: root is the configured account, nobody the next one.
+    const passwd = path.join(dir, 'passwd');
+    fs.writeFileSync(passwd, 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534::/:/usr/sbin/nologin\n');
+    process.env.LEASH_PASSWD = passwd;
     onTestFinished(() => {
-      delete process.env.LEASH_TOOLS_SOCKET;
+      delete process.env.LEASH_PASSWD;
     });
     const log = memoryLog();
-    // A config as the loader makes it: the gate's fields are part of the tools section.
-    const config = configSchema.parse({
-      fail_mode: 'closed',
-      tools: {
-        mode: 'whitelist',
-        allow: ['read_file'],
-        deny: [],
-        inspect: { secrets: 'block', pii: 'log', priv_esc: 'block' },
-        args: { read_file: { deny: { '**.path': ['^/etc/'] } } },
-      },
-      enforcers: { tools: true },
+    // Only the tools surface: this test must not touch the host's firewall or mark its filesystems.
+    const config = (user: string) =>
+      configSchema.parse({
+        user,
+        fail_mode: 'closed',
+        tools: {
+          mode: 'whitelist',
+          allow: ['read_file'],
+          deny: [],
+          inspect: { secrets: 'block', pii: 'log', priv_esc: 'block' },
+          args: { read_file: { deny: { '**.path': ['^/etc/'] } } },
+        },
+        commands: { mode: 'whitelist', allow: ['git'], deny: [], args: { git: { deny_args: ['push --force'] } } },
+        enforcers: { network: false, filesystem: false, tools: true },
+      });
+    const logger = createLogger({ level: 'error' });
+    const ctx = (user: string, uid: number) => ({
+      loaded: { config: config(user), account: { uid } },
+      decisions: log,
+      logger,
     });
-    const ctx = { loaded: { config, account: { uid: 0 } }, decisions: log, logger: { error() {}, info() {} } };
-    const enf = await toolsEnforcer.start(ctx as never);
+    const factory = agentsEnforcer({ stateDir: path.join(dir, 'state'), toolsSocket: sock });
+    const enf = await factory.start(ctx('root', 0) as never);
     onTestFinished(() => enf.close());
     const judge = await connectToolsJudge(sock);
     onTestFinished(() => judge.close?.());
@@ -194,25 +208,19 @@ describe.skipIf(!nativeAvailable() || !root)('tools enforcer (service seam)', ()
     });
     expect(
       await judge.judge('tools/call', { name: 'read_file', arguments: { path: { $ref: '/etc/x' } } }, false),
-    ).toMatchObject({
-      action: 'deny',
-      reason: 'arg_denied',
+    ).toMatchObject({ action: 'deny', reason: 'arg_denied' });
+    // What `leash terminal` asks for over the same socket: the caller's commands section, args included.
+    expect(await fetchServicePolicy(sock)).toMatchObject({
+      fail_mode: 'closed',
+      commands: { mode: 'whitelist', allow: ['git'], args: { git: { deny_args: ['push --force'] } } },
     });
-    // A reload that does not compile keeps the policy in force.
-    const bad = {
-      ...ctx,
-      loaded: { ...ctx.loaded, config: { ...config, tools: { ...config.tools, args: { t: { deny: ['('] } } } } },
-    };
-    await expect(enf.reload!(bad as never)).rejects.toThrow(/bad regex/);
-    expect(await judge.judge('tools/call', { name: 'read_file', arguments: { path: '/etc/x' } }, false)).toMatchObject({
-      action: 'deny',
-    });
-    // Another account (here: the configured account changed) has no policy: denied.
-    await enf.reload!({ ...ctx, loaded: { ...ctx.loaded, account: { uid: 12345 } } } as never);
+    // The configured account becomes nobody: root left discovery, so it has no policy any more.
+    await enf.reload!(ctx('nobody', 65534) as never);
     expect(await judge.judge('tools/call', { name: 'read_file' }, false)).toMatchObject({
       action: 'deny',
       reason: 'no_policy',
     });
+    expect(await fetchServicePolicy(sock)).toBeNull();
     expect(log.lines.every((l) => l.uid === 0)).toBe(true);
   });
 });

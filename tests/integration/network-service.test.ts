@@ -4,53 +4,10 @@ import { decide, type CompiledPolicy } from '../../src/engine/index.js';
 import { startNetworkEnforcer } from '../../src/enforcers/network/enforcer.js';
 import { networkPlanHooks } from '../../src/enforcers/network/plan-hooks.js';
 import type { Effective } from '../../src/policy/fragment.js';
-import { networkEnforcerFactory } from '../../src/enforcers/network/service.js';
-import { netnsRunner, type Runner } from '../../src/enforcers/network/run.js';
-import type { DecisionRecord } from '../../src/log/decisions.js';
-import { createLogger } from '../../src/log/logger.js';
+import { netnsRunner } from '../../src/enforcers/network/run.js';
 import { bareNetns, isRoot } from '../lab/index.js';
 
-// The service-side factory, with nft pointed at a namespace of the test's own (never the host's ruleset).
-const NS = 'lt-net-svc';
-const account = { name: 'leash-tsvc', uid: 61500, gid: 61500, home: '/nonexistent' };
-const yaml = (udp: string) => `user: leash-tsvc
-network: { mode: whitelist, allow: [example.org], deny: [], dns_resolvers: [198.18.1.53], udp: ${udp} }
-`;
-
-describe.skipIf(!isRoot)('network enforcer factory (service path)', () => {
-  let run: Runner;
-  let cleanup: (() => Promise<void>) | null = null;
-  beforeAll(async () => {
-    cleanup = await bareNetns(NS);
-    run = netnsRunner(NS);
-  });
-  afterAll(async () => {
-    await cleanup?.();
-  });
-
-  it('applies the configured account, keeps an unchanged reload untouched, and releases everything on close', async () => {
-    const lines: DecisionRecord[] = [];
-    const decisions = { write: (r: DecisionRecord) => (lines.push(r), 'x'), close: async () => {} };
-    const logger = createLogger({ level: 'error' });
-    const loaded = parseConfig(yaml('drop'), 'test', { lookup: () => account });
-    const factory = networkEnforcerFactory({ runner: run, port: 18991 });
-    expect(factory.enabled(loaded)).toBe(true);
-    const enf = await factory.start({ loaded, decisions, logger });
-    try {
-      const listing = async () => (await run(['nft', '-a', 'list', 'ruleset'])).stdout;
-      const first = await listing();
-      expect(first).toContain('meta skuid 61500 jump agent_61500');
-      expect(first).toContain('redirect to :18991');
-      expect(first).toContain('198.18.1.53');
-      await enf.reload!({ loaded: parseConfig(yaml('drop'), 'test', { lookup: () => account }), decisions, logger });
-      expect(await listing()).toBe(first);
-    } finally {
-      await enf.close();
-    }
-    expect(await run(['nft', 'list', 'ruleset'])).toMatchObject({ stdout: expect.not.stringMatching(/leash/) });
-  });
-});
-
+// nft always runs in a namespace of the test's own (never the host's ruleset).
 describe.skipIf(!isRoot)('proxy on a host with IPv6 disabled', () => {
   const NS6 = 'lt-net-nov6';
   let cleanup: (() => Promise<void>) | null = null;
