@@ -1,31 +1,15 @@
 import { isIP } from 'node:net';
 import type { Command } from 'commander';
 import { loadConfig } from '../config/load.js';
-import type { Config } from '../config/types.js';
 import { EXIT, LeashError } from '../errors.js';
-import type { NetworkSubject, PolicyInput, Surface, SubjectOf, Verdict } from '../engine/types.js';
+import type { NetworkSubject, Surface, SubjectOf, Verdict } from '../engine/types.js';
 import type { ToolVerdict } from '../enforcers/tools/policy.js';
 import { compilePolicy, decide, maskInputs } from '../policy-engine.js';
 import { compileGatePolicy } from '../enforcers/tools/policy.js';
 import { GATE_ENGINE, gatePolicyOf } from '../enforcers/tools/service.js';
 import { configPath, parseSurface, print, printJson } from './context.js';
 import { runCheckTool } from './mcp.js';
-
-/** The engine's view of a config: the four surface policies and fail_mode, nothing else. */
-export function toPolicyInput(c: Config): PolicyInput {
-  const sp = (s: { mode: Config['network']['mode']; allow: string[]; deny: string[] }) => ({
-    mode: s.mode,
-    allow: [...s.allow],
-    deny: [...s.deny],
-  });
-  return {
-    fail_mode: c.fail_mode,
-    network: sp(c.network),
-    filesystem: sp(c.filesystem),
-    commands: sp(c.commands),
-    tools: { ...sp(c.tools), inspect: { ...c.tools.inspect } },
-  };
-}
+import { toPolicyInput } from '../config/policy-input.js';
 
 /** The engine's verdict, or for a tool the gate's when an argument rule decided (source `args`, `at` where). */
 type CheckVerdict = Omit<Verdict, 'reason' | 'source'> & {

@@ -20,7 +20,7 @@ import { buildLab, createCleanups, type Lab, type LabHost, type LabUser } from '
 import type { Probe, ProbeResult } from '../lab/probe.js';
 import { nativeAvailable } from '../native.js';
 import { defaultPolicyPath } from '../paths.js';
-import { toPolicyInput } from './check.js';
+import { toPolicyInput } from '../config/policy-input.js';
 import { FS_DEMO_STEPS, setupDemoFs, type DemoFs } from './demo-fs.js';
 
 /** The demo's "internet": names the default policy talks about, on lab addresses. */
