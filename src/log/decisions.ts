@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { InspectFinding, Surface } from '../engine/types.js';
 import { maskInputs } from '../policy-engine.js';
+import { jsonString, jsonText } from './json-text.js';
 
 /** What an enforcer hands the log for one decision. */
 export interface DecisionRecord {
@@ -27,6 +28,11 @@ export interface DecisionLine extends DecisionRecord {
 export interface DecisionLog {
   /** Writes one line and returns its ref (the short id that ties a block back to its line). */
   write(rec: DecisionRecord): string;
+  /**
+   * Writes the line whose part after the ref is `tail` (formatDecisionTail of a record whose
+   * action is `action`): the same line `write` would write for that record. Returns the ref.
+   */
+  writeTail(action: DecisionRecord['action'], tail: string): string;
   /** Writes any allow lines held back by `coalesceAllows` now (a no-op otherwise). */
   flush?(): void;
   close(): Promise<void>;
@@ -79,21 +85,41 @@ function isoNow(): string {
   return lastIso;
 }
 
-/** Formats one decision as its JSON line (with the newline). */
+/** `,"key":value` as JSON.stringify writes a member (nothing for a value it omits). */
+function member(key: string, v: unknown): string {
+  const t = jsonText(v);
+  return t === undefined ? '' : `,"${key}":${t}`;
+}
+
+/**
+ * Formats one decision as its JSON line (with the newline): exactly JSON.stringify of its
+ * DecisionLine (this key order), built directly because this runs once per decision.
+ */
 export function formatDecision(rec: DecisionRecord, ref = newRef(), now?: Date): string {
-  const line: DecisionLine = {
-    ts: now === undefined ? isoNow() : now.toISOString(),
-    ref,
-    uid: rec.uid,
-    surface: rec.surface,
-    action: rec.action,
-    reason: rec.reason,
-    subject: safeSubject(rec.surface, rec.subject),
-  };
-  if (rec.rule !== undefined) line.rule = rec.rule;
-  if (rec.severity !== undefined) line.severity = rec.severity;
-  if (rec.findings !== undefined) line.findings = rec.findings;
-  return `${JSON.stringify(line)}\n`;
+  return decisionHead(ref, now) + formatDecisionTail(rec);
+}
+
+/** The start of a decision line: `{"ts":…,"ref":…`. */
+function decisionHead(ref: string, now?: Date): string {
+  return `{"ts":${jsonString(now === undefined ? isoNow() : now.toISOString())},"ref":${jsonString(ref)}`;
+}
+
+/**
+ * Everything of a decision's line after its ref, newline included. It depends only on the record,
+ * so a writer that logs the same decision again and again may keep it (see DecisionLog.writeTail).
+ */
+export function formatDecisionTail(rec: DecisionRecord): string {
+  return (
+    member('uid', rec.uid) +
+    member('surface', rec.surface) +
+    member('action', rec.action) +
+    member('reason', rec.reason) +
+    member('subject', safeSubject(rec.surface, rec.subject)) +
+    member('rule', rec.rule) +
+    member('severity', rec.severity) +
+    member('findings', rec.findings) +
+    '}\n'
+  );
 }
 
 /**
@@ -117,6 +143,11 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
       write(rec) {
         const ref = newRef();
         process.stdout.write(formatDecision(rec, ref));
+        return ref;
+      },
+      writeTail(_action, tail) {
+        const ref = newRef();
+        process.stdout.write(decisionHead(ref) + tail);
         return ref;
       },
       flush() {},
@@ -149,24 +180,30 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
   };
   const onExit = () => flush();
   if (opts.coalesceAllows) process.on('exit', onExit);
+  const put = (action: DecisionRecord['action'], format: (ref: string) => string): string => {
+    if (!open) throw new Error('decision log is closed');
+    const ref = newRef();
+    const line = format(ref);
+    if (opts.coalesceAllows && action === 'allow') {
+      held += line;
+      if (!flushQueued) {
+        flushQueued = true;
+        setImmediate(flush);
+      }
+      return ref;
+    }
+    // Held allow lines go first, in the same write: the file keeps decision order.
+    const text = held + line;
+    held = '';
+    writeAll(text);
+    return ref;
+  };
   return {
     write(rec) {
-      if (!open) throw new Error('decision log is closed');
-      const ref = newRef();
-      const line = formatDecision(rec, ref);
-      if (opts.coalesceAllows && rec.action === 'allow') {
-        held += line;
-        if (!flushQueued) {
-          flushQueued = true;
-          setImmediate(flush);
-        }
-        return ref;
-      }
-      // Held allow lines go first, in the same write: the file keeps decision order.
-      const text = held + line;
-      held = '';
-      writeAll(text);
-      return ref;
+      return put(rec.action, (ref) => formatDecision(rec, ref));
+    },
+    writeTail(action, tail) {
+      return put(action, (ref) => decisionHead(ref) + tail);
     },
     flush,
     async close() {
