@@ -3,6 +3,7 @@
 
 #include "fanotify.h"
 #include "fsmatch.h"
+#include "jsonscan.h"
 #include "notify.h"
 #include "sockopt.h"
 #include "splice.h"
@@ -18,6 +19,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("nativeMatch", Napi::Function::New(env, leash::NativeMatch, "nativeMatch"));
   exports.Set("nativeMatchBatch", Napi::Function::New(env, leash::NativeMatchBatch, "nativeMatchBatch"));
   leash::InitWatcher(env, exports);
+  exports.Set("createJsonScanner", Napi::Function::New(env, leash::CreateJsonScanner, "createJsonScanner"));
   return exports;
 }
 

@@ -125,6 +125,12 @@ export interface NativeAddon {
     failMode?: 'closed' | 'open',
   ): string[];
   Watcher: new (opts: WatcherOptions) => NativeWatcher;
+  /**
+   * The MCP gate's pre-check (native/jsonscan.cc), bound to `out`: scan(line) is 1 when `line` is
+   * certainly a JSON text the gate's strict parser accepts and its writer would write back byte for
+   * byte, with the top-level facts in `out` (flags, integer id, id span, method span); 0 when not sure.
+   */
+  createJsonScanner(out: Float64Array): (line: Buffer) => number;
 }
 
 /** A native failure: `code` is the errno name, `syscall` the call, like Node's fs errors. */

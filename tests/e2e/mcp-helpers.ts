@@ -33,6 +33,8 @@ export interface GateRun {
   end(): void;
   exited: Promise<number>;
   stdout(): unknown[];
+  /** The lines the gate wrote to the client, as written. */
+  stdoutRaw(): string[];
   stderr(): string;
   /** Lines the fake server received, parsed (null for unparsable lines). */
   received(): unknown[];
@@ -68,6 +70,7 @@ export function startGate(o: GateOpts = {}): GateRun {
     if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
   });
   const lines: unknown[] = [];
+  const rawLines: string[] = [];
   let taken = 0;
   let waiters: (() => void)[] = [];
   let buf = '';
@@ -80,6 +83,7 @@ export function startGate(o: GateOpts = {}): GateRun {
       buf = buf.slice(nl + 1);
       // Every line the gate writes must be pure ASCII compact JSON.
       if (!/^[\x20-\x7e]*$/.test(l)) throw new Error(`non-ASCII output line: ${l}`);
+      rawLines.push(l);
       lines.push(JSON.parse(l));
       const w = waiters;
       waiters = [];
@@ -129,6 +133,7 @@ export function startGate(o: GateOpts = {}): GateRun {
     },
     exited,
     stdout: () => lines,
+    stdoutRaw: () => rawLines,
     stderr: () => err,
     received() {
       if (!fs.existsSync(record)) return [];

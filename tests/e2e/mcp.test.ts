@@ -310,6 +310,23 @@ describe.skipIf(!built)('leash mcp: strict protocol handling', () => {
     );
   });
 
+  it('forwards a line already in compact ASCII form unchanged, and re-writes a reply that is not', async () => {
+    const g = startGate({ policy: POLICY });
+    const sent =
+      '{"jsonrpc":"2.0","id":"r-1","method":"tools/call","params":{"name":"search","arguments":{"q":"caf\\u00e9"}}}';
+    g.send(sent);
+    await g.answer('r-1');
+    g.end();
+    expect(await g.exited).toBe(0);
+    expect(fs.readFileSync(g.record, 'utf8')).toBe(`${sent}\n`);
+    // The fake server answers with JSON.stringify, which leaves the é raw: the gate escapes it.
+    const reply = g.stdoutRaw().find((l) => l.includes('"r-1"'))!;
+    expect(JSON.parse(reply)).toMatchObject({ id: 'r-1', result: { content: [{ text: 'ran search {"q":"café"}' }] } });
+    expect(reply).toBe(
+      '{"jsonrpc":"2.0","id":"r-1","result":{"content":[{"type":"text","text":"ran search {\\"q\\":\\"caf\\u00e9\\"}"}]}}',
+    );
+  });
+
   it('matches ids exactly by type: 1 and "1" are different requests', async () => {
     const g = startGate({ policy: POLICY, mode: 'late:late' });
     g.send(call(1, 'late'));

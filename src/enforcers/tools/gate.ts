@@ -11,6 +11,7 @@ import type { GateJudge, GateJudgment } from './judge.js';
 import { idKey, isObject, JsonError, parseStrict, stringifyAscii, type JsonObject, type JsonValue } from './json.js';
 import { ENVELOPE } from './policy.js';
 import { normalizeToolName, otherSpellingOf } from './names.js';
+import { nativeLineScanner, plainRequest, plainResponseKey, type LineScanner } from './scan.js';
 
 /** Lines longer than this are refused (and skipped up to the next newline). */
 export const MAX_LINE = 64 * 1024 * 1024;
@@ -41,6 +42,11 @@ export interface McpGateOptions {
   env?: NodeJS.ProcessEnv;
   /** How long a server ignoring SIGTERM gets before SIGKILL. */
   killAfterMs?: number;
+  /**
+   * The native pre-check that lets canonical lines through without a re-write (default: the addon's
+   * when it loads). `null` parses and re-writes every line (tests compare the two paths).
+   */
+  scanner?: LineScanner | null;
 }
 
 export interface McpGate {
@@ -170,6 +176,37 @@ class Sequencer<T> {
   }
 }
 
+/**
+ * Lines queued for one pipe: the gate's own writing (ASCII strings) and lines forwarded as they
+ * came (Buffers), written out as one Buffer.
+ */
+class OutQueue {
+  private parts: (Buffer | string)[] = [];
+  private bytes = 0;
+  get empty(): boolean {
+    return this.parts.length === 0;
+  }
+  /** Adds one line (without its LF); strings are pure ASCII (stringifyAscii). */
+  push(line: Buffer | string): void {
+    this.parts.push(line);
+    this.bytes += line.length + 1;
+  }
+  clear(): void {
+    this.parts = [];
+    this.bytes = 0;
+  }
+  take(): Buffer {
+    const out = Buffer.allocUnsafe(this.bytes);
+    let off = 0;
+    for (const p of this.parts) {
+      off += typeof p === 'string' ? out.write(p, off, 'latin1') : p.copy(out, off);
+      out[off++] = 0x0a;
+    }
+    this.clear();
+    return out;
+  }
+}
+
 function envelopeProblem(o: JsonObject): string | null {
   for (const k in o) {
     const c = otherSpellingOf(k, ENVELOPE);
@@ -187,6 +224,7 @@ const validId = (id: JsonValue | undefined): boolean => idKey(id ?? null) !== nu
 /** Starts the server and the relay. */
 export function createMcpGate(o: McpGateOptions): McpGate {
   const { judge, errout } = o;
+  const scanner = o.scanner === undefined ? nativeLineScanner() : o.scanner;
   const timeoutMs = o.timeoutMs;
   const pending = new Map<string, Pending>();
   /** Requests the gate stopped waiting for (cancelled, timed out): a late answer is dropped quietly. */
@@ -253,8 +291,8 @@ export function createMcpGate(o: McpGateOptions): McpGate {
   // turn's check phase (a write per message costs a syscall each and dominated the gate's CPU).
   // The judge's held-back decision-log lines are written first, so an allowed call's line is in
   // the log before the call reaches the server.
-  let serverOut = '';
-  let clientOut = '';
+  const serverOut = new OutQueue();
+  const clientOut = new OutQueue();
   let flushQueued = false;
   const flushAll = () => {
     flushQueued = false;
@@ -269,18 +307,18 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     }
   };
   function flushServer(): void {
-    if (serverOut === '') return;
-    const s = serverOut;
-    serverOut = '';
-    if (serverExited || sin.destroyed || sin.writableEnded) return;
+    if (serverOut.empty) return;
+    if (serverExited || sin.destroyed || sin.writableEnded) return serverOut.clear();
+    const s = serverOut.take();
     if (timeoutMs > 0) {
       unflushed.push(performance.now());
       if (stallTimer === null) stallTimer = setTimeout(checkStall, timeoutMs);
       sin.write(s, onFlushed);
     } else sin.write(s);
   }
-  const toServer = (v: JsonValue) => {
-    serverOut += stringifyAscii(v) + '\n';
+  /** Queues a message for the server: `raw` is its line as received when that is canonical already. */
+  const toServer = (v: JsonValue, raw: Buffer | null) => {
+    serverOut.push(raw ?? stringifyAscii(v));
     scheduleFlush();
   };
 
@@ -292,14 +330,12 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     finish(0);
   });
   function flushClient(): void {
-    if (clientOut === '' || outClosed) return;
-    const s = clientOut;
-    clientOut = '';
-    o.output.write(s);
+    if (clientOut.empty || outClosed) return;
+    o.output.write(clientOut.take());
   }
-  const toClient = (v: JsonValue) => {
+  const toClient = (v: JsonValue, raw: Buffer | null = null) => {
     if (outClosed) return;
-    clientOut += stringifyAscii(v) + '\n';
+    clientOut.push(raw ?? stringifyAscii(v));
     scheduleFlush();
   };
 
@@ -354,6 +390,27 @@ export function createMcpGate(o: McpGateOptions): McpGate {
   function handleClientLine(line: Buffer): void | Promise<void> {
     if (line.length === 0) return;
     clientSent++;
+    // A line already in the gate's own form is forwarded as it came (after the same checks).
+    const raw = scanner !== null && scanner.scan(line) ? line : null;
+    if (raw !== null) {
+      const fast = plainRequest(line, scanner!.facts);
+      if (fast !== null) {
+        // The envelope was checked natively; only params are built (the judge reads them).
+        let params: JsonValue | undefined;
+        try {
+          params = fast.params === null ? undefined : parseStrict(line.subarray(fast.params[0], fast.params[1]));
+        } catch {
+          params = null; // cannot happen for a scanned line; the full path below decides
+        }
+        if (params !== null) {
+          const v: JsonObject = { jsonrpc: '2.0', method: fast.method };
+          if (params !== undefined) v.params = params;
+          if (fast.id === undefined) return clientNotification(v, fast.method, line, raw);
+          v.id = fast.id;
+          return clientCall(v, fast.method, fast.key!, line, raw);
+        }
+      }
+    }
     let v: JsonValue;
     try {
       v = parseStrict(line);
@@ -366,18 +423,18 @@ export function createMcpGate(o: McpGateOptions): McpGate {
       // A batch is split: each element is judged and forwarded on its own.
       let chain: Promise<void> | null = null;
       for (const el of v) {
-        if (chain) chain = chain.then(() => handleClientMessage(el, line));
+        if (chain) chain = chain.then(() => handleClientMessage(el, line, null));
         else {
-          const r = handleClientMessage(el, line);
+          const r = handleClientMessage(el, line, null);
           if (r) chain = r;
         }
       }
       return chain ?? undefined;
     }
-    return handleClientMessage(v, line);
+    return handleClientMessage(v, line, raw);
   }
 
-  function handleClientMessage(v: JsonValue, line: Buffer): void | Promise<void> {
+  function handleClientMessage(v: JsonValue, line: Buffer, raw: Buffer | null): void | Promise<void> {
     if (!isObject(v)) return refuseClient(null, -32600, 'not_an_object', line);
     const idTrusted = has(v, 'id') && validId(v.id) ? (v.id as JsonValue) : null;
     const problem = envelopeProblem(v);
@@ -389,18 +446,11 @@ export function createMcpGate(o: McpGateOptions): McpGate {
       if (has(v, 'params') && !isObject(v.params) && !Array.isArray(v.params))
         return refuseClient(idTrusted, -32600, 'bad_params', line);
       const method = v.method;
-      if (!has(v, 'id')) return clientNotification(v, method, line);
+      if (!has(v, 'id')) return clientNotification(v, method, line, raw);
       if (v.id === null) return refuseClient(null, -32600, 'null_id', line, method);
       const key = idKey(v.id!);
       if (key === null) return refuseClient(null, -32600, 'bad_id', line, method);
-      if (pending.has(key)) return refuseClient(v.id!, -32600, 'id_in_use', line, method);
-      const j = judge.judge(method, v.params, false);
-      if (j instanceof Promise)
-        return j.then(
-          (jj) => clientRequest(v, key, jj),
-          () => clientRequest(v, key, null),
-        );
-      return clientRequest(v, key, j);
+      return clientCall(v, method, key, line, raw);
     }
     // A response to a server-to-client request.
     if (!has(v, 'id') || !validId(v.id)) return refuseClient(null, -32600, 'response_without_id', line);
@@ -419,10 +469,28 @@ export function createMcpGate(o: McpGateOptions): McpGate {
       return;
     }
     serverPending.delete(key);
-    toServer(v);
+    toServer(v, raw);
   }
 
-  function clientRequest(v: JsonObject, key: string, j: GateJudgment | null): void {
+  /** A request with a valid envelope: judged, then forwarded or answered with the denial. */
+  function clientCall(
+    v: JsonObject,
+    method: string,
+    key: string,
+    line: Buffer,
+    raw: Buffer | null,
+  ): void | Promise<void> {
+    if (pending.has(key)) return refuseClient(v.id!, -32600, 'id_in_use', line, method);
+    const j = judge.judge(method, v.params, false);
+    if (j instanceof Promise)
+      return j.then(
+        (jj) => clientRequest(v, key, jj, raw),
+        () => clientRequest(v, key, null, raw),
+      );
+    return clientRequest(v, key, j, raw);
+  }
+
+  function clientRequest(v: JsonObject, key: string, j: GateJudgment | null, raw: Buffer | null): void {
     const method = v.method as string;
     if (j === null) {
       // The judge failed (the service went away): fail closed.
@@ -444,10 +512,10 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     pending.set(key, p);
     if (timeoutMs > 0 && deadlineTimer === null) armDeadline(timeoutMs);
     retired.delete(key);
-    toServer(v);
+    toServer(v, raw);
   }
 
-  function clientNotification(v: JsonObject, method: string, line: Buffer): void | Promise<void> {
+  function clientNotification(v: JsonObject, method: string, line: Buffer, raw: Buffer | null): void | Promise<void> {
     const fm = normalizeToolName(method);
     if (fm === 'notifications/cancelled' && isObject(v.params) && has(v.params, 'requestId')) {
       const k = idKey(v.params.requestId!);
@@ -475,7 +543,7 @@ export function createMcpGate(o: McpGateOptions): McpGate {
           retire(k);
         }
       }
-      toServer(v);
+      toServer(v, raw);
       maybeShutdown();
     };
     const j = judge.judge(method, v.params, true);
@@ -539,6 +607,18 @@ export function createMcpGate(o: McpGateOptions): McpGate {
 
   function handleServerLine(line: Buffer): void | Promise<void> {
     if (line.length === 0) return;
+    // The common case: a canonical response to a pending request whose result the gate neither
+    // filters nor observes is checked natively and forwarded as it came, without building it.
+    if (scanner !== null && !o.observer && scanner.scan(line)) {
+      const key = plainResponseKey(line, scanner.facts);
+      const p = key === null ? undefined : pending.get(key);
+      if (p && !(p.method === 'tools/list' && judge.hideDenied)) {
+        pending.delete(key!);
+        toClient(null, line);
+        maybeShutdown();
+        return;
+      }
+    }
     let v: JsonValue;
     try {
       v = parseStrict(line);
