@@ -239,36 +239,53 @@ export function checkArgs(
 ): ArgsVerdict {
   if (args === undefined) args = Object.create(null) as JsonValue;
   if (!isObject(args)) return { ok: false, reason: 'args_not_object', rule: null, at: '(arguments)' };
-  const all: Leaf[] = [];
-  const hasKeys = Object.keys(args).length > 0;
-  if (hasKeys && !leaves(args, [], all, 0))
-    return { ok: false, reason: 'args_too_deep', rule: null, at: '(arguments)' };
-  if (rules) {
-    for (const leaf of all) {
-      const folded = leaf.path.map((s) => s.toLowerCase());
-      for (const p of rules.deny) {
-        if (!segsMatchPrefix(p.segs, folded)) continue;
-        for (const r of p.rules) {
-          if (r.type !== null && jsonType(leaf.value) !== r.type && !(leaf.joined && r.type === 'string')) continue;
-          if (r.re ? r.re.test(leaf.text) : true)
-            return { ok: false, reason: 'arg_denied', rule: `${p.raw}: ${r.src}`, at: atOf(leaf.path) };
-        }
-      }
-    }
+  let hasKeys = false;
+  for (const _ in args) {
+    hasKeys = true;
+    break;
   }
-  if (rules?.allowAny) return { ok: true };
-  if (!rules || rules.allow.length === 0) {
+  if (!rules || (rules.deny.length === 0 && (rules.allowAny || rules.allow.length === 0))) {
+    // No rule reads a value: only the depth limit and strict_args apply.
+    if (hasKeys && !leaves(args, [], [], 0))
+      return { ok: false, reason: 'args_too_deep', rule: null, at: '(arguments)' };
+    if (rules?.allowAny) return { ok: true };
     if (strictArgs && hasKeys) return { ok: false, reason: 'strict_args', rule: null, at: '(arguments)' };
     return { ok: true };
   }
-  for (const leaf of all) {
+  const all: Leaf[] = [];
+  if (hasKeys && !leaves(args, [], all, 0))
+    return { ok: false, reason: 'args_too_deep', rule: null, at: '(arguments)' };
+  // Plain loops (no closures): this runs on every policed call.
+  for (let li = 0; li < all.length && rules.deny.length > 0; li++) {
+    const leaf = all[li]!;
+    const folded: string[] = new Array<string>(leaf.path.length);
+    for (let k = 0; k < leaf.path.length; k++) folded[k] = leaf.path[k]!.toLowerCase();
+    for (const p of rules.deny) {
+      if (!segsMatchPrefix(p.segs, folded)) continue;
+      for (const r of p.rules) {
+        if (r.type !== null && jsonType(leaf.value) !== r.type && !(leaf.joined && r.type === 'string')) continue;
+        if (r.re ? r.re.test(leaf.text) : true)
+          return { ok: false, reason: 'arg_denied', rule: `${p.raw}: ${r.src}`, at: atOf(leaf.path) };
+      }
+    }
+  }
+  if (rules.allowAny) return { ok: true };
+  if (rules.allow.length === 0) {
+    if (strictArgs && hasKeys) return { ok: false, reason: 'strict_args', rule: null, at: '(arguments)' };
+    return { ok: true };
+  }
+  for (let li = 0; li < all.length; li++) {
+    const leaf = all[li]!;
     if (leaf.joined) continue;
     let admitted = false;
-    for (const p of rules.allow) {
+    for (let pi = 0; pi < rules.allow.length && !admitted; pi++) {
+      const p = rules.allow[pi]!;
       if (!segsMatch(p.segs, 0, leaf.path, 0)) continue;
-      if (p.rules.some((r) => ruleMatches(r, leaf, true))) {
-        admitted = true;
-        break;
+      for (let ri = 0; ri < p.rules.length; ri++) {
+        if (ruleMatches(p.rules[ri]!, leaf, true)) {
+          admitted = true;
+          break;
+        }
       }
     }
     if (!admitted) return { ok: false, reason: 'arg_not_allowed', rule: null, at: atOf(leaf.path) };

@@ -3,6 +3,7 @@
  * refused message). The local judge works from a compiled policy and writes the decision log; the
  * remote judge (socket.ts) asks the running service, which does both under the caller's UID.
  */
+import { formatDecisionTail } from '../../log/decisions.js';
 import type { JsonValue } from './json.js';
 import { deniedByName, judgeRequest, redactForLog, type CompiledGatePolicy, type Judgment } from './policy.js';
 
@@ -17,6 +18,8 @@ export interface DecisionLog {
     rule?: string | null;
     severity?: 'critical';
   }): string;
+  /** Writes the line of a record whose formatDecisionTail is `tail` (see src/log/decisions.ts). */
+  writeTail?(action: 'allow' | 'block', tail: string): string;
   /** Writes lines the log holds back (see createDecisionLog's coalesceAllows). */
   flush?(): void;
 }
@@ -49,14 +52,58 @@ export interface GateEvent {
 
 const cut = (s: string) => (s.length > 200 ? `${s.slice(0, 200)}…` : s);
 
+export interface LogContext {
+  log: DecisionLog;
+  uid: number;
+  logArgs: 'denied' | 'all' | 'none';
+  mask: (s: string) => string;
+  /**
+   * Lines of allowed calls that carry no inputs, by method, name, reason and rule: the same call
+   * allowed again writes the same line but for its time and ref, so the rest is formatted once.
+   */
+  allowTails?: Map<string, AllowTail>;
+}
+
+/** A formatted allow line's tail and what it was formatted for. */
+interface AllowTail {
+  named: boolean;
+  method: string;
+  reason: string;
+  rule: string | null;
+  tail: string;
+}
+
+/** Bound on LogContext.allowTails (a client inventing names must not grow it for ever). */
+const MAX_ALLOW_TAILS = 4096;
+
 /** Builds the log record of a judgment and writes it; returns the ref (undefined when not logged). */
-export function logJudgment(
-  j: Judgment,
-  params: JsonValue | undefined,
-  ctx: { log: DecisionLog; uid: number; logArgs: 'denied' | 'all' | 'none'; mask: (s: string) => string },
-): string | undefined {
+export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: LogContext): string | undefined {
   if (j.action === 'allow' && !j.policed) return undefined;
   const withArgs = ctx.logArgs === 'all' || (ctx.logArgs === 'denied' && j.action === 'deny');
+  const tails = ctx.allowTails;
+  let tailKey: string | undefined;
+  let hit: AllowTail | undefined;
+  if (
+    tails !== undefined &&
+    ctx.log.writeTail !== undefined &&
+    j.action === 'allow' &&
+    !withArgs &&
+    j.verdict !== undefined &&
+    j.verdict.at === undefined &&
+    !j.verdict.findings?.length
+  ) {
+    // Keyed by name; the rest is compared (a hash of one short string per call).
+    tailKey = j.name ?? '';
+    hit = tails.get(tailKey);
+    if (
+      hit !== undefined &&
+      hit.method === j.method &&
+      hit.reason === j.verdict.reason &&
+      hit.rule === j.verdict.rule &&
+      hit.named === (j.name !== undefined)
+    )
+      return ctx.log.writeTail('allow', hit.tail);
+  }
   const args =
     withArgs && params && typeof params === 'object' && !Array.isArray(params)
       ? (params as Record<string, JsonValue>).arguments
@@ -69,21 +116,25 @@ export function logJudgment(
   if (j.verdict?.at) subject.at = cut(j.verdict.at);
   if (j.verdict?.findings?.length) subject.findings = j.verdict.findings;
   if (j.action === 'deny' && j.code !== -32001) subject.code = j.code;
-  return ctx.log.write({
+  const rec = {
     uid: ctx.uid,
-    surface: 'tools',
-    action: j.action === 'allow' ? 'allow' : 'block',
+    surface: 'tools' as const,
+    action: j.action === 'allow' ? ('allow' as const) : ('block' as const),
     reason: j.action === 'allow' ? (j.verdict?.reason ?? 'allow_entry') : j.reason,
     subject,
     rule: j.action === 'allow' ? (j.verdict?.rule ?? null) : j.rule,
-  });
+  };
+  if (tailKey !== undefined) {
+    const tail = formatDecisionTail(rec);
+    if (tails!.size >= MAX_ALLOW_TAILS) tails!.clear();
+    tails!.set(tailKey, { named: j.name !== undefined, method: j.method, reason: rec.reason, rule: rec.rule, tail });
+    return ctx.log.writeTail!('allow', tail);
+  }
+  return ctx.log.write(rec);
 }
 
 /** Writes a gate event (refused message, timeout, server failure) to the decision log. */
-export function logEvent(
-  ev: GateEvent,
-  ctx: { log: DecisionLog; uid: number; logArgs: 'denied' | 'all' | 'none'; mask: (s: string) => string },
-): string {
+export function logEvent(ev: GateEvent, ctx: LogContext): string {
   const subject: Record<string, unknown> = {};
   if (ev.rejected) subject.rejected = ev.rejected;
   if (ev.code) subject.code = ev.code;
@@ -103,7 +154,13 @@ export interface LocalJudgeOptions {
 
 /** A judge over a compiled policy, logging every policed or denied call. */
 export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
-  const ctx = { log: o.log, uid: o.uid, logArgs: o.policy.logArgs, mask: o.mask ?? ((s: string) => s) };
+  const ctx: LogContext = {
+    log: o.log,
+    uid: o.uid,
+    logArgs: o.policy.logArgs,
+    mask: o.mask ?? ((s: string) => s),
+    allowTails: new Map(),
+  };
   return {
     hideDenied: o.policy.hideDenied,
     judge(method, params) {

@@ -39,7 +39,7 @@ export function isOtherSpelling(key: string, canonical: string): boolean {
   return key !== canonical && skeleton(key) === skeleton(canonical);
 }
 
-const tables = new WeakMap<readonly string[], Map<string, string>>();
+const tables = new WeakMap<readonly string[], { exact: Set<string>; bySkeleton: Map<string, string> }>();
 
 /**
  * Returns the canonical name that `key` is another spelling of (case, Unicode fold, invisible
@@ -48,11 +48,12 @@ const tables = new WeakMap<readonly string[], Map<string, string>>();
 export function otherSpellingOf(key: string, canonicals: readonly string[]): string | null {
   let t = tables.get(canonicals);
   if (!t) {
-    t = new Map(canonicals.map((c) => [skeleton(c), c]));
+    t = { exact: new Set(canonicals), bySkeleton: new Map(canonicals.map((c) => [skeleton(c), c])) };
     tables.set(canonicals, t);
   }
+  if (t.exact.has(key)) return null; // the usual case: the member is spelled as it should be
   // Printable ASCII folds by case alone (NFKC is the identity there and nothing is invisible).
   const s = /^[\x21-\x7e]*$/.test(key) ? key.toLowerCase() : skeleton(key);
-  const c = t.get(s);
+  const c = t.bySkeleton.get(s);
   return c !== undefined && c !== key ? c : null;
 }
