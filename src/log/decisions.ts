@@ -161,7 +161,10 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
   }
   const fd = fs.openSync(opts.sink, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
   // An existing file keeps the mode it was created with; re-state 0600 when it is ours to change.
-  if (fs.fstatSync(fd).uid === process.getuid?.()) fs.fchmodSync(fd, 0o600);
+  // Only a regular file: a sink such as /dev/null or a FIFO is the operator's, and chmod-ing
+  // /dev/null as root would break every other user of it.
+  const st = fs.fstatSync(fd);
+  if (st.isFile() && st.uid === process.getuid?.()) fs.fchmodSync(fd, 0o600);
   let open = true;
   const writeAll = (text: string) => {
     const buf = Buffer.from(text, 'utf8');
@@ -211,7 +214,7 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
       flush();
       open = false;
       process.off('exit', onExit);
-      fs.fsyncSync(fd);
+      if (st.isFile()) fs.fsyncSync(fd); // a FIFO or a device has nothing to sync (EINVAL)
       fs.closeSync(fd);
     },
   };

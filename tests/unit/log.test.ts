@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -85,6 +86,24 @@ describe('decision log', () => {
     await l2.close();
     expect(fs.statSync(file).mode & 0o777).toBe(0o600);
     expect(fs.readFileSync(file, 'utf8').trim().split('\n')).toHaveLength(2);
+  });
+
+  it('leaves the mode of a sink that is not a regular file alone (a FIFO, like /dev/null)', async () => {
+    const fifo = path.join(tmpDir(), 'decisions.fifo');
+    execFileSync('mkfifo', ['-m', '0644', fifo]);
+    // A reader must exist for the writer's open not to block.
+    const reader = fs.openSync(fifo, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
+    try {
+      const log = createDecisionLog({ sink: fifo });
+      log.write({ uid: 1, surface: 'tools', action: 'block', reason: 'deny_entry', subject: { name: 'x' } });
+      await log.close();
+      expect(fs.statSync(fifo).mode & 0o777).toBe(0o644);
+      const got = Buffer.alloc(4096);
+      const n = fs.readSync(reader, got);
+      expect(JSON.parse(got.toString('utf8', 0, n))).toMatchObject({ action: 'block', reason: 'deny_entry' });
+    } finally {
+      fs.closeSync(reader);
+    }
   });
 
   it('a line is on disk as soon as write returns (no buffering to lose in a crash)', () => {
