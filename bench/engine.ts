@@ -15,22 +15,12 @@ import { cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { compilePolicy, decide, type PolicyInput, type Surface, type SubjectOf } from '../src/engine/index.js';
+import { mulberry32 } from '../src/lab/prng.js';
 
 const SIZES = [10, 1_000, 100_000] as const;
 const QUERIES = 4096;
 const MEASURE_MS = Number(process.env.BENCH_MS ?? 60);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 9);
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Workload<S extends Surface> {
   surface: S;

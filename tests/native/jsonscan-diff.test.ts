@@ -7,18 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { isObject, JsonError, parseStrict, stringifyAscii, type JsonValue } from '../../src/enforcers/tools/json.js';
 import { nativeLineScanner, plainRequest, plainResponseKey, SCAN } from '../../src/enforcers/tools/scan.js';
 import { nativeAvailable } from '../../src/native.js';
-
-// A small deterministic PRNG (mulberry32): the same seed gives the same lines.
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 as rng } from '../../src/lab/prng.js';
 
 const has = (o: object, k: string) => Object.prototype.hasOwnProperty.call(o, k);
 const ENVELOPE = ['jsonrpc', 'id', 'method', 'params', 'result', 'error'];

@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { compilePolicy, decide } from '../../src/engine/index.js';
 import type { FailMode, Mode, PolicyInput } from '../../src/engine/types.js';
 import { loadNative, nativeAvailable, type FsCmdPolicy } from '../../src/native.js';
+import { mulberry32 as rng } from '../../src/lab/prng.js';
 
 type Kind = 'filesystem' | 'commands';
 interface Case {
@@ -70,18 +71,6 @@ function pol(
 
 const f = (subject: string): Case => ({ kind: 'filesystem', subject });
 const c = (subject: string): Case => ({ kind: 'commands', subject });
-
-// A small deterministic PRNG (mulberry32): the same seed gives the same 100,000 cases.
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const PATH_SEGS = [
   'a',

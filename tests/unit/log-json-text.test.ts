@@ -6,17 +6,7 @@ import { jsonString, jsonText } from '../../src/log/json-text.js';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 as rng } from '../../src/lab/prng.js';
 
 const CHARS = ['a', ' ', '"', '\\', '\n', '\u0000', '\u001f', '\u007f', 'é', '\u2028', '😀', '\ud800', '\udc00', '/'];
 

@@ -8,18 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { inspectInputs, maskInputs, maskSecrets } from '../../../src/engine/inspect.js';
 import type { InspectAction, InspectCategory } from '../../../src/engine/types.js';
 import * as ref from './fixtures/inspect-reference.js';
-
-/** mulberry32: a seeded PRNG, so a failure reproduces. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 as prng } from '../../../src/lab/prng.js';
 
 const ALNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 const UPPERNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789';

@@ -4,17 +4,8 @@
 import { describe, expect, it } from 'vitest';
 import { compilePolicy, decide, type Surface, type SubjectOf } from '../../../src/engine/index.js';
 import { makePolicy } from './helpers.js';
+import { mulberry32 as rng } from '../../../src/lab/prng.js';
 
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const pick = <T>(r: () => number, a: readonly T[]): T => a[Math.floor(r() * a.length)]!;
 const many = <T>(r: () => number, n: number, f: () => T): T[] => Array.from({ length: n }, f);
 
