@@ -175,10 +175,12 @@ describe.skipIf(!nativeAvailable())('native JSON pre-check = the gate’s parser
       'true',
       '{}',
       '{"a":' + '['.repeat(400) + ']'.repeat(400) + '}',
+      `{${Array.from({ length: 40 }, (_, i) => `"k${i}":${i}`).join(',')}}`, // past the short key list
     ];
     for (const s of fast) expect([s, check(scanner, s)]).toEqual([s, 'fast']);
     const slow = [
       '{"a":1,"a":2}', // duplicate
+      `{${Array.from({ length: 40 }, (_, i) => `"k${i}":${i}`).join(',')},"k3":0}`, // a duplicate among many keys
       '{"a":1,"\\u0061":2}', // escaped key (a duplicate once decoded)
       '{"b":1,"1":2}', // an index key: a JS object lists it first
       '{"a":"\\u00E9"}', // upper-case hex is re-written
