@@ -9,7 +9,7 @@
   "targets": [
     {
       "target_name": "leash_native",
-      "sources": ["native/module.cc", "native/errors.cc", "native/sockopt.cc", "native/notify.cc", "native/splice.cc", "native/fsmatch.cc", "native/fanotify.cc", "native/jsonscan.cc"],
+      "sources": ["native/module.cc", "native/errors.cc", "native/sockopt.cc", "native/notify.cc", "native/splice.cc", "native/fsmatch.cc", "native/decisionline.cc", "native/fanotify.cc", "native/jsonscan.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "libraries": ["-lpthread"]
     }

@@ -29,7 +29,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,6 +37,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "decisionline.h"
 #include "errors.h"
 #include "fsmatch.h"
 
@@ -142,16 +142,13 @@ struct Snapshot {
   std::unordered_map<uint32_t, SubjectEntry> subjects;
 };
 
-struct Record {
-  double tsMs;  // wall-clock time of the decision (ms since the epoch)
+/** One verdict for the decision log; the subject is the loop's current path. */
+struct Decision {
   uint32_t uid;
-  int32_t pid;
   bool exec;
   bool allow;
   Reason reason;
-  std::string subject;
-  std::string rule;
-  bool hasRule;
+  const std::string* rule;  // points into a policy of the snapshot HandleEvent holds
 };
 
 class Watcher : public Napi::ObjectWrap<Watcher> {
@@ -230,6 +227,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
       ownsFd_ = true;
     }
     respFd_ = responseFd >= 0 ? responseFd : fd_;
+    // Paths are read with readlinkat(this, "<fd>"): one lookup instead of the walk of "/proc/self/fd/<fd>".
+    procFd_ = open("/proc/self/fd", O_PATH | O_DIRECTORY | O_CLOEXEC);
     stopFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (stopFd_ < 0) {
       ErrnoError(env, errno, "eventfd").ThrowAsJavaScriptException();
@@ -319,35 +318,30 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     return Napi::Number::New(env, snap->subjects.size());
   }
 
-  /** drain() -> {records, droppedAllows}: everything queued since the last drain. */
+  /**
+   * drain() -> {lines, count, denies, droppedAllows}: the decision-log lines queued since the
+   * last drain, formatted by the loop (decisionline.h), as one Buffer for one write(2).
+   */
   Napi::Value Drain(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    std::deque<Record> q;
-    uint64_t dropped;
+    uint64_t dropped, count, denies;
     {
       std::lock_guard<std::mutex> g(qmu_);
-      q.swap(q_);
-      qAllows_ = 0;
+      q_.swap(drainBuf_);  // drainBuf_ is empty: the loop keeps appending into its capacity
+      count = qCount_;
+      denies = qDenies_;
+      qCount_ = qDenies_ = qAllows_ = 0;
       dropped = dropped_;
       dropped_ = 0;
       wakePending_ = false;
     }
-    Napi::Array arr = Napi::Array::New(env, q.size());
-    uint32_t i = 0;
-    for (const Record& r : q) {
-      Napi::Object o = Napi::Object::New(env);
-      o.Set("ts", Napi::Number::New(env, r.tsMs));
-      o.Set("uid", Napi::Number::New(env, r.uid));
-      o.Set("pid", Napi::Number::New(env, r.pid));
-      o.Set("surface", Napi::String::New(env, r.exec ? "commands" : "filesystem"));
-      o.Set("action", Napi::String::New(env, r.allow ? "allow" : "block"));
-      o.Set("reason", Napi::String::New(env, ReasonName(r.reason)));
-      o.Set("subject", Napi::String::New(env, r.subject));
-      o.Set("rule", r.hasRule ? Napi::Value(Napi::String::New(env, r.rule)) : env.Null());
-      arr.Set(i++, o);
-    }
+    Napi::Buffer<char> lines = Napi::Buffer<char>::Copy(env, drainBuf_.data(), drainBuf_.size());
+    drainBuf_.clear();
+    if (drainBuf_.capacity() > kKeepQueueBytes) std::string().swap(drainBuf_);  // after a burst of denies
     Napi::Object out = Napi::Object::New(env);
-    out.Set("records", arr);
+    out.Set("lines", lines);
+    out.Set("count", Napi::Number::New(env, static_cast<double>(count)));
+    out.Set("denies", Napi::Number::New(env, static_cast<double>(denies)));
     out.Set("droppedAllows", Napi::Number::New(env, static_cast<double>(dropped)));
     return out;
   }
@@ -408,6 +402,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     fd_ = -1;
     if (stopFd_ >= 0) close(stopFd_);
     stopFd_ = -1;
+    if (procFd_ >= 0) close(procFd_);
+    procFd_ = -1;
     for (auto& kv : pidfds_) close(kv.second);
     pidfds_.clear();
     std::lock_guard<std::mutex> g(mountMu_);
@@ -462,6 +458,11 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   }
 
   void Process(char* buf, ssize_t len) {
+    // One clock read per batch of events: the decisions' time (ms) and the wake-up coalescing's.
+    timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    batchWallMs_ = static_cast<int64_t>(wall.tv_sec) * 1000 + wall.tv_nsec / 1000000;
+    batchMonoNs_ = NowNs();
     auto* m = reinterpret_cast<fanotify_event_metadata*>(buf);
     while (FAN_EVENT_OK(m, len)) {
       if (m->vers == FANOTIFY_METADATA_VERSION) HandleEvent(m);
@@ -552,11 +553,12 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     }
     bool perm = (m->mask & kPermMask) != 0;
     bool allow = true;
-    Record recs[8];
-    int nrec = 0;
+    Decision decs[8];
+    int ndec = 0;
+    std::shared_ptr<const Snapshot> snap;  // held until the decisions (which point into it) are queued
     if (perm) {
       events_.fetch_add(1, std::memory_order_relaxed);
-      std::shared_ptr<const Snapshot> snap = std::atomic_load(&snap_);
+      snap = std::atomic_load(&snap_);
       if (m->pid == selfPid_) {
         // Our own open: answering it from here is what keeps the watcher from deadlocking on itself.
         self_.fetch_add(1, std::memory_order_relaxed);
@@ -571,8 +573,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
           allow = false;
           unknown_.fetch_add(1, std::memory_order_relaxed);
         } else {
-          nrec = Judge(*snap, c, m, &allow, recs);
-          if (nrec == 0) nonSubject_.fetch_add(1, std::memory_order_relaxed);
+          ndec = Judge(*snap, c, m, &allow, decs);
+          if (ndec == 0) nonSubject_.fetch_add(1, std::memory_order_relaxed);
         }
       }
       phase_.store(kAnswering, std::memory_order_relaxed);
@@ -582,12 +584,12 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     }
     if (m->fd >= 0) close(m->fd);
     if (pidfd >= 0) close(pidfd);
-    for (int i = 0; i < nrec; i++) Enqueue(std::move(recs[i]));
+    if (ndec > 0) Enqueue(decs, ndec);
   }
 
   // Judges the event under every subject UID the process carries (real, effective,
   // saved, fs): a setuid helper started by an agent stays the agent's. Deny if any denies.
-  int Judge(const Snapshot& snap, const Creds& c, const fanotify_event_metadata* m, bool* allow, Record* recs) {
+  int Judge(const Snapshot& snap, const Creds& c, const fanotify_event_metadata* m, bool* allow, Decision* decs) {
     const SubjectEntry* hits[4];
     uint32_t uids[4];
     int nh = 0;
@@ -601,8 +603,10 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
       uids[nh++] = c.uid[i];
     }
     if (nh == 0) return 0;
-    std::string subject;
-    bool havePath = PathOf(m->fd, &subject);
+    pathLen_ = 0;
+    bool havePath = PathOf(m->fd);
+    if (!havePath) pathLen_ = 0;
+    std::string_view subject(path_, pathLen_);
     int n = 0;
     for (int h = 0; h < nh; h++) {
       const SubjectEntry& se = *hits[h];
@@ -618,18 +622,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
           v = exec ? MatchCommandPolicy(pol, se.failOpen, subject) : MatchPathPolicy(pol, se.failOpen, subject);
         }
         if (!v.allow) *allow = false;
-        Record& r = recs[n++];
-        timespec wall;
-        clock_gettime(CLOCK_REALTIME, &wall);
-        r.tsMs = static_cast<double>(wall.tv_sec) * 1000.0 + static_cast<double>(wall.tv_nsec / 1000000);
-        r.uid = uids[h];
-        r.pid = m->pid;
-        r.exec = exec;
-        r.allow = v.allow;
-        r.reason = v.reason;
-        r.subject = subject;
-        r.hasRule = v.rule != nullptr;
-        if (v.rule) r.rule = *v.rule;
+        decs[n++] = {uids[h], exec, v.allow, v.reason, v.rule};
       }
     }
     (*allow ? subjectAllow_ : subjectDeny_).fetch_add(1, std::memory_order_relaxed);
@@ -637,28 +630,41 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   }
 
   // Denies are always queued; allows beyond queueAllows_ are counted instead and the
-  // count reaches the log with the next drain. The loop never waits for JavaScript.
+  // count reaches the log with the next drain. The loop never waits for JavaScript: the
+  // lock is held by Drain only for a swap. Each decision is queued as its finished log line
+  // (decisionline.h), so JavaScript only writes a drain's bytes.
   // Waking JavaScript costs the loop an eventfd write and a futex per wake, so wakes are
   // coalesced: a deny or a full batch wakes at once, otherwise at most one wake per
   // kWakeEveryNs; JavaScript also drains on a short timer, which picks up the rest.
   static constexpr int64_t kWakeEveryNs = 20 * 1000 * 1000;
   static constexpr size_t kWakeBatch = 512;
-  void Enqueue(Record&& r) {
+  static constexpr size_t kKeepQueueBytes = 4 << 20;
+  void Enqueue(const Decision* d, int n) {
+    refs_.Reserve(static_cast<size_t>(n));  // any getrandom happens outside the lock
     bool wake = false;
-    bool deny = !r.allow;
+    bool deny = false;
     {
       std::lock_guard<std::mutex> g(qmu_);
-      if (r.allow && qAllows_ >= queueAllows_) {
-        dropped_++;
-      } else {
-        if (r.allow) qAllows_++;
-        q_.push_back(std::move(r));
+      for (int i = 0; i < n; i++) {
+        if (!d[i].allow) {
+          deny = true;
+          qDenies_++;
+        } else if (qAllows_ >= queueAllows_) {
+          dropped_++;
+          continue;
+        } else {
+          qAllows_++;
+        }
+        char ref[8];
+        refs_.Next(ref);
+        AppendDecisionLine(&q_, &iso_, batchWallMs_, ref, d[i].uid, d[i].exec, d[i].allow, d[i].reason, path_,
+                           pathLen_, d[i].rule);
+        qCount_++;
       }
       if (!wakePending_) {
-        int64_t now = NowNs();
-        if (deny || q_.size() >= kWakeBatch || now - lastWakeNs_ >= kWakeEveryNs) {
+        if (deny || qCount_ >= kWakeBatch || batchMonoNs_ - lastWakeNs_ >= kWakeEveryNs) {
           wakePending_ = true;
-          lastWakeNs_ = now;
+          lastWakeNs_ = batchMonoNs_;
           wake = true;
         }
       }
@@ -668,13 +674,28 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
 
   // ---- paths ----
 
-  static bool ReadLinkFd(int fd, std::string* out) {
-    char link[64];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    char path[PATH_MAX + 1];
-    ssize_t pl = readlink(link, path, PATH_MAX);
-    if (pl <= 0) return false;
-    out->assign(path, static_cast<size_t>(pl));
+  // The name of one of our descriptors, into path_ (loop thread only).
+  bool ReadLinkFd(int fd) {
+    if (fd < 0) return false;
+    char name[16];
+    char* e = name + sizeof name;
+    char* p = e;
+    *--p = 0;
+    unsigned v = static_cast<unsigned>(fd);
+    do {
+      *--p = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v);
+    ssize_t pl;
+    if (procFd_ >= 0) {
+      pl = readlinkat(procFd_, p, path_, sizeof path_ - 1);
+    } else {
+      char link[64];
+      snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+      pl = readlink(link, path_, sizeof path_ - 1);
+    }
+    if (pl <= 0 || static_cast<size_t>(pl) >= sizeof path_ - 1) return false;  // empty or cut short
+    pathLen_ = static_cast<size_t>(pl);
     return true;
   }
 
@@ -751,14 +772,14 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   // own bind mounts) readlink would name the file as that namespace sees it, which the
   // agent controls: so the file is re-opened by handle through our own mount of the
   // same filesystem and named from there. No such mount, no name: engine_error.
-  bool PathOf(int fd, std::string* out) {
+  bool PathOf(int fd) {
     struct statx sx;
     constexpr unsigned kMntIdUnique = 0x4000;  // STATX_MNT_ID_UNIQUE (Linux 6.8)
     unsigned want = STATX_MNT_ID | (listmountOk_ ? kMntIdUnique : 0u);  // an old kernel ignores the new bit
     if (statx(fd, "", AT_EMPTY_PATH, want, &sx) != 0) return false;
     bool unique = (sx.stx_mask & kMntIdUnique) != 0;
     if (!unique && !(sx.stx_mask & STATX_MNT_ID)) return false;
-    if (OurMount(sx.stx_mnt_id, unique && listmountOk_)) return ReadLinkFd(fd, out);
+    if (OurMount(sx.stx_mnt_id, unique && listmountOk_)) return ReadLinkFd(fd);
     foreignMount_.fetch_add(1, std::memory_order_relaxed);
     struct {
       file_handle fh;
@@ -776,7 +797,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
       if (mfd < 0) return false;
       int nfd = open_by_handle_at(mfd, &h.fh, O_PATH | O_CLOEXEC);
       if (nfd < 0) return false;
-      bool ok = ReadLinkFd(nfd, out);
+      bool ok = ReadLinkFd(nfd);
       close(nfd);
       return ok;
     }
@@ -884,8 +905,19 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   std::atomic<uint64_t> foreignMount_{0};
   std::shared_ptr<const Snapshot> snap_;
 
+  // Loop thread only: the current event's path, the line formatter's clock and refs.
+  char path_[PATH_MAX + 1];
+  size_t pathLen_ = 0;
+  int procFd_ = -1;
+  int64_t batchWallMs_ = 0;
+  int64_t batchMonoNs_ = 0;
+  IsoTime iso_;
+  RefPool refs_;
+
   std::mutex qmu_;
-  std::deque<Record> q_;
+  std::string q_;          // finished decision-log lines, in decision order
+  std::string drainBuf_;   // JavaScript thread only (Drain)
+  uint64_t qCount_ = 0, qDenies_ = 0;
   size_t qAllows_ = 0;
   uint64_t dropped_ = 0;
   bool wakePending_ = false;

@@ -1,6 +1,7 @@
 // The addon's one entry point: each mechanism lives in its own file.
 #include <napi.h>
 
+#include "decisionline.h"
 #include "fanotify.h"
 #include "fsmatch.h"
 #include "jsonscan.h"
@@ -18,6 +19,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("compileFsPolicy", Napi::Function::New(env, leash::CompileFsPolicy, "compileFsPolicy"));
   exports.Set("nativeMatch", Napi::Function::New(env, leash::NativeMatch, "nativeMatch"));
   exports.Set("nativeMatchBatch", Napi::Function::New(env, leash::NativeMatchBatch, "nativeMatchBatch"));
+  exports.Set("formatDecisionLines", Napi::Function::New(env, leash::FormatDecisionLines, "formatDecisionLines"));
   leash::InitWatcher(env, exports);
   exports.Set("createJsonScanner", Napi::Function::New(env, leash::CreateJsonScanner, "createJsonScanner"));
   return exports;

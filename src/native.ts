@@ -42,18 +42,31 @@ export interface WatcherSubject {
   policy: FsCmdPolicy | null;
   failMode: 'closed' | 'open';
 }
-/** A decision the native loop made for a subject, handed to JS for the decision log. */
-export interface WatcherRecord {
-  /** When the loop decided (ms since the epoch): the log line's ts, not the time it was drained. */
+/** What one drain hands JavaScript: the decision-log lines the loop queued, formatted natively. */
+export interface WatcherDrain {
+  /**
+   * Whole decision-log lines (native/decisionline.cc), byte for byte what `formatDecision`
+   * writes for the same decision, with the time the loop decided and a fresh ref.
+   */
+  lines: Buffer;
+  /** Lines in `lines`. */
+  count: number;
+  /** Of which blocks. */
+  denies: number;
+  /** Allow decisions counted instead of queued since the last drain (log pressure). */
+  droppedAllows: number;
+}
+/** One case for the decision-line differential test (`formatDecisionLines`). */
+export interface DecisionLineCase {
   ts: number;
   uid: number;
-  pid: number;
-  surface: 'filesystem' | 'commands';
-  action: 'allow' | 'block';
+  exec: boolean;
+  allow: boolean;
   reason: NativeVerdict['reason'];
-  /** The path (filesystem) or the executable's path (commands), as readlink gave it. */
-  subject: string;
+  /** The path's raw bytes, as readlink gives them. */
+  subject: Buffer;
   rule: string | null;
+  ref: string;
 }
 export interface WatcherOptions {
   /** Called (no arguments) from the event loop when records are waiting; call drain(). */
@@ -99,7 +112,7 @@ export interface NativeWatcher {
   start(): void;
   mark(path: string, scope?: 'filesystem' | 'mount'): void;
   setSubjects(entries: WatcherSubject[]): number;
-  drain(): { records: WatcherRecord[]; droppedAllows: number };
+  drain(): WatcherDrain;
   heartbeat(): void;
   stats(): WatcherStats;
   close(): void;
@@ -124,6 +137,8 @@ export interface NativeAddon {
     subjects: string[],
     failMode?: 'closed' | 'open',
   ): string[];
+  /** The watcher's line formatter on given cases (test hook); `subjects`/`rules` as V8 decodes the same bytes. */
+  formatDecisionLines(cases: DecisionLineCase[]): { text: Buffer; subjects: string[]; rules: (string | null)[] };
   Watcher: new (opts: WatcherOptions) => NativeWatcher;
   /**
    * The MCP gate's pre-check (native/jsonscan.cc), bound to `out`: scan(line) is 1 when `line` is

@@ -3,7 +3,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { loadNative, nativeAvailable, type NativeWatcher, type WatcherRecord } from '../../src/native.js';
+import { loadNative, nativeAvailable, type NativeWatcher } from '../../src/native.js';
+import { parseDrain, type DrainedRecord } from '../native/helpers/drain.js';
 import { copyBinaries, createUser, isEperm, mountTmpfs, runAs, runCleanups, type Cleanup } from './helpers/fslab.js';
 
 const root = process.getuid?.() === 0 && nativeAvailable();
@@ -12,13 +13,13 @@ describe.skipIf(!root)('native fanotify watcher (in process)', () => {
   const cleanups: Cleanup[] = [];
   let dir = '';
   let w: NativeWatcher;
-  let records: WatcherRecord[] = [];
+  let records: DrainedRecord[] = [];
 
   beforeEach(() => {
     dir = mountTmpfs(cleanups);
     records = [];
     w = new (loadNative().Watcher)({
-      onRecords: () => records.push(...w.drain().records),
+      onRecords: () => records.push(...parseDrain(w.drain())),
       watchdogMs: 0,
     });
     cleanups.push(() => w.close());

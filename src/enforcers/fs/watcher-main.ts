@@ -2,12 +2,11 @@
 // service (supervisor.ts) with the map protocol on fd 3. It is the only holder of the
 // fanotify group. Everything it will ever need is imported here, before any mark goes
 // on: once marks exist, loading a module would open files on a marked filesystem.
-import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createDecisionLog, formatDecision, type DecisionRecord } from '../../log/decisions.js';
+import { createDecisionLog } from '../../log/decisions.js';
 import { loadNative } from '../../native.js';
 import { lineReader, type FromWatcher, type ToWatcher } from './protocol.js';
 import { createWatcherCore } from './watcher.js';
@@ -36,35 +35,15 @@ function wedgeForTest(): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
 }
 
-// The decision log is opened (its descriptor held) before the marks go on. A drain's records
-// go out as one write(2) of whole lines (O_APPEND: never interleaved with other writers).
+// The decision log is opened (its descriptor held) before the marks go on. The native loop
+// formats each decision as its log line (native/decisionline.cc, byte for byte formatDecision's);
+// a drain's lines go out as one write(2) of whole lines (O_APPEND: never interleaved with other
+// writers). createDecisionLog creates the file as every decision log is (0600 in a 0750 directory).
 const sink = values.decisions!;
-const single = createDecisionLog({ sink });
+createDecisionLog({ sink });
 const logFd = sink === 'stdout' ? 1 : fs.openSync(sink, fs.constants.O_WRONLY | fs.constants.O_APPEND);
-// Refs in the decision log's format (8 base32 characters from 40 random bits), drawn from a
-// pool of random bytes: one crypto call per 1,024 lines instead of one per line.
-const B32 = 'abcdefghijklmnopqrstuvwxyz234567';
-let pool = Buffer.alloc(0);
-let poolAt = 0;
-function poolRef(): string {
-  if (poolAt + 5 > pool.length) {
-    pool = crypto.randomBytes(5 * 1024);
-    poolAt = 0;
-  }
-  let v = pool[poolAt]! * 4294967296 + pool.readUInt32BE(poolAt + 1);
-  poolAt += 5;
-  let s = '';
-  for (let i = 0; i < 8; i++) {
-    s = B32[v % 32] + s;
-    v = Math.floor(v / 32);
-  }
-  return s;
-}
 const log = {
-  write: (rec: DecisionRecord): string => single.write(rec),
-  writeMany(recs: DecisionRecord[], times: number[]): void {
-    if (recs.length === 0) return;
-    const buf = Buffer.from(recs.map((r, i) => formatDecision(r, poolRef(), new Date(times[i]!))).join(''), 'utf8');
+  writeLines(buf: Buffer): void {
     let off = 0;
     while (off < buf.length) off += fs.writeSync(logFd, buf, off, buf.length - off);
   },

@@ -1,17 +1,19 @@
 // The watcher's JavaScript side: holds the UID -> policy map, hands snapshots to the
 // native loop, puts marks on every filesystem a subject's paths live on (and re-scans
-// for new ones), and writes the loop's decision records to the log.
+// for new ones), and writes the decision-log lines the loop formatted to the log.
 import fs from 'node:fs';
 import path from 'node:path';
-import type { DecisionRecord } from '../../log/decisions.js';
 import type { NativeAddon, NativeWatcher, WatcherSubject } from '../../native.js';
 import { parseMountinfo, policyRoots } from './policy.js';
 import type { WatcherStatus } from './protocol.js';
 
 export interface WatcherCoreOptions {
   native: NativeAddon;
-  /** The decision log; `writeMany` (one write for a whole drain, with each decision's time) when present. */
-  log: { write(rec: DecisionRecord): string; writeMany?(recs: DecisionRecord[], times: number[]): void };
+  /**
+   * The decision log: `writeLines` gets a drain's whole lines (formatted by the native loop exactly
+   * as `formatDecision` would, see native/decisionline.cc) for one write(2).
+   */
+  log: { writeLines(lines: Buffer): void };
   /** Structured warnings (the journal). */
   warn: (obj: Record<string, unknown>) => void;
   spinUs?: number;
@@ -51,21 +53,8 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
   const readMountinfo = opts.readMountinfo ?? (() => fs.readFileSync('/proc/self/mountinfo', 'utf8'));
 
   const drain = (): void => {
-    const { records, droppedAllows: dropped } = w.drain();
-    const recs: DecisionRecord[] = records.map((r) => ({
-      uid: r.uid,
-      surface: r.surface,
-      action: r.action,
-      reason: r.reason,
-      subject: r.surface === 'filesystem' ? { path: r.subject } : { binary: r.subject },
-      rule: r.rule,
-    }));
-    if (opts.log.writeMany)
-      opts.log.writeMany(
-        recs,
-        records.map((r) => r.ts),
-      );
-    else for (const r of recs) opts.log.write(r);
+    const { lines, droppedAllows: dropped } = w.drain();
+    if (lines.length > 0) opts.log.writeLines(lines);
     if (dropped > 0) {
       droppedAllows += dropped;
       opts.warn({ msg: 'allow records counted instead of written (log pressure)', count: dropped });

@@ -1,0 +1,63 @@
+// Decision-log lines for the fanotify watcher, formatted natively.
+//
+// Why: a subject's every open is a decision-log line. Handing each decision to JavaScript
+// as an object and formatting it there (an object of 8 properties, JSON.stringify, a Date)
+// cost the watcher about 3 µs of CPU per open, more than the path and the match. The loop
+// now appends the finished line to its queue and JavaScript writes a drain's lines as one
+// buffer. The bytes must be exactly what src/log/decisions.ts formatDecision writes for
+// the same decision (tests/native/decision-line.test.ts compares them on generated cases).
+#pragma once
+#include <napi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "fsmatch.h"
+
+namespace leash {
+
+/** `new Date(ms).toISOString()`, with the date and time up to the second cached. */
+class IsoTime {
+ public:
+  void Append(std::string* out, int64_t ms);
+
+ private:
+  int64_t sec_ = INT64_MIN;
+  char prefix_[32];  // "YYYY-MM-DDTHH:MM:SS." (or "+YYYYYY-..." past year 9999)
+  size_t len_ = 0;
+};
+
+/** The decision log's refs: 8 base32 characters from 40 random bits, drawn from a getrandom pool. */
+class RefPool {
+ public:
+  /** Ensures `n` refs can be drawn without a syscall (call outside any lock). */
+  void Reserve(size_t n);
+  /** Writes 8 characters. */
+  void Next(char out[8]);
+
+ private:
+  unsigned char pool_[5 * 820];
+  size_t at_ = sizeof pool_;
+};
+
+/**
+ * Appends `s` (raw bytes, a path from readlink) as a JSON string, exactly as JSON.stringify
+ * writes the JavaScript string V8 makes of those bytes: decoded as UTF-8 with each maximal
+ * invalid subpart replaced by U+FFFD (the WHATWG decoder), then `"` and `\` escaped, control
+ * characters as \b \t \n \f \r or \u00xx, nothing else escaped.
+ */
+void AppendJsonString(std::string* out, const char* s, size_t n);
+
+/** One decision as its log line (with the newline), key order ts, ref, uid, surface, action, reason, subject, rule. */
+void AppendDecisionLine(std::string* out, IsoTime* iso, int64_t tsMs, const char ref[8], uint32_t uid, bool exec,
+                        bool allow, Reason reason, const char* subject, size_t subjectLen, const std::string* rule);
+
+/**
+ * formatDecisionLines(cases) -> {text: Buffer, subjects, rules}: the test hook for the differential
+ * test. Each case is {ts, uid, exec, allow, reason, subject: Buffer, rule: string|null, ref};
+ * `subjects`/`rules` are the JavaScript strings the structured drain used to make of the same bytes.
+ */
+Napi::Value FormatDecisionLines(const Napi::CallbackInfo& info);
+
+}  // namespace leash
