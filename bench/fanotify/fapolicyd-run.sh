@@ -49,7 +49,7 @@ grep -q 'Starting to listen' "$ERR" || { echo "fapolicyd not ready" >&2; exit 1;
 setpriv --reuid="$RUID" --regid="$RGID" --clear-groups "$OPENER" "$FILE" 2000 >/dev/null
 # CPU the daemon spends on the measured opens: the sum of its threads' run time (ns).
 C=$(pgrep -P $FPID)
-cpu() { cat /proc/$C/task/*/schedstat | awk '{s+=$1} END {print s}'; }
+cpu() { cat /proc/$C/task/*/schedstat | awk '{s+=$1} END {printf "%.0f", s}'; }
 A=$(cpu)
 setpriv --reuid="$RUID" --regid="$RGID" --clear-groups "$OPENER" "$FILE" "$N"
 echo "cpu_ns $(( $(cpu) - A ))"
