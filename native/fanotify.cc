@@ -603,9 +603,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
       uids[nh++] = c.uid[i];
     }
     if (nh == 0) return 0;
-    pathLen_ = 0;
+    pathLen_ = 0;  // set only by a successful PathOf: no name is logged as ""
     bool havePath = PathOf(m->fd);
-    if (!havePath) pathLen_ = 0;
     std::string_view subject(path_, pathLen_);
     int n = 0;
     for (int h = 0; h < nh; h++) {
