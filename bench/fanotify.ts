@@ -5,7 +5,11 @@
 // Rounds are interleaved and the median is reported; machine load is recorded with
 // the figures, because background load changes them (it keeps vCPUs awake).
 //
-// Run as root: `npm run build && node dist/bench/fanotify.js [--opens 50000] [--rounds 3] [--spin-us 50]`
+// The Leash rows run the watcher with its defaults (a 20 µs yielding spin in bursts, nice 0);
+// `--spin-us U` adds rows with that spin, `--explore` rows without a spin and with other ways
+// of reading credentials.
+//
+// Run as root: `npm run build && node dist/bench/fanotify.js [--opens 50000] [--rounds 3] [--spin-us 50] [--explore]`
 // The ramfs is used (not tmpfs) because fapolicyd can only be confined by filesystem type.
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -26,7 +30,8 @@ const { values } = parseArgs({
   options: {
     opens: { type: 'string', default: '50000' },
     rounds: { type: 'string', default: '3' },
-    'spin-us': { type: 'string', default: '0' },
+    /** Extra Leash rows with this spin (µs); the main rows use the watcher's default. */
+    'spin-us': { type: 'string', default: '' },
     /** Nice of the Leash loop thread. 0: at -14 (fapolicyd's) the wake-ups measured worse here. */
     nice: { type: 'string', default: '0' },
     'no-fapolicyd': { type: 'boolean', default: false },
@@ -143,12 +148,12 @@ async function stop(c: ChildProcess): Promise<void> {
   await done;
 }
 
-async function leash(spinUs: number, extraArgs: string[] = []): Promise<FsSupervisor> {
+async function leash(tag: string, extraArgs: string[] = []): Promise<FsSupervisor> {
   const sup = createFsSupervisor({
     subjects: [{ uid: S.uid, policy: bigPolicy(), failMode: 'closed' }],
-    decisions: path.join(tmp, `decisions-${spinUs}.jsonl`),
+    decisions: path.join(tmp, `decisions-${tag.replace(/[^a-z0-9]+/gi, '-') || 'default'}.jsonl`),
     wrap: ['timeout', '-s', 'KILL', '300'],
-    args: [`--spin-us=${spinUs}`, `--nice=${values.nice}`, ...extraArgs],
+    args: [`--nice=${values.nice}`, ...extraArgs],
   });
   const st = await sup.ready;
   if (st.marks.length !== 1) throw new Error(`expected one mark, got ${JSON.stringify(st.marks)}`);
@@ -192,7 +197,7 @@ const median = (xs: number[]): number => {
 };
 
 async function main(): Promise<void> {
-  const spin = Number(values['spin-us']);
+  const spin = values['spin-us'] ? Number(values['spin-us']) : null;
   const rows: Record<string, number[]> = {};
   const cpus: Record<string, number[]> = {};
   const add = (k: string, v: number | null, cpu?: number): void => {
@@ -215,9 +220,11 @@ async function main(): Promise<void> {
     measure('minimal C listener', N, childOf(l.pid!));
     await stop(l);
 
-    for (const s of spin > 0 ? [0, spin] : [0]) {
-      const sup = await leash(s);
-      const tag = s > 0 ? ` (spin ${s} µs)` : '';
+    const variants: [string, string[]][] = [['', []]];
+    if (spin !== null) variants.push([` (spin ${spin} µs)`, [`--spin-us=${spin}`]]);
+    if (values.explore) variants.push([' (no spin)', ['--spin-us=0']]);
+    for (const [tag, args] of variants) {
+      const sup = await leash(tag, args);
       const wpid = sup.watcherPid()!;
       opener(N, 2000);
       measure(`Leash, non-subject${tag}`, N, wpid);
@@ -234,7 +241,7 @@ async function main(): Promise<void> {
         [' (/proc)', ['--identity=proc']],
         [' (nice -14)', ['--nice=-14']],
       ] as const) {
-        const sup = await leash(0, [...args]);
+        const sup = await leash(tag, [...args]);
         opener(N, 2000);
         measure(`Leash, non-subject${tag}`, N, sup.watcherPid()!);
         await sup.close();

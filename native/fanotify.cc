@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/fanotify.h>
 #include <sys/ioctl.h>
@@ -420,13 +421,17 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     std::vector<char> storage(64 * 1024 + alignof(fanotify_event_metadata));
     char* buf = storage.data();
     int64_t lastEvent = 0;
+    int64_t spinOffUntil = 0;
+    int64_t lastBatch = 0;  // when the previous batch was done
+    bool burst = false;     // the last two batches came close together: spin after this one
     while (!stop_.load(std::memory_order_relaxed)) {
       phase_.store(kReading, std::memory_order_relaxed);
       ssize_t n = read(fd_, buf, 64 * 1024);
       if (n > 0) {
         Process(buf, n);
         int64_t t = NowNs();
-        lastEvent = t;
+        burst = t - lastBatch < kBurstGapFactor * spinNs_;
+        lastBatch = lastEvent = t;
         loopBeat_.store(t / 1000000, std::memory_order_relaxed);
         continue;
       }
@@ -436,12 +441,21 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
         loopErrno_ = errno;
         break;
       }
-      if (spinNs_ > 0) {
-        // Busy-poll briefly after an event: the next event of a busy opener then finds
-        // this vCPU awake instead of paying a halted-vCPU wake-up (FIELD-NOTES).
+      if (spinNs_ > 0 && burst) {
+        // Stay awake briefly after an event of a burst: the next event of a busy opener then
+        // finds this thread running instead of paying a sleep and a wake-up of an idle vCPU,
+        // which costs more than the spin (measured: docs/filesystem.md). Only in a burst (the
+        // previous batch less than kBurstGapFactor spins ago): after an isolated event the
+        // spin would be CPU for nothing. The spin yields rather than pauses: a process just
+        // answered may be waiting for this very CPU, and it is what produces the next event.
+        // A yield that takes long means other work shares this CPU, and the loop would then
+        // wait out its time slice instead of being woken at once by the next event: spinning
+        // is off for kSpinBackoffNs.
         int64_t t = NowNs();
-        if (t - lastEvent < spinNs_) {
-          __builtin_ia32_pause();
+        if (t - lastEvent < spinNs_ && t >= spinOffUntil) {
+          sched_yield();
+          int64_t t2 = NowNs();
+          if (t2 - t > kYieldContendedNs) spinOffUntil = t2 + kSpinBackoffNs;
           continue;
         }
       }
@@ -636,6 +650,9 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   // coalesced: a deny or a full batch wakes at once, otherwise at most one wake per
   // kWakeEveryNs; JavaScript also drains on a short timer, which picks up the rest.
   static constexpr int64_t kWakeEveryNs = 20 * 1000 * 1000;
+  static constexpr int64_t kYieldContendedNs = 500 * 1000;
+  static constexpr int64_t kBurstGapFactor = 5;
+  static constexpr int64_t kSpinBackoffNs = 100 * 1000 * 1000;
   static constexpr size_t kWakeBatch = 512;
   static constexpr size_t kKeepQueueBytes = 4 << 20;
   void Enqueue(const Decision* d, int n) {

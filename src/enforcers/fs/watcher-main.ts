@@ -16,7 +16,7 @@ process.title = 'leash-watcher';
 const { values } = parseArgs({
   options: {
     decisions: { type: 'string', default: 'stdout' },
-    'spin-us': { type: 'string', default: '0' },
+    'spin-us': { type: 'string', default: '20' },
     nice: { type: 'string', default: '0' },
     'watchdog-ms': { type: 'string', default: '10000' },
     'rescan-ms': { type: 'string', default: '3000' },

@@ -16,6 +16,7 @@ export interface WatcherCoreOptions {
   log: { writeLines(lines: Buffer): void };
   /** Structured warnings (the journal). */
   warn: (obj: Record<string, unknown>) => void;
+  /** Stay awake this long after an event of a burst, yielding, before sleeping (default 20; see native/fanotify.cc). */
   spinUs?: number;
   nice?: number;
   watchdogMs?: number;
@@ -64,7 +65,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
   const w: NativeWatcher = new opts.native.Watcher({
     onRecords: drain,
     watchdogMs: opts.watchdogMs ?? 10_000,
-    spinUs: opts.spinUs ?? 0,
+    spinUs: opts.spinUs ?? 20,
     nice: opts.nice ?? 0,
     identity: opts.identity ?? 'pidfd-cache',
     queueAllows: opts.queueAllows ?? 4096,
