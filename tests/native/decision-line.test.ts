@@ -5,23 +5,12 @@
 // the calendar. The reference is fed the strings the structured drain used to hand JavaScript
 // (V8's decoding of the same bytes), so this is the old path against the new one.
 import { describe, expect, it } from 'vitest';
+import { mulberry32 as rng } from '../../src/lab/prng.js';
 import { formatDecision } from '../../src/log/decisions.js';
 import { loadNative, nativeAvailable, type DecisionLineCase } from '../../src/native.js';
 
 const REASONS = ['allow_entry', 'mode_allow', 'deny_entry', 'not_allowed', 'no_policy', 'engine_error'] as const;
 const B32 = 'abcdefghijklmnopqrstuvwxyz234567';
-
-/** A small seeded PRNG (mulberry32): the same cases on every run. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // Byte pieces a path is built from: the interesting ones for a UTF-8 decoder and a JSON escaper.
 const PIECES: number[][] = [
