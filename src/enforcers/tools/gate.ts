@@ -286,11 +286,12 @@ export function createMcpGate(o: McpGateOptions): McpGate {
     if (age >= timeoutMs) stalled();
     else stallTimer = setTimeout(checkStall, timeoutMs - age);
   };
-  // Output is coalesced per event-loop turn: every message produced while handling the input that
-  // arrived in one poll (client and server chunks alike) goes out in one write per pipe, at the
-  // turn's check phase (a write per message costs a syscall each and dominated the gate's CPU).
-  // The judge's held-back decision-log lines are written first, so an allowed call's line is in
-  // the log before the call reaches the server.
+  // Output is coalesced per input chunk: every message produced while handling one chunk read from
+  // either side goes out in one write per pipe, in a microtask once the chunk's lines are handled
+  // (a write per message costs a syscall each and dominated the gate's CPU). Waiting for the end
+  // of the event-loop turn instead measured slower: the next process in the pipeline then starts
+  // later. The judge's held-back decision-log lines are written first, so an allowed call's line
+  // is in the log before the call reaches the server.
   const serverOut = new OutQueue();
   const clientOut = new OutQueue();
   let flushQueued = false;
@@ -303,7 +304,7 @@ export function createMcpGate(o: McpGateOptions): McpGate {
   const scheduleFlush = () => {
     if (!flushQueued) {
       flushQueued = true;
-      setImmediate(flushAll);
+      queueMicrotask(flushAll);
     }
   };
   function flushServer(): void {
