@@ -1,0 +1,141 @@
+// The gate with its native pre-check (canonical lines forwarded as received, plain responses never
+// built as objects) must behave exactly as the gate without it (every line parsed and re-written):
+// the same session, run both ways in front of the same fake server, gives the same client output,
+// the same bytes at the server, the same decision log (but for time and ref) and the same exit.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { PassThrough, Writable } from 'node:stream';
+import { describe, expect, it } from 'vitest';
+import { toolsEngine, maskString } from '../../src/cli/mcp.js';
+import { createMcpGate } from '../../src/enforcers/tools/gate.js';
+import { createLocalJudge } from '../../src/enforcers/tools/judge.js';
+import { compileGatePolicy } from '../../src/enforcers/tools/policy.js';
+import { validateGatePolicy } from '../../src/enforcers/tools/schema.js';
+import { nativeLineScanner, type LineScanner } from '../../src/enforcers/tools/scan.js';
+import { mulberry32 } from '../../src/lab/prng.js';
+import { createDecisionLog } from '../../src/log/decisions.js';
+import { nativeAvailable } from '../../src/native.js';
+
+const FAKE = path.resolve(import.meta.dirname, '..', 'fixtures', 'mcp', 'fake-server.mjs');
+
+const POLICY = {
+  tools: {
+    mode: 'whitelist',
+    allow: ['read_file', 'search', 'Delete_All'],
+    deny: ['delete_all'],
+    hide_denied: true,
+    deny_methods: ['resources/*'],
+    args: { read_file: { deny: { '**.path': ['^/etc/'] }, allow: { path: ['^/srv/'] } } },
+  },
+};
+
+/** A session: mostly canonical lines, with look-alikes, whitespace, escapes and refusals mixed in. */
+function session(seed: number): string[] {
+  const r = mulberry32(seed);
+  const pick = <T>(xs: T[]) => xs[Math.floor(r() * xs.length)]!;
+  const lines = ['{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}'];
+  for (let i = 1; i <= 300; i++) {
+    const id = r() < 0.7 ? String(i) : `"s${i}"`;
+    const body = pick([
+      `"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/srv/${i}.txt"}}`,
+      `"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/etc/shadow"}}`,
+      `"method":"tools/call","params":{"name":"search","arguments":{"q":"caf\\u00e9 ${i}"}}`,
+      `"method":"tools/call","params":{"name":"delete_all","arguments":{}}`,
+      `"method":"tools/call","params":{"name":"\\uff44elete_all"}}`,
+      `"method":"tools/list"`,
+      `"method":"ping"`,
+      `"method":"resources/read","params":{"uri":"file:///x"}}`,
+      `"method":"tools/call","params":{"name":"search","arguments":{"q":"token=ghp_${'a'.repeat(36)}"}}`,
+    ]);
+    let line = `{"jsonrpc":"2.0","id":${id},${body}}`;
+    const k = r();
+    if (k < 0.1)
+      line = line.replace(/,/g, ', '); // valid, not canonical
+    else if (k < 0.15)
+      line = line.replace('"jsonrpc"', '"JSONRPC"'); // another spelling: refused
+    else if (k < 0.2)
+      line = line.replace('{"jsonrpc":"2.0"', '{"jsonrpc":"2.0","jsonrpc":"2.0"'); // duplicate
+    else if (k < 0.25)
+      line = line.replace('"tools/call"', '"tools\\/call"'); // valid, re-written
+    else if (k < 0.28) line = `{"jsonrpc":"2.0","method":"notifications/progress","params":{"n":${i}}}`;
+    lines.push(line);
+  }
+  return lines;
+}
+
+interface Outcome {
+  code: number;
+  client: string[];
+  server: string;
+  log: string[];
+}
+
+async function run(lines: string[], scanner: LineScanner | null, dir: string): Promise<Outcome> {
+  const record = path.join(dir, `received-${scanner ? 'fast' : 'slow'}.jsonl`);
+  const logFile = path.join(dir, `decisions-${scanner ? 'fast' : 'slow'}.jsonl`);
+  const p = validateGatePolicy(POLICY);
+  const log = createDecisionLog({ sink: logFile, coalesceAllows: true });
+  const judge = createLocalJudge({
+    policy: compileGatePolicy(p.tools, p.failMode, toolsEngine),
+    log,
+    uid: 4242,
+    mask: maskString,
+  });
+  const input = new PassThrough();
+  let out = '';
+  const output = new Writable({
+    write(c: Buffer, _e, cb) {
+      out += c.toString('utf8');
+      cb();
+    },
+  });
+  const gate = createMcpGate({
+    judge,
+    command: [process.execPath, FAKE],
+    timeoutMs: 10_000,
+    graceMs: 2_000,
+    input,
+    output,
+    errout: new Writable({ write: (_c, _e, cb) => cb() }),
+    env: { ...process.env, FAKE_RECORD: record, FAKE_MODE: '' },
+    scanner,
+  });
+  input.end(lines.join('\n') + '\n');
+  const code = await gate.done;
+  await log.close();
+  const strip = (l: string) => l.replace(/^\{"ts":"[^"]*","ref":"[a-z2-7]{8}"/, '{');
+  return {
+    code,
+    // A denial's error carries its log line's ref (random): compared without it.
+    client: out
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => l.replace(/"ref":"[a-z2-7]{8}"/, '"ref":"-"'))
+      .sort(),
+    server: fs.readFileSync(record, 'utf8'),
+    log: fs.readFileSync(logFile, 'utf8').split('\n').filter(Boolean).map(strip).sort(),
+  };
+}
+
+describe.skipIf(!nativeAvailable())('the gate’s native fast path changes nothing but speed', () => {
+  it.each([1, 2, 3])('session seed %i: same client output, server input, log and exit', async (seed) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-fastpath-'));
+    try {
+      const lines = session(seed);
+      const slow = await run(lines, null, dir);
+      const fast = await run(lines, nativeLineScanner(), dir);
+      expect(fast.code).toBe(slow.code);
+      expect(fast.server).toBe(slow.server);
+      expect(fast.client).toEqual(slow.client);
+      expect(fast.log).toEqual(slow.log);
+      // The session exercised both paths: answers, refusals and denials.
+      expect(slow.client.length).toBeGreaterThan(250);
+      expect(slow.client.some((l) => l.includes('"error"'))).toBe(true);
+      expect(slow.log.some((l) => l.includes('"action":"allow"'))).toBe(true);
+      expect(slow.log.some((l) => l.includes('"action":"block"'))).toBe(true);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
