@@ -25,6 +25,7 @@ export const ERROR_CODES = {
   config_write_failed: EXIT.failed,
   default_policy_missing: EXIT.failed,
   entry_inert: EXIT.refused,
+  entry_not_found: EXIT.refused,
   internal: EXIT.internal,
   log_sink_stdout: EXIT.refused,
   log_unreadable: EXIT.failed,

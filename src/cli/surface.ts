@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { addEntry, checkEntry, editConfig, setMode } from '../config/write.js';
+import { addEntry, checkEntry, editConfig, entriesOf, removeEntry, setMode } from '../config/write.js';
 import { LeashError } from '../errors.js';
 import { SURFACES, type Mode, type Surface } from '../engine/types.js';
 import { configPath, formatFinding, print, printJson, SHORT, warn } from './context.js';
@@ -38,6 +38,42 @@ export function register(program: Command): void {
           if (service.signalled) print('leash.service told to reload (SIGHUP)');
         });
     }
+
+    group
+      .command('remove <list> <entry>')
+      .description(`remove an entry from ${surface}.allow or ${surface}.deny, exactly as it is written`)
+      .option('--json', 'print the result as JSON')
+      .option('--no-reconcile', 'do not signal the running service to reload')
+      .action(async (list: string, entry: string, opts: { json?: boolean; reconcile: boolean }, cmd: Command) => {
+        if (list !== 'allow' && list !== 'deny') {
+          throw new LeashError('usage', `leash ${surface} remove takes allow or deny, not "${list}"`, { list });
+        }
+        const file = configPath(cmd);
+        let removed = 0;
+        const { loaded } = await editConfig(file, (doc) => {
+          removed = removeEntry(doc, surface, list, entry);
+          if (removed === 0) {
+            // Nothing to write: a typo must not look like a successful removal.
+            const have = entriesOf(doc, surface, list);
+            const near = have.filter((e) => e.toLowerCase() === entry.toLowerCase() || e.includes(entry)).slice(0, 3);
+            throw new LeashError(
+              'entry_not_found',
+              `${surface}.${list} has no entry ${JSON.stringify(entry)}` +
+                (near.length ? ` (did you mean ${near.map((e) => JSON.stringify(e)).join(', ')}?)` : ''),
+              { surface, list, entry, entries: have },
+            );
+          }
+        });
+        const related = loaded.findings.filter((f) => f.path.startsWith(`${surface}.`));
+        const service = opts.reconcile ? signalService() : { signalled: false, reason: 'no change' };
+        if (opts.json) {
+          printJson({ surface, list, entry, removed, config: file, findings: related, service });
+          return;
+        }
+        print(`${surface}: no longer ${LIST_VERB[list]} ${entry}`);
+        for (const f of related) warn(formatFinding(f));
+        if (service.signalled) print('leash.service told to reload (SIGHUP)');
+      });
 
     group
       .command('mode <mode>')

@@ -265,6 +265,28 @@ export function addEntry(doc: Document, surface: Surface, list: 'allow' | 'deny'
   return true;
 }
 
+/**
+ * Removes every item of `surface.list` written exactly as `entry`; returns how many went. The list
+ * stays (possibly empty), with the comments of the items that remain.
+ */
+export function removeEntry(doc: Document, surface: Surface, list: 'allow' | 'deny', entry: string): number {
+  const node = doc.getIn([surface, list], true);
+  if (!isSeq(node)) return 0;
+  const before = node.items.length;
+  node.items = node.items.filter((i) => !((i as { value?: unknown }).value === entry || i === entry));
+  return before - node.items.length;
+}
+
+/** The entries of `surface.list` as written (strings only), for a suggestion in a refusal. */
+export function entriesOf(doc: Document, surface: Surface, list: 'allow' | 'deny'): string[] {
+  const node = doc.getIn([surface, list], true);
+  if (!isSeq(node)) return [];
+  return node.items.flatMap((i) => {
+    const v = (i as { value?: unknown }).value ?? i;
+    return typeof v === 'string' ? [v] : [];
+  });
+}
+
 export function setMode(doc: Document, surface: Surface, mode: Mode): boolean {
   if (doc.getIn([surface, 'mode']) === mode) return false;
   doc.setIn([surface, 'mode'], mode);

@@ -258,6 +258,30 @@ describe('leash <surface> allow|deny|mode', () => {
     expect(JSON.parse(again.stdout).added).toBe(false);
   });
 
+  it('remove takes an entry out of its list, keeps comments, and refuses one that is not there', async () => {
+    const file = configFile(POLICY('stdout'));
+    expect((await leash(['-c', file, 'net', 'allow', 'pypi.org'])).code).toBe(0);
+    expect((await leash(['-c', file, 'net', 'deny', 'pypi.org'])).code).toBe(0);
+    fs.writeFileSync(file, `# operator's note\n${fs.readFileSync(file, 'utf8')}`);
+    expect((await leash(['-c', file, 'check', 'network', 'pypi.org:443'])).code).toBe(1); // deny wins
+    const r = await leash(['-c', file, 'net', 'remove', 'deny', 'pypi.org', '--json', '--no-reconcile']);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ surface: 'network', list: 'deny', entry: 'pypi.org', removed: 1 });
+    expect(fs.readFileSync(file, 'utf8')).toContain("# operator's note");
+    expect((await leash(['-c', file, 'check', 'network', 'pypi.org:443'])).code).toBe(0); // the deny is gone
+    expect(fs.statSync(file).mode & 0o777).toBe(0o640);
+    // Not there: refused, exit 2, with a suggestion, and the file is untouched.
+    const before = fs.readFileSync(file, 'utf8');
+    const miss = await leash(['-c', file, 'net', 'remove', 'allow', 'PyPI.org', '--json']);
+    expect(miss.code).toBe(2);
+    expect(JSON.parse(miss.stdout)).toMatchObject({ error: { code: 'entry_not_found' } });
+    expect(miss.stdout).toContain('did you mean');
+    expect(fs.readFileSync(file, 'utf8')).toBe(before);
+    const bad = await leash(['-c', file, 'net', 'remove', 'both', 'pypi.org']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('allow or deny');
+  });
+
   it.each([
     ['net', 'allow', 'https://github.com/', 'url'],
     ['net', 'deny', 'evil.com/path', 'host_path'],
