@@ -171,14 +171,15 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
     let off = 0;
     while (off < buf.length) off += fs.writeSync(fd, buf, off, buf.length - off);
   };
-  // Allow lines held back (coalesceAllows), written at the end of the event-loop turn.
-  let held = '';
+  // Allow lines held back (coalesceAllows), written at the end of the event-loop turn. Kept as a
+  // list and joined once: one long chain of concatenations cost more to flatten than the join.
+  let held: string[] = [];
   let flushQueued = false;
   const flush = () => {
     flushQueued = false;
-    if (held === '' || !open) return;
-    const text = held;
-    held = '';
+    if (held.length === 0 || !open) return;
+    const text = held.join('');
+    held = [];
     writeAll(text);
   };
   const onExit = () => flush();
@@ -188,7 +189,7 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
     const ref = newRef();
     const line = format(ref);
     if (opts.coalesceAllows && action === 'allow') {
-      held += line;
+      held.push(line);
       if (!flushQueued) {
         flushQueued = true;
         setImmediate(flush);
@@ -196,8 +197,9 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
       return ref;
     }
     // Held allow lines go first, in the same write: the file keeps decision order.
-    const text = held + line;
-    held = '';
+    held.push(line);
+    const text = held.join('');
+    held = [];
     writeAll(text);
     return ref;
   };

@@ -258,8 +258,14 @@ export function checkArgs(
   // Plain loops (no closures): this runs on every policed call.
   for (let li = 0; li < all.length && rules.deny.length > 0; li++) {
     const leaf = all[li]!;
-    const folded: string[] = new Array<string>(leaf.path.length);
-    for (let k = 0; k < leaf.path.length; k++) folded[k] = leaf.path[k]!.toLowerCase();
+    // Deny paths match case-insensitively; most argument names are lower case already.
+    let folded = leaf.path;
+    for (let k = 0; k < folded.length; k++) {
+      if (folded[k] !== folded[k]!.toLowerCase()) {
+        folded = leaf.path.map((seg) => seg.toLowerCase());
+        break;
+      }
+    }
     for (const p of rules.deny) {
       if (!segsMatchPrefix(p.segs, folded)) continue;
       for (const r of p.rules) {
