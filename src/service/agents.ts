@@ -165,6 +165,30 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           if (g) gate.set(a.uid, g);
           commandsOf.set(a.uid, { fail_mode: a.policy.fail_mode, commands: a.policy.commands });
         },
+        async applyBatch(actions) {
+          // As apply, for many subjects: every watcher map entry first (each acknowledged), then
+          // every listener and one nft transaction for all chains, then the gate policies.
+          const errors = new Map<number, Error>();
+          const gates = new Map<number, CompiledGatePolicy | null>();
+          const mapped: typeof actions = [];
+          for (const a of actions) {
+            try {
+              gates.set(a.uid, c.enforcers.tools ? gatePolicyFor(a.policy) : null);
+              if (fsHooks) await fsHooks.apply(a);
+              mapped.push(a);
+            } catch (e) {
+              errors.set(a.uid, e as Error);
+            }
+          }
+          if (netHooks) for (const [uid, e] of await netHooks.applyMany(mapped)) errors.set(uid, e);
+          for (const a of mapped) {
+            if (errors.has(a.uid)) continue;
+            const g = gates.get(a.uid);
+            if (g) gate.set(a.uid, g);
+            commandsOf.set(a.uid, { fail_mode: a.policy.fail_mode, commands: a.policy.commands });
+          }
+          return errors;
+        },
         async deny(a) {
           gate.delete(a.uid);
           commandsOf.delete(a.uid);

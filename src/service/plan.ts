@@ -145,6 +145,11 @@ export type OrphanAction = Extract<Action, { kind: 'orphan' }>;
  */
 export interface PlanHooks {
   apply(a: ApplyAction): Promise<void>;
+  /**
+   * apply for all of a plan's add/reapply actions at once (the service start: one nft transaction
+   * instead of one per subject); the error of each subject that failed. Used when there are several.
+   */
+  applyBatch?(actions: ApplyAction[]): Promise<Map<number, Error>>;
   deny(a: FailAction): Promise<void>;
   orphan(a: OrphanAction): Promise<void>;
   /** A critical warning, said out loud (the journal). */
@@ -182,6 +187,20 @@ export async function executePlan(plan: Plan, hooks: PlanHooks): Promise<Executi
       hooks.critical(`${a.account}: denying it failed too: ${(e as Error).message}`, { uid: a.uid });
     }
   };
+  const applies = plan.actions.filter((a): a is ApplyAction => a.kind === 'add' || a.kind === 'reapply');
+  let batched: Map<number, Error> | null = null;
+  if (hooks.applyBatch && applies.length > 1) {
+    try {
+      batched = await hooks.applyBatch(applies);
+    } catch (e) {
+      // Nothing is known of the batch: every subject is applied on its own below.
+      hooks.critical(
+        `applying ${applies.length} subjects at once failed, applying them one by one: ${(e as Error).message}`,
+        {},
+      );
+      batched = null;
+    }
+  }
   for (const a of plan.actions) {
     switch (a.kind) {
       case 'unchanged':
@@ -189,7 +208,8 @@ export async function executePlan(plan: Plan, hooks: PlanHooks): Promise<Executi
       case 'add':
       case 'reapply':
         try {
-          await hooks.apply(a);
+          if (batched === null) await hooks.apply(a);
+          else if (batched.has(a.uid)) throw batched.get(a.uid)!;
           out.applied.push(a.account);
         } catch (e) {
           await deny({

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { teardownNetwork } from '../../src/enforcers/network/enforcer.js';
 import {
   applySubject,
+  applySubjects,
   dropLegacyShape,
   openFirewall,
   readState,
@@ -63,6 +64,28 @@ describe.skipIf(!isRoot)('nft apply in a namespace', () => {
     await run(['nft', 'add', 'rule', 'ip', 'leash', 'agent_61002', 'accept'], '');
     expect(await applySubject(run, b)).toBe('changed');
     expect(await applySubject(run, b)).toBe('unchanged');
+  });
+
+  it('applies many subjects in one transaction, leaving an unchanged one alone', async () => {
+    const bBefore = await handlesOf(b.uid);
+    let runs = 0;
+    const counting: Runner = (argv, input) => {
+      runs++;
+      return run(argv, input);
+    };
+    const more = [61011, 61012, 61013].map((uid, i) => ({ ...b, uid, port: 18021 + i }));
+    const out = await applySubjects(counting, [b, ...more]);
+    expect(Object.fromEntries(out)).toEqual({ 61002: 'unchanged', 61011: 'added', 61012: 'added', 61013: 'added' });
+    expect(runs).toBe(4); // three table listings and one transaction
+    const text = await listing();
+    for (const s of more)
+      expect(text.match(new RegExp(`meta skuid ${s.uid} jump agent_${s.uid}`, 'g'))).toHaveLength(3);
+    expect(await handlesOf(b.uid)).toEqual(bBefore);
+    for (const s of more) expect(await applySubject(run, s)).toBe('unchanged');
+    await releaseSubjects(
+      run,
+      more.map((s) => s.uid),
+    );
   });
 
   it('releasing one subject removes only its chain and dispatch rules', async () => {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  applySubjects,
   isApplied,
   renderApply,
   renderIptables,
@@ -134,5 +135,45 @@ describe('nft rendering', () => {
       '-A OUTPUT -d 127.0.0.0/8 -p tcp -m owner --uid-owner 1001 -m tcp ! --dport 18000:18999 -m comment --comment "leash:1001" -j RETURN',
       '-A OUTPUT -p tcp -m owner --uid-owner 1001 -m comment --comment "leash:1001" -j REDIRECT --to-ports 18443',
     ]);
+  });
+});
+
+describe('applySubjects: many subjects, one transaction', () => {
+  /** A runner over empty leash tables that records each nft run and refuses a script naming `refuse`. */
+  function fakeNft(refuse: string | null) {
+    const calls: { argv: string[]; input?: string }[] = [];
+    const run = async (argv: string[], input?: string) => {
+      calls.push({ argv, input });
+      if (argv[1] === '-j') return { code: 1, stdout: '', stderr: 'Error: No such file or directory' };
+      if (refuse !== null && input?.includes(refuse)) return { code: 1, stdout: '', stderr: 'Error: refused' };
+      return { code: 0, stdout: '', stderr: '' };
+    };
+    return { calls, run };
+  }
+  const subjects = Array.from({ length: 5 }, (_, i) => ({ ...base, uid: 2001 + i, port: 18101 + i }));
+
+  it('reads the tables once and applies every subject in one nft -f, whatever their number', async () => {
+    const { calls, run } = fakeNft(null);
+    const out = await applySubjects(run, subjects);
+    expect([...out.values()]).toEqual(Array(5).fill('added'));
+    const applies = calls.filter((c) => c.argv.includes('-f'));
+    expect(applies).toHaveLength(1);
+    expect(calls).toHaveLength(4); // three table listings and the transaction
+    for (const s of subjects) expect(applies[0]!.input).toContain(`meta skuid ${s.uid} jump agent_${s.uid}`);
+  });
+
+  it('a transaction the kernel refuses is retried subject by subject, so the bad one fails alone', async () => {
+    const { run } = fakeNft('agent_2003');
+    const out = await applySubjects(run, subjects);
+    expect(out.get(2003)).toBeInstanceOf(Error);
+    for (const uid of [2001, 2002, 2004, 2005]) expect(out.get(uid)).toBe('added');
+  });
+
+  it('a subject that cannot be rendered fails alone before anything is applied', async () => {
+    const { calls, run } = fakeNft(null);
+    const out = await applySubjects(run, [...subjects.slice(0, 2), { ...base, uid: 2999, resolvers: ['dns.example'] }]);
+    expect(out.get(2999)).toBeInstanceOf(Error);
+    expect(out.get(2001)).toBe('added');
+    expect(calls.filter((c) => c.argv.includes('-f'))).toHaveLength(1);
   });
 });

@@ -211,6 +211,47 @@ describe('executing a plan', () => {
     ]);
   });
 
+  it('applies several subjects as one batch when the hooks can; a subject the batch failed is denied alone', async () => {
+    const plan = planReconcile(
+      emptyApplied('multi'),
+      obs(
+        ['leash-a', 1, 18000, ok()],
+        ['leash-b', 2, 18001, ok(pB)],
+        ['leash-c', 3, 18002, ok()],
+        ['leash-d', 4, 18003, bad],
+      ),
+    );
+    const { calls, critical, h } = hooks();
+    const batches: string[][] = [];
+    const ex = await executePlan(plan, {
+      ...h,
+      applyBatch: async (actions: { account: string; uid: number }[]) => {
+        batches.push(actions.map((a) => a.account));
+        return new Map([[2, new Error('listener would not bind')]]);
+      },
+    });
+    expect(batches).toEqual([['leash-a', 'leash-b', 'leash-c']]);
+    expect(calls).toEqual(['deny:leash-b', 'deny:leash-d']); // no per-subject apply
+    expect(ex.applied).toEqual(['leash-a', 'leash-c']);
+    expect(ex.denied).toEqual(['leash-b', 'leash-d']);
+    expect(critical.join('\n')).toMatch(/leash-b .*fails alone.*listener would not bind/);
+    expect(ex.state.subjects.get(2)?.state).toBe('failed');
+  });
+
+  it('a batch that throws is redone subject by subject', async () => {
+    const plan = planReconcile(emptyApplied('multi'), obs(['leash-a', 1, 18000, ok()], ['leash-b', 2, 18001, ok(pB)]));
+    const { calls, critical, h } = hooks();
+    const ex = await executePlan(plan, {
+      ...h,
+      applyBatch: async () => {
+        throw new Error('nft vanished');
+      },
+    });
+    expect(calls).toEqual(['add:leash-a', 'add:leash-b']);
+    expect(ex.applied).toEqual(['leash-a', 'leash-b']);
+    expect(critical.join('\n')).toMatch(/one by one: nft vanished/);
+  });
+
   it('a wholesale failure touches nothing and says so', async () => {
     const prev = applied(['leash-a', 1, 18000, 'active', hA]);
     const { calls, critical, h } = hooks();

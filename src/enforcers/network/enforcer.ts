@@ -53,6 +53,11 @@ export interface NetworkEnforcer<P> {
   readonly proxy: Proxy<P>;
   /** Opens the listener first, then applies the chain: a redirected connection always finds its listener. */
   setSubject(s: NetworkSubjectSpec<P>): Promise<ApplyOutcome>;
+  /**
+   * setSubject for many subjects: every listener first, then all their chains in one transaction.
+   * Per-subject results; a subject whose listener or chain failed has its error.
+   */
+  setSubjects(list: NetworkSubjectSpec<P>[]): Promise<Map<number, ApplyOutcome | Error>>;
   /** Releases the chain first, then closes the listener. */
   releaseSubject(uid: number): Promise<void>;
   /**
@@ -84,6 +89,32 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
       });
       applied.add(s.uid);
       return outcome;
+    },
+    async setSubjects(list) {
+      const out = new Map<number, ApplyOutcome | Error>();
+      const ready: NetworkSubjectSpec<P>[] = [];
+      // Listeners before chains, as setSubject does: a redirect must find its listener.
+      for (const s of list) {
+        try {
+          await proxy.setSubject(s);
+          ready.push(s);
+        } catch (e) {
+          out.set(s.uid, e as Error);
+        }
+      }
+      const results = await firewall.applyMany(
+        ready.map((s) => ({
+          uid: s.uid,
+          port: s.port,
+          resolvers: s.resolvers ?? opts.resolvers,
+          udp: s.udp ?? opts.udp,
+        })),
+      );
+      for (const [uid, r] of results) {
+        out.set(uid, r);
+        if (!(r instanceof Error)) applied.add(uid);
+      }
+      return out;
     },
     async releaseSubject(uid) {
       await firewall.release([uid]);

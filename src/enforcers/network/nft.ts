@@ -259,6 +259,49 @@ export async function applySubject(runner: Runner, s: SubjectRules): Promise<App
   return existed ? 'changed' : 'added';
 }
 
+/**
+ * Applies many subjects with one read of the tables and one `nft -f` transaction (a service start
+ * with hundreds of subjects would otherwise pay four nft runs per subject, each reading every
+ * chain). When the transaction is refused, each subject is applied on its own, so one that cannot
+ * be applied fails alone. Returns each subject's outcome, or the error of one that failed.
+ */
+export async function applySubjects(runner: Runner, list: SubjectRules[]): Promise<Map<number, ApplyOutcome | Error>> {
+  const out = new Map<number, ApplyOutcome | Error>();
+  const state = await readState(runner);
+  let script = '';
+  const pending: { s: SubjectRules; outcome: ApplyOutcome }[] = [];
+  for (const s of list) {
+    let r: RenderedSubject;
+    try {
+      r = renderSubject(s);
+    } catch (e) {
+      out.set(s.uid, e as Error); // e.g. a resolver that is not an IP: this subject alone
+      continue;
+    }
+    if (isApplied(state, r)) {
+      out.set(s.uid, 'unchanged');
+      continue;
+    }
+    const existed = [...state.values()].some((st) => st.chains.has(r.chain) || st.dispatch.has(r.uid));
+    script += renderApply(state, r);
+    pending.push({ s, outcome: existed ? 'changed' : 'added' });
+  }
+  if (pending.length === 0) return out;
+  try {
+    await nftApply(runner, script);
+    for (const p of pending) out.set(p.s.uid, p.outcome);
+  } catch {
+    for (const p of pending) {
+      try {
+        out.set(p.s.uid, await applySubject(runner, p.s));
+      } catch (e) {
+        out.set(p.s.uid, e as Error);
+      }
+    }
+  }
+  return out;
+}
+
 /** Releases the given subjects (their chains and dispatch rules); drops the tables when none remain. */
 export async function releaseSubjects(runner: Runner, uids: number[]): Promise<void> {
   const state = await readState(runner);
@@ -361,6 +404,8 @@ export type Backend = 'nft' | 'iptables';
 export interface Firewall {
   readonly backend: Backend;
   apply(s: SubjectRules): Promise<ApplyOutcome>;
+  /** Many subjects in one transaction when the backend can (see applySubjects); per-subject results. */
+  applyMany(list: SubjectRules[]): Promise<Map<number, ApplyOutcome | Error>>;
   release(uids: number[]): Promise<void>;
   /** UIDs currently holding rules. */
   applied(): Promise<number[]>;
@@ -385,6 +430,7 @@ export async function openFirewall(opts: FirewallOptions): Promise<Firewall> {
     return {
       backend: 'nft',
       apply: (s) => applySubject(runner, s),
+      applyMany: (list) => applySubjects(runner, list),
       release: (uids) => releaseSubjects(runner, uids),
       applied: async () => appliedUids(await readState(runner)),
     };
@@ -398,6 +444,17 @@ export async function openFirewall(opts: FirewallOptions): Promise<Firewall> {
   return {
     backend: 'iptables',
     apply: (s) => applyIptables(runner, s),
+    applyMany: async (list) => {
+      const out = new Map<number, ApplyOutcome | Error>();
+      for (const s of list) {
+        try {
+          out.set(s.uid, await applyIptables(runner, s));
+        } catch (e) {
+          out.set(s.uid, e as Error);
+        }
+      }
+      return out;
+    },
     release: (uids) => releaseIptables(runner, uids),
     applied: async () =>
       [...new Set((await iptablesLeashLines(runner)).map((l) => Number(/leash:(\d+)/.exec(l)?.[1] ?? NaN)))].filter(

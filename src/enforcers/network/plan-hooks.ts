@@ -6,6 +6,8 @@ import type { NetworkEnforcer } from './enforcer.js';
 /** The network half of src/service/plan.ts PlanHooks: how a reconcile's actions reach nft and the proxy. */
 export interface NetworkPlanHooks {
   apply(a: ApplyAction): Promise<void>;
+  /** apply for many subjects at once (one nft transaction); the error of each subject that failed. */
+  applyMany(actions: ApplyAction[]): Promise<Map<number, Error>>;
   deny(a: FailAction): Promise<void>;
   orphan(a: OrphanAction): Promise<void>;
 }
@@ -15,17 +17,32 @@ export interface NetworkPlanHooks {
  * deny: no chain, listener refuses. orphan: chain kept, listener refuses.
  */
 export function networkPlanHooks(enf: NetworkEnforcer<CompiledPolicy>): NetworkPlanHooks {
+  const spec = (a: ApplyAction) => {
+    const n = a.policy.network;
+    return {
+      uid: a.uid,
+      port: a.port,
+      policy: compilePolicy(toPolicyInput(a.policy)),
+      udp: n.udp,
+      ...(n.dns_resolvers.length ? { resolvers: n.dns_resolvers } : {}),
+    };
+  };
   return {
     async apply(a) {
-      const policy = compilePolicy(toPolicyInput(a.policy));
-      const n = a.policy.network;
-      await enf.setSubject({
-        uid: a.uid,
-        port: a.port,
-        policy,
-        udp: n.udp,
-        ...(n.dns_resolvers.length ? { resolvers: n.dns_resolvers } : {}),
-      });
+      await enf.setSubject(spec(a));
+    },
+    async applyMany(actions) {
+      const errors = new Map<number, Error>();
+      const specs = [];
+      for (const a of actions) {
+        try {
+          specs.push(spec(a));
+        } catch (e) {
+          errors.set(a.uid, e as Error);
+        }
+      }
+      for (const [uid, r] of await enf.setSubjects(specs)) if (r instanceof Error) errors.set(uid, r);
+      return errors;
     },
     deny: (a) => enf.denySubject(a.uid, a.port),
     orphan: (a) => enf.orphanSubject(a.uid, a.port),
