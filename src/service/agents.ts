@@ -8,6 +8,7 @@
  * open before its redirect (the network enforcer does that part).
  */
 import fs from 'node:fs';
+import type { Config } from '../config/types.js';
 import { decide, maskSecrets, type CompiledPolicy } from '../engine/index.js';
 import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks, type FsSupervisor } from '../enforcers/fs/index.js';
 import {
@@ -68,6 +69,38 @@ function dumpStacks(log: (msg: string) => void): void {
 
 function gatePolicyFor(e: Effective): CompiledGatePolicy {
   return compileGatePolicy(gatePolicyOf(e), e.fail_mode, GATE_ENGINE);
+}
+
+type EnforcerSwitches = Config['enforcers'];
+
+/**
+ * Where a subject's resolved `enforcers` differ from the enforcers this service runs (the config
+ * file's, read at start): enforcers run per service, not per agent, so a profile's switch is not
+ * what happens. `critical` for a surface the subject's policy enforces but nothing enforces.
+ */
+export function enforcerMismatches(
+  account: string,
+  wanted: EnforcerSwitches,
+  running: EnforcerSwitches,
+): { critical: boolean; surface: keyof EnforcerSwitches; message: string }[] {
+  const out: { critical: boolean; surface: keyof EnforcerSwitches; message: string }[] = [];
+  for (const surface of ['network', 'filesystem', 'tools'] as const) {
+    if (wanted[surface] === running[surface]) continue;
+    out.push(
+      wanted[surface]
+        ? {
+            critical: true,
+            surface,
+            message: `${account}: its policy enforces ${surface}, but the ${surface} enforcer is off in the config file: ${surface} is NOT enforced for it`,
+          }
+        : {
+            critical: false,
+            surface,
+            message: `${account}: its policy switches the ${surface} enforcer off, but enforcers run for every subject alike: ${surface} stays enforced for it`,
+          },
+    );
+  }
+  return out;
 }
 
 /** The factory registered in ENFORCERS: network, filesystem/commands and tools for every subject. */
@@ -156,8 +189,16 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
             },
           })
         : null;
+      // Said whenever a subject is (re)applied, so a profile change that introduces one is heard.
+      const noteEnforcers = (a: { account: string; uid: number; policy: { enforcers: EnforcerSwitches } }) => {
+        for (const m of enforcerMismatches(a.account, a.policy.enforcers, c.enforcers)) {
+          if (m.critical) critical(m.message, { uid: a.uid, surface: m.surface });
+          else logger.warn({ uid: a.uid, surface: m.surface }, m.message);
+        }
+      };
       const hooks: PlanHooks = {
         async apply(a) {
+          noteEnforcers(a);
           // A gate policy that does not compile fails this subject alone (executePlan denies it).
           const g = c.enforcers.tools ? gatePolicyFor(a.policy) : null;
           if (fsHooks) await fsHooks.apply(a);
@@ -172,6 +213,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           const gates = new Map<number, CompiledGatePolicy | null>();
           const mapped: typeof actions = [];
           for (const a of actions) {
+            noteEnforcers(a);
             try {
               gates.set(a.uid, c.enforcers.tools ? gatePolicyFor(a.policy) : null);
               if (fsHooks) await fsHooks.apply(a);

@@ -203,14 +203,14 @@ logging: { level: info, decisions: ${decisionsPath()} }
       LEASH_PID_FILE: path.join(dir, 'leash.pid'),
       LEASH_WATCHER_TIMEOUT_S: '300',
     };
-    // Profiles only narrow the floor, so no consent is needed.
+    // Profiles only narrow the floor, so no consent is needed, except p1's tools switch (acknowledged below).
     const prof = (name: string, body: string) => {
       fs.writeFileSync(path.join(dir, `${name}.yaml`), body);
       leash(['profile', 'save', name, '--from', path.join(dir, `${name}.yaml`)]);
     };
-    prof('p1', `network: { allow: [good.lab] }\nfilesystem: { allow: [${mnt}/a1] }\n`);
+    prof('p1', `network: { allow: [good.lab] }\nfilesystem: { allow: [${mnt}/a1] }\nenforcers: { tools: false }\n`);
     prof('p2', `network: { allow: [evil.lab] }\nfilesystem: { allow: [${mnt}/a2] }\n`);
-    leash(['bind', 'agent:leash-tsa1', 'p1']);
+    leash(['bind', 'agent:leash-tsa1', 'p1', '--ack', 'enforcers.tools:false']);
     leash(['bind', 'agent:leash-tsa2', 'p2']);
 
     svc = spawn(
@@ -255,6 +255,11 @@ logging: { level: info, decisions: ${decisionsPath()} }
       throw e;
     }
   }, 60_000);
+
+  it('says that a per-agent enforcer switch is not what happens: enforcers run for every subject', () => {
+    expect(svcErr).toMatch(/leash-tsa1: its policy switches the tools enforcer off, .*tools stays enforced for it/);
+    expect(svcErr).not.toMatch(/leash-tsa2: its policy switches/);
+  });
 
   it('enforces three agents independently on network and filesystem, each logged under its own UID', async () => {
     const [u1, u2, u3] = users as [LabUser, LabUser, LabUser];
