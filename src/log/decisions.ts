@@ -33,6 +33,11 @@ export interface DecisionLog {
    * action is `action`): the same line `write` would write for that record. Returns the ref.
    */
   writeTail(action: DecisionRecord['action'], tail: string): string;
+  /**
+   * Writes whole lines formatted elsewhere (the watcher's native loop formats them exactly as
+   * formatDecision does), after any held allow lines, in one write(2).
+   */
+  writeLines(lines: Buffer): void;
   /** Writes any allow lines held back by `coalesceAllows` now (a no-op otherwise). */
   flush?(): void;
   close(): Promise<void>;
@@ -122,6 +127,12 @@ export function formatDecisionTail(rec: DecisionRecord): string {
   );
 }
 
+/** write(2) until every byte of `buf` is out. */
+function writeFully(fd: number, buf: Buffer): void {
+  let off = 0;
+  while (off < buf.length) off += fs.writeSync(fd, buf, off, buf.length - off);
+}
+
 /**
  * Opens the decision sink: `stdout` (the journal) or an absolute file path.
  *
@@ -150,6 +161,9 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
         process.stdout.write(decisionHead(ref) + tail);
         return ref;
       },
+      writeLines(lines) {
+        writeFully(1, lines);
+      },
       flush() {},
       close: async () => {},
     };
@@ -166,11 +180,7 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
   const st = fs.fstatSync(fd);
   if (st.isFile() && st.uid === process.getuid?.()) fs.fchmodSync(fd, 0o600);
   let open = true;
-  const writeAll = (text: string) => {
-    const buf = Buffer.from(text, 'utf8');
-    let off = 0;
-    while (off < buf.length) off += fs.writeSync(fd, buf, off, buf.length - off);
-  };
+  const writeAll = (text: string) => writeFully(fd, Buffer.from(text, 'utf8'));
   // Allow lines held back (coalesceAllows), written at the end of the event-loop turn. Kept as a
   // list and joined once: one long chain of concatenations cost more to flatten than the join.
   let held: string[] = [];
@@ -209,6 +219,11 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
     },
     writeTail(action, tail) {
       return put(action, (ref) => decisionHead(ref) + tail);
+    },
+    writeLines(lines) {
+      if (!open) throw new Error('decision log is closed');
+      flush(); // held allow lines first: the file keeps decision order
+      writeFully(fd, lines);
     },
     flush,
     async close() {

@@ -28,7 +28,14 @@ import type { WatcherSubject } from '../native.js';
 import type { Effective } from '../policy/fragment.js';
 import { createReconciler } from './coalesce.js';
 import { observe } from './observe.js';
-import { emptyApplied, executePlan, planReconcile, type AppliedState, type PlanHooks } from './plan.js';
+import {
+  emptyApplied,
+  executePlan,
+  planReconcile,
+  type AppliedState,
+  type ApplyAction,
+  type PlanHooks,
+} from './plan.js';
 import type { Enforcer, EnforcerFactory, ServiceContext } from './start.js';
 
 export interface AgentsEnforcerOptions {
@@ -196,41 +203,38 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           else logger.warn({ uid: a.uid, surface: m.surface }, m.message);
         }
       };
-      const hooks: PlanHooks = {
-        async apply(a) {
+      // Applies subjects: every watcher map entry first (each acknowledged), then every listener and
+      // one nft transaction for all chains, then the gate policies. A gate policy that does not
+      // compile, a map entry or a chain that will not go in fails that subject alone.
+      const applyAll = async (actions: ApplyAction[]): Promise<Map<number, Error>> => {
+        const errors = new Map<number, Error>();
+        const gates = new Map<number, CompiledGatePolicy | null>();
+        const mapped: ApplyAction[] = [];
+        for (const a of actions) {
           noteEnforcers(a);
-          // A gate policy that does not compile fails this subject alone (executePlan denies it).
-          const g = c.enforcers.tools ? gatePolicyFor(a.policy) : null;
-          if (fsHooks) await fsHooks.apply(a);
-          if (netHooks) await netHooks.apply(a);
+          try {
+            gates.set(a.uid, c.enforcers.tools ? gatePolicyFor(a.policy) : null);
+            if (fsHooks) await fsHooks.apply(a);
+            mapped.push(a);
+          } catch (e) {
+            errors.set(a.uid, e as Error);
+          }
+        }
+        if (netHooks) for (const [uid, e] of await netHooks.applyMany(mapped)) errors.set(uid, e);
+        for (const a of mapped) {
+          if (errors.has(a.uid)) continue;
+          const g = gates.get(a.uid);
           if (g) gate.set(a.uid, g);
           commandsOf.set(a.uid, { fail_mode: a.policy.fail_mode, commands: a.policy.commands });
+        }
+        return errors;
+      };
+      const hooks: PlanHooks = {
+        async apply(a) {
+          const e = (await applyAll([a])).get(a.uid);
+          if (e) throw e; // executePlan denies it
         },
-        async applyBatch(actions) {
-          // As apply, for many subjects: every watcher map entry first (each acknowledged), then
-          // every listener and one nft transaction for all chains, then the gate policies.
-          const errors = new Map<number, Error>();
-          const gates = new Map<number, CompiledGatePolicy | null>();
-          const mapped: typeof actions = [];
-          for (const a of actions) {
-            noteEnforcers(a);
-            try {
-              gates.set(a.uid, c.enforcers.tools ? gatePolicyFor(a.policy) : null);
-              if (fsHooks) await fsHooks.apply(a);
-              mapped.push(a);
-            } catch (e) {
-              errors.set(a.uid, e as Error);
-            }
-          }
-          if (netHooks) for (const [uid, e] of await netHooks.applyMany(mapped)) errors.set(uid, e);
-          for (const a of mapped) {
-            if (errors.has(a.uid)) continue;
-            const g = gates.get(a.uid);
-            if (g) gate.set(a.uid, g);
-            commandsOf.set(a.uid, { fail_mode: a.policy.fail_mode, commands: a.policy.commands });
-          }
-          return errors;
-        },
+        applyBatch: applyAll,
         async deny(a) {
           gate.delete(a.uid);
           commandsOf.delete(a.uid);

@@ -68,8 +68,11 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
     try {
       const a = effective('network: { mode: whitelist, allow: [example.org] }\n');
       const b = effective('network: { mode: blacklist, udp: allow, dns_resolvers: [2001:db8::53] }\n');
-      await hooks.apply({ kind: 'add', account: 'leash-ta', uid: 62001, port: 18961, policy: a, hash: 'h1' });
-      await hooks.apply({ kind: 'add', account: 'leash-tb', uid: 62002, port: 18962, policy: b, hash: 'h2' });
+      const errors = await hooks.applyMany([
+        { kind: 'add', account: 'leash-ta', uid: 62001, port: 18961, policy: a, hash: 'h1' },
+        { kind: 'add', account: 'leash-tb', uid: 62002, port: 18962, policy: b, hash: 'h2' },
+      ]);
+      expect(errors.size).toBe(0);
       const chain = async (fam: string, uid: number) =>
         (await run(['nft', 'list', 'chain', fam, fam === 'inet' ? 'leash_filter' : 'leash', `agent_${uid}`])).stdout;
       expect(await chain('inet', 62001)).toContain('198.18.1.53');

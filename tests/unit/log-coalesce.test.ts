@@ -32,6 +32,15 @@ describe('decision log with coalesceAllows (the MCP gate)', () => {
     expect(lines(file).map((l) => l.ref)).toEqual([a, b]);
   });
 
+  it('writes lines formatted elsewhere at once, after the allow lines held before them', () => {
+    const file = logFile();
+    const log = createDecisionLog({ sink: file, coalesceAllows: true });
+    onTestFinished(() => log.close());
+    const a = log.write(allow);
+    log.writeLines(Buffer.from('{"ref":"native01","action":"block","reason":"deny_entry"}\n'));
+    expect(lines(file).map((l) => l.ref)).toEqual([a, 'native01']);
+  });
+
   it('writes a block at once, after the allow lines held before it (decision order kept)', () => {
     const file = logFile();
     const log = createDecisionLog({ sink: file, coalesceAllows: true });

@@ -16,7 +16,7 @@ process.title = 'leash-watcher';
 const { values } = parseArgs({
   options: {
     decisions: { type: 'string', default: 'stdout' },
-    'spin-us': { type: 'string', default: '20' },
+    'spin-us': { type: 'string' }, // default: createWatcherCore's
     nice: { type: 'string', default: '0' },
     'watchdog-ms': { type: 'string', default: '10000' },
     'rescan-ms': { type: 'string', default: '3000' },
@@ -38,22 +38,14 @@ function wedgeForTest(): void {
 // The decision log is opened (its descriptor held) before the marks go on. The native loop
 // formats each decision as its log line (native/decisionline.cc, byte for byte formatDecision's);
 // a drain's lines go out as one write(2) of whole lines (O_APPEND: never interleaved with other
-// writers). createDecisionLog creates the file as every decision log is (0600 in a 0750 directory).
-const sink = values.decisions!;
-createDecisionLog({ sink });
-const logFd = sink === 'stdout' ? 1 : fs.openSync(sink, fs.constants.O_WRONLY | fs.constants.O_APPEND);
-const log = {
-  writeLines(buf: Buffer): void {
-    let off = 0;
-    while (off < buf.length) off += fs.writeSync(logFd, buf, off, buf.length - off);
-  },
-};
+// writers).
+const log = createDecisionLog({ sink: values.decisions! });
 const native = loadNative();
 const core = createWatcherCore({
   native,
   log,
   warn,
-  spinUs: Number(values['spin-us']),
+  ...(values['spin-us'] !== undefined ? { spinUs: Number(values['spin-us']) } : {}),
   nice: Number(values.nice),
   watchdogMs: Number(values['watchdog-ms']),
   rescanMs: Number(values['rescan-ms']),

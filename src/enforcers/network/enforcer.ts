@@ -76,46 +76,41 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
   const firewall = await openFirewall({ runner: opts.runner, subjects: opts.expectedSubjects, warn: opts.warn });
   const proxy = createProxy<P>({ decide: opts.decide, log: opts.log, resolvers: opts.resolvers, ...opts.proxy });
   const applied = new Set<number>();
-  return {
-    firewall,
-    proxy,
-    async setSubject(s) {
-      await proxy.setSubject(s);
-      const outcome = await firewall.apply({
+  const setSubjects = async (list: NetworkSubjectSpec<P>[]): Promise<Map<number, ApplyOutcome | Error>> => {
+    const out = new Map<number, ApplyOutcome | Error>();
+    const ready: NetworkSubjectSpec<P>[] = [];
+    // Listeners before chains: a redirect must find its listener.
+    for (const s of list) {
+      try {
+        await proxy.setSubject(s);
+        ready.push(s);
+      } catch (e) {
+        out.set(s.uid, e as Error);
+      }
+    }
+    const results = await firewall.applyMany(
+      ready.map((s) => ({
         uid: s.uid,
         port: s.port,
         resolvers: s.resolvers ?? opts.resolvers,
         udp: s.udp ?? opts.udp,
-      });
-      applied.add(s.uid);
-      return outcome;
+      })),
+    );
+    for (const [uid, r] of results) {
+      out.set(uid, r);
+      if (!(r instanceof Error)) applied.add(uid);
+    }
+    return out;
+  };
+  return {
+    firewall,
+    proxy,
+    async setSubject(s) {
+      const r = (await setSubjects([s])).get(s.uid)!;
+      if (r instanceof Error) throw r;
+      return r;
     },
-    async setSubjects(list) {
-      const out = new Map<number, ApplyOutcome | Error>();
-      const ready: NetworkSubjectSpec<P>[] = [];
-      // Listeners before chains, as setSubject does: a redirect must find its listener.
-      for (const s of list) {
-        try {
-          await proxy.setSubject(s);
-          ready.push(s);
-        } catch (e) {
-          out.set(s.uid, e as Error);
-        }
-      }
-      const results = await firewall.applyMany(
-        ready.map((s) => ({
-          uid: s.uid,
-          port: s.port,
-          resolvers: s.resolvers ?? opts.resolvers,
-          udp: s.udp ?? opts.udp,
-        })),
-      );
-      for (const [uid, r] of results) {
-        out.set(uid, r);
-        if (!(r instanceof Error)) applied.add(uid);
-      }
-      return out;
-    },
+    setSubjects,
     async releaseSubject(uid) {
       await firewall.release([uid]);
       applied.delete(uid);

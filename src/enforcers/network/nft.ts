@@ -249,57 +249,65 @@ async function nftApply(runner: Runner, script: string): Promise<void> {
 
 export type ApplyOutcome = 'added' | 'changed' | 'unchanged';
 
+/**
+ * Renders each subject, reads the tables once and applies every subject whose chains differ in one
+ * `nft -f` transaction. A subject that cannot be rendered gets its error; a refused transaction throws.
+ */
+async function applyTogether(runner: Runner, list: SubjectRules[]): Promise<Map<number, ApplyOutcome | Error>> {
+  const out = new Map<number, ApplyOutcome | Error>();
+  const rendered: RenderedSubject[] = [];
+  for (const s of list) {
+    try {
+      rendered.push(renderSubject(s));
+    } catch (e) {
+      out.set(s.uid, e as Error); // e.g. a resolver that is not an IP: this subject alone
+    }
+  }
+  if (rendered.length === 0) return out;
+  const state = await readState(runner);
+  let script = '';
+  const changed = new Map<number, ApplyOutcome>();
+  for (const r of rendered) {
+    if (isApplied(state, r)) {
+      out.set(r.uid, 'unchanged');
+      continue;
+    }
+    const existed = [...state.values()].some((st) => st.chains.has(r.chain) || st.dispatch.has(r.uid));
+    script += renderApply(state, r);
+    changed.set(r.uid, existed ? 'changed' : 'added');
+  }
+  if (script) await nftApply(runner, script);
+  for (const [uid, o] of changed) out.set(uid, o);
+  return out;
+}
+
 /** Applies one subject atomically. An unchanged subject is not touched at all. */
 export async function applySubject(runner: Runner, s: SubjectRules): Promise<ApplyOutcome> {
-  const r = renderSubject(s);
-  const state = await readState(runner);
-  if (isApplied(state, r)) return 'unchanged';
-  const existed = [...state.values()].some((st) => st.chains.has(r.chain) || st.dispatch.has(r.uid));
-  await nftApply(runner, renderApply(state, r));
-  return existed ? 'changed' : 'added';
+  const r = (await applyTogether(runner, [s])).get(s.uid)!;
+  if (r instanceof Error) throw r;
+  return r;
 }
 
 /**
  * Applies many subjects with one read of the tables and one `nft -f` transaction (a service start
  * with hundreds of subjects would otherwise pay four nft runs per subject, each reading every
- * chain). When the transaction is refused, each subject is applied on its own, so one that cannot
- * be applied fails alone. Returns each subject's outcome, or the error of one that failed.
+ * chain). When that fails, each subject is applied on its own, so one that cannot be applied fails
+ * alone. Returns each subject's outcome, or the error of one that failed.
  */
 export async function applySubjects(runner: Runner, list: SubjectRules[]): Promise<Map<number, ApplyOutcome | Error>> {
-  const out = new Map<number, ApplyOutcome | Error>();
-  const state = await readState(runner);
-  let script = '';
-  const pending: { s: SubjectRules; outcome: ApplyOutcome }[] = [];
-  for (const s of list) {
-    let r: RenderedSubject;
-    try {
-      r = renderSubject(s);
-    } catch (e) {
-      out.set(s.uid, e as Error); // e.g. a resolver that is not an IP: this subject alone
-      continue;
-    }
-    if (isApplied(state, r)) {
-      out.set(s.uid, 'unchanged');
-      continue;
-    }
-    const existed = [...state.values()].some((st) => st.chains.has(r.chain) || st.dispatch.has(r.uid));
-    script += renderApply(state, r);
-    pending.push({ s, outcome: existed ? 'changed' : 'added' });
-  }
-  if (pending.length === 0) return out;
   try {
-    await nftApply(runner, script);
-    for (const p of pending) out.set(p.s.uid, p.outcome);
+    return await applyTogether(runner, list);
   } catch {
-    for (const p of pending) {
+    const out = new Map<number, ApplyOutcome | Error>();
+    for (const s of list) {
       try {
-        out.set(p.s.uid, await applySubject(runner, p.s));
+        out.set(s.uid, await applySubject(runner, s));
       } catch (e) {
-        out.set(p.s.uid, e as Error);
+        out.set(s.uid, e as Error);
       }
     }
+    return out;
   }
-  return out;
 }
 
 /** Releases the given subjects (their chains and dispatch rules); drops the tables when none remain. */

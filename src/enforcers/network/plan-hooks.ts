@@ -5,15 +5,14 @@ import type { NetworkEnforcer } from './enforcer.js';
 
 /** The network half of src/service/plan.ts PlanHooks: how a reconcile's actions reach nft and the proxy. */
 export interface NetworkPlanHooks {
-  apply(a: ApplyAction): Promise<void>;
-  /** apply for many subjects at once (one nft transaction); the error of each subject that failed. */
+  /** Applies subjects (their listeners, then one nft transaction for their chains); the error of each that failed. */
   applyMany(actions: ApplyAction[]): Promise<Map<number, Error>>;
   deny(a: FailAction): Promise<void>;
   orphan(a: OrphanAction): Promise<void>;
 }
 
 /**
- * apply: the subject's listener (with its compiled policy), then its chain (with its own udp/resolvers).
+ * applyMany: each subject's listener (with its compiled policy), then its chain (with its own udp/resolvers).
  * deny: no chain, listener refuses. orphan: chain kept, listener refuses.
  */
 export function networkPlanHooks(enf: NetworkEnforcer<CompiledPolicy>): NetworkPlanHooks {
@@ -28,9 +27,6 @@ export function networkPlanHooks(enf: NetworkEnforcer<CompiledPolicy>): NetworkP
     };
   };
   return {
-    async apply(a) {
-      await enf.setSubject(spec(a));
-    },
     async applyMany(actions) {
       const errors = new Map<number, Error>();
       const specs = [];
