@@ -10,14 +10,12 @@
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 import type { PolicyInput } from '../src/engine/types.js';
-import { parseClientHello } from '../src/enforcers/network/peek.js';
 import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../src/lab/lab.js';
+import { captureHello } from '../src/lab/client-hello.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const BULK_PORT = 9443;
@@ -34,27 +32,6 @@ const CONC = opt('--concurrency', 50);
 const SETUP_N = opt('--setup-n', 600);
 
 type PathName = 'direct' | 'leash' | 'nginx';
-
-async function captureHello(servername: string): Promise<Buffer> {
-  const server = net.createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as net.AddressInfo).port;
-  const got = new Promise<Buffer>((resolve) => {
-    server.on('connection', (s) => {
-      let acc = Buffer.alloc(0);
-      s.on('data', (d: Buffer) => {
-        acc = Buffer.concat([acc, d]);
-        if (parseClientHello(acc).kind !== 'more') resolve(acc);
-      });
-    });
-  });
-  const c = tls.connect({ port, host: '127.0.0.1', servername, rejectUnauthorized: false });
-  c.on('error', () => {});
-  const hello = await got;
-  c.destroy();
-  server.close();
-  return hello;
-}
 
 function policy(): PolicyInput {
   const open = { mode: 'blacklist' as const, allow: [], deny: [] };

@@ -1,32 +1,6 @@
-import net from 'node:net';
-import tls from 'node:tls';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { parseClientHello, parseHttpHost, peekDestination, type PeekResult } from '../../src/enforcers/network/peek.js';
-
-/** Captures the real ClientHello Node's TLS stack sends for `servername` (no handshake completes). */
-async function captureHello(servername: string | undefined, extra: tls.ConnectionOptions = {}): Promise<Buffer> {
-  const server = net.createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as net.AddressInfo).port;
-  const got = new Promise<Buffer>((resolve) => {
-    server.on('connection', (s) => {
-      let acc = Buffer.alloc(0);
-      s.on('data', (d: Buffer) => {
-        acc = Buffer.concat([acc, d]);
-        if (parseClientHello(acc).kind !== 'more') {
-          resolve(acc);
-          s.destroy();
-        }
-      });
-    });
-  });
-  const c = tls.connect({ port, host: '127.0.0.1', servername, rejectUnauthorized: false, ...extra });
-  c.on('error', () => {});
-  const hello = await got;
-  c.destroy();
-  server.close();
-  return hello;
-}
+import { parseHttpHost, peekDestination, type PeekResult } from '../../src/enforcers/network/peek.js';
+import { captureHello } from '../../src/lab/client-hello.js';
 
 /** Re-frames a single-record ClientHello into records of the given fragment sizes. */
 function reframe(hello: Buffer, sizes: number[]): Buffer {
