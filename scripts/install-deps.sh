@@ -2,12 +2,14 @@
 # System packages Leash's build, tests and demo need (Debian 12). Idempotent.
 set -euo pipefail
 need=()
-for pkg in nftables iproute2 python3 make g++ openssl procps util-linux passwd fakeroot systemd; do
+# iptables: the network enforcer's fallback when nft is missing (and its test). The test suite fails, naming the
+# program, when one of these is missing (tests/lab/prereq.ts).
+for pkg in nftables iptables iproute2 python3 make g++ gcc openssl procps util-linux mount coreutils passwd fakeroot systemd dpkg libc-bin; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${need[@]}"
 fi
 
 # Node.js 20 comes with this kind of machine (Debian 12's own nodejs is 18, too old for Leash).

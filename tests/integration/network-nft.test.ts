@@ -11,6 +11,7 @@ import {
 } from '../../src/enforcers/network/nft.js';
 import { netnsRunner, type Runner } from '../../src/enforcers/network/run.js';
 import { bareNetns, isRoot } from '../lab/index.js';
+import { requireProgram } from '../lab/prereq.js';
 
 const NS = 'lt-net-nft';
 const a: SubjectRules = { uid: 61001, port: 18001, resolvers: ['198.18.1.53', '2001:db8:1::53'], udp: 'drop' };
@@ -126,6 +127,7 @@ describe.skipIf(!isRoot)('nft apply in a namespace', () => {
       argv[0] === 'nft' ? Promise.resolve({ code: 127, stdout: '', stderr: 'nft: not found' }) : run(argv, input);
 
     it('falls back to iptables for one UID, IPv4 TCP, and says so on stderr', async () => {
+      requireProgram('iptables', 'iptables-restore');
       const warnings: string[] = [];
       const fw = await openFirewall({ runner: noNft(), subjects: 1, warn: (m) => warnings.push(m) });
       expect(fw.backend).toBe('iptables');
