@@ -34,6 +34,8 @@ export const ERROR_CODES = {
   service_failed: EXIT.failed,
   service_signal_failed: EXIT.failed,
   subject_invalid: EXIT.refused,
+  subject_not_leashed: EXIT.refused,
+  subject_unknown: EXIT.refused,
   surface_unknown: EXIT.refused,
   // leash terminal (docs/terminal.md)
   terminal_audit_unavailable: EXIT.failed,

@@ -10,13 +10,32 @@ import { GATE_ENGINE, gatePolicyOf } from '../enforcers/tools/service.js';
 import { configPath, parseSurface, print, printJson } from './context.js';
 import { runCheckTool } from './mcp.js';
 import { toPolicyInput } from '../config/policy-input.js';
+import { layerOf, subjectOptions, subjectView } from './subject.js';
 
 /** The engine's verdict, or for a tool the gate's when an argument rule decided (source `args`, `at` where). */
 type CheckVerdict = Omit<Verdict, 'reason' | 'source'> & {
   reason: string;
-  source: Verdict['source'] | 'args';
+  source: Verdict['source'] | 'args' | 'subject';
   at?: string;
+  /** The layer the deciding list (or mode) came from: floor, global=NAME or agent:ACCOUNT=NAME. */
+  layer?: string;
 };
+
+/** The dotted policy key a verdict's source names, for its layer (`network.allow`, `tools.args`). */
+function sourceKey(surface: Surface, v: CheckVerdict): [string, string] {
+  switch (v.source) {
+    case 'allow':
+    case 'deny':
+    case 'mode':
+      return [surface, v.source];
+    case 'args':
+      return ['tools', 'args'];
+    case 'inspect':
+      return ['tools', 'inspect'];
+    default:
+      return ['', 'fail_mode'];
+  }
+}
 
 function bad(message: string, subject: string): LeashError {
   return new LeashError('subject_invalid', message, { subject });
@@ -76,55 +95,81 @@ export function parseSubject(surface: Surface, s: string, opts: { ip?: string; i
 }
 
 export function register(program: Command): void {
-  program
+  const cmd = program
     .command('check <surface> <subject>')
     .description(
-      'dry-run a decision against the config (network: host:port, ip:port or [v6]:port); exit 0 allow, 1 block',
+      'dry-run a decision as the service enforces it for a subject (network: host:port, ip:port or [v6]:port); exit 0 allow, 1 block',
     )
     .option('--ip <address>', 'network: the address the domain resolved to (judged too)')
     .option('--inputs <json>', 'tools: the tool call inputs as JSON (inspected)')
-    .option('--json', 'print the verdict as JSON')
-    .action(
-      (
-        surfaceArg: string,
-        subjectArg: string,
-        opts: { json?: boolean; ip?: string; inputs?: string },
-        cmd: Command,
-      ) => {
-        const surface = parseSurface(surfaceArg);
-        const subject = parseSubject(surface, subjectArg, opts);
-        const { config } = loadConfig(configPath(cmd));
-        let verdict: CheckVerdict = decide(surface, subject as never, compilePolicy(toPolicyInput(config)));
+    .option('--json', 'print the verdict as JSON');
+  subjectOptions(cmd).action(
+    (
+      surfaceArg: string,
+      subjectArg: string,
+      opts: { json?: boolean; ip?: string; inputs?: string; subject?: string; stateDir?: string },
+      cmd: Command,
+    ) => {
+      const surface = parseSurface(surfaceArg);
+      const subject = parseSubject(surface, subjectArg, opts);
+      const { config } = loadConfig(configPath(cmd));
+      const view = subjectView(config, opts);
+      const r = view.resolution;
+      let verdict: CheckVerdict;
+      if (!r.ok) {
+        // A subject that cannot be resolved is held fail-closed on files, exec and tools; its TCP gets no
+        // chain (docs/profiles.md), so the honest answer for the network is "not judged at all".
+        verdict = {
+          action: surface === 'network' ? 'allow' : 'block',
+          reason: r.failure.code,
+          source: 'subject',
+          rule: null,
+        };
+      } else {
+        const policy = r.policy;
+        verdict = decide(surface, subject as never, compilePolicy(toPolicyInput(policy)));
         if (surface === 'tools') {
           // The tools surface as the gate enforces it: the engine's decision, then the argument rules
           // (tools.args, strict_args) of the tool; the same judgment `leash mcp` makes on tools/call.
-          const gate = compileGatePolicy(gatePolicyOf(config), config.fail_mode, GATE_ENGINE);
+          const gate = compileGatePolicy(gatePolicyOf(policy), policy.fail_mode, GATE_ENGINE);
           const g = runCheckTool(subjectArg, opts.inputs ?? '{}', gate).verdict as unknown as ToolVerdict;
           if (g.action !== verdict.action || g.reason !== verdict.reason) {
             verdict = { ...verdict, action: g.action, reason: g.reason, rule: g.rule, source: 'args' };
             if (g.at !== undefined) verdict.at = g.at;
           }
         }
-        const enforced =
-          surface === 'commands'
-            ? config.enforcers.filesystem
-            : config.enforcers[surface as 'network' | 'filesystem' | 'tools'];
-        if (opts.json) {
-          // Inputs are echoed masked, as they would be logged: a check must not print the secret it caught.
-          const shown = 'inputs' in subject ? { ...subject, inputs: maskInputs(subject.inputs) } : subject;
-          printJson({ surface, subject: shown, ...verdict, enforced });
-        } else {
-          const by =
-            verdict.rule !== null
-              ? `rule ${verdict.rule}${verdict.at !== undefined ? ` at ${verdict.at}` : ''}`
-              : `${verdict.source} default`;
-          print(
-            `${verdict.action} ${surface} ${subjectArg}: ${verdict.reason} (${by})${enforced ? '' : ' [enforcer off: not enforced]'}`,
-          );
-          for (const f of verdict.findings ?? [])
-            print(`  ${f.category} ${f.detector} at ${f.at}: ${f.masked} -> ${f.action}`);
-        }
-        process.exitCode = verdict.action === 'allow' ? EXIT.ok : EXIT.verdict;
-      },
-    );
+        const [section, key] = sourceKey(surface, verdict);
+        verdict.layer = section ? layerOf(r.sources, section, key) : (r.sources.fail_mode ?? 'floor');
+      }
+      const enforced =
+        surface === 'commands'
+          ? config.enforcers.filesystem
+          : config.enforcers[surface as 'network' | 'filesystem' | 'tools'];
+      const forWhom = {
+        account: view.account,
+        layers: r.ok ? r.layers : null,
+        ...(r.ok ? {} : { failure: { code: r.failure.code, scope: r.failure.scope, message: r.failure.message } }),
+      };
+      if (opts.json) {
+        // Inputs are echoed masked, as they would be logged: a check must not print the secret it caught.
+        const shown = 'inputs' in subject ? { ...subject, inputs: maskInputs(subject.inputs) } : subject;
+        printJson({ surface, subject: shown, ...verdict, enforced, for: forWhom });
+      } else {
+        const from = verdict.layer !== undefined && verdict.layer !== 'floor' ? ` from ${verdict.layer}` : '';
+        const by = !r.ok
+          ? `subject ${view.account} cannot be resolved: ${r.failure.message}${surface === 'network' ? '; its TCP is not redirected' : ''}`
+          : verdict.rule !== null
+            ? `rule ${verdict.rule}${verdict.at !== undefined ? ` at ${verdict.at}` : ''}${from}`
+            : `${verdict.source} default${from}`;
+        print(
+          `${verdict.action} ${surface} ${subjectArg}: ${verdict.reason} (${by})${enforced ? '' : ' [enforcer off: not enforced]'}`,
+        );
+        if (view.account !== null && r.ok && r.layers.length > 1)
+          print(`  for ${view.account}: ${r.layers.join(' + ')}`);
+        for (const f of verdict.findings ?? [])
+          print(`  ${f.category} ${f.detector} at ${f.at}: ${f.masked} -> ${f.action}`);
+      }
+      process.exitCode = verdict.action === 'allow' ? EXIT.ok : EXIT.verdict;
+    },
+  );
 }

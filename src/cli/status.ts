@@ -2,59 +2,92 @@ import type { Command } from 'commander';
 import { loadConfig } from '../config/load.js';
 import { SURFACES } from '../engine/types.js';
 import { configPath, print, printJson } from './context.js';
+import { layerOf, subjectOptions, subjectView } from './subject.js';
 
 export function register(program: Command): void {
-  program
+  const cmd = program
     .command('status')
-    .description("print the user, each surface's mode and list sizes, enforcer toggles and the decision sink")
-    .option('--json', 'print the status as JSON')
-    .action((opts: { json?: boolean }, cmd: Command) => {
-      const file = configPath(cmd);
-      const { config, account, findings } = loadConfig(file);
-      // Commands ride the filesystem watcher (one fanotify daemon), so they share its toggle.
-      const enforced = {
-        network: config.enforcers.network,
-        filesystem: config.enforcers.filesystem,
-        commands: config.enforcers.filesystem,
-        tools: config.enforcers.tools,
-      };
-      const surfaces = Object.fromEntries(
-        SURFACES.map((s) => [
-          s,
-          { mode: config[s].mode, allow: config[s].allow.length, deny: config[s].deny.length, enforced: enforced[s] },
-        ]),
-      );
-      const counts = {
-        critical: findings.filter((f) => f.severity === 'critical').length,
-        warning: findings.filter((f) => f.severity === 'warning').length,
-      };
-      if (opts.json) {
-        printJson({
-          config: file,
-          user: config.user,
-          uid: account?.uid ?? null,
-          fail_mode: config.fail_mode,
-          surfaces,
-          enforcers: config.enforcers,
-          decisions: config.logging.decisions,
-          findings: counts,
-        });
-        return;
-      }
-      print(`config     ${file}`);
+    .description(
+      "print the user, a subject's resolved policy per surface (mode, list sizes and the layer each came from), enforcer toggles and the decision sink",
+    )
+    .option('--json', 'print the status as JSON');
+  subjectOptions(cmd).action((opts: { json?: boolean; subject?: string; stateDir?: string }, cmd: Command) => {
+    const file = configPath(cmd);
+    const { config, account, findings } = loadConfig(file);
+    const view = subjectView(config, opts);
+    const r = view.resolution;
+    // The policy the service enforces for the subject: the floor, the global binding, its agent binding.
+    // A subject that cannot be resolved is held fail-closed; the floor's lists are shown, marked as such.
+    const policy = r.ok ? r.policy : config;
+    const from = (section: string, key: string) => (r.ok ? layerOf(r.sources, section, key) : 'floor');
+    // Commands ride the filesystem watcher (one fanotify daemon), so they share its toggle.
+    const enforced = {
+      network: config.enforcers.network,
+      filesystem: config.enforcers.filesystem,
+      commands: config.enforcers.filesystem,
+      tools: config.enforcers.tools,
+    };
+    const surfaces = Object.fromEntries(
+      SURFACES.map((s) => [
+        s,
+        {
+          mode: policy[s].mode,
+          allow: policy[s].allow.length,
+          deny: policy[s].deny.length,
+          enforced: enforced[s],
+          from: { mode: from(s, 'mode'), allow: from(s, 'allow'), deny: from(s, 'deny') },
+        },
+      ]),
+    );
+    const counts = {
+      critical: findings.filter((f) => f.severity === 'critical').length,
+      warning: findings.filter((f) => f.severity === 'warning').length,
+    };
+    const subject = {
+      account: view.account,
+      kind: view.kind,
+      layers: r.ok ? r.layers : null,
+      failure: r.ok ? null : { code: r.failure.code, scope: r.failure.scope, message: r.failure.message },
+    };
+    if (opts.json) {
+      printJson({
+        config: file,
+        user: config.user,
+        uid: account?.uid ?? null,
+        subject,
+        fail_mode: policy.fail_mode,
+        surfaces,
+        enforcers: config.enforcers,
+        decisions: config.logging.decisions,
+        findings: counts,
+      });
+      return;
+    }
+    print(`config     ${file}`);
+    print(
+      `user       ${config.user ?? '(none: run leash init --user NAME)'}${account ? ` (uid ${account.uid})` : config.user ? ' (no such account)' : ''}`,
+    );
+    if (view.account !== null && view.account !== config.user) print(`subject    ${view.account}`);
+    if (r.ok && r.layers.length > 1) print(`layers     ${r.layers.join(' + ')}`);
+    if (!r.ok) print(`FAILED     ${r.failure.code}: ${r.failure.message} (files, exec and tools denied)`);
+    print(`fail_mode  ${policy.fail_mode}`);
+    for (const s of SURFACES) {
+      const v = surfaces[s]!;
+      const layers = [...new Set(Object.values(v.from))].filter((l) => l !== 'floor');
       print(
-        `user       ${config.user ?? '(none: run leash init --user NAME)'}${account ? ` (uid ${account.uid})` : config.user ? ' (no such account)' : ''}`,
+        `${s.padEnd(10)} ${v.mode.padEnd(9)}  allow ${String(v.allow).padStart(4)}  deny ${String(v.deny).padStart(4)}  enforcer ${v.enforced ? 'on' : 'OFF (not enforced)'}${
+          layers.length
+            ? `  (from ${Object.entries(v.from)
+                .filter(([, l]) => l !== 'floor')
+                .map(([k, l]) => `${k}: ${l}`)
+                .join(', ')})`
+            : ''
+        }`,
       );
-      print(`fail_mode  ${config.fail_mode}`);
-      for (const s of SURFACES) {
-        const v = surfaces[s]!;
-        print(
-          `${s.padEnd(10)} ${v.mode.padEnd(9)}  allow ${String(v.allow).padStart(4)}  deny ${String(v.deny).padStart(4)}  enforcer ${v.enforced ? 'on' : 'OFF (not enforced)'}`,
-        );
-      }
-      print(`decisions  ${config.logging.decisions}`);
-      if (counts.critical || counts.warning) {
-        print(`findings   ${counts.critical} critical, ${counts.warning} warning (run: leash validate)`);
-      }
-    });
+    }
+    print(`decisions  ${config.logging.decisions}`);
+    if (counts.critical || counts.warning) {
+      print(`findings   ${counts.critical} critical, ${counts.warning} warning (run: leash validate)`);
+    }
+  });
 }

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Subject } from '../subjects/discovery.js';
 import type { BindingsDoc, Scope } from './bindings.js';
-import type { Effective } from './fragment.js';
+import type { Effective, Fragment } from './fragment.js';
 import { canonicalJson, fold } from './fragment.js';
 import type { Loosening } from './loosen.js';
 import { judgeOverlay, unacknowledged } from './loosen.js';
@@ -26,15 +26,50 @@ export interface SubjectFailure {
   missing?: Loosening[];
 }
 
+/**
+ * Where each policy key of a resolution came from: `network.allow` -> `floor`, `global=web` or
+ * `agent:leash-iris=web`. A tier that sets a key replaces the base's value whole (lists included),
+ * so every entry of a list comes from the layer named for that list.
+ */
+export type Sources = Record<string, string>;
+
 export type Resolution =
-  { ok: true; policy: Effective; hash: string; layers: string[] } | { ok: false; failure: SubjectFailure };
+  | { ok: true; policy: Effective; hash: string; layers: string[]; sources: Sources }
+  | { ok: false; failure: SubjectFailure };
 
 /** Hash of the canonical resolved policy: what the reconcile compares to decide "changed". */
 export function policyHash(p: Effective): string {
   return createHash('sha256').update(canonicalJson(p)).digest('hex');
 }
 
-type Layer = { ok: true; policy: Effective; name: string } | { ok: false; failure: SubjectFailure };
+type Layer =
+  { ok: true; policy: Effective; name: string; fragment?: Fragment } | { ok: false; failure: SubjectFailure };
+
+/** The dotted keys a fragment sets (`network.allow`, `tools.inspect.secrets`, `fail_mode`). */
+function keysSet(f: Fragment): string[] {
+  const out: string[] = [];
+  const walk = (o: Record<string, unknown>, prefix: string): void => {
+    for (const [k, v] of Object.entries(o)) {
+      if (v === undefined) continue;
+      const key = prefix ? `${prefix}.${k}` : k;
+      // Sections and tools.inspect are merged key by key; every other value (lists included) replaces whole.
+      if ((prefix === '' || key === 'tools.inspect') && typeof v === 'object' && v !== null && !Array.isArray(v))
+        walk(v as Record<string, unknown>, key);
+      else out.push(key);
+    }
+  };
+  walk(f as Record<string, unknown>, '');
+  return out;
+}
+
+/** Every dotted key of a resolved policy, attributed to the floor. */
+function floorSources(p: Effective): Sources {
+  return Object.fromEntries(keysSet(p as Fragment).map((k) => [k, 'floor']));
+}
+
+function addSources(sources: Sources, layer: Layer): void {
+  if (layer.ok && layer.fragment) for (const k of keysSet(layer.fragment)) sources[k] = layer.name;
+}
 
 function applyBinding(base: Effective, scope: Scope, state: PolicyState): Layer | null {
   const b = state.bindings.bindings[scope];
@@ -75,7 +110,7 @@ function applyBinding(base: Effective, scope: Scope, state: PolicyState): Layer 
       },
     };
   }
-  return { ok: true, policy: fold(base, p.fragment), name: `${scope}=${b.profile}` };
+  return { ok: true, policy: fold(base, p.fragment), name: `${scope}=${b.profile}`, fragment: p.fragment };
 }
 
 /**
@@ -94,9 +129,11 @@ export function foldedBase(state: PolicyState): Layer {
  */
 export function resolveSubject(subject: Subject, state: PolicyState): Resolution {
   const layers = ['floor'];
+  const sources = floorSources(state.floor);
   const g = foldedBase(state);
   if (!g.ok) return g;
   if (g.name !== 'floor') layers.push(g.name);
+  addSources(sources, g);
   let policy = g.policy;
   if (subject.kind === 'agent') {
     const a = applyBinding(policy, `agent:${subject.account}`, state);
@@ -104,7 +141,8 @@ export function resolveSubject(subject: Subject, state: PolicyState): Resolution
     if (a) {
       policy = a.policy;
       layers.push(a.name);
+      addSources(sources, a);
     }
   }
-  return { ok: true, policy, hash: policyHash(policy), layers };
+  return { ok: true, policy, hash: policyHash(policy), layers, sources };
 }

@@ -1,9 +1,7 @@
 import type { Config } from '../config/types.js';
-import { readBindings } from '../policy/bindings.js';
 import { isLeashError } from '../errors.js';
-import { floorOf } from '../policy/fragment.js';
-import { profileLoader } from '../policy/profiles.js';
 import { resolveSubject } from '../policy/resolve.js';
+import { loadPolicyState } from '../policy/state.js';
 import type { PasswdSource } from '../subjects/discovery.js';
 import { discover } from '../subjects/discovery.js';
 import { assignPorts, PORT_RESERVED } from '../subjects/ports.js';
@@ -30,11 +28,7 @@ export async function observe(opts: ObserveOptions): Promise<Observation> {
       const a = await assignPorts(opts.stateDir, d.subjects);
       ports = a.ports;
     }
-    const state = {
-      floor: floorOf(config),
-      bindings: readBindings(opts.stateDir),
-      profile: profileLoader(opts.stateDir),
-    };
+    const state = loadPolicyState(config, opts.stateDir);
     return {
       ok: true,
       mode: d.mode,

@@ -446,3 +446,66 @@ describe('--json on every policy command', () => {
     expect(JSON.parse(outs[1]!.stdout)).toMatchObject({ profiles: [{ name: 'tight', bound_to: [] }] });
   });
 });
+
+describe('leash check and status judge what the service enforces (floor + global + agent bindings)', () => {
+  it('after bind global, check follows the bound list, not the floor, and names the layer', () => {
+    // A fragment whose network list replaces the floor's: github.com is no longer allowed, example.org is.
+    expect(
+      leash(['profile', 'save', 'web', '--from', file('web.yaml', 'network: { allow: ["example.org"] }\n')]).code,
+    ).toBe(0);
+    const bind = leash(['bind', 'global', 'web', '--no-reconcile', '--ack', 'network.allow:example.org']);
+    expect(bind.code, bind.stderr).toBe(0);
+    const gh = leash(['check', 'net', 'github.com:443', '--json']);
+    expect(gh.code).toBe(1);
+    expect(JSON.parse(gh.stdout)).toMatchObject({ action: 'block', reason: 'not_allowed', layer: 'floor' });
+    const ex = leash(['check', 'net', 'example.org:443']);
+    expect(ex.code).toBe(0);
+    expect(ex.stdout).toMatch(/^allow network example\.org:443: allow_entry \(rule example\.org from global=web\)/);
+    // The floor's deny list was not replaced: still from the floor, still enforced.
+    expect(JSON.parse(leash(['check', 'net', 'evil.example:443', '--json']).stdout)).toMatchObject({
+      action: 'block',
+      rule: 'evil.example',
+      layer: 'floor',
+    });
+    const st = JSON.parse(leash(['status', '--json']).stdout) as {
+      subject: { account: string; layers: string[] };
+      surfaces: Record<string, { allow: number; from: Record<string, string> }>;
+    };
+    expect(st.subject).toMatchObject({ account: 'fido', layers: ['floor', 'global=web'] });
+    expect(st.surfaces.network).toMatchObject({ allow: 1, from: { allow: 'global=web', deny: 'floor' } });
+  });
+
+  it('--subject resolves an agent binding on top; an unknown account is subject_unknown (exit 2)', () => {
+    expect(
+      leash(['profile', 'save', 'narrow', '--from', file('n.yaml', 'filesystem: { allow: ["/home/leash-iris"] }\n')])
+        .code,
+    ).toBe(0);
+    expect(leash(['bind', 'agent:leash-iris', 'narrow', '--no-reconcile']).code).toBe(0);
+    expect(leash(['check', 'fs', '/home/fido/notes', '--subject', 'leash-iris']).code).toBe(1);
+    expect(leash(['check', 'fs', '/home/fido/notes']).code).toBe(0);
+    expect(leash(['check', 'fs', '/home/fido/notes', '--subject', 'leash-vader']).code).toBe(0);
+    const ok = JSON.parse(leash(['check', 'fs', '/home/leash-iris/x', '--subject', 'leash-iris', '--json']).stdout);
+    expect(ok).toMatchObject({ action: 'allow', layer: 'agent:leash-iris=narrow' });
+    const st = JSON.parse(leash(['status', '--subject', 'leash-iris', '--json']).stdout);
+    expect(st.subject).toMatchObject({
+      account: 'leash-iris',
+      kind: 'agent',
+      layers: ['floor', 'agent:leash-iris=narrow'],
+    });
+    const none = leash(['check', 'fs', '/x', '--subject', 'nobody-here', '--json']);
+    expect(none.code).toBe(2);
+    expect(JSON.parse(none.stdout)).toMatchObject({ error: { code: 'subject_unknown' } });
+  });
+
+  it('a subject whose profile is gone is reported as held fail-closed, not judged against the floor', () => {
+    expect(
+      leash(['profile', 'save', 'gone', '--from', file('g.yaml', 'commands: { deny: ["ssh", "curl", "nc"] }\n')]).code,
+    ).toBe(0);
+    expect(leash(['bind', 'agent:leash-vader', 'gone', '--no-reconcile']).code).toBe(0);
+    fs.rmSync(path.join(dir, 'state/profiles/gone.yaml'));
+    const c = leash(['check', 'fs', '/home/x', '--subject', 'leash-vader', '--json']);
+    expect(c.code).toBe(1);
+    expect(JSON.parse(c.stdout)).toMatchObject({ action: 'block', reason: 'dangling_profile', source: 'subject' });
+    expect(leash(['status', '--subject', 'leash-vader']).stdout).toMatch(/FAILED +dangling_profile/);
+  });
+});

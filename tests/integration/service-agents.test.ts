@@ -287,6 +287,68 @@ logging: { level: info, decisions: ${decisionsPath()} }
     expect(has(u2.uid, 'filesystem', 'block', `${mnt}/a1/f`)).toBe(true);
   });
 
+  it('leash check --subject gives the verdict the running service enforces, and names the layer', async () => {
+    // The operator's dry run, as root with the service's own config, state dir and passwd: for each agent and each
+    // destination or file, check's exit code (0 allow, 1 block) matches what the agent really met.
+    const check = (u: LabUser, surface: string, subject: string) =>
+      run(
+        [
+          process.execPath,
+          CLI,
+          '-c',
+          path.join(dir, 'leash.yaml'),
+          'check',
+          surface,
+          subject,
+          '--subject',
+          u.name,
+          '--json',
+        ],
+        env,
+      );
+    const compared: string[] = [];
+    for (const u of users.slice(0, 3)) {
+      for (const host of ['good.lab', 'evil.lab', 'other.lab']) {
+        const real = await tlsAs(u, host);
+        const c = check(u, 'net', `${host}:443`);
+        expect(c.code, `${u.name} ${host}: real ${real}, check ${c.out}${c.err}`).toBe(real === 'ok' ? 0 : 1);
+        compared.push(`${u.name} ${host} ${real}`);
+      }
+      for (const d of ['a1', 'a2']) {
+        const real = readAs(u, `${mnt}/${d}/f`);
+        const c = check(u, 'fs', `${mnt}/${d}/f`);
+        expect(c.code, `${u.name} ${d}: real ${real}, check ${c.out}${c.err}`).toBe(real === 'ok' ? 0 : 1);
+        compared.push(`${u.name} ${d} ${real}`);
+      }
+    }
+    // Both outcomes were met, so the comparison can tell a check that always allows (or blocks) from the truth.
+    expect(compared.some((x) => x.endsWith(' ok'))).toBe(true);
+    expect(compared.some((x) => x.endsWith('ECONNRESET'))).toBe(true);
+    expect(compared.some((x) => x.endsWith('EPERM'))).toBe(true);
+    const j = JSON.parse(check(users[0]!, 'net', 'good.lab:443').out) as Record<string, unknown>;
+    expect(j).toMatchObject({ action: 'allow', rule: 'good.lab', layer: 'agent:leash-tsa1=p1' });
+    expect(j.for).toMatchObject({ account: 'leash-tsa1', layers: ['floor', 'agent:leash-tsa1=p1'] });
+    expect(JSON.parse(check(users[2]!, 'net', 'other.lab:443').out)).toMatchObject({ action: 'allow', layer: 'floor' });
+    // An account the service does not confine is refused, not judged against the floor.
+    const r = run(
+      [
+        process.execPath,
+        CLI,
+        '-c',
+        path.join(dir, 'leash.yaml'),
+        'check',
+        'net',
+        'good.lab:443',
+        '--subject',
+        'root',
+        '--json',
+      ],
+      env,
+    );
+    expect(r.code).toBe(2);
+    expect(JSON.parse(r.out)).toMatchObject({ error: { code: 'subject_not_leashed' } });
+  });
+
   it('SIGHUP after a fourth account leaves the other chains byte-identical; a profile change re-judges one agent', async () => {
     const [u1, u2, u3] = users as [LabUser, LabUser, LabUser];
     const before = users.map((u) => chain(u.uid).out);

@@ -8,7 +8,7 @@ import { emptyApplied, executePlan, planReconcile } from '../../src/service/plan
 
 const pA = floorOf(configSchema.parse({ network: { allow: ['a.com'] } }));
 const pB = floorOf(configSchema.parse({ network: { allow: ['b.com'] } }));
-const ok = (p = pA): Resolution => ({ ok: true, policy: p, hash: policyHash(p), layers: ['floor'] });
+const ok = (p = pA): Resolution => ({ ok: true, policy: p, hash: policyHash(p), layers: ['floor'], sources: {} });
 const bad: Resolution = {
   ok: false,
   failure: { code: 'dangling_profile', scope: 'agent:leash-x', profile: 'gone', message: 'dangling' },
