@@ -63,10 +63,20 @@ export function loadConfig(file: string, opts: LoadOptions = {}): LoadedConfig {
         },
       );
     }
-    throw new LeashError('config_unreadable', `cannot read config file ${file}: ${code ?? (e as Error).message}`, {
-      file,
-      errno: code,
-    });
+    // The floor is 0640 root:<user's group>: an operator who is neither reads it as root (docs/cli.md). The
+    // policy is not widened for read-only commands; the refusal says how to run them instead.
+    const hint =
+      code === 'EACCES' && process.getuid?.() !== 0
+        ? " (the policy is readable by root and the agent's group only: run it with sudo)"
+        : '';
+    throw new LeashError(
+      'config_unreadable',
+      `cannot read config file ${file}: ${code ?? (e as Error).message}${hint}`,
+      {
+        file,
+        errno: code,
+      },
+    );
   }
   return parseConfig(text, file, opts);
 }

@@ -1,8 +1,9 @@
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { mountOf, parseMountinfo } from '../../src/enforcers/fs/policy.js';
-import { configFile, ensureBuilt, leash, tmpDir } from './helpers.js';
+import { CLI, configFile, ensureBuilt, leash, tmpDir } from './helpers.js';
 
 beforeAll(() => ensureBuilt(), 120_000);
 
@@ -110,6 +111,38 @@ describe('leash status', () => {
 const ofFile = (findings: { code: string }[]) => findings.filter((f) => f.code !== 'marks_partial_coverage');
 
 describe('leash validate', () => {
+  it.skipIf(!isRoot)(
+    'an operator who cannot read the 0640 floor is refused with config_unreadable and told to use sudo',
+    async () => {
+      const dir = tmpDir();
+      fs.chmodSync(dir, 0o755);
+      const file = path.join(dir, 'leash.yaml');
+      expect((await leash(['-c', file, 'init', '--user', 'nobody'])).code).toBe(0);
+      // An account that is neither root nor in the agent's group: the read-only commands do not widen who reads it.
+      const as = (args: string[]) =>
+        spawnSync(
+          'setpriv',
+          ['--reuid=65534', '--regid=64999', '--clear-groups', process.execPath, CLI, '-c', file, ...args],
+          {
+            encoding: 'utf8',
+            env: { ...process.env, LEASH_STATE_DIR: dir },
+          },
+        );
+      for (const cmd of [['validate'], ['check', 'net', 'github.com:443'], ['status']]) {
+        const j = as([...cmd, '--json']);
+        expect(j.status, `${cmd.join(' ')}: ${j.stdout}${j.stderr}`).toBe(2);
+        expect(JSON.parse(j.stdout)).toMatchObject({
+          error: { code: 'config_unreadable', details: { errno: 'EACCES' } },
+        });
+      }
+      const t = as(['validate']);
+      expect(t.stderr).toMatch(
+        /^leash: cannot read config file .*: EACCES \(.*run it with sudo\) \[config_unreadable\]$/m,
+      );
+      noStack(t.stderr);
+    },
+  );
+
   it('a clean config is valid, exit 0', async () => {
     const r = await leash(['-c', configFile(POLICY('stdout')), 'validate', '--json']);
     expect(r.code).toBe(0);
