@@ -37,6 +37,10 @@ export const ERROR_CODES = {
   subject_not_leashed: EXIT.refused,
   subject_unknown: EXIT.refused,
   surface_unknown: EXIT.refused,
+  // leash mcp (docs/tools.md)
+  mcp_no_client: EXIT.refused,
+  mcp_server_unrunnable: EXIT.refused,
+  mcp_service_unreachable: EXIT.refused,
   // leash terminal (docs/terminal.md)
   terminal_audit_unavailable: EXIT.failed,
   terminal_jail_invalid: EXIT.refused,

@@ -45,6 +45,8 @@ function bad(message: string, subject: string): LeashError {
 export function parseNetworkSubject(s: string, ip?: string): NetworkSubject {
   let host: string;
   let portText: string;
+  if (s.trim() === '')
+    throw bad('the network subject is empty: give host:port, ip:port or [v6]:port (example.com:443)', s);
   const v6 = /^\[([^\]]+)\]:(.*)$/.exec(s);
   if (v6) {
     host = v6[1]!;

@@ -39,15 +39,6 @@ export const toolsEngine: ToolsEngine = { compilePolicy, decide: decide as Tools
 /** Secret masking for strings the gate logs outside `inputs` (names, refused lines). */
 export const maskString = (s: string): string => maskSecrets(s);
 
-class GateExit extends Error {
-  constructor(
-    readonly code: number,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
 const say = (line: string) => {
   try {
     process.stderr.write(`leash mcp: ${line}\n`);
@@ -59,7 +50,7 @@ const say = (line: string) => {
 /** Milliseconds: a finite number, 0 or more (0 = wait for ever / stop at once). */
 function parseMs(name: string, v: string): number {
   if (!/^\d+(\.\d+)?$/.test(v))
-    throw new GateExit(2, `${name} must be a finite number of milliseconds, 0 or more: ${v}`);
+    throw new LeashError('usage', `${name} must be a finite number of milliseconds, 0 or more: ${v}`, { option: name });
   return Number(v);
 }
 
@@ -104,7 +95,9 @@ export function resolveCommand(cmd: string, envPath = process.env.PATH ?? ''): s
     }
     return c;
   }
-  throw new GateExit(2, `cannot run the server ${JSON.stringify(cmd)}: ${why}`);
+  throw new LeashError('mcp_server_unrunnable', `cannot run the server ${JSON.stringify(cmd)}: ${why}`, {
+    command: cmd,
+  });
 }
 
 /**
@@ -127,7 +120,11 @@ function requireStdio(): void {
       closed = true;
     }
     if (closed)
-      throw new GateExit(2, `standard ${fd === 0 ? 'input' : 'output'} is closed: there is no client to talk to`);
+      throw new LeashError(
+        'mcp_no_client',
+        `standard ${fd === 0 ? 'input' : 'output'} is closed: there is no client to talk to`,
+        { fd },
+      );
   }
 }
 
@@ -148,7 +145,8 @@ function openLog(sink: string | null): DecisionLog & { close(): Promise<void> } 
       close: async () => {},
     };
   }
-  if (sink === 'stdout') throw new GateExit(2, 'the decision log cannot go to stdout: it carries the MCP protocol');
+  if (sink === 'stdout')
+    throw new LeashError('log_sink_stdout', 'the decision log cannot go to stdout: it carries the MCP protocol');
   // Allowed calls' lines are written once per event-loop turn; blocks at once (docs/tools.md).
   return createDecisionLog({ sink, coalesceAllows: true });
 }
@@ -158,7 +156,15 @@ function loadPolicy(file: string): { policy: CompiledGatePolicy; decisions: stri
     const p = loadGatePolicyFile(file);
     return { policy: compileGatePolicy(p.tools, p.failMode, toolsEngine), decisions: p.decisions };
   } catch (e) {
-    if (e instanceof GatePolicyError) throw new GateExit(2, `policy refused:\n  ${e.problems.join('\n  ')}`);
+    if (e instanceof GatePolicyError)
+      throw new LeashError('config_invalid', `policy refused (${file})`, {
+        file,
+        issues: e.problems.map((m) => {
+          // A problem reads `where: what`; the lines print `  where: what` (docs/cli.md).
+          const at = /^([^:\s][^:]*): ([\s\S]*)$/.exec(m);
+          return at ? { path: at[1]!, message: at[2]! } : { path: file, message: m };
+        }),
+      });
     throw e;
   }
 }
@@ -210,7 +216,7 @@ async function runSession(o: RunOptions): Promise<number> {
 
 function serverArgs(server: string[] | undefined): string[] {
   if (!server || server.length === 0)
-    throw new GateExit(2, 'no server command: leash mcp [options] -- SERVER [ARGS...]');
+    throw new LeashError('usage', 'no server command: leash mcp [options] -- SERVER [ARGS...]');
   return server;
 }
 
@@ -219,10 +225,7 @@ async function guarded(fn: () => Promise<number>): Promise<never> {
   try {
     code = await fn();
   } catch (e) {
-    if (e instanceof GateExit) {
-      say(e.message);
-      code = e.code;
-    } else if (isLeashError(e)) {
+    if (isLeashError(e)) {
       for (const l of e.lines()) process.stderr.write(`${l}\n`);
       code = e.exitCode;
     } else throw e;
@@ -271,9 +274,10 @@ export function register(program: Command): void {
           try {
             judge = await connectToolsJudge(opts.socket);
           } catch (e) {
-            throw new GateExit(
-              2,
+            throw new LeashError(
+              'mcp_service_unreachable',
               `cannot reach the leash service at ${opts.socket} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); use --policy FILE to run without it`,
+              { socket: opts.socket },
             );
           }
         }
@@ -308,7 +312,7 @@ export function register(program: Command): void {
     .action(async (name: string, _o: unknown, cmd: Command) => {
       const opts = cmd.optsWithGlobals<{ inputs: string; policy?: string }>();
       await guarded(async () => {
-        if (opts.policy === undefined) throw new GateExit(2, 'leash mcp check needs --policy FILE');
+        if (opts.policy === undefined) throw new LeashError('usage', 'leash mcp check needs --policy FILE');
         const { policy } = loadPolicy(opts.policy);
         const r = runCheckTool(name, opts.inputs, policy);
         process.stdout.write(`${JSON.stringify(r.verdict)}\n`);
@@ -352,9 +356,12 @@ async function runLearn(
   try {
     fs.mkdirSync(path.dirname(out), { recursive: true });
   } catch (e) {
-    throw new GateExit(2, `cannot create the directory of --out: ${(e as NodeJS.ErrnoException).code}`);
+    throw new LeashError('usage', `cannot create the directory of --out: ${(e as NodeJS.ErrnoException).code}`, {
+      option: '--out',
+    });
   }
-  if (fs.existsSync(out) && fs.statSync(out).isDirectory()) throw new GateExit(2, '--out is a directory');
+  if (fs.existsSync(out) && fs.statSync(out).isDirectory())
+    throw new LeashError('usage', '--out is a directory', { option: '--out' });
   const resolved = resolveCommand(cmd[0]!);
   const command = [resolved, ...cmd.slice(1)];
   let learner: Learner;
@@ -363,7 +370,9 @@ async function runLearn(
     try {
       calls = loadScript(opts.script);
     } catch (e) {
-      throw new GateExit(2, `bad --script: ${e instanceof JsonError ? e.code : (e as Error).message}`);
+      throw new LeashError('usage', `bad --script: ${e instanceof JsonError ? e.code : (e as Error).message}`, {
+        option: '--script',
+      });
     }
     try {
       learner = await learnScripted({ command, calls, timeoutMs, graceMs, errout: process.stderr });

@@ -48,7 +48,10 @@ export function buildProgram(extra: CommandGroup[] = []): Command {
     .addOption(new Option('-c, --config <path>', 'the config file').env('LEASH_CONFIG').default(DEFAULT_CONFIG_PATH))
     // Usage errors throw (CommanderError) instead of exiting, so main.ts maps them to exit 2.
     .exitOverride()
-    .configureOutput({ outputError: (s, write) => write(s.replace(/^error: /, 'leash: ')) })
+    // One form for every error: `leash: <message> [<code>]` (docs/cli.md); commander's are usage errors.
+    .configureOutput({
+      outputError: (s, write) => write(`${s.replace(/^error: /, 'leash: ').replace(/\n*$/, '')} [usage]\n`),
+    })
     .showSuggestionAfterError(true)
     // An operand here is a mistyped command: commander would otherwise call it "too many arguments".
     .argument('[command]')

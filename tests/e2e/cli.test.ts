@@ -89,8 +89,20 @@ describe('leash status', () => {
       decisions: 'stdout',
       enforcers: { network: true, filesystem: true, tools: false },
     });
-    expect(s.surfaces.network).toEqual({ mode: 'whitelist', allow: 3, deny: 1, enforced: true });
-    expect(s.surfaces.commands).toEqual({ mode: 'whitelist', allow: 2, deny: 0, enforced: true });
+    expect(s.surfaces.network).toEqual({
+      mode: 'whitelist',
+      allow: 3,
+      deny: 1,
+      enforced: true,
+      from: { mode: 'floor', allow: 'floor', deny: 'floor' },
+    });
+    expect(s.surfaces.commands).toEqual({
+      mode: 'whitelist',
+      allow: 2,
+      deny: 0,
+      enforced: true,
+      from: { mode: 'floor', allow: 'floor', deny: 'floor' },
+    });
     expect(s.surfaces.tools.enforced).toBe(false);
   });
 

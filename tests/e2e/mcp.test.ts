@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { call, calledTools, CLI, FAKE, init, startGate, tmpdir } from './mcp-helpers.js';
+import { ERROR_CODES } from '../../src/errors.js';
 
 const built = fs.existsSync(CLI);
 
@@ -596,6 +597,23 @@ describe.skipIf(!built)('leash mcp: unusable input is exit 2 and starts nothing'
     );
     expect(r.status).toBe(2);
     expect(r.stderr).toMatch(/standard input is closed/);
+  });
+
+  it('every refusal is one `leash: <message> [<code>]` line with a catalogue code, as the other commands', async () => {
+    const d = tmpdir();
+    const cases: [string, Parameters<typeof startGate>[0]][] = [
+      ['config_invalid', { policy: 'tools: { mode: maybe }\n' }],
+      ['mcp_server_unrunnable', { policy: POLICY, server: ['no-such-server-xyz'] }],
+      ['usage', { policy: POLICY, cliArgs: ['--timeout', 'nan'] }],
+      ['mcp_service_unreachable', { policy: null, cliArgs: ['--socket', path.join(d, 'none.sock')] }],
+    ];
+    for (const [code, opts] of cases) {
+      const g = startGate(opts);
+      g.end();
+      expect(await g.exited, code).toBe(ERROR_CODES[code as keyof typeof ERROR_CODES]);
+      expect(g.stderr(), code).toMatch(new RegExp(`^leash: .+ \\[${code}\\]$`, 'm'));
+      expect(g.stderr(), code).not.toMatch(/^leash mcp:/m);
+    }
   });
 
   it('refuses to start without --policy when the service is not running', async () => {
