@@ -93,6 +93,33 @@ function probeStep(surface: DemoStep['surface'], title: string, expect: DemoStep
   };
 }
 
+/**
+ * SNI github.com sent to pastebin.com's address. The proxy allows the name and dials the name's own address, so
+ * the row says where the connection went: pastebin.com is never reached, whatever the agent aimed at.
+ */
+function forgedSniStep(): DemoStep {
+  const aimed = '198.18.1.20';
+  return {
+    surface: 'network',
+    title: "Forged SNI 'github.com' aimed at pastebin.com's address",
+    expect: 'allowed',
+    async run(ctx) {
+      const [r] = await ctx.probe([{ kind: 'tls', host: aimed, port: 443, servername: 'github.com' }]);
+      if (!r) throw new Error('probe gave no result');
+      if (!r.ok) return { result: 'blocked', detail: `${r.code} after ${r.ms} ms` };
+      const saw = reached(r);
+      const went = / at (\S+):\d+$/.exec(saw)?.[1];
+      return {
+        result: 'allowed',
+        detail:
+          went && went !== aimed
+            ? `allowed as github.com, and sent to github.com's own address ${went}: pastebin.com (${aimed}) never reached`
+            : `REACHED ${aimed}: ${saw}`,
+      };
+    },
+  };
+}
+
 /** The built-in steps, against packaging/leash.default.yaml. */
 export const DEMO_STEPS: DemoStep[] = [
   probeStep('network', 'HTTPS to github.com', 'allowed', {
@@ -119,12 +146,7 @@ export const DEMO_STEPS: DemoStep[] = [
     port: 443,
     servername: 'pastebin.com',
   }),
-  probeStep('network', "Forged SNI: 'github.com' sent to pastebin.com's address", 'allowed', {
-    kind: 'tls',
-    host: '198.18.1.20',
-    port: 443,
-    servername: 'github.com',
-  }),
+  forgedSniStep(),
   probeStep('network', 'Cloud metadata 169.254.169.254 (deny entry)', 'blocked', {
     kind: 'http',
     host: '169.254.169.254',
@@ -138,8 +160,8 @@ export const DEMO_STEPS: DemoStep[] = [
     send: 'GET / HTTP/1.1\r\nHost: github.com\r\n\r\n',
   }),
   probeStep('network', 'UDP/443 to pastebin.com (QUIC)', 'blocked', { kind: 'udp', host: '198.18.1.20', port: 443 }),
-  probeStep('network', "DNS to a resolver that is not the host's", 'blocked', {
-    kind: 'dnsserver',
+  probeStep('network', "DNS query to a resolver that is not the host's", 'blocked', {
+    kind: 'dnsudp',
     server: '198.18.1.20',
     name: 'github.com',
   }),

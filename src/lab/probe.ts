@@ -15,6 +15,8 @@ export type Probe =
   | { kind: 'tcp'; host: string; port: number; send?: string }
   | { kind: 'udp'; host: string; port: number }
   | { kind: 'dns'; name: string }
+  /** One A query in one datagram, straight to `server`:53: the errno is the one sendto really returned. */
+  | { kind: 'dnsudp'; server: string; name: string }
   | { kind: 'dnsserver'; server: string; name: string }
   /** One A query over TCP (what a resolver library falls back to for a truncated answer). */
   | { kind: 'dnstcp'; server: string; name: string };
@@ -92,13 +94,43 @@ async function lookup(name: string, server?: string): Promise<ProbeResult> {
   }
 }
 
-function dnsTcp(server: string, name: string): Promise<ProbeResult> {
-  const t0 = performance.now();
-  const q = Buffer.concat([
+/** An A query for `name` (id 0x1234, recursion desired). */
+function dnsQuery(name: string): Buffer {
+  return Buffer.concat([
     Buffer.from([0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]),
     ...name.split('.').map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)])),
     Buffer.from([0, 0, 1, 0, 1]),
   ]);
+}
+
+/** A one-answer A response -> the probe's result: its last 4 bytes are the address. */
+function dnsAnswer(t0: number, msg: Buffer): ProbeResult {
+  const ok = msg.length >= 12 && msg.readUInt16BE(6) > 0;
+  return finish(t0, ok, ok ? null : 'ENODATA', ok ? [...msg.subarray(msg.length - 4)].join('.') : '');
+}
+
+function dnsUdp(server: string, name: string): Promise<ProbeResult> {
+  const t0 = performance.now();
+  return new Promise((resolve) => {
+    const sock = dgram.createSocket(net.isIPv6(server) ? 'udp6' : 'udp4');
+    const timer = setTimeout(() => done(finish(t0, false, 'ETIMEDOUT', '')), 3000);
+    const done = (r: ProbeResult) => {
+      clearTimeout(timer);
+      sock.close();
+      resolve(r);
+    };
+    sock.on('error', (e: NodeJS.ErrnoException) => done(finish(t0, false, e.code ?? 'ERR', '')));
+    sock.on('message', (msg: Buffer) => done(dnsAnswer(t0, msg)));
+    sock.send(dnsQuery(name), 53, server, (err) => {
+      const e = err as NodeJS.ErrnoException | null;
+      if (e) done(finish(t0, false, e.code ?? 'ERR', ''));
+    });
+  });
+}
+
+function dnsTcp(server: string, name: string): Promise<ProbeResult> {
+  const t0 = performance.now();
+  const q = dnsQuery(name);
   const len = Buffer.alloc(2);
   len.writeUInt16BE(q.length);
   return new Promise((resolve) => {
@@ -113,10 +145,7 @@ function dnsTcp(server: string, name: string): Promise<ProbeResult> {
     s.on('data', (d: Buffer) => {
       acc = Buffer.concat([acc, d]);
       if (acc.length >= 2 && acc.length >= 2 + acc.readUInt16BE(0)) {
-        const msg = acc.subarray(2);
-        // The last 4 bytes of a one-answer A response are the address.
-        const ok = msg.readUInt16BE(6) > 0;
-        done(finish(t0, ok, ok ? null : 'ENODATA', ok ? [...msg.subarray(msg.length - 4)].join('.') : ''));
+        done(dnsAnswer(t0, acc.subarray(2)));
       }
     });
     s.on('error', (e: NodeJS.ErrnoException) => done(finish(t0, false, e.code ?? 'ERR', '')));
@@ -148,6 +177,8 @@ export async function runProbe(p: Probe): Promise<ProbeResult> {
       return lookup(p.name, p.server);
     case 'dnstcp':
       return dnsTcp(p.server, p.name);
+    case 'dnsudp':
+      return dnsUdp(p.server, p.name);
   }
 }
 

@@ -39,6 +39,12 @@ describe.skipIf(!canRunLab)('leash demo', () => {
     expect(rows.length).toBeGreaterThanOrEqual(18);
     for (const r of rows) expect({ title: r.title, result: r.result }).toEqual({ title: r.title, result: r.expect });
     expect(rows.find((r) => r.title.startsWith('HTTPS to pastebin'))?.decisions[0]?.reason).toBe('not_allowed');
+    // The forged-SNI row says where the allowed connection went (github.com's own address), not just "allowed".
+    expect(rows.find((r) => r.title.startsWith('Forged SNI'))?.detail).toMatch(
+      /^allowed as github\.com, and sent to github\.com's own address 198\.18\.1\.10: pastebin\.com \(198\.18\.1\.20\) never reached$/,
+    );
+    // A dropped datagram is reported with the errno the agent's sendto really got.
+    expect(rows.find((r) => r.title.startsWith('DNS query to a resolver'))?.detail).toMatch(/^EPERM after /);
     expect(code).toBe(0);
 
     // The watcher marked the demo's own tmpfs and nothing else.
