@@ -1,5 +1,4 @@
-import fs from 'node:fs';
-import { isMap, isPair, isScalar, isSeq, parseDocument, type Document, type Node } from 'yaml';
+import { isMap, isPair, isScalar, isSeq, type Document, type Node } from 'yaml';
 import type { z } from 'zod';
 import { FINDING_CODES, LeashError, type ConfigIssue, type FindingCode, type Severity } from '../errors.js';
 import type { Surface } from '../engine/types.js';
@@ -8,6 +7,7 @@ import { lookupAccount, type Account } from './accounts.js';
 import { compileGatePolicy, GATE_DEFAULTS, GatePolicyError, type ToolsGatePolicy } from '../enforcers/tools/policy.js';
 import { GATE_ENGINE } from '../enforcers/tools/service.js';
 import { fsCmdPolicyOf, interpreterWarnings, markCoverage, parseMountinfo } from '../enforcers/fs/index.js';
+import { parseStrictYaml, readPolicyFile } from './strict-yaml.js';
 import { configSchema, fragmentSchema, knownKeysAt, type ConfigFragment } from './schema.js';
 import type { Config } from './types.js';
 
@@ -46,29 +46,11 @@ export interface LoadOptions {
 /**
  * Reads and validates a config file. The service and `leash validate` both use this, so what
  * validate accepts is exactly what the service will run.
- * Throws LeashError: config_missing (no file), config_unreadable, config_syntax, config_invalid.
+ * Throws LeashError: config_missing (no file), config_unreadable, config_syntax, config_invalid, and the
+ * strict reader's codes (src/config/strict-yaml.ts: config_alias, config_tag, config_too_large, ...).
  */
 export function loadConfig(file: string, opts: LoadOptions = {}): LoadedConfig {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') {
-      throw new LeashError(
-        'config_missing',
-        `config file ${file} does not exist (create it with: leash init --user NAME)`,
-        {
-          file,
-        },
-      );
-    }
-    throw new LeashError('config_unreadable', `cannot read config file ${file}: ${code ?? (e as Error).message}`, {
-      file,
-      errno: code,
-    });
-  }
-  return parseConfig(text, file, opts);
+  return parseConfig(readPolicyFile(file), file, opts);
 }
 
 /** Parses config text (see loadConfig). `source` names it in messages. */
@@ -164,20 +146,12 @@ export function parseRaw(
   source: string,
   fragment: boolean,
 ): { raw: Record<string, unknown>; doc: Document; failModeFinding: Finding | null } {
-  // uniqueKeys is off so the duplicate walk below can name the key by its path rather than by offset.
-  const doc = parseDocument(text, { uniqueKeys: false, prettyErrors: true });
-  if (doc.errors.length > 0) {
-    const issues = doc.errors.map((e) => ({
-      path: e.linePos ? `line ${e.linePos[0].line}, column ${e.linePos[0].col}` : '(document)',
-      message: e.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''),
-    }));
-    throw new LeashError('config_syntax', `config ${source} is not valid YAML`, { file: source, issues });
-  }
+  // Anchors, aliases, merge keys, tags, YAML 1.1, bad UTF-8 and oversized input are refused there.
+  const { doc, js } = parseStrictYaml(text, source);
   const dups: ConfigIssue[] = [];
   findDuplicates(doc.contents, [], dups);
   if (dups.length) throw invalid(source, dups);
 
-  const js: unknown = doc.contents === null ? {} : doc.toJS();
   if (js === null || typeof js !== 'object' || Array.isArray(js)) {
     throw invalid(source, [{ path: '(root)', message: 'must be a mapping of sections (user, network, ...)' }]);
   }

@@ -6,6 +6,7 @@ import { LeashError } from '../errors.js';
 import type { Mode, Surface } from '../engine/types.js';
 import { entryProblem, type InertEntry } from '../policy-engine.js';
 import { lookupAccount, type Account } from './accounts.js';
+import { readPolicyFile } from './strict-yaml.js';
 import { parseConfig, type LoadedConfig } from './load.js';
 
 /** The policy file is 0640: root writes it, the leashed user's group may read it, nobody else. */
@@ -200,26 +201,10 @@ export async function editConfig(
     async () => {
       let before: string | null = null;
       try {
-        before = fs.readFileSync(file, 'utf8');
+        // The strict reader: bounded, UTF-8 or refused (never U+FFFD), a regular file.
+        before = readPolicyFile(file);
       } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== 'ENOENT' || opts.initialText === undefined) {
-          if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-            throw new LeashError(
-              'config_missing',
-              `config file ${file} does not exist (create it with: leash init --user NAME)`,
-              {
-                file,
-              },
-            );
-          }
-          throw new LeashError(
-            'config_unreadable',
-            `cannot read config file ${file}: ${(e as NodeJS.ErrnoException).code}`,
-            {
-              file,
-            },
-          );
-        }
+        if (!(e instanceof LeashError && e.code === 'config_missing' && opts.initialText !== undefined)) throw e;
       }
       const baseText = before ?? opts.initialText!;
       // The current file must itself be valid: editing an invalid file would silently keep its errors.
