@@ -7,6 +7,7 @@ import { lookupAccount, type Account } from './accounts.js';
 import { compileGatePolicy, GATE_DEFAULTS, GatePolicyError, type ToolsGatePolicy } from '../enforcers/tools/policy.js';
 import { GATE_ENGINE } from '../enforcers/tools/service.js';
 import { fsCmdPolicyOf, interpreterWarnings, markCoverage, parseMountinfo } from '../enforcers/fs/index.js';
+import { lookalikeEntries } from './lookalike.js';
 import { parseStrictYaml, readPolicyFile } from './strict-yaml.js';
 import { configSchema, fragmentSchema, knownKeysAt, type ConfigFragment } from './schema.js';
 import type { Config } from './types.js';
@@ -63,7 +64,7 @@ export function parseConfig(text: string, source: string, opts: LoadOptions = {}
   const findings: Finding[] = failModeFinding ? [failModeFinding] : [];
   const lookup = opts.lookup ?? lookupAccount;
   const account = config.user ? lookup(config.user) : null;
-  findings.push(...analyse(config, account));
+  findings.push(...analyse(config, account), ...lookalikeFindings(config));
   const inert = inertEntries(config);
   return finish(config, findings, inert, account, source);
 }
@@ -80,7 +81,7 @@ export function parseFragment(
   if (ft) gateProblems(stripUndefined({ args: ft.args, policed_methods: ft.policed_methods }), source);
   const inert = inertEntries(parsed.data);
   const findings: Finding[] = failModeFinding ? [failModeFinding] : [];
-  findings.push(...inertFindings(inert));
+  findings.push(...inertFindings(inert), ...lookalikeFindings(parsed.data));
   return { fragment: parsed.data, findings: sortFindings(findings), inert };
 }
 
@@ -317,6 +318,13 @@ export function coverageFindings(config: Config, mountinfo: string): Finding[] {
     ...finding('marks_partial_coverage', `${w.surface}.mode`, w.message),
     unmarked: w.unmarked,
   }));
+}
+
+/** Entries that match, but not what they look like (src/config/lookalike.ts): critical. */
+function lookalikeFindings(policyLike: unknown): Finding[] {
+  return lookalikeEntries(policyLike).map((l) =>
+    finding('entry_lookalike', `${l.surface}.${l.list}`, `${JSON.stringify(l.entry)}: ${l.message}`, l.entry),
+  );
 }
 
 function inertFindings(inert: InertEntry[]): Finding[] {

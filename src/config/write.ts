@@ -6,6 +6,7 @@ import { LeashError } from '../errors.js';
 import type { Mode, Surface } from '../engine/types.js';
 import { entryProblem, type InertEntry } from '../policy-engine.js';
 import { lookupAccount, type Account } from './accounts.js';
+import { lookalikeEntries, type Lookalike } from './lookalike.js';
 import { readPolicyFile } from './strict-yaml.js';
 import { parseConfig, type LoadedConfig } from './load.js';
 
@@ -226,6 +227,17 @@ export async function editConfig(
             kind: 'entry',
             inert_entries: added,
           },
+        );
+      }
+      const lkey = (l: Lookalike) => `${l.surface}\0${l.list}\0${l.entry}`;
+      const hadL = new Set(lookalikeEntries(current.config).map(lkey));
+      const addedL = lookalikeEntries(loaded.config).filter((l) => !hadL.has(lkey(l)));
+      if (addedL.length > 0) {
+        const first = addedL[0]!;
+        throw new LeashError(
+          'entry_lookalike',
+          `${first.surface} ${first.list} entry ${JSON.stringify(first.entry)}: ${first.message}`,
+          { kind: 'entry', code_point: first.codePoint, entries: addedL },
         );
       }
       const owner = policyOwner(loaded.config.user, lookup);

@@ -69,7 +69,8 @@ export function parseProfileText(text: string, source: string): Fragment {
       issues.push({ path: k, message: 'not policy: a profile sets only fail_mode, the four surfaces and enforcers' });
   }
   for (const f of parsed.findings)
-    if (f.code === 'fail_mode_invalid') issues.push({ path: f.path, message: f.message });
+    if (f.code === 'fail_mode_invalid' || f.code === 'entry_lookalike')
+      issues.push({ path: f.path, message: f.message });
   if (issues.length)
     throw new PolicyError('profile_invalid', `${source} is not a valid profile fragment`, { source, issues });
   const { user: _u, logging: _l, ...fragment } = parsed.fragment;

@@ -8,6 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { loadConfig, parseConfig, parseFragment } from '../../src/config/load.js';
+import { addEntry, editConfig } from '../../src/config/write.js';
 import {
   MAX_DEPTH,
   MAX_ENTRY_CHARS,
@@ -219,5 +220,73 @@ describe('every policy-file loader uses the strict reader', () => {
     const s = loadProfile(dir, 'web');
     expect(s.status).toBe('broken');
     expect(s.status === 'broken' && s.message).toContain('config_alias');
+  });
+});
+
+describe('entries that look like another', () => {
+  const parse = (text: string) => parseConfig(text, 't.yaml', { lookup });
+  const lookalikes = (text: string) => parse(text).findings.filter((f) => f.code === 'entry_lookalike');
+
+  it.each([
+    ['a Cyrillic а in /etc/shadow', 'filesystem:\n  deny: ["/etc/sh\u0430dow"]\n', 'U+0430'],
+    ['a zero-width space', 'filesystem:\n  deny: ["/etc/sha\u200bdow"]\n', 'U+200B'],
+    ['a bidi override', 'filesystem:\n  deny: ["/srv/\u202egnp.exe"]\n', 'U+202E'],
+    ['a control character', 'commands:\n  deny: ["cu\u0007rl"]\n', 'U+0007'],
+    ['a replacement character', 'commands:\n  deny: ["/usr/bin/\ufffdsh"]\n', 'U+FFFD'],
+    ['a Greek ο in a tool name', 'tools:\n  deny: ["shell_exec_r\u03bfot"]\n', 'U+03BF'],
+    ['an allow entry too', 'filesystem:\n  allow: ["/home/fid\u043e"]\n', 'U+043E'],
+  ])('%s is a critical entry_lookalike naming %s', (_w, text, cp) => {
+    const f = lookalikes(text);
+    expect(f).toHaveLength(1);
+    expect(f[0]!.severity).toBe('critical');
+    expect(f[0]!.message).toContain(cp);
+  });
+
+  it.each([
+    ['a word wholly in Cyrillic', 'filesystem:\n  allow: ["/home/u/Документы"]\n'],
+    ['Japanese', 'filesystem:\n  allow: ["/home/u/ドキュメント/日本語"]\n'],
+    ['accented Latin', 'filesystem:\n  deny: ["/srv/café/résumé"]\n'],
+    ['zero-width in a tool name (normalised away, so it still blocks)', 'tools:\n  deny: ["shell\u200b_exec"]\n'],
+  ])('%s is not a lookalike', (_w, text) => {
+    expect(lookalikes(text)).toEqual([]);
+  });
+
+  it('a profile with a lookalike deny is refused', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-hostile-'));
+    onTestFinished(() => fs.rmSync(dir, { recursive: true, force: true }));
+    fs.mkdirSync(path.join(dir, 'profiles'));
+    fs.writeFileSync(path.join(dir, 'profiles', 'p.yaml'), 'filesystem:\n  deny: ["/etc/sh\u0430dow"]\n');
+    const s = loadProfile(dir, 'p');
+    expect(s.status).toBe('broken');
+  });
+
+  it('a write that adds a lookalike is refused with entry_lookalike and nothing is written', async () => {
+    const f = tmpFile('user: null\nfilesystem:\n  deny: [/etc/shadow]\n');
+    const before = fs.readFileSync(f, 'utf8');
+    await expect(
+      editConfig(f, (doc) => void addEntry(doc, 'filesystem', 'deny', '/etc/sh\u0430dow'), { lookup }),
+    ).rejects.toMatchObject({ code: 'entry_lookalike', exitCode: EXIT.refused, details: { code_point: 'U+0430' } });
+    expect(fs.readFileSync(f, 'utf8')).toBe(before);
+  });
+});
+
+describe('a tools * is no wildcard', () => {
+  it('a tools deny * is inert_deny (critical), and refused on write as entry_inert', async () => {
+    const { findings } = parseConfig('tools:\n  deny: ["*"]\n', 't', { lookup });
+    expect(findings.find((x) => x.code === 'inert_deny')).toMatchObject({ severity: 'critical', entry: '*' });
+    const f = tmpFile('user: null\n');
+    await expect(editConfig(f, (doc) => void addEntry(doc, 'tools', 'deny', '*'), { lookup })).rejects.toMatchObject({
+      code: 'entry_inert',
+    });
+  });
+
+  it('leash mcp --policy refuses it', () => {
+    const f = tmpFile('tools:\n  mode: blacklist\n  deny: ["*"]\n');
+    try {
+      loadGatePolicyFile(f);
+      expect.unreachable();
+    } catch (e) {
+      expect((e as GatePolicyError).problems.join('\n')).toContain('[entry_inert]');
+    }
   });
 });

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { parseStrictYaml, readPolicyFile, strictProblems } from '../../config/strict-yaml.js';
+import { toolEntryProblem } from '../../engine/tool.js';
 import type { FailMode } from '../../engine/types.js';
 import { LeashError } from '../../errors.js';
 import { GATE_DEFAULTS, GatePolicyError, type ToolsGatePolicy } from './policy.js';
@@ -155,6 +156,15 @@ export function validateGatePolicy(doc: unknown): LoadedGatePolicy {
     throw new GatePolicyError(lines);
   }
   const t = r.data.tools;
+  // An entry that can never match (a `*`, which is no wildcard for tool names) is refused: the
+  // gate's policy file has no validate run to report it, and a deny `*` would block nothing.
+  const inert: string[] = [];
+  for (const list of ['allow', 'deny'] as const)
+    t[list].forEach((e, i) => {
+      const p = toolEntryProblem(e);
+      if (p) inert.push(`tools.${list}.${i}: ${p.message} (${JSON.stringify(e)}) [entry_inert]`);
+    });
+  if (inert.length) throw new GatePolicyError(inert);
   return {
     tools: { ...GATE_DEFAULTS, ...t } as ToolsGatePolicy,
     failMode: r.data.fail_mode,
