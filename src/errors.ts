@@ -87,6 +87,7 @@ export const FINDING_CODES = {
   blacklist_allow_ignored: 'critical',
   commands_blacklist_evadable: 'warning',
   commands_interpreter_allowed: 'warning',
+  decisions_sink_unusable: 'critical',
   entry_lookalike: 'critical',
   entry_shadowed: 'warning',
   fail_mode_invalid: 'warning',

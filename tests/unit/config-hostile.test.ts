@@ -8,6 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { loadConfig, parseConfig, parseFragment } from '../../src/config/load.js';
+import { sinkProblem } from '../../src/config/sink.js';
 import { addEntry, editConfig } from '../../src/config/write.js';
 import {
   MAX_DEPTH,
@@ -288,5 +289,42 @@ describe('a tools * is no wildcard', () => {
     } catch (e) {
       expect((e as GatePolicyError).problems.join('\n')).toContain('[entry_inert]');
     }
+  });
+});
+
+describe('logging.decisions: what the service will do with it', () => {
+  it.each([
+    ['/', 'the root'],
+    ['/var/log/leash/', 'a directory path'],
+    ['"/var/log/x\\0y"', 'a NUL (YAML escape)'],
+    ['"/var/log/x\\ny"', 'a newline'],
+    ['/var/log/../etc/x', 'a .. segment'],
+    ['/proc/sys/kernel/core_pattern', 'a kernel interface'],
+    ['/dev/sda', 'a device'],
+  ])('%s (%s) is config_invalid', (sink) => {
+    expect(codeOf(`logging:\n  decisions: ${sink}\n`)).toBe('config_invalid');
+  });
+
+  it.each(['stdout', '/dev/null', '/var/log/leash/decisions.jsonl'])('%s loads', (sink) => {
+    expect(codeOf(`logging:\n  decisions: ${sink}\n`)).toBe('accepted');
+  });
+
+  it('the host checks: a file that is not a decision log, a directory, a symlink, a file as parent', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-sink-'));
+    onTestFinished(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const j = (n: string) => path.join(dir, n);
+    fs.writeFileSync(j('passwd'), 'root:x:0:0:root:/root:/bin/bash\n');
+    fs.writeFileSync(j('log.jsonl'), '{"ts":"2026-01-01T00:00:00Z","action":"allow"}\n');
+    fs.writeFileSync(j('empty'), '');
+    fs.symlinkSync(j('log.jsonl'), j('link'));
+    expect(sinkProblem(j('passwd'))).toMatch(/not a decision log/);
+    expect(sinkProblem(dir)).toMatch(/directory/);
+    expect(sinkProblem(j('link'))).toMatch(/symbolic link/);
+    expect(sinkProblem(j('passwd/x'))).toMatch(/not a directory/);
+    expect(sinkProblem(j('log.jsonl'))).toBeNull();
+    expect(sinkProblem(j('empty'))).toBeNull();
+    expect(sinkProblem(j('new/sub/decisions.jsonl'))).toBeNull();
+    expect(sinkProblem('/dev/null')).toBeNull();
+    expect(sinkProblem('stdout')).toBeNull();
   });
 });
