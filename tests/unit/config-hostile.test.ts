@@ -20,6 +20,7 @@ import {
 import { GatePolicyError } from '../../src/enforcers/tools/policy.js';
 import { loadGatePolicyFile } from '../../src/enforcers/tools/schema.js';
 import { loadTerminalPolicy, PolicyError } from '../../src/enforcers/terminal/policy-file.js';
+import { networkEntryProblem } from '../../src/engine/index.js';
 import { EXIT, LeashError } from '../../src/errors.js';
 import { loadProfile } from '../../src/policy/profiles.js';
 
@@ -326,5 +327,36 @@ describe('logging.decisions: what the service will do with it', () => {
     expect(sinkProblem(j('new/sub/decisions.jsonl'))).toBeNull();
     expect(sinkProblem('/dev/null')).toBeNull();
     expect(sinkProblem('stdout')).toBeNull();
+  });
+});
+
+describe('network grammar oddities, settled', () => {
+  it.each([
+    [':00443', 'bad_port'],
+    ['github.com:00443', 'bad_port'],
+    ['github.com:0443', 'bad_port'],
+    ['[2001:db8::1]:0443', 'bad_port'],
+    ['0x7f.0.0.1', 'bad_ip'],
+    ['0x7f000001', 'bad_ip'],
+    ['0x7f.1', 'bad_ip'],
+    ['0X7F.0.0.1:443', 'bad_ip'],
+    ['0177.0.0.1', 'bad_ip'],
+    ['2130706433', 'bad_ip'],
+  ])('%s is inert (%s)', (entry, code) => {
+    expect(networkEntryProblem(entry)?.code).toBe(code);
+  });
+
+  it.each(['github.com:443', '127.0.0.1:8080', '[2001:db8::1]:443', '0x0.ai', '0xdeadbeef.example', '10.0.0.0/8'])(
+    '%s is well-formed',
+    (entry) => {
+      expect(networkEntryProblem(entry)).toBeNull();
+    },
+  );
+
+  it('a refused entry is refused on write with entry_inert', async () => {
+    const f = tmpFile('user: null\n');
+    await expect(
+      editConfig(f, (doc) => void addEntry(doc, 'network', 'deny', '0x7f.0.0.1'), { lookup }),
+    ).rejects.toMatchObject({ code: 'entry_inert' });
   });
 });
