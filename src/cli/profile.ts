@@ -1,5 +1,5 @@
-import fs from 'node:fs';
 import type { Command } from 'commander';
+import { readPolicyFile } from '../config/strict-yaml.js';
 import { LeashError } from '../errors.js';
 import type { Binding, Scope } from '../policy/bindings.js';
 import { deleteProfile, readBindings, saveProfile } from '../policy/bindings.js';
@@ -26,16 +26,8 @@ export function registerProfileCommands(program: Command): void {
     run(cmd, async (o) => {
       checkProfileName(name);
       const file = (o as { from?: string } & typeof o).from as string;
-      let text: string;
-      try {
-        text = fs.readFileSync(file, 'utf8');
-      } catch (e) {
-        throw new LeashError(
-          'usage',
-          `cannot read ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
-          { file },
-        );
-      }
+      // The strict reader: bounded, UTF-8 or refused (config_encoding), never U+FFFD.
+      const text = readPolicyFile(file);
       const ctx = loadContext(o);
       const r = await saveProfile(ctx, name, text, file, o.ack ?? []);
       const lines = [`profile ${name} ${r.created ? 'created' : 'saved'} (sha256 ${r.hash.slice(0, 12)})`];

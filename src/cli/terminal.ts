@@ -2,7 +2,6 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
-import { parse as parseYaml } from 'yaml';
 import { maskSecrets } from '../engine/index.js';
 import { LeashError } from '../errors.js';
 import { createDecisionLog } from '../log/decisions.js';
@@ -10,6 +9,7 @@ import { createAuditLog } from '../enforcers/terminal/audit.js';
 import { engineDeciderFactory } from '../enforcers/terminal/decider.js';
 import { explainCommand } from '../enforcers/terminal/explain.js';
 import { isInside, openJail, realLocation } from '../enforcers/terminal/jail.js';
+import { parseStrictYaml, readPolicyFile } from '../config/strict-yaml.js';
 import { loadTerminalPolicy, PolicyError } from '../enforcers/terminal/policy-file.js';
 import { redactSecrets } from '../enforcers/terminal/redact.js';
 import { DEFAULT_PATH } from '../enforcers/terminal/resolve.js';
@@ -90,7 +90,7 @@ async function startTerminal(o: TerminalOptions): Promise<void> {
     // Read once at start: a policy the jailed commands could rewrite would be theirs at the next start.
     refuseInsideJail(jail, o.policy, 'policy file');
     const policy = policyFrom(o.policy);
-    const raw = parseYaml(fs.readFileSync(o.policy, 'utf8')) as { logging?: { decisions?: unknown } } | null;
+    const raw = parseStrictYaml(readPolicyFile(o.policy), o.policy).js as { logging?: { decisions?: unknown } } | null;
     if (typeof raw?.logging?.decisions === 'string' && raw.logging.decisions.startsWith('/')) {
       fileDecisions = raw.logging.decisions;
     }

@@ -1,7 +1,9 @@
 import type { Command } from 'commander';
 import fs from 'node:fs';
 import { coverageFindings, loadConfig, type Finding } from '../config/load.js';
-import { EXIT, isLeashError } from '../errors.js';
+import { sinkProblem } from '../config/sink.js';
+import type { Config } from '../config/types.js';
+import { EXIT, FINDING_CODES, isLeashError } from '../errors.js';
 import { storeFindings } from '../policy/validate.js';
 import { configPath, formatFinding, print, printJson } from './context.js';
 import { stateDirOf } from './policy-common.js';
@@ -27,7 +29,7 @@ export function register(program: Command): void {
       // The policy store (profiles, bindings, acks) is judged with the same floor; nothing when absent.
       const store = storeFindings(loaded.config, stateDirOf({}));
       // How much of a whitelist the watcher's marks would cover on this host (its mounts, now).
-      const findings: Finding[] = [...loaded.findings, ...hostFindings(loaded.config)];
+      const findings: Finding[] = [...loaded.findings, ...hostFindings(loaded.config), ...sinkFindings(loaded.config)];
       const warnings = findings.filter((f) => f.severity === 'warning');
       const critical = [...findings, ...store].filter((f) => f.severity === 'critical');
       if (opts.json) {
@@ -60,4 +62,19 @@ function hostFindings(config: Parameters<typeof coverageFindings>[0]): Finding[]
     return []; // not Linux, or /proc not mounted: nothing to say about marks
   }
   return coverageFindings(config, mountinfo);
+}
+
+/** Whether the service could append decision lines to logging.decisions (src/config/sink.ts). */
+function sinkFindings(config: Config): Finding[] {
+  const why = sinkProblem(config.logging.decisions);
+  return why === null
+    ? []
+    : [
+        {
+          code: 'decisions_sink_unusable',
+          severity: FINDING_CODES.decisions_sink_unusable,
+          path: 'logging.decisions',
+          message: why,
+        },
+      ];
 }

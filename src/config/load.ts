@@ -1,5 +1,4 @@
-import fs from 'node:fs';
-import { isMap, isPair, isScalar, isSeq, parseDocument, type Document, type Node } from 'yaml';
+import { isMap, isPair, isScalar, isSeq, type Document, type Node } from 'yaml';
 import type { z } from 'zod';
 import { FINDING_CODES, LeashError, type ConfigIssue, type FindingCode, type Severity } from '../errors.js';
 import type { Surface } from '../engine/types.js';
@@ -8,6 +7,8 @@ import { lookupAccount, type Account } from './accounts.js';
 import { compileGatePolicy, GATE_DEFAULTS, GatePolicyError, type ToolsGatePolicy } from '../enforcers/tools/policy.js';
 import { GATE_ENGINE } from '../enforcers/tools/service.js';
 import { fsCmdPolicyOf, interpreterWarnings, markCoverage, parseMountinfo } from '../enforcers/fs/index.js';
+import { lookalikeEntries } from './lookalike.js';
+import { parseStrictYaml, readPolicyFile } from './strict-yaml.js';
 import { configSchema, fragmentSchema, knownKeysAt, type ConfigFragment } from './schema.js';
 import type { Config } from './types.js';
 
@@ -46,39 +47,11 @@ export interface LoadOptions {
 /**
  * Reads and validates a config file. The service and `leash validate` both use this, so what
  * validate accepts is exactly what the service will run.
- * Throws LeashError: config_missing (no file), config_unreadable, config_syntax, config_invalid.
+ * Throws LeashError: config_missing (no file), config_unreadable, config_syntax, config_invalid, and the
+ * strict reader's codes (src/config/strict-yaml.ts: config_alias, config_tag, config_too_large, ...).
  */
 export function loadConfig(file: string, opts: LoadOptions = {}): LoadedConfig {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') {
-      throw new LeashError(
-        'config_missing',
-        `config file ${file} does not exist (create it with: leash init --user NAME)`,
-        {
-          file,
-        },
-      );
-    }
-    // The floor is 0640 root:<user's group>: an operator who is neither reads it as root (docs/cli.md). The
-    // policy is not widened for read-only commands; the refusal says how to run them instead.
-    const hint =
-      code === 'EACCES' && process.getuid?.() !== 0
-        ? " (the policy is readable by root and the agent's group only: run it with sudo)"
-        : '';
-    throw new LeashError(
-      'config_unreadable',
-      `cannot read config file ${file}: ${code ?? (e as Error).message}${hint}`,
-      {
-        file,
-        errno: code,
-      },
-    );
-  }
-  return parseConfig(text, file, opts);
+  return parseConfig(readPolicyFile(file), file, opts);
 }
 
 /** Parses config text (see loadConfig). `source` names it in messages. */
@@ -91,7 +64,7 @@ export function parseConfig(text: string, source: string, opts: LoadOptions = {}
   const findings: Finding[] = failModeFinding ? [failModeFinding] : [];
   const lookup = opts.lookup ?? lookupAccount;
   const account = config.user ? lookup(config.user) : null;
-  findings.push(...analyse(config, account));
+  findings.push(...analyse(config, account), ...lookalikeFindings(config));
   const inert = inertEntries(config);
   return finish(config, findings, inert, account, source);
 }
@@ -108,7 +81,7 @@ export function parseFragment(
   if (ft) gateProblems(stripUndefined({ args: ft.args, policed_methods: ft.policed_methods }), source);
   const inert = inertEntries(parsed.data);
   const findings: Finding[] = failModeFinding ? [failModeFinding] : [];
-  findings.push(...inertFindings(inert));
+  findings.push(...inertFindings(inert), ...lookalikeFindings(parsed.data));
   return { fragment: parsed.data, findings: sortFindings(findings), inert };
 }
 
@@ -174,20 +147,12 @@ export function parseRaw(
   source: string,
   fragment: boolean,
 ): { raw: Record<string, unknown>; doc: Document; failModeFinding: Finding | null } {
-  // uniqueKeys is off so the duplicate walk below can name the key by its path rather than by offset.
-  const doc = parseDocument(text, { uniqueKeys: false, prettyErrors: true });
-  if (doc.errors.length > 0) {
-    const issues = doc.errors.map((e) => ({
-      path: e.linePos ? `line ${e.linePos[0].line}, column ${e.linePos[0].col}` : '(document)',
-      message: e.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''),
-    }));
-    throw new LeashError('config_syntax', `config ${source} is not valid YAML`, { file: source, issues });
-  }
+  // Anchors, aliases, merge keys, tags, YAML 1.1, bad UTF-8 and oversized input are refused there.
+  const { doc, js } = parseStrictYaml(text, source);
   const dups: ConfigIssue[] = [];
   findDuplicates(doc.contents, [], dups);
   if (dups.length) throw invalid(source, dups);
 
-  const js: unknown = doc.contents === null ? {} : doc.toJS();
   if (js === null || typeof js !== 'object' || Array.isArray(js)) {
     throw invalid(source, [{ path: '(root)', message: 'must be a mapping of sections (user, network, ...)' }]);
   }
@@ -353,6 +318,13 @@ export function coverageFindings(config: Config, mountinfo: string): Finding[] {
     ...finding('marks_partial_coverage', `${w.surface}.mode`, w.message),
     unmarked: w.unmarked,
   }));
+}
+
+/** Entries that match, but not what they look like (src/config/lookalike.ts): critical. */
+function lookalikeFindings(policyLike: unknown): Finding[] {
+  return lookalikeEntries(policyLike).map((l) =>
+    finding('entry_lookalike', `${l.surface}.${l.list}`, `${JSON.stringify(l.entry)}: ${l.message}`, l.entry),
+  );
 }
 
 function inertFindings(inert: InertEntry[]): Finding[] {

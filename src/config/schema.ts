@@ -48,6 +48,18 @@ const absPathList = (description: string) =>
     )
     .describe(description);
 
+/** Why a decisions path can never be a log file (host-independent; the host checks are src/config/sink.ts). */
+function decisionsPathProblem(s: string): string | null {
+  if (s === 'stdout' || !s.startsWith('/')) return null;
+  if (/\p{Cc}/u.test(s)) return 'must not contain a NUL or control character';
+  if (s === '/' || s.endsWith('/')) return 'must name a file, not a directory';
+  if (s.split('/').some((seg, i) => i > 0 && (seg === '' || seg === '.' || seg === '..')))
+    return 'must be a plain absolute path (no //, . or .. segments)';
+  if (/^\/(proc|sys)(\/|$)/.test(s)) return 'must not be under /proc or /sys (kernel interfaces, not files)';
+  if (/^\/dev\//.test(s) && s !== '/dev/null') return 'must not be a device (only /dev/null, which discards)';
+  return null;
+}
+
 const bool = (description: string) => z.boolean({ error: 'must be true or false' }).describe(description);
 
 function build<F extends boolean>(fragment: F) {
@@ -191,6 +203,7 @@ function build<F extends boolean>(fragment: F) {
         z
           .string({ error: 'must be a string' })
           .refine((s) => s === 'stdout' || s.startsWith('/'), 'must be stdout or an absolute file path')
+          .refine((s) => decisionsPathProblem(s) === null, { error: (i) => decisionsPathProblem(String(i.input))! })
           .describe(
             'where decision lines go: stdout (the journal) or an absolute file path, written 0600, append-only',
           ),

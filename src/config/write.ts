@@ -6,6 +6,8 @@ import { LeashError } from '../errors.js';
 import type { Mode, Surface } from '../engine/types.js';
 import { entryProblem, type InertEntry } from '../policy-engine.js';
 import { lookupAccount, type Account } from './accounts.js';
+import { lookalikeEntries, type Lookalike } from './lookalike.js';
+import { readPolicyFile } from './strict-yaml.js';
 import { parseConfig, type LoadedConfig } from './load.js';
 
 /** The policy file is 0640: root writes it, the leashed user's group may read it, nobody else. */
@@ -200,26 +202,10 @@ export async function editConfig(
     async () => {
       let before: string | null = null;
       try {
-        before = fs.readFileSync(file, 'utf8');
+        // The strict reader: bounded, UTF-8 or refused (never U+FFFD), a regular file.
+        before = readPolicyFile(file);
       } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== 'ENOENT' || opts.initialText === undefined) {
-          if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-            throw new LeashError(
-              'config_missing',
-              `config file ${file} does not exist (create it with: leash init --user NAME)`,
-              {
-                file,
-              },
-            );
-          }
-          throw new LeashError(
-            'config_unreadable',
-            `cannot read config file ${file}: ${(e as NodeJS.ErrnoException).code}`,
-            {
-              file,
-            },
-          );
-        }
+        if (!(e instanceof LeashError && e.code === 'config_missing' && opts.initialText !== undefined)) throw e;
       }
       const baseText = before ?? opts.initialText!;
       // The current file must itself be valid: editing an invalid file would silently keep its errors.
@@ -241,6 +227,17 @@ export async function editConfig(
             kind: 'entry',
             inert_entries: added,
           },
+        );
+      }
+      const lkey = (l: Lookalike) => `${l.surface}\0${l.list}\0${l.entry}`;
+      const hadL = new Set(lookalikeEntries(current.config).map(lkey));
+      const addedL = lookalikeEntries(loaded.config).filter((l) => !hadL.has(lkey(l)));
+      if (addedL.length > 0) {
+        const first = addedL[0]!;
+        throw new LeashError(
+          'entry_lookalike',
+          `${first.surface} ${first.list} entry ${JSON.stringify(first.entry)}: ${first.message}`,
+          { kind: 'entry', code_point: first.codePoint, entries: addedL },
         );
       }
       const owner = policyOwner(loaded.config.user, lookup);

@@ -76,6 +76,20 @@ function hostBitsClearAgainst(net: Uint32Array, addr: Uint32Array, len: number):
   return true;
 }
 
+/** A host of 1-4 parts, each decimal, octal or 0x-hex, at least one of them hex. */
+const INET_ATON_HEX = /^(?=.*0x)(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}$/i;
+
+/**
+ * An entry's port is written as the port number: decimal 1-65535 without leading zeros, so
+ * `:00443` is refused rather than read as 443 (an address with leading zeros is refused likewise).
+ */
+function entryPortProblem(text: string): EntryProblem | null {
+  if (parsePort(text) === null) return { code: 'bad_port', message: `"${text}" is not a port (1-65535)` };
+  if (text.length > 1 && text.charCodeAt(0) === 48)
+    return { code: 'bad_port', message: `"${text}" has leading zeros; write the port as ${parsePort(text)}` };
+  return null;
+}
+
 /** Parses one network entry. Returns the entry, or `{problem}` when it can never match. */
 export function parseNetworkEntry(entry: unknown): NetworkEntry | { problem: EntryProblem } {
   if (typeof entry !== 'string') return problem('not_a_string', 'an entry must be a string');
@@ -95,8 +109,9 @@ export function parseNetworkEntry(entry: unknown): NetworkEntry | { problem: Ent
     let port: number | null = null;
     if (rest.length > 0) {
       if (rest.charCodeAt(0) !== 58) return problem('bad_port', `unexpected "${rest}" after "]"; write [addr]:port`);
+      const pp = entryPortProblem(rest.slice(1));
+      if (pp !== null) return { problem: pp };
       port = parsePort(rest.slice(1));
-      if (port === null) return problem('bad_port', `"${rest.slice(1)}" is not a port (1-65535)`);
     }
     return parseAddrPrefix(entry.slice(1, close), port);
   }
@@ -113,8 +128,9 @@ export function parseNetworkEntry(entry: unknown): NetworkEntry | { problem: Ent
   if (firstColon >= 0) {
     host = entry.slice(0, firstColon);
     const portText = entry.slice(firstColon + 1);
+    const pp = entryPortProblem(portText);
+    if (pp !== null) return { problem: pp };
     port = parsePort(portText);
-    if (port === null) return problem('bad_port', `"${portText}" is not a port (1-65535)`);
   }
   if (host.length === 0) return problem('empty', 'the host is empty');
 
@@ -125,6 +141,14 @@ export function parseNetworkEntry(entry: unknown): NetworkEntry | { problem: Ent
   }
   if (/^[0-9.]+$/.test(host)) return parseAddrPrefix(host, port);
 
+  // inet_aton's other spellings of an IPv4 address (0x7f.0.0.1, 0177.1, 2130706433 is caught above):
+  // a resolver reads them as an address, the engine would read a host name nobody connects by.
+  if (INET_ATON_HEX.test(host)) {
+    return problem(
+      'bad_ip',
+      `"${host}" is an IPv4 address in hex or short form; write it dotted-decimal (e.g. 127.0.0.1)`,
+    );
+  }
   const p = domainHostProblem(host);
   if (p !== null) return { problem: p };
   const wildcard = host.startsWith('*.');

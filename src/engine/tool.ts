@@ -23,6 +23,11 @@ export function toolEntryProblem(entry: unknown): EntryProblem | null {
   if (normalizeToolName(entry) === '') {
     return { code: 'empty', message: 'the entry is empty (or only invisible characters and whitespace)' };
   }
+  // Tools are matched by exact name: `*` is a literal character no tool name has, so a deny `*`
+  // would block nothing (use mode: whitelist with an empty allow list to refuse every tool).
+  if (entry.includes('*')) {
+    return { code: 'glob_not_supported', message: 'tools entries are exact names; * is not a wildcard here' };
+  }
   return null;
 }
 

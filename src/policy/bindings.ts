@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
+import { parseStrictYaml } from '../config/strict-yaml.js';
 import type { Discovery, PasswdEntry, Subject } from '../subjects/discovery.js';
 import { AGENT_PREFIX } from '../subjects/discovery.js';
 import { PolicyError } from './errors.js';
@@ -64,7 +65,8 @@ export function readBindings(stateDir: string): BindingsDoc {
   }
   let doc: unknown;
   try {
-    doc = YAML.parse(text, { uniqueKeys: true });
+    // The strict reader: no anchors, aliases, merge keys or tags; bounded sizes.
+    doc = parseStrictYaml(text, file, { uniqueKeys: true }).js;
   } catch (e) {
     throw corrupt(file, (e as Error).message);
   }
@@ -88,7 +90,7 @@ export function serializeBindings(doc: BindingsDoc): string {
   const sorted = Object.fromEntries(
     Object.entries(doc.bindings).sort(([a], [b]) => (a === 'global' ? -1 : b === 'global' ? 1 : a.localeCompare(b))),
   );
-  return `# Written by leash bind/unbind/profile save. Edit with the CLI: acks are consent, judged on write.\n${YAML.stringify({ version: 1, bindings: sorted })}`;
+  return `# Written by leash bind/unbind/profile save. Edit with the CLI: acks are consent, judged on write.\n${YAML.stringify({ version: 1, bindings: sorted }, { aliasDuplicateObjects: false })}`;
 }
 
 export function writeBindings(stateDir: string, doc: BindingsDoc): void {

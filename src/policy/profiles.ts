@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseFragment } from '../config/load.js';
+import { readPolicyFile } from '../config/strict-yaml.js';
 import { LeashError } from '../errors.js';
 import { PolicyError } from './errors.js';
 import type { Fragment } from './fragment.js';
@@ -55,8 +56,8 @@ export function parseProfileText(text: string, source: string): Fragment {
     if (e instanceof LeashError) {
       throw new PolicyError(
         'profile_invalid',
-        `${source} is not a valid profile fragment`,
-        { source, issues: e.details?.issues ?? [] },
+        `${source} is not a valid profile fragment (${e.code})`,
+        { source, cause: e.code, issues: e.details?.issues ?? [] },
         { cause: e },
       );
     }
@@ -68,7 +69,8 @@ export function parseProfileText(text: string, source: string): Fragment {
       issues.push({ path: k, message: 'not policy: a profile sets only fail_mode, the four surfaces and enforcers' });
   }
   for (const f of parsed.findings)
-    if (f.code === 'fail_mode_invalid') issues.push({ path: f.path, message: f.message });
+    if (f.code === 'fail_mode_invalid' || f.code === 'entry_lookalike')
+      issues.push({ path: f.path, message: f.message });
   if (issues.length)
     throw new PolicyError('profile_invalid', `${source} is not a valid profile fragment`, { source, issues });
   const { user: _u, logging: _l, ...fragment } = parsed.fragment;
@@ -79,10 +81,15 @@ export function loadProfile(stateDir: string, name: string): ProfileStatus {
   const file = profilePath(stateDir, name);
   let text: string;
   try {
-    text = fs.readFileSync(file, 'utf8');
+    // The strict reader: bounded, UTF-8 or refused (never U+FFFD).
+    text = readPolicyFile(file);
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { status: 'missing', name };
-    return { status: 'broken', name, message: `cannot read ${file}: ${(e as Error).message}` };
+    if (e instanceof LeashError && e.code === 'config_missing') return { status: 'missing', name };
+    return {
+      status: 'broken',
+      name,
+      message: `${(e as Error).message}${e instanceof LeashError ? ` [${e.code}]` : ''}`,
+    };
   }
   try {
     return { status: 'ok', name, fragment: parseProfileText(text, file), hash: hashText(text), text };

@@ -1,5 +1,5 @@
-import fs from 'node:fs';
-import { parse as parseYaml } from 'yaml';
+import { parseStrictYaml, readPolicyFile, strictProblems } from '../../config/strict-yaml.js';
+import { LeashError } from '../../errors.js';
 import { commandEntryProblem } from '../../engine/index.js';
 import type { TerminalPolicy } from './types.js';
 
@@ -100,17 +100,15 @@ export function validateTerminalPolicy(doc: unknown): TerminalPolicy {
 
 /** Reads and validates a policy file. A missing file and an invalid file are different errors. */
 export function loadTerminalPolicy(file: string): TerminalPolicy {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch (e) {
-    throw new PolicyError([`${file}: cannot read (${(e as NodeJS.ErrnoException).code ?? 'error'})`], 'missing');
-  }
+  // The strict reader (src/config/strict-yaml.ts): no anchors, aliases, merge keys or tags, UTF-8,
+  // bounded sizes, a duplicate key refused.
   let doc: unknown;
   try {
-    doc = parseYaml(text);
+    doc = parseStrictYaml(readPolicyFile(file), file, { uniqueKeys: true }).js;
   } catch (e) {
-    throw new PolicyError([`${file}: not valid YAML: ${(e as Error).message.split('\n')[0]}`], 'invalid');
+    if (!(e instanceof LeashError)) throw e;
+    const kind = e.code === 'config_missing' || e.code === 'config_unreadable' ? 'missing' : 'invalid';
+    throw new PolicyError(strictProblems(e, file), kind);
   }
   return validateTerminalPolicy(doc);
 }

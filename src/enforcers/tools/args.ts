@@ -2,6 +2,7 @@
  * Argument rules for the tools surface (pure): rules keyed by argument path, deny checked against
  * every nested value, allow matching the exact shape, `..` never admitted by accident.
  */
+import { compileLinear, LinearRegexError, type LinearRegex } from './linear-regex.js';
 import { JsonNumber, isObject, jsonType, stringifyAscii, type JsonValue } from './json.js';
 
 export type JsonTypeName = 'string' | 'number' | 'boolean' | 'null' | 'object' | 'array';
@@ -19,7 +20,7 @@ export interface ToolArgsSpec {
 
 interface CompiledRule {
   type: JsonTypeName | null;
-  re: RegExp | null;
+  re: LinearRegex | null;
   /** The rule as written, for the log's `rule`. */
   src: string;
   /** The pattern itself spells out `\.\.` (outside a (?!...) guard): it may admit `..` segments. */
@@ -50,11 +51,6 @@ export class ArgRuleError extends Error {
   ) {
     super(`${path}: ${message}`);
   }
-}
-
-/** Translates Python-style \A, \Z, \z anchors to JS (the `u` flag refuses them as escapes). */
-function translateAnchors(p: string): string {
-  return p.replace(/(\\\\)|\\A|\\[Zz]/g, (m, esc: string | undefined) => (esc ? esc : m === '\\A' ? '^' : '$'));
 }
 
 /** Removes (?!...) groups, so a traversal guard does not count as spelling out `\.\.`. */
@@ -102,14 +98,15 @@ function compileRule(spec: ArgRuleSpec, where: string): CompiledRule {
     pattern = spec.pattern ?? null;
     if (type === null && pattern === null) throw new ArgRuleError(where, 'a typed rule needs a type or a pattern');
   } else throw new ArgRuleError(where, 'a rule is a regex string or {type, pattern}');
-  let re: RegExp | null = null;
+  let re: LinearRegex | null = null;
   let admitsDotDot = false;
   if (pattern !== null) {
     try {
-      // No `m` flag: `$` is the end of the value, never "before a trailing newline".
-      re = new RegExp(translateAnchors(pattern), 'u');
+      // Linear in the input (RE2 semantics): `$` is the end of the value, never "before a trailing newline".
+      re = compileLinear(pattern);
     } catch (e) {
-      throw new ArgRuleError(where, `bad regex: ${(e as Error).message}`);
+      if (!(e instanceof LinearRegexError)) throw e;
+      throw new ArgRuleError(where, `bad regex: ${e.message}`);
     }
     admitsDotDot = withoutNegativeLookaheads(pattern).includes('\\.\\.');
   }

@@ -194,7 +194,7 @@ export function renderProfile(profile: Record<string, unknown>): string {
     notes.push(
       `Listed by the server but never called (left denied): ${notCalled.length ? notCalled.join(', ') : 'none'}`,
     );
-  const body = yamlStringify(rest, { lineWidth: 0 });
+  const body = yamlStringify(rest, { lineWidth: 0, aliasDuplicateObjects: false });
   return notes.map((n) => `# ${n.replace(/[\r\n]+/g, ' ')}\n`).join('') + body;
 }
 

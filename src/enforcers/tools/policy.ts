@@ -55,7 +55,7 @@ export interface CompiledGatePolicy {
   args: Map<string, CompiledToolArgs>;
   strictArgs: boolean;
   policed: Set<string>;
-  denyMethods: { glob: string; re: RegExp }[];
+  denyMethods: { glob: string; re: { test(text: string): boolean } }[];
   hideDenied: boolean;
   logArgs: 'denied' | 'all' | 'none';
   failMode: FailMode;
@@ -67,14 +67,36 @@ export class GatePolicyError extends Error {
   }
 }
 
-function globToRegExp(glob: string): RegExp {
-  let re = '';
-  for (const ch of glob) {
-    if (ch === '*') re += '.*';
-    else if (ch === '?') re += '.';
-    else re += ch.replace(/[.+^${}()|[\]\\]/g, '\\$&');
-  }
-  return new RegExp(`^${re}$`, 'su');
+/**
+ * A method glob (`*` any run, `?` one character, by code point) matched without backtracking: the
+ * method comes from the agent, and a regex such as `^.*a.*a.*b$` costs a power of its length. The
+ * greedy wildcard walk below costs O(glob × method).
+ */
+export function globMatcher(glob: string): { test(text: string): boolean } {
+  const p = Array.from(glob);
+  return {
+    test(text: string): boolean {
+      const t = Array.from(text);
+      let i = 0;
+      let j = 0;
+      let star = -1;
+      let mark = 0;
+      while (j < t.length) {
+        if (i < p.length && p[i] !== '*' && (p[i] === '?' || p[i] === t[j])) {
+          i++;
+          j++;
+        } else if (i < p.length && p[i] === '*') {
+          star = i++;
+          mark = j;
+        } else if (star >= 0) {
+          i = star + 1;
+          j = ++mark;
+        } else return false;
+      }
+      while (i < p.length && p[i] === '*') i++;
+      return i === p.length;
+    },
+  };
 }
 
 const EMPTY_SURFACE = { mode: 'whitelist' as const, allow: [], deny: [] };
@@ -122,7 +144,7 @@ export function compileGatePolicy(tools: ToolsGatePolicy, failMode: FailMode, en
     args,
     strictArgs: tools.strict_args ?? false,
     policed: new Set(['tools/call', ...(tools.policed_methods ?? []).map(normalizeToolName)]),
-    denyMethods: (tools.deny_methods ?? []).map((g) => ({ glob: g, re: globToRegExp(normalizeToolName(g)) })),
+    denyMethods: (tools.deny_methods ?? []).map((g) => ({ glob: g, re: globMatcher(normalizeToolName(g)) })),
     hideDenied: tools.hide_denied ?? false,
     logArgs: tools.log_args ?? 'denied',
     failMode,

@@ -2,10 +2,11 @@
  * The YAML shape of the tools gate (a fragment: the config schema owner merges `toolsGateFields`
  * into its `tools` section), and the loader of a `leash mcp --policy FILE`.
  */
-import fs from 'node:fs';
-import { parseDocument } from 'yaml';
 import { z } from 'zod';
+import { parseStrictYaml, readPolicyFile, strictProblems } from '../../config/strict-yaml.js';
+import { toolEntryProblem } from '../../engine/tool.js';
 import type { FailMode } from '../../engine/types.js';
+import { LeashError } from '../../errors.js';
 import { GATE_DEFAULTS, GatePolicyError, type ToolsGatePolicy } from './policy.js';
 
 const ruleSpec = z.union([
@@ -155,6 +156,15 @@ export function validateGatePolicy(doc: unknown): LoadedGatePolicy {
     throw new GatePolicyError(lines);
   }
   const t = r.data.tools;
+  // An entry that can never match (a `*`, which is no wildcard for tool names) is refused: the
+  // gate's policy file has no validate run to report it, and a deny `*` would block nothing.
+  const inert: string[] = [];
+  for (const list of ['allow', 'deny'] as const)
+    t[list].forEach((e, i) => {
+      const p = toolEntryProblem(e);
+      if (p) inert.push(`tools.${list}.${i}: ${p.message} (${JSON.stringify(e)}) [entry_inert]`);
+    });
+  if (inert.length) throw new GatePolicyError(inert);
   return {
     tools: { ...GATE_DEFAULTS, ...t } as ToolsGatePolicy,
     failMode: r.data.fail_mode,
@@ -167,14 +177,14 @@ export function validateGatePolicy(doc: unknown): LoadedGatePolicy {
  * or a bad value is a GatePolicyError: the gate exits 2 and never starts the server.
  */
 export function loadGatePolicyFile(file: string): LoadedGatePolicy {
-  let text: string;
+  // The strict reader (src/config/strict-yaml.ts): no anchors, aliases, merge keys or tags, UTF-8,
+  // bounded sizes; uniqueKeys makes a duplicate key an error instead of "the last one wins".
+  let js: unknown;
   try {
-    text = fs.readFileSync(file, 'utf8');
+    js = parseStrictYaml(readPolicyFile(file), file, { uniqueKeys: true }).js;
   } catch (e) {
-    throw new GatePolicyError([`${file}: cannot read: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`]);
+    if (e instanceof LeashError) throw new GatePolicyError(strictProblems(e, file));
+    throw e;
   }
-  // uniqueKeys (the default) makes a duplicate key an error instead of "the last one wins".
-  const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: false });
-  if (doc.errors.length) throw new GatePolicyError(doc.errors.map((e) => `${file}: ${e.message.split('\n')[0]}`));
-  return validateGatePolicy(doc.toJS());
+  return validateGatePolicy(js);
 }
