@@ -4,6 +4,9 @@
  * log — the service (network decisions) and the watcher process (filesystem decisions, through a descriptor of its
  * own) — must carry on in a new file at the configured path. Every decision made before, during and after the
  * rotation is in the old file or the new one, exactly once, and every line is whole.
+ *
+ * The service runs with the unit's CapabilityBoundingSet and NoNewPrivileges (setpriv, as systemd would apply
+ * them), so this is also the check that start, nft, fanotify, the proxy and a reload need nothing more.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -12,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LAB, canRunLab, stopChild, useLab, type LabUser } from '../lab/index.js';
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
+const UNIT = path.resolve(__dirname, '../../systemd/leash.service');
 const LOGROTATE_CONF = path.resolve(__dirname, '../../packaging/leash.logrotate');
 const hasLogrotate = spawnSync('logrotate', ['--version']).status === 0;
 
