@@ -145,12 +145,19 @@ logging: { level: info, decisions: ${log()} }
       LEASH_PID_FILE: pidFile,
       LEASH_WATCHER_TIMEOUT_S: '300',
     };
+    // The unit's capability bounding set, e.g. CAP_SYS_ADMIN CAP_NET_ADMIN -> -all,+sys_admin,+net_admin.
+    const caps = /^CapabilityBoundingSet=(.+)$/m.exec(fs.readFileSync(UNIT, 'utf8'))![1]!.trim().split(/\s+/);
+    expect(caps.length).toBeGreaterThan(0);
+    const bounding = ['-all', ...caps.map((c) => `+${c.replace(/^CAP_/, '').toLowerCase()}`)].join(',');
     svc = spawn(
       'ip',
       [
         'netns',
         'exec',
         l.agentNs,
+        'setpriv',
+        `--bounding-set=${bounding}`,
+        '--no-new-privs',
         'timeout',
         '-s',
         'KILL',
