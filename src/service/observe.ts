@@ -5,7 +5,7 @@ import { floorOf } from '../policy/fragment.js';
 import { profileLoader } from '../policy/profiles.js';
 import { resolveSubject } from '../policy/resolve.js';
 import type { PasswdSource } from '../subjects/discovery.js';
-import { discover } from '../subjects/discovery.js';
+import { discoverAsync } from '../subjects/discovery.js';
 import { assignPorts, PORT_RESERVED } from '../subjects/ports.js';
 import type { Observation } from './plan.js';
 
@@ -24,7 +24,7 @@ export interface ObserveOptions {
 export async function observe(opts: ObserveOptions): Promise<Observation> {
   try {
     const config = typeof opts.config === 'function' ? opts.config() : opts.config;
-    const d = discover(config.user, opts.passwd);
+    const d = await discoverAsync(config.user, opts.passwd);
     let ports: Record<string, { port: number }> = {};
     if (d.mode === 'multi') {
       const a = await assignPorts(opts.stateDir, d.subjects);

@@ -179,7 +179,13 @@ logging: { level: info, decisions: ${log()} }
   }, 120_000);
 
   afterAll(async () => {
-    if (svc && svc.exitCode === null) expect(await stopChild(svc, 10_000), svcErr.slice(-3000)).toBe(0);
+    try {
+      if (svc && svc.exitCode === null) expect(await stopChild(svc, 10_000), svcErr.slice(-3000)).toBe(0);
+    } catch (e) {
+      // A failing afterAll skips the hooks after it, the lab's teardown among them: undo the lab here first.
+      await lab.get().teardown();
+      throw e;
+    }
   }, 60_000);
 
   it('every decision made before, during and after a rename + SIGHUP is in the old or the new file, exactly once', async () => {
