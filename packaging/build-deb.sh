@@ -20,6 +20,7 @@ cp -r node_modules "$lib/node_modules"
 (cd "$lib" && npm prune --omit=dev --no-audit --no-fund >/dev/null)
 install -m 0755 packaging/leash-wrapper.sh "$stage/usr/bin/leash"
 install -m 0644 systemd/leash.service "$stage/lib/systemd/system/leash.service"
+install -D -m 0644 packaging/leash.logrotate "$stage/etc/logrotate.d/leash"
 install -m 0644 packaging/leash.default.yaml "$stage/usr/share/leash/leash.default.yaml"
 install -m 0644 README.md "$stage/usr/share/doc/leash/README.md"
 install -m 0755 packaging/postinst "$stage/DEBIAN/postinst"

@@ -7,6 +7,11 @@ need=()
 for pkg in nftables iptables iproute2 python3 make g++ gcc openssl procps util-linux mount coreutils passwd fakeroot systemd dpkg libc-bin; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
+# The operations tests: logrotate (the shipped /etc/logrotate.d/leash), lintian (the .deb),
+# libnss-extrausers (a test NSS source for account discovery that leaves /etc/passwd alone).
+for pkg in logrotate lintian libnss-extrausers; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+done
 if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${need[@]}"

@@ -40,6 +40,13 @@ export interface DecisionLog {
   writeLines(lines: Buffer): void;
   /** Writes any allow lines held back by `coalesceAllows` now (a no-op otherwise). */
   flush?(): void;
+  /**
+   * Opens the sink's path again and writes every later line there (after a rename-style
+   * rotation: the old descriptor still points at the renamed file). Lines written before
+   * return went to the old file, lines after go to the new one: none lost, none twice.
+   * Throws (keeping the old descriptor) when the path cannot be opened. A no-op for stdout.
+   */
+  reopen(): void;
   close(): Promise<void>;
 }
 
@@ -133,6 +140,26 @@ function writeFully(fd: number, buf: Buffer): void {
   while (off < buf.length) off += fs.writeSync(fd, buf, off, buf.length - off);
 }
 
+/** Opens a decision file for appending: 0600 in a 0750 directory. */
+function openSink(sink: string): { fd: number; st: fs.Stats } {
+  // Stated, not left to the umask (the unit runs with UMask=0077): 0750 whatever the process umask is.
+  if (fs.mkdirSync(path.dirname(sink), { recursive: true, mode: 0o750 }) !== undefined) {
+    fs.chmodSync(path.dirname(sink), 0o750);
+  }
+  const fd = fs.openSync(sink, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
+  try {
+    // An existing file keeps the mode it was created with; re-state 0600 when it is ours to change.
+    // Only a regular file: a sink such as /dev/null or a FIFO is the operator's, and chmod-ing
+    // /dev/null as root would break every other user of it.
+    const st = fs.fstatSync(fd);
+    if (st.isFile() && st.uid === process.getuid?.()) fs.fchmodSync(fd, 0o600);
+    return { fd, st };
+  } catch (e) {
+    fs.closeSync(fd);
+    throw e;
+  }
+}
+
 /**
  * Opens the decision sink: `stdout` (the journal) or an absolute file path.
  *
@@ -141,6 +168,7 @@ function writeFully(fd: number, buf: Buffer): void {
  * service loses no line, and concurrent writers (service, watcher) never interleave within a line.
  * The file is 0600 (decisions name what an agent tried to reach) in a 0750 directory.
  * stdout is synchronous for files and pipes on Linux, so it gives the same guarantee.
+ * `reopen` (SIGHUP) follows a rename-style rotation.
  *
  * `coalesceAllows` (the MCP gate, where a write(2) per allowed call was a fifth of its CPU) holds
  * `allow` lines back until the end of the current event-loop turn (or the next `block` line, or
@@ -165,20 +193,13 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
         writeFully(1, lines);
       },
       flush() {},
+      reopen() {},
       close: async () => {},
     };
   }
   if (!path.isAbsolute(opts.sink)) throw new Error(`decision sink must be stdout or an absolute path: ${opts.sink}`);
-  // Stated, not left to the umask (the unit runs with UMask=0077): 0750 whatever the process umask is.
-  if (fs.mkdirSync(path.dirname(opts.sink), { recursive: true, mode: 0o750 }) !== undefined) {
-    fs.chmodSync(path.dirname(opts.sink), 0o750);
-  }
-  const fd = fs.openSync(opts.sink, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
-  // An existing file keeps the mode it was created with; re-state 0600 when it is ours to change.
-  // Only a regular file: a sink such as /dev/null or a FIFO is the operator's, and chmod-ing
-  // /dev/null as root would break every other user of it.
-  const st = fs.fstatSync(fd);
-  if (st.isFile() && st.uid === process.getuid?.()) fs.fchmodSync(fd, 0o600);
+  const sink = opts.sink;
+  let { fd, st } = openSink(sink);
   let open = true;
   const writeAll = (text: string) => writeFully(fd, Buffer.from(text, 'utf8'));
   // Allow lines held back (coalesceAllows), written at the end of the event-loop turn. Kept as a
@@ -226,6 +247,16 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
       writeFully(fd, lines);
     },
     flush,
+    reopen() {
+      if (!open) throw new Error('decision log is closed');
+      // Opened before anything moves: a failure keeps every line going to the old file.
+      const next = openSink(sink);
+      flush(); // held allow lines belong to the file they were decided under
+      const old = { fd, st };
+      ({ fd, st } = next);
+      if (old.st.isFile()) fs.fsyncSync(old.fd);
+      fs.closeSync(old.fd);
+    },
     async close() {
       if (!open) return;
       flush();

@@ -287,6 +287,9 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           current = next.loaded;
           await reconciler.trigger();
         },
+        async reopenLogs() {
+          await sup?.reopenLog();
+        },
         async close() {
           await reconciler.close();
           // Release chains before the listeners and the watcher go: no UID is left redirected to nothing.

@@ -3,7 +3,7 @@ import { isLeashError } from '../errors.js';
 import { resolveSubject } from '../policy/resolve.js';
 import { loadPolicyState } from '../policy/state.js';
 import type { PasswdSource } from '../subjects/discovery.js';
-import { discover } from '../subjects/discovery.js';
+import { discoverAsync } from '../subjects/discovery.js';
 import { assignPorts, PORT_RESERVED } from '../subjects/ports.js';
 import type { Observation } from './plan.js';
 
@@ -22,7 +22,7 @@ export interface ObserveOptions {
 export async function observe(opts: ObserveOptions): Promise<Observation> {
   try {
     const config = typeof opts.config === 'function' ? opts.config() : opts.config;
-    const d = discover(config.user, opts.passwd);
+    const d = await discoverAsync(config.user, opts.passwd);
     let ports: Record<string, { port: number }> = {};
     if (d.mode === 'multi') {
       const a = await assignPorts(opts.stateDir, d.subjects);

@@ -19,6 +19,8 @@ export interface ServiceContext {
 export interface Enforcer {
   name: string;
   reload?(ctx: ServiceContext): Promise<void>;
+  /** Reopens the decision log in any process of its own (the watcher): SIGHUP after a rotation. */
+  reopenLogs?(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -152,8 +154,32 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     return stopping;
   };
 
+  // SIGHUP after a rename-style rotation (logrotate's postrotate, `systemctl reload`): this process's
+  // descriptor first, then the watcher's (acknowledged), before anything else is decided.
+  const reopenLogs = async () => {
+    try {
+      decisions.reopen();
+    } catch (e) {
+      logger.error(
+        { code: (e as NodeJS.ErrnoException).code },
+        `cannot reopen the decision log, still writing to the old file: ${(e as Error).message}`,
+      );
+      return;
+    }
+    for (const r of running) {
+      try {
+        await r.reopenLogs?.();
+      } catch (e) {
+        logger.error({ enforcer: r.name, err: e }, 'enforcer could not reopen the decision log');
+        return;
+      }
+    }
+    logger.info({ decisions: ctx.loaded.config.logging.decisions }, 'decision log reopened');
+  };
+
   // A bad reload keeps the old policy in force: the new config is applied only once it validated.
   const reload = async () => {
+    await reopenLogs();
     let next: LoadedConfig;
     try {
       next = loadConfig(opts.configPath);

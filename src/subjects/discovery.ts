@@ -1,5 +1,6 @@
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import { promisify } from 'node:util';
 import { PolicyError } from '../policy/errors.js';
 
 /** The prefix Sentinel mints agent accounts with: the only thing discovery keys on. */
@@ -34,11 +35,19 @@ export interface Discovery {
 
 export type PasswdSource = { path: string } | { getent: true };
 
-/** /etc/passwd, or LEASH_PASSWD: a file path, or `getent` to enumerate through NSS. */
+/**
+ * The account database through NSS (`getent passwd`: every source nsswitch.conf names, so
+ * `leash-*` accounts from LDAP, sssd or extrausers count), or LEASH_PASSWD: a passwd(5) file
+ * (tests), or `getent`. Enumeration is what NSS offers: a source that does not enumerate (sssd
+ * with `enumerate = false`, its default) lists no account, and its agents are not discovered.
+ */
 export function defaultPasswdSource(): PasswdSource {
   const v = process.env.LEASH_PASSWD;
-  return v === 'getent' ? { getent: true } : { path: v ?? '/etc/passwd' };
+  return v === undefined || v === '' || v === 'getent' ? { getent: true } : { path: v };
 }
+
+// A directory of tens of thousands of accounts is megabytes of text; a slow directory server gets time.
+const GETENT = { timeout: 30_000, maxBuffer: 256 << 20 } as const;
 
 /** Parses passwd(5) text. A malformed line is skipped with a warning, not a reason to look no further. */
 export function parsePasswd(text: string, warnings: string[] = []): PasswdEntry[] {
@@ -68,16 +77,44 @@ export function readPasswd(source: PasswdSource = defaultPasswdSource(), warning
     text =
       'path' in source
         ? fs.readFileSync(source.path, 'utf8')
-        : execFileSync('getent', ['passwd'], { encoding: 'utf8', timeout: 10_000, stdio: ['ignore', 'pipe', 'pipe'] });
+        : execFileSync('getent', ['passwd'], { encoding: 'utf8', ...GETENT, stdio: ['ignore', 'pipe', 'pipe'] });
   } catch (e) {
-    const where = 'path' in source ? source.path : 'getent passwd';
-    throw new PolicyError(
-      'passwd_unreadable',
-      `cannot read ${where}: ${(e as Error).message}`,
-      { source: where },
-      { cause: e },
-    );
+    throw unreadable(source, e);
   }
+  return entriesOf(text, warnings);
+}
+
+/**
+ * readPasswd without blocking the event loop (the service: its proxy and gate keep answering while
+ * a directory server enumerates).
+ */
+export async function readPasswdAsync(
+  source: PasswdSource = defaultPasswdSource(),
+  warnings: string[] = [],
+): Promise<PasswdEntry[]> {
+  let text: string;
+  try {
+    text =
+      'path' in source
+        ? await fs.promises.readFile(source.path, 'utf8')
+        : (await promisify(execFile)('getent', ['passwd'], { encoding: 'utf8', ...GETENT })).stdout;
+  } catch (e) {
+    throw unreadable(source, e);
+  }
+  return entriesOf(text, warnings);
+}
+
+function unreadable(source: PasswdSource, e: unknown): PolicyError {
+  const where = 'path' in source ? source.path : 'getent passwd';
+  return new PolicyError(
+    'passwd_unreadable',
+    `cannot read ${where}: ${(e as Error).message}`,
+    { source: where },
+    { cause: e },
+  );
+}
+
+function entriesOf(text: string, warnings: string[]): PasswdEntry[] {
   const entries = parsePasswd(text, warnings);
   if (entries.length === 0) {
     throw new PolicyError('passwd_unreadable', 'the account database returned no accounts at all', {});
@@ -123,5 +160,15 @@ export function discoverFrom(
 export function discover(configuredUser: string | null, source: PasswdSource = defaultPasswdSource()): Discovery {
   const warnings: string[] = [];
   const entries = readPasswd(source, warnings);
+  return discoverFrom(entries, configuredUser, warnings);
+}
+
+/** discover, reading the account database without blocking the event loop. */
+export async function discoverAsync(
+  configuredUser: string | null,
+  source: PasswdSource = defaultPasswdSource(),
+): Promise<Discovery> {
+  const warnings: string[] = [];
+  const entries = await readPasswdAsync(source, warnings);
   return discoverFrom(entries, configuredUser, warnings);
 }

@@ -114,6 +114,43 @@ describe('decision log', () => {
     expect(fs.readFileSync(file, 'utf8')).toContain(`"ref":"${ref}"`);
   });
 
+  it('reopen after a rename writes every later line to a new file; held allow lines stay with the old one', async () => {
+    const dir = tmpDir();
+    const file = path.join(dir, 'd.jsonl');
+    const log = createDecisionLog({ sink: file, coalesceAllows: true });
+    onTestFinished(() => log.close());
+    const rec = (n: number, action: 'allow' | 'block') =>
+      ({ uid: 7, surface: 'tools', action, reason: 'deny_entry', subject: { name: `t${n}` } }) as const;
+    const before = [log.write(rec(0, 'block')), log.write(rec(1, 'allow'))];
+    fs.renameSync(file, `${file}.1`);
+    before.push(log.write(rec(2, 'block'))); // renamed but not reopened: still the old file
+    const held = log.write(rec(3, 'allow'));
+    log.reopen();
+    const after = [log.write(rec(4, 'block')), log.write(rec(5, 'allow'))];
+    await log.close();
+    const refs = (f: string) =>
+      fs
+        .readFileSync(f, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => (JSON.parse(l) as { ref: string }).ref);
+    expect(refs(`${file}.1`)).toEqual([...before, held]);
+    expect(refs(file)).toEqual(after);
+    expect(fs.statSync(file).mode & 0o777).toBe(0o600);
+  });
+
+  it('a reopen that cannot open the path keeps writing to the old file', async () => {
+    const dir = tmpDir();
+    const file = path.join(dir, 'logs', 'd.jsonl');
+    const log = createDecisionLog({ sink: file });
+    onTestFinished(() => log.close());
+    fs.renameSync(path.join(dir, 'logs'), path.join(dir, 'gone'));
+    fs.writeFileSync(path.join(dir, 'logs'), 'not a directory');
+    expect(() => log.reopen()).toThrow(expect.objectContaining({ code: 'EEXIST' }));
+    const ref = log.write({ uid: 7, surface: 'tools', action: 'block', reason: 'deny_entry', subject: { name: 'x' } });
+    expect(fs.readFileSync(path.join(dir, 'gone', 'd.jsonl'), 'utf8')).toContain(ref);
+  });
+
   it('carries severity when given (critical decisions such as a non-redirected connection)', () => {
     const line = JSON.parse(
       formatDecision({

@@ -1,8 +1,15 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
-import { discover, discoverFrom, parsePasswd, readPasswd } from '../../src/subjects/discovery.js';
+import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
+import {
+  defaultPasswdSource,
+  discover,
+  discoverFrom,
+  parsePasswd,
+  readPasswd,
+  readPasswdAsync,
+} from '../../src/subjects/discovery.js';
 import { assignPorts, PORT_MAX, PORT_MIN, PORT_RESERVED, readPorts } from '../../src/subjects/ports.js';
 
 const PASSWD = `root:x:0:0:root:/root:/bin/bash
@@ -54,9 +61,23 @@ describe('subject discovery', () => {
     expect(() => readPasswd({ path: empty })).toThrow(expect.objectContaining({ code: 'passwd_unreadable' }));
   });
 
-  it('reads through getent too', () => {
+  it('reads through getent too, and without blocking (the service)', async () => {
     const entries = readPasswd({ getent: true });
     expect(entries.find((e) => e.name === 'root')?.uid).toBe(0);
+    expect(await readPasswdAsync({ getent: true })).toEqual(entries);
+    await expect(readPasswdAsync({ path: '/nonexistent/passwd' })).rejects.toMatchObject({ code: 'passwd_unreadable' });
+  });
+
+  it('enumerates through NSS by default; LEASH_PASSWD names a file instead', () => {
+    const saved = process.env.LEASH_PASSWD;
+    onTestFinished(() => {
+      if (saved === undefined) delete process.env.LEASH_PASSWD;
+      else process.env.LEASH_PASSWD = saved;
+    });
+    delete process.env.LEASH_PASSWD;
+    expect(defaultPasswdSource()).toEqual({ getent: true });
+    process.env.LEASH_PASSWD = '/tmp/x/passwd';
+    expect(defaultPasswdSource()).toEqual({ path: '/tmp/x/passwd' });
   });
 });
 

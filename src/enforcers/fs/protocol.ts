@@ -6,6 +6,8 @@ export type ToWatcher =
   | { id: number; op: 'init'; subjects: WatcherSubject[]; watch: string[] }
   | { id: number; op: 'set'; subject: WatcherSubject }
   | { id: number; op: 'status' }
+  /** Reopen the decision log by its path (after a rename-style rotation). */
+  | { id: number; op: 'reopen' }
   /** Test hook: honoured only when the watcher runs with LEASH_TEST_WEDGE_JS=1. */
   | { id: number; op: 'wedge' }
   /** Test hook (same switch): the watcher opens and reads a file itself, e.g. on its own marked filesystem. */

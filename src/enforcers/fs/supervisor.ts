@@ -47,6 +47,8 @@ export interface FsSupervisor {
    */
   set(uid: number, policy: FsCmdPolicy | null, failMode?: 'closed' | 'open'): Promise<void>;
   status(): Promise<WatcherStatus>;
+  /** The watcher reopens its decision log (after a rotation); resolves once it has. */
+  reopenLog(): Promise<void>;
   /** PID of the watcher process itself (not of a wrapper), once it reported. */
   watcherPid(): number | null;
   deaths(): number;
@@ -248,6 +250,10 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
       const m = await call({ op: 'status' });
       if (!m.ok || !m.status) throw new Error(m.ok ? 'no status' : m.error);
       return m.status;
+    },
+    async reopenLog() {
+      const m = await call({ op: 'reopen' });
+      if (!m.ok) throw new LeashError('watcher_failed', `the watcher could not reopen its decision log: ${m.error}`);
     },
     watcherPid: () => pid,
     deaths: () => deathCount,

@@ -75,6 +75,10 @@ chan.on(
             core.set(m.subject);
             send({ id: m.id, ok: true });
             break;
+          case 'reopen':
+            log.reopen();
+            send({ id: m.id, ok: true });
+            break;
           case 'status':
             send({ id: m.id, ok: true, status: core.status() });
             break;
@@ -114,3 +118,14 @@ chan.on('close', () => shutdown(0));
 chan.on('error', () => shutdown(0));
 process.on('SIGTERM', () => shutdown(0));
 process.on('SIGINT', () => shutdown(0));
+// The service asks over the channel (acknowledged); a SIGHUP sent to this process itself does the same.
+process.on('SIGHUP', () => {
+  try {
+    log.reopen();
+  } catch (e) {
+    warn({
+      msg: 'cannot reopen the decision log, still writing to the old file',
+      code: (e as NodeJS.ErrnoException).code,
+    });
+  }
+});
