@@ -190,3 +190,41 @@ function hostOfAuthority(a: string): string | null {
   if (colon >= 0 && !/^\d{0,5}$/.test(a.slice(colon + 1))) return null;
   return normaliseHostname(name);
 }
+
+/**
+ * Reads a paused socket until its first bytes name a destination (or `maxBytes`, `timeoutMs`, or the client's end
+ * says they never will), then pauses it again. Returns every byte read, to be written upstream first.
+ */
+export function peekSocket(
+  sock: import('node:net').Socket,
+  maxBytes: number,
+  timeoutMs: number,
+): Promise<{ bytes: Buffer; result: PeekResult }> {
+  return new Promise((done) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let finished = false;
+    const finish = (result: PeekResult) => {
+      if (finished) return;
+      finished = true;
+      clearTimeout(timer);
+      sock.off('data', onData);
+      sock.off('end', onEnd);
+      sock.pause();
+      done({ bytes: Buffer.concat(chunks, size), result });
+    };
+    const onData = (d: Buffer) => {
+      chunks.push(d);
+      size += d.length;
+      const all = chunks.length === 1 ? d : Buffer.concat(chunks, size);
+      const r = peekDestination(all);
+      if (r.kind !== 'more') finish(r);
+      else if (size >= maxBytes) finish({ kind: 'other', why: 'peek_limit' });
+    };
+    const onEnd = () => finish({ kind: 'other', why: 'client_closed' });
+    const timer = setTimeout(() => finish({ kind: 'other', why: 'peek_timeout' }), timeoutMs);
+    sock.on('data', onData);
+    sock.on('end', onEnd);
+    sock.resume();
+  });
+}

@@ -1,11 +1,11 @@
-import dns from 'node:dns';
 import net from 'node:net';
 import type { NetworkSubject, Reason, Verdict } from '../../engine/types.js';
 import type { PROXY_REASONS } from '../../errors.js';
 import { loadNative, type OriginalDst } from '../../native.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
-import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekDestination, type PeekResult } from './peek.js';
-import { createSplicePump, stopReading, type SplicePump } from './splice.js';
+import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket } from './peek.js';
+import { createRelay, type RelayOwner } from './relay.js';
+import { createNameResolver, plainIp, type Resolved } from './resolve.js';
 
 /**
  * The transparent proxy: one listener per subject (on 127.0.0.1 and ::1, where `redirect` sends IPv4 and IPv6),
@@ -70,18 +70,10 @@ export interface Proxy<P> {
   close(): Promise<void>;
 }
 
-interface Entry<P> {
-  uid: number;
+interface Entry<P> extends RelayOwner {
   port: number;
   policy: P | null;
   servers: net.Server[];
-  sockets: Set<net.Socket>;
-  /** Spliced pairs: their sockets belong to the pump until it reports; closing means aborting them. */
-  spliced: Set<number>;
-}
-
-function plainIp(a: string): string {
-  return a.toLowerCase().replace(/^::ffff:(\d+\.\d+\.\d+\.\d+)$/, '$1');
 }
 
 /** True when the entry that decided is an address rule (IP, CIDR, ip:port, [v6]:port) rather than a name. */
@@ -98,55 +90,26 @@ function fdOf(s: net.Socket): number {
   return (s as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
 }
 
-interface Resolved {
-  v4: string[];
-  v6: string[];
-  expires: number;
-}
-
 /** Creates the proxy. No listener opens until `setSubject`. */
 export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const hosts = opts.hosts ?? ['127.0.0.1', '::1'];
   const originalDst = opts.originalDst ?? ((fd: number) => loadNative().originalDst(fd));
   const peekBytes = opts.peekBytes ?? PEEK_MAX_BYTES;
   const peekTimeout = opts.peekTimeoutMs ?? PEEK_TIMEOUT_MS;
-  const connectTimeout = opts.connectTimeoutMs ?? 10_000;
   const onError = opts.onError ?? (() => {});
   const subjects = new Map<number, Entry<P>>();
-  const resolver = new dns.promises.Resolver({ timeout: 2000, tries: 2 });
-  if (opts.resolvers.length) resolver.setServers(opts.resolvers);
-  const cache = new Map<string, Resolved>();
-  const pump: SplicePump | null = opts.splice === false ? null : createSplicePump();
-  const pumped = new WeakSet<net.Socket>();
+  const resolve = createNameResolver(opts.resolvers, opts.resolve);
+  const relay = createRelay({
+    splice: opts.splice !== false,
+    connectTimeoutMs: opts.connectTimeoutMs ?? 10_000,
+    onError,
+  });
 
   /** Every address:port this proxy listens on: a connection whose original destination is one of them was not redirected. */
   function isListenerAddress(dst: OriginalDst): boolean {
     const ip = plainIp(dst.address);
     for (const e of subjects.values()) if (e.port === dst.port && hosts.some((h) => plainIp(h) === ip)) return true;
     return false;
-  }
-
-  async function resolve(name: string): Promise<Resolved> {
-    if (opts.resolve) {
-      const all = (await opts.resolve(name)).map((a) => plainIp(a));
-      return { v4: all.filter((a) => net.isIPv4(a)), v6: all.filter((a) => net.isIPv6(a)), expires: 0 };
-    }
-    const hit = cache.get(name);
-    if (hit && hit.expires > Date.now()) return hit;
-    const [a, aaaa] = await Promise.allSettled([
-      resolver.resolve4(name, { ttl: true }),
-      resolver.resolve6(name, { ttl: true }),
-    ]);
-    const v4 = a.status === 'fulfilled' ? a.value : [];
-    const v6 = aaaa.status === 'fulfilled' ? aaaa.value : [];
-    const ttl = Math.min(300, Math.max(1, ...[...v4, ...v6].map((r) => r.ttl)));
-    const out = {
-      v4: v4.map((r) => r.address),
-      v6: v6.map((r) => r.address.toLowerCase()),
-      expires: Date.now() + ttl * 1000,
-    };
-    if (out.v4.length || out.v6.length) cache.set(name, out);
-    return out;
   }
 
   function refuse(
@@ -156,36 +119,6 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   ): void {
     opts.log.write({ uid: e.uid, surface: 'network', action: 'block', ...rec });
     sock.resetAndDestroy();
-  }
-
-  function peek(sock: net.Socket): Promise<{ bytes: Buffer; result: PeekResult }> {
-    return new Promise((done) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      let finished = false;
-      const finish = (result: PeekResult) => {
-        if (finished) return;
-        finished = true;
-        clearTimeout(timer);
-        sock.off('data', onData);
-        sock.off('end', onEnd);
-        sock.pause();
-        done({ bytes: Buffer.concat(chunks, size), result });
-      };
-      const onData = (d: Buffer) => {
-        chunks.push(d);
-        size += d.length;
-        const all = chunks.length === 1 ? d : Buffer.concat(chunks, size);
-        const r = peekDestination(all);
-        if (r.kind !== 'more') finish(r);
-        else if (size >= peekBytes) finish({ kind: 'other', why: 'peek_limit' });
-      };
-      const onEnd = () => finish({ kind: 'other', why: 'client_closed' });
-      const timer = setTimeout(() => finish({ kind: 'other', why: 'peek_timeout' }), peekTimeout);
-      sock.on('data', onData);
-      sock.on('end', onEnd);
-      sock.resume();
-    });
   }
 
   function judge(e: Entry<P>, subject: NetworkSubject): Verdict {
@@ -233,7 +166,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       return;
     }
 
-    const { bytes, result } = await peek(sock);
+    const { bytes, result } = await peekSocket(sock, peekBytes, peekTimeout);
     if (sock.destroyed) return;
     let domain: string | null = null;
     if (result.kind === 'tls') domain = result.sni;
@@ -289,82 +222,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       subject: target === ip ? subject : { ...subject, upstream: target },
       rule: verdict.rule,
     });
-    splice(e, sock, target, dst.port, bytes);
-  }
-
-  function splice(e: Entry<P>, client: net.Socket, host: string, port: number, head: Buffer): void {
-    const up = net.connect({ host, port, allowHalfOpen: true, noDelay: true });
-    e.sockets.add(up);
-    up.on('close', () => e.sockets.delete(up));
-    const timer = setTimeout(() => up.destroy(new Error('connect timeout')), connectTimeout);
-    up.on('error', (err) => {
-      clearTimeout(timer);
-      onError(err, { uid: e.uid, stage: 'upstream' });
-      if (!pumped.has(client)) client.resetAndDestroy();
-    });
-    client.on('error', () => {
-      if (!pumped.has(up)) up.destroy();
-    });
-    up.once('connect', () => {
-      clearTimeout(timer);
-      if (client.destroyed) {
-        up.destroy();
-        return;
-      }
-      if (pump) {
-        // Nothing more is read by Node from here on: the pump thread owns both directions.
-        up.pause();
-        const rest = stopReading(client);
-        const first = rest.length ? Buffer.concat([head, rest]) : head;
-        const go = () => {
-          if (client.destroyed || up.destroyed) {
-            client.destroy();
-            up.destroy();
-            return;
-          }
-          stopReading(up);
-          pumped.add(client);
-          pumped.add(up);
-          const { id, done } = pump.start(client, up);
-          e.spliced.add(id);
-          void done.then((r) => {
-            e.spliced.delete(id);
-            pumped.delete(client);
-            pumped.delete(up);
-            // A reset on either side is passed on as a reset on both.
-            if (r.error && r.error !== 'ECANCELED') {
-              client.resetAndDestroy();
-              up.resetAndDestroy();
-            } else {
-              client.destroy();
-              up.destroy();
-            }
-          });
-        };
-        if (first.length) up.write(first, go);
-        else go();
-        return;
-      }
-      if (head.length) up.write(head);
-      // pipe() ends the destination when the source ends: a half-close is passed on, the other direction
-      // keeps flowing (allowHalfOpen on both sockets).
-      client.pipe(up);
-      up.pipe(client);
-      client.resume();
-      let ended = 0;
-      const both = () => {
-        if (++ended === 2) {
-          client.destroy();
-          up.destroy();
-        }
-      };
-      client.on('end', both);
-      up.on('end', both);
-      client.on('close', () => up.destroy());
-      up.on('close', () => {
-        if (!client.destroyed && !client.writableEnded) client.destroy();
-      });
-    });
+    relay.start(e, sock, target, dst.port, bytes);
   }
 
   async function open(e: Entry<P>): Promise<void> {
@@ -400,9 +258,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
 
   async function closeEntry(e: Entry<P>): Promise<void> {
     const closing = e.servers.map((s) => new Promise<void>((r) => s.close(() => r())));
-    // Spliced sockets are the pump's until it reports: abort, and let its completion destroy them.
-    for (const id of e.spliced) pump?.abort(id);
-    for (const s of e.sockets) if (!pumped.has(s)) s.destroy();
+    relay.end(e);
     await Promise.all(closing);
   }
 
@@ -447,9 +303,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       const all = [...subjects.values()];
       subjects.clear();
       await Promise.all(all.map(closeEntry));
-      // Let the aborted pairs report (their sockets are destroyed then) before the pump thread stops.
-      while (pump && pump.size() > 0) await new Promise((r) => setTimeout(r, 5));
-      pump?.close();
+      await relay.close();
     },
   };
 }

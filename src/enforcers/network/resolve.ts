@@ -1,0 +1,55 @@
+/**
+ * Where an allowed name goes: the proxy's own resolution of a domain (through the configured resolvers, cached by
+ * the answer's TTL), never the address the agent supplied. Owns the cache; knows nothing of sockets or policy.
+ */
+import dns from 'node:dns';
+import net from 'node:net';
+
+/** A name's addresses, split by family, with when the answer expires (ms since the epoch; 0 = not cached). */
+export interface Resolved {
+  v4: string[];
+  v6: string[];
+  expires: number;
+}
+
+/** `::ffff:a.b.c.d` -> `a.b.c.d`, lower case: one spelling per address for comparisons. */
+export function plainIp(a: string): string {
+  return a.toLowerCase().replace(/^::ffff:(\d+\.\d+\.\d+\.\d+)$/, '$1');
+}
+
+/**
+ * A resolver for the proxy: `override` (tests, a lab) replaces the DNS lookups and is never cached; otherwise A and
+ * AAAA go to `servers` (the host's resolvers when empty) and an answer with addresses is kept for its TTL (1-300 s).
+ */
+export function createNameResolver(
+  servers: string[],
+  override?: (name: string) => Promise<string[]>,
+): (name: string) => Promise<Resolved> {
+  if (override) {
+    return async (name) => {
+      const all = (await override(name)).map((a) => plainIp(a));
+      return { v4: all.filter((a) => net.isIPv4(a)), v6: all.filter((a) => net.isIPv6(a)), expires: 0 };
+    };
+  }
+  const resolver = new dns.promises.Resolver({ timeout: 2000, tries: 2 });
+  if (servers.length) resolver.setServers(servers);
+  const cache = new Map<string, Resolved>();
+  return async (name) => {
+    const hit = cache.get(name);
+    if (hit && hit.expires > Date.now()) return hit;
+    const [a, aaaa] = await Promise.allSettled([
+      resolver.resolve4(name, { ttl: true }),
+      resolver.resolve6(name, { ttl: true }),
+    ]);
+    const v4 = a.status === 'fulfilled' ? a.value : [];
+    const v6 = aaaa.status === 'fulfilled' ? aaaa.value : [];
+    const ttl = Math.min(300, Math.max(1, ...[...v4, ...v6].map((r) => r.ttl)));
+    const out = {
+      v4: v4.map((r) => r.address),
+      v6: v6.map((r) => r.address.toLowerCase()),
+      expires: Date.now() + ttl * 1000,
+    };
+    if (out.v4.length || out.v6.length) cache.set(name, out);
+    return out;
+  };
+}
