@@ -16,8 +16,7 @@ export function sinkProblem(sink: string): string | null {
     st = fs.lstatSync(sink);
   } catch (e) {
     const c = (e as NodeJS.ErrnoException).code;
-    if (c !== 'ENOENT' && c !== 'ENOTDIR')
-      return `cannot inspect ${sink}: ${(e as NodeJS.ErrnoException).code}`;
+    if (c !== 'ENOENT' && c !== 'ENOTDIR') return `cannot inspect ${sink}: ${(e as NodeJS.ErrnoException).code}`;
     // A new file: the nearest existing ancestor must be a directory (the service creates the rest).
     for (let dir = path.dirname(sink); ; dir = path.dirname(dir)) {
       try {
