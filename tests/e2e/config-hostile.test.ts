@@ -157,7 +157,7 @@ describe('argument patterns: linear matching', () => {
 });
 
 describe('generated configs through the CLI', () => {
-  const CASES = Number(process.env.LEASH_FUZZ_CLI_CASES ?? 120);
+  const CASES = Number(process.env.LEASH_FUZZ_CLI_CASES ?? 60);
   const SEED = 4242;
 
   it(`${CASES} generated files (seed ${SEED}): exit 0, 1 or 2 with JSON on stdout, no stack trace`, async () => {
