@@ -8,8 +8,8 @@
  * - filesystem, commands, tools: a word (a run of letters) that mixes Latin, Greek, Cyrillic,
  *   Armenian or Cherokee letters, the scripts whose letters pass for one another.
  * Network entries are ASCII already (a non-ASCII name is inert: non_ascii), and tool names are
- * compared after removing invisible characters (src/engine/tool.ts), so only mixed scripts count
- * there. The finding is `entry_lookalike`: critical on a deny list, a warning on an allow list;
+ * compared after removing invisible characters (src/engine/tool.ts), so only mixed scripts and
+ * U+FFFD (a command-line argument that was not UTF-8) count there. The finding is `entry_lookalike`: critical on a deny list, a warning on an allow list;
  * a write that adds one is refused with the same code.
  */
 import type { Surface } from '../engine/types.js';
@@ -44,8 +44,9 @@ function scriptOf(ch: string): string | null {
 /** Why `entry` does not mean what it looks like on `surface`, or null. */
 export function lookalikeProblem(surface: Surface, entry: unknown): { codePoint: string; message: string } | null {
   if (typeof entry !== 'string' || ASCII.test(entry) || surface === 'network') return null;
-  if (surface !== 'tools') {
-    const m = INVISIBLE.exec(entry);
+  // Tool names are compared with invisible characters removed, so only U+FFFD counts there.
+  {
+    const m = surface === 'tools' ? /\uFFFD/u.exec(entry) : INVISIBLE.exec(entry);
     if (m) {
       const c = m[0];
       const kind =

@@ -190,7 +190,9 @@ export function parseStrictYaml(
   opts: { uniqueKeys?: boolean } = {},
 ): { doc: Document; js: unknown } {
   checkText(text, source);
-  preScan(text, source);
+  // A token takes at least one character, so a short text cannot exceed the budget, and its flow
+  // nesting is caught by the walk (the parser itself stops at ~1,000 levels): lex only long ones.
+  if (text.length > MAX_TOKENS / 4) preScan(text, source);
   // uniqueKeys is off by default so the caller's duplicate walk can name the key by its path; merge
   // is off so `<<` is never special (it is refused below in any case).
   const doc = parseDocument(text, {

@@ -236,6 +236,7 @@ describe('entries that look like another', () => {
     ['a control character', 'commands:\n  deny: ["cu\u0007rl"]\n', 'U+0007'],
     ['a replacement character', 'commands:\n  deny: ["/usr/bin/\ufffdsh"]\n', 'U+FFFD'],
     ['a Greek ο in a tool name', 'tools:\n  deny: ["shell_exec_r\u03bfot"]\n', 'U+03BF'],
+    ['a replacement character in a tool name', 'tools:\n  deny: ["shell\ufffd"]\n', 'U+FFFD'],
     ['an allow entry too', 'filesystem:\n  allow: ["/home/fid\u043e"]\n', 'U+043E'],
   ])('%s is a critical entry_lookalike naming %s', (_w, text, cp) => {
     const f = lookalikes(text);
