@@ -5,8 +5,9 @@
  * own) — must carry on in a new file at the configured path. Every decision made before, during and after the
  * rotation is in the old file or the new one, exactly once, and every line is whole.
  *
- * The service runs with the unit's CapabilityBoundingSet and NoNewPrivileges (setpriv, as systemd would apply
- * them), so this is also the check that start, nft, fanotify, the proxy and a reload need nothing more.
+ * The service runs with the unit's CapabilityBoundingSet and NoNewPrivileges (setpriv) and its SystemCallFilter
+ * deny list (helpers/unit-seccomp.py, libseccomp), as systemd would apply them: this is also the check that
+ * start, nft, fanotify, the proxy, a reload and logrotate's reopen need nothing the unit takes away.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -16,6 +17,9 @@ import { LAB, canRunLab, stopChild, useLab, type LabUser } from '../lab/index.js
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
 const UNIT = path.resolve(__dirname, '../../systemd/leash.service');
+/** Applies the unit's SystemCallFilter= deny list with libseccomp (python3-seccomp), then execs. */
+const SECCOMP = path.resolve(__dirname, 'helpers/unit-seccomp.py');
+const hasSeccomp = spawnSync('/usr/bin/python3', ['-c', 'import seccomp']).status === 0;
 const LOGROTATE_CONF = path.resolve(__dirname, '../../packaging/leash.logrotate');
 const hasLogrotate = spawnSync('logrotate', ['--version']).status === 0;
 
@@ -110,6 +114,8 @@ describe.skipIf(!canRunLab)('decision log rotation: rename, SIGHUP, no line lost
       .length;
 
   beforeAll(async () => {
+    // Root runs the suite: a missing binding is a failure that names it (scripts/install-deps.sh installs it).
+    expect(hasSeccomp, 'python3-seccomp is not installed (scripts/install-deps.sh installs it)').toBe(true);
     const l = lab.get();
     dir = fs.mkdtempSync(path.join(l.dir, 'rot-'));
     fs.chmodSync(dir, 0o755);
@@ -158,6 +164,9 @@ logging: { level: info, decisions: ${log()} }
         'setpriv',
         `--bounding-set=${bounding}`,
         '--no-new-privs',
+        '/usr/bin/python3',
+        SECCOMP,
+        UNIT,
         'timeout',
         '-s',
         'KILL',
@@ -187,6 +196,16 @@ logging: { level: info, decisions: ${log()} }
       throw e;
     }
   }, 60_000);
+
+  it('the service runs confined as the unit says: its bounding set, no new privileges, a seccomp filter', () => {
+    const status = fs.readFileSync(`/proc/${Number(fs.readFileSync(pidFile, 'utf8'))}/status`, 'utf8');
+    const field = (k: string) => new RegExp(`^${k}:\\s*(\\S+)`, 'm').exec(status)?.[1];
+    expect(field('NoNewPrivs')).toBe('1');
+    expect(field('Seccomp')).toBe('2'); // filter mode
+    // CAP_DAC_READ_SEARCH (2), CAP_NET_ADMIN (12), CAP_SYS_ADMIN (21): nothing else.
+    expect(BigInt(`0x${field('CapBnd')}`)).toBe((1n << 2n) | (1n << 12n) | (1n << 21n));
+    expect(field('CapEff')).toBe(field('CapBnd'));
+  });
 
   it('every decision made before, during and after a rename + SIGHUP is in the old or the new file, exactly once', async () => {
     // Before the rotation.
