@@ -59,6 +59,7 @@ describe.skipIf(!canRunLab)('decision log rotation: rename, SIGHUP, no line lost
   const log = () => path.join(dir, 'log', 'decisions.jsonl');
   const N = 300;
   const N2 = 360; // f300..f359: the logrotate run
+  const N3 = 400; // f360..f399: a SIGHUP to the watcher alone
 
   const openAs = (from: number, to: number, gap: number): Promise<Record<string, number>> =>
     new Promise((resolve, reject) => {
@@ -125,7 +126,7 @@ describe.skipIf(!canRunLab)('decision log rotation: rename, SIGHUP, no line lost
     if (m.code !== 0) throw new Error(m.err);
     l.defer(`umount ${mnt}`, () => run(['umount', '-l', mnt]));
     for (const d of ['ok', 'no']) fs.mkdirSync(path.join(mnt, d), { mode: 0o755 });
-    for (let i = 0; i < N2; i++) fs.writeFileSync(path.join(mnt, 'no', `f${i}`), 'x', { mode: 0o644 });
+    for (let i = 0; i < N3; i++) fs.writeFileSync(path.join(mnt, 'no', `f${i}`), 'x', { mode: 0o644 });
     fs.writeFileSync(path.join(dir, 'opener.mjs'), OPENER, { mode: 0o644 });
     user = await l.createUser('leash-tlr1');
     fs.writeFileSync(
@@ -293,5 +294,35 @@ logging: { level: info, decisions: ${log()} }
     for (let i = 25; i < 30; i++) expect(count(fresh, 'network', `"r${i}.evil.lab"`), `r${i}`).toBe(1);
     expect(fresh).toHaveLength(N2 - N + 5);
     expect(fs.statSync(log()).mode & 0o777).toBe(0o600);
+  }, 120_000);
+
+  it('a SIGHUP sent to the watcher process itself reopens its own descriptor (and only its own)', async () => {
+    // The watcher's PID: the one process running watcher-main.js for this test's decision log.
+    const watchers = fs
+      .readdirSync('/proc')
+      .filter((p) => /^\d+$/.test(p))
+      .filter((p) => {
+        try {
+          const argv = fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
+          return argv.some((a) => a.endsWith('watcher-main.js')) && argv.includes(log());
+        } catch {
+          return false;
+        }
+      });
+    expect(watchers).toHaveLength(1);
+    fs.renameSync(log(), `${log()}.w`);
+    process.kill(Number(watchers[0]), 'SIGHUP');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await openAs(N2, N3, 0)).toEqual({ EPERM: N3 - N2 });
+    expect(await tlsAs(30, 33)).toEqual(Array(3).fill('ECONNRESET'));
+    await new Promise((r) => setTimeout(r, 500));
+    const fresh = read(log());
+    const renamed = read(`${log()}.w`);
+    for (let i = N2; i < N3; i++) expect(count(fresh, 'filesystem', `/no/f${i}"`), `f${i}`).toBe(1);
+    // The service was not signalled: its lines still go to the file it holds, now renamed.
+    for (let i = 30; i < 33; i++) expect(count(renamed, 'network', `"r${i}.evil.lab"`), `r${i}`).toBe(1);
+    expect(fresh.filter((l) => l.surface === 'network')).toEqual([]);
+    // The service stays up: nothing about the watcher's SIGHUP reached it.
+    expect(svc!.exitCode).toBeNull();
   }, 120_000);
 });
