@@ -4,6 +4,7 @@
     "cflags_cc!": ["-fno-exceptions"],
     "cflags": ["-O2", "-fstack-protector-strong", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"],
     "cflags_cc": ["-O2", "-std=c++17", "-fstack-protector-strong", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"],
+    "ldflags": ["-Wl,-z,relro", "-Wl,-z,now"],
     "defines": ["NAPI_VERSION=8", "NAPI_DISABLE_CPP_EXCEPTIONS", "_FORTIFY_SOURCE=2", "_GNU_SOURCE"]
   },
   "targets": [

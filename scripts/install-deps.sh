@@ -7,9 +7,12 @@ need=()
 for pkg in nftables iptables iproute2 python3 make g++ gcc openssl procps util-linux mount coreutils passwd fakeroot systemd dpkg libc-bin; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
-# The operations tests: logrotate (the shipped /etc/logrotate.d/leash), lintian (the .deb),
-# libnss-extrausers (a test NSS source for account discovery that leaves /etc/passwd alone).
-for pkg in logrotate lintian libnss-extrausers; do
+# The operations tests: logrotate (the shipped /etc/logrotate.d/leash), lintian and dpkg-dev
+# (the .deb: lintian, dpkg-shlibdeps),
+# libnss-extrausers (a test NSS source for account discovery that leaves /etc/passwd alone),
+# zsh (the generated zsh completion is loaded and run), python3-seccomp (the service is run under
+# the unit's system-call filter without systemd).
+for pkg in logrotate lintian dpkg-dev libnss-extrausers zsh python3-seccomp; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

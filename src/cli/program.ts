@@ -3,6 +3,7 @@ import { DEFAULT_CONFIG_PATH, suggest } from '../config/load.js';
 import { LeashError } from '../errors.js';
 import { runService } from '../service/start.js';
 import { register as check } from './check.js';
+import { register as completion } from './completion.js';
 import { configPath } from './context.js';
 import { registerDemo } from './demo.js';
 import { registerTeardown } from './teardown.js';
@@ -38,6 +39,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   terminal,
   registerDemo,
   registerTeardown,
+  completion,
 ];
 
 export function buildProgram(extra: CommandGroup[] = []): Command {

@@ -8,17 +8,20 @@ import { ensureBuilt } from './helpers.js';
 const root = path.resolve(__dirname, '../..');
 const isRoot = process.getuid?.() === 0;
 const hasDpkg = spawnSync('dpkg-deb', ['--version']).status === 0 && spawnSync('fakeroot', ['-v']).status === 0;
+const has = (bin: string, arg = '--version') => spawnSync(bin, [arg]).status === 0;
 
 function run(argv: string[], env: NodeJS.ProcessEnv = {}) {
   const r = spawnSync(argv[0]!, argv.slice(1), { env: { ...process.env, ...env }, encoding: 'utf8' });
   return { code: r.status, out: r.stdout, err: r.stderr };
 }
 
-describe.skipIf(!hasDpkg)('packaging (.deb)', () => {
+// Root (CI) builds the package whatever is installed: a missing tool then fails naming it.
+describe.skipIf(!hasDpkg && !isRoot)('packaging (.deb)', () => {
   let work = '';
   let deb = '';
   let extracted = '';
   beforeAll(() => {
+    expect(hasDpkg, 'dpkg-deb and fakeroot are needed to build the .deb (scripts/install-deps.sh)').toBe(true);
     ensureBuilt();
     work = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-deb-'));
     const b = run(['bash', path.join(root, 'packaging/build-deb.sh'), work]);
@@ -26,10 +29,11 @@ describe.skipIf(!hasDpkg)('packaging (.deb)', () => {
     deb = b.out.trim().split('\n').pop()!;
     extracted = path.join(work, 'root');
     expect(run(['dpkg-deb', '-x', deb, extracted]).code).toBe(0);
+    expect(run(['dpkg-deb', '-e', deb, path.join(work, 'control')]).code).toBe(0);
     return () => fs.rmSync(work, { recursive: true, force: true });
   }, 180_000);
 
-  it('ships the CLI, the addon, the unit and the default policy, with its runtime dependencies', () => {
+  it('ships the CLI, the addon, the unit, the default policy, docs, man page, completion and logrotate', () => {
     const list = run(['dpkg-deb', '-c', deb]).out;
     for (const f of [
       './usr/bin/leash',
@@ -37,11 +41,73 @@ describe.skipIf(!hasDpkg)('packaging (.deb)', () => {
       './usr/lib/leash/build/Release/leash_native.node',
       './usr/lib/leash/dist/src/cli/main.js',
       './usr/share/leash/leash.default.yaml',
+      './etc/logrotate.d/leash',
+      './usr/share/man/man1/leash.1.gz',
+      './usr/share/bash-completion/completions/leash',
+      './usr/share/zsh/vendor-completions/_leash',
+      './usr/share/doc/leash/copyright',
+      './usr/share/doc/leash/changelog.gz',
+      './usr/share/doc/leash/README.md',
+      './usr/share/doc/leash/cli.md',
+      './usr/share/doc/leash/threat-model.md',
     ])
       expect(list).toContain(f);
-    // Dev dependencies are pruned.
-    expect(list).not.toContain('node_modules/vitest/');
-    expect(run(['dpkg-deb', '-f', deb, 'Depends']).out).toMatch(/nodejs \(>= 20\), nftables/);
+    // Dev and build-only dependencies are not shipped: no test runner, no compiler driver, no headers.
+    for (const m of ['vitest', 'node-gyp', 'node-addon-api', 'typescript', 'eslint'])
+      expect(list, m).not.toContain(`node_modules/${m}/`);
+    expect(run(['dpkg-deb', '-f', deb, 'Depends']).out).toMatch(/nodejs \(>= 20\), nftables.*libc6 \(>= /);
+    // The shipped logrotate file is a conffile (an operator's edit survives an upgrade).
+    expect(fs.readFileSync(path.join(work, 'control', 'conffiles'), 'utf8').split('\n')).toContain(
+      '/etc/logrotate.d/leash',
+    );
+  });
+
+  it('the runtime dependencies in package.json are what the installed tree needs, no build tool among them', () => {
+    const pkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')) as {
+      dependencies: Record<string, string>;
+      devDependencies: Record<string, string>;
+    };
+    expect(Object.keys(pkg.dependencies).sort()).toEqual(['commander', 'pino', 'yaml', 'zod']);
+    expect(pkg.devDependencies).toHaveProperty('node-gyp');
+    expect(pkg.devDependencies).toHaveProperty('node-addon-api');
+  });
+
+  it('is lintian-clean: no error and no warning', () => {
+    expect(has('lintian'), 'lintian is not installed (scripts/install-deps.sh installs it)').toBe(true);
+    const r = run(['lintian', '--tag-display-limit', '0', deb]);
+    const tags = `${r.out}${r.err}`.split('\n').filter((l) => /^[EW]: /.test(l));
+    expect(tags).toEqual([]);
+    expect(r.code, r.out + r.err).toBe(0);
+  }, 300_000);
+
+  it('the shipped logrotate file parses (logrotate -d)', () => {
+    expect(has('logrotate'), 'logrotate is not installed (scripts/install-deps.sh installs it)').toBe(true);
+    const r = run([
+      'logrotate',
+      '-d',
+      '-s',
+      path.join(work, 'logrotate.state'),
+      path.join(extracted, 'etc/logrotate.d/leash'),
+    ]);
+    expect(r.code, r.err).toBe(0);
+    expect(r.err).not.toMatch(/^error:/m);
+    expect(r.err).toMatch(/rotating pattern: \/var\/log\/leash\/decisions\.jsonl/);
+  });
+
+  it('man leash: the shipped page is docs/cli.md, with a subsection per command', () => {
+    const page = run(['sh', '-c', `gzip -dc '${path.join(extracted, 'usr/share/man/man1/leash.1.gz')}'`]).out;
+    expect(page).toMatch(/^\.TH LEASH 1 /m);
+    for (const c of ['init', 'status', 'validate', 'check', 'logs', 'teardown', 'completion'])
+      expect(page, c).toMatch(new RegExp(`^\\.SS .*leash ${c}`, 'm'));
+  });
+
+  it('the shipped completion lists every top-level command', () => {
+    const bash = fs.readFileSync(path.join(extracted, 'usr/share/bash-completion/completions/leash'), 'utf8');
+    const top = /^ {4}''\) echo '([^']*)'/m.exec(bash)?.[1]?.split(' ') ?? [];
+    const help = run([process.execPath, path.join(extracted, 'usr/lib/leash/dist/src/cli/main.js'), '--help']).out;
+    const commands = [...help.split('Commands:')[1]!.matchAll(/^ {2}([a-z-]+)/gm)].map((m) => m[1]!);
+    expect(commands.length).toBeGreaterThan(10);
+    for (const c of commands) expect(top, c).toContain(c);
   });
 
   it('the installed CLI runs from its own tree', () => {
@@ -53,8 +119,7 @@ describe.skipIf(!hasDpkg)('packaging (.deb)', () => {
   it.skipIf(!isRoot)('postinst states 0640 root:<user group> on install and re-states it on upgrade', () => {
     const etc = path.join(work, 'etc-leash');
     const env = { LEASH_ETC: etc, LEASH_SHARE: path.join(extracted, 'usr/share/leash') };
-    const postinst = path.join(extracted, '..', 'postinst');
-    expect(run(['dpkg-deb', '-e', deb, path.dirname(postinst)]).code).toBe(0);
+    const postinst = path.join(work, 'control', 'postinst');
     expect(run(['sh', postinst, 'configure'], env).code).toBe(0);
     const conf = path.join(etc, 'leash.yaml');
     let st = fs.statSync(conf);
@@ -71,5 +136,45 @@ describe.skipIf(!hasDpkg)('packaging (.deb)', () => {
     expect(st.gid).toBe(nobodyGid);
     // The policy already there is kept, never replaced by the default.
     expect(fs.readFileSync(conf, 'utf8')).toMatch(/^user: nobody$/m);
+  });
+
+  it.skipIf(!isRoot)('remove keeps everything; purge removes what postinst and the service made', () => {
+    // The maintainer scripts against a root of the test's own (their paths come from the environment), so the
+    // host's /etc/leash, /var/lib/leash and /var/log/leash are never touched.
+    const r = path.join(work, 'purge-root');
+    const env = {
+      LEASH_ETC: path.join(r, 'etc/leash'),
+      LEASH_SHARE: path.join(extracted, 'usr/share/leash'),
+      LEASH_STATE: path.join(r, 'var/lib/leash'),
+      LEASH_LOGS: path.join(r, 'var/log/leash'),
+      LEASH_RUN: path.join(r, 'run/leash'),
+    };
+    const scripts = path.join(work, 'control');
+    expect(run(['sh', path.join(scripts, 'postinst'), 'configure'], env).code).toBe(0);
+    // What the service and the CLI make at run time.
+    for (const [dir, file] of [
+      [env.LEASH_STATE, 'ports.json'],
+      [path.join(env.LEASH_STATE, 'profiles'), 'p1.yaml'],
+      [env.LEASH_LOGS, 'decisions.jsonl'],
+      [env.LEASH_LOGS, 'decisions.jsonl.1'],
+      [env.LEASH_RUN, 'leash.pid'],
+      [env.LEASH_ETC, 'leash.yaml.lock'],
+      [env.LEASH_ETC, '.leash.yaml.123.abcd.tmp'],
+    ] as const) {
+      fs.mkdirSync(dir, { recursive: true });
+      fs.writeFileSync(path.join(dir, file), 'x');
+    }
+    expect(run(['sh', path.join(scripts, 'postrm'), 'remove'], env).code).toBe(0);
+    expect(fs.existsSync(path.join(env.LEASH_ETC, 'leash.yaml'))).toBe(true);
+    expect(fs.existsSync(path.join(env.LEASH_STATE, 'ports.json'))).toBe(true);
+    expect(run(['sh', path.join(scripts, 'postrm'), 'purge'], env).code).toBe(0);
+    for (const p of [env.LEASH_ETC, env.LEASH_STATE, env.LEASH_LOGS, env.LEASH_RUN])
+      expect(fs.existsSync(p), p).toBe(false);
+
+    // A file of the operator's own in /etc/leash stays, and so does the directory.
+    expect(run(['sh', path.join(scripts, 'postinst'), 'configure'], env).code).toBe(0);
+    fs.writeFileSync(path.join(env.LEASH_ETC, 'notes.txt'), 'mine');
+    expect(run(['sh', path.join(scripts, 'postrm'), 'purge'], env).code).toBe(0);
+    expect(fs.readdirSync(env.LEASH_ETC)).toEqual(['notes.txt']);
   });
 });

@@ -5,8 +5,9 @@
  * own) — must carry on in a new file at the configured path. Every decision made before, during and after the
  * rotation is in the old file or the new one, exactly once, and every line is whole.
  *
- * The service runs with the unit's CapabilityBoundingSet and NoNewPrivileges (setpriv, as systemd would apply
- * them), so this is also the check that start, nft, fanotify, the proxy and a reload need nothing more.
+ * The service runs with the unit's CapabilityBoundingSet and NoNewPrivileges (setpriv) and its SystemCallFilter
+ * deny list (helpers/unit-seccomp.py, libseccomp), as systemd would apply them: this is also the check that
+ * start, nft, fanotify, the proxy, a reload and logrotate's reopen need nothing the unit takes away.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -16,6 +17,9 @@ import { LAB, canRunLab, stopChild, useLab, type LabUser } from '../lab/index.js
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
 const UNIT = path.resolve(__dirname, '../../systemd/leash.service');
+/** Applies the unit's SystemCallFilter= deny list with libseccomp (python3-seccomp), then execs. */
+const SECCOMP = path.resolve(__dirname, 'helpers/unit-seccomp.py');
+const hasSeccomp = spawnSync('/usr/bin/python3', ['-c', 'import seccomp']).status === 0;
 const LOGROTATE_CONF = path.resolve(__dirname, '../../packaging/leash.logrotate');
 const hasLogrotate = spawnSync('logrotate', ['--version']).status === 0;
 
@@ -55,6 +59,7 @@ describe.skipIf(!canRunLab)('decision log rotation: rename, SIGHUP, no line lost
   const log = () => path.join(dir, 'log', 'decisions.jsonl');
   const N = 300;
   const N2 = 360; // f300..f359: the logrotate run
+  const N3 = 400; // f360..f399: a SIGHUP to the watcher alone
 
   const openAs = (from: number, to: number, gap: number): Promise<Record<string, number>> =>
     new Promise((resolve, reject) => {
@@ -110,6 +115,8 @@ describe.skipIf(!canRunLab)('decision log rotation: rename, SIGHUP, no line lost
       .length;
 
   beforeAll(async () => {
+    // Root runs the suite: a missing binding is a failure that names it (scripts/install-deps.sh installs it).
+    expect(hasSeccomp, 'python3-seccomp is not installed (scripts/install-deps.sh installs it)').toBe(true);
     const l = lab.get();
     dir = fs.mkdtempSync(path.join(l.dir, 'rot-'));
     fs.chmodSync(dir, 0o755);
@@ -119,7 +126,7 @@ describe.skipIf(!canRunLab)('decision log rotation: rename, SIGHUP, no line lost
     if (m.code !== 0) throw new Error(m.err);
     l.defer(`umount ${mnt}`, () => run(['umount', '-l', mnt]));
     for (const d of ['ok', 'no']) fs.mkdirSync(path.join(mnt, d), { mode: 0o755 });
-    for (let i = 0; i < N2; i++) fs.writeFileSync(path.join(mnt, 'no', `f${i}`), 'x', { mode: 0o644 });
+    for (let i = 0; i < N3; i++) fs.writeFileSync(path.join(mnt, 'no', `f${i}`), 'x', { mode: 0o644 });
     fs.writeFileSync(path.join(dir, 'opener.mjs'), OPENER, { mode: 0o644 });
     user = await l.createUser('leash-tlr1');
     fs.writeFileSync(
@@ -158,6 +165,9 @@ logging: { level: info, decisions: ${log()} }
         'setpriv',
         `--bounding-set=${bounding}`,
         '--no-new-privs',
+        '/usr/bin/python3',
+        SECCOMP,
+        UNIT,
         'timeout',
         '-s',
         'KILL',
@@ -187,6 +197,16 @@ logging: { level: info, decisions: ${log()} }
       throw e;
     }
   }, 60_000);
+
+  it('the service runs confined as the unit says: its bounding set, no new privileges, a seccomp filter', () => {
+    const status = fs.readFileSync(`/proc/${Number(fs.readFileSync(pidFile, 'utf8'))}/status`, 'utf8');
+    const field = (k: string) => new RegExp(`^${k}:\\s*(\\S+)`, 'm').exec(status)?.[1];
+    expect(field('NoNewPrivs')).toBe('1');
+    expect(field('Seccomp')).toBe('2'); // filter mode
+    // CAP_DAC_READ_SEARCH (2), CAP_NET_ADMIN (12), CAP_SYS_ADMIN (21): nothing else.
+    expect(BigInt(`0x${field('CapBnd')}`)).toBe((1n << 2n) | (1n << 12n) | (1n << 21n));
+    expect(field('CapEff')).toBe(field('CapBnd'));
+  });
 
   it('every decision made before, during and after a rename + SIGHUP is in the old or the new file, exactly once', async () => {
     // Before the rotation.
@@ -274,5 +294,35 @@ logging: { level: info, decisions: ${log()} }
     for (let i = 25; i < 30; i++) expect(count(fresh, 'network', `"r${i}.evil.lab"`), `r${i}`).toBe(1);
     expect(fresh).toHaveLength(N2 - N + 5);
     expect(fs.statSync(log()).mode & 0o777).toBe(0o600);
+  }, 120_000);
+
+  it('a SIGHUP sent to the watcher process itself reopens its own descriptor (and only its own)', async () => {
+    // The watcher's PID: the one process running watcher-main.js for this test's decision log.
+    const watchers = fs
+      .readdirSync('/proc')
+      .filter((p) => /^\d+$/.test(p))
+      .filter((p) => {
+        try {
+          const argv = fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
+          return argv.some((a) => a.endsWith('watcher-main.js')) && argv.includes(log());
+        } catch {
+          return false;
+        }
+      });
+    expect(watchers).toHaveLength(1);
+    fs.renameSync(log(), `${log()}.w`);
+    process.kill(Number(watchers[0]), 'SIGHUP');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await openAs(N2, N3, 0)).toEqual({ EPERM: N3 - N2 });
+    expect(await tlsAs(30, 33)).toEqual(Array(3).fill('ECONNRESET'));
+    await new Promise((r) => setTimeout(r, 500));
+    const fresh = read(log());
+    const renamed = read(`${log()}.w`);
+    for (let i = N2; i < N3; i++) expect(count(fresh, 'filesystem', `/no/f${i}"`), `f${i}`).toBe(1);
+    // The service was not signalled: its lines still go to the file it holds, now renamed.
+    for (let i = 30; i < 33; i++) expect(count(renamed, 'network', `"r${i}.evil.lab"`), `r${i}`).toBe(1);
+    expect(fresh.filter((l) => l.surface === 'network')).toEqual([]);
+    // The service stays up: nothing about the watcher's SIGHUP reached it.
+    expect(svc!.exitCode).toBeNull();
   }, 120_000);
 });
