@@ -7,25 +7,9 @@
  * in (so a new subject is denied on the filesystem before it is redirected), and its listener is
  * open before its redirect (the network enforcer does that part).
  */
-import fs from 'node:fs';
 import type { Config } from '../config/types.js';
-import { decide, maskSecrets, type CompiledPolicy } from '../engine/index.js';
-import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks, type FsSupervisor } from '../enforcers/fs/index.js';
-import {
-  hostResolvers,
-  startNetworkEnforcer,
-  teardownNetwork,
-  type NetworkEnforcer,
-} from '../enforcers/network/enforcer.js';
-import { dropLegacyShape } from '../enforcers/network/nft.js';
-import { networkPlanHooks } from '../enforcers/network/plan-hooks.js';
 import { hostRunner, type Runner } from '../enforcers/network/run.js';
-import { compileGatePolicy, type CompiledGatePolicy } from '../enforcers/tools/policy.js';
-import { GATE_ENGINE, gatePolicyOf } from '../enforcers/tools/service.js';
-import { createToolsSocketServer, DEFAULT_TOOLS_SOCKET, type ToolsSocketServer } from '../enforcers/tools/socket.js';
 import { LeashError } from '../errors.js';
-import type { WatcherSubject } from '../native.js';
-import type { Effective } from '../policy/fragment.js';
 import { createReconciler } from './coalesce.js';
 import { observe } from './observe.js';
 import {
@@ -37,6 +21,10 @@ import {
   type PlanHooks,
 } from './plan.js';
 import type { Enforcer, EnforcerFactory, ServiceContext } from './start.js';
+import type { SurfaceAdapter, SurfaceName } from './surfaces/contract.js';
+import { startNetworkSurface } from './surfaces/network.js';
+import { startToolsSurface } from './surfaces/tools.js';
+import { startWatcherSurface } from './surfaces/watcher.js';
 
 export interface AgentsEnforcerOptions {
   /** Where nft runs (default: this process's own network namespace). */
@@ -74,10 +62,6 @@ function dumpStacks(log: (msg: string) => void): void {
   }
 }
 
-function gatePolicyFor(e: Effective): CompiledGatePolicy {
-  return compileGatePolicy(gatePolicyOf(e), e.fail_mode, GATE_ENGINE);
-}
-
 type EnforcerSwitches = Config['enforcers'];
 
 /**
@@ -110,7 +94,7 @@ export function enforcerMismatches(
   return out;
 }
 
-/** The factory registered in ENFORCERS: network, filesystem/commands and tools for every subject. */
+/** The service's enforcer: network, filesystem/commands and tools for every subject, one adapter each. */
 export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactory {
   return {
     name: 'agents',
@@ -129,73 +113,58 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
       const initialPlan = planReconcile(emptyApplied(first.mode), first);
       const c = ctx.loaded.config;
 
-      // The watcher starts with the whole starting map: every subject resolved, or "no policy".
-      let sup: FsSupervisor | null = null;
-      if (c.enforcers.filesystem) {
-        const subjects = initialPlan.actions.flatMap((a): WatcherSubject[] => {
-          if (a.kind === 'add' || a.kind === 'reapply')
-            return [{ uid: a.uid, policy: fsCmdPolicyOf(a.policy), failMode: a.policy.fail_mode }];
-          if (a.kind === 'fail' || a.kind === 'orphan') return [{ uid: a.uid, policy: null, failMode: c.fail_mode }];
-          return [];
-        });
-        sup = createFsSupervisor({
-          subjects,
-          watch: c.filesystem.watch,
-          decisions: c.logging.decisions,
-          ...(opts.watcherWrap ? { wrap: opts.watcherWrap } : {}),
-          ...(opts.watcherArgs ? { args: opts.watcherArgs } : {}),
-          onFatal: (e) => {
-            critical(`the watcher died too often: ${e.message}`, { code: e.code });
-            opts.onFatal?.(e);
-          },
-          onRespawn: (i) => logger.warn({ pid: i.pid, deaths: i.deaths }, 'watcher respawned from the current map'),
-        });
-        await sup.ready;
+      // The surfaces, in the order a subject is applied: its watcher map entry (acknowledged) first, so a new
+      // subject is denied on the filesystem before it is redirected; then its listener and chain; then its gate
+      // policy. Each surface is an adapter (surfaces/contract.ts).
+      const surfaces: SurfaceAdapter[] = [];
+      const inOrder = (names: SurfaceName[]) => names.flatMap((n) => surfaces.filter((s) => s.surface === n));
+      // Closing releases the chains first: no UID is left redirected to a listener that is gone.
+      const closeAll = async () => {
+        for (const s of inOrder(['network', 'tools', 'filesystem']))
+          await s.close().catch((e: unknown) => logger.error({ err: e, surface: s.surface }, 'surface close failed'));
+      };
+      try {
+        if (c.enforcers.filesystem)
+          surfaces.push(
+            await startWatcherSurface({
+              config: c,
+              initial: initialPlan.actions,
+              // "No policy" entries follow the floor's fail_mode as it is now, after any reload.
+              failMode: () => current.config.fail_mode,
+              ...(opts.watcherWrap ? { wrap: opts.watcherWrap } : {}),
+              ...(opts.watcherArgs ? { args: opts.watcherArgs } : {}),
+              onFatal: (e) => {
+                critical(`the watcher died too often: ${e.message}`, { code: e.code });
+                opts.onFatal?.(e);
+              },
+              onRespawn: (i) => logger.warn({ pid: i.pid, deaths: i.deaths }, 'watcher respawned from the current map'),
+            }),
+          );
+        if (c.enforcers.network)
+          surfaces.push(
+            await startNetworkSurface({
+              config: c,
+              runner,
+              decisions: ctx.decisions,
+              logger,
+              expectedSubjects: Math.max(1, first.subjects.length),
+            }),
+          );
+        if (c.enforcers.tools)
+          surfaces.push(
+            await startToolsSurface({
+              config: c,
+              decisions: ctx.decisions,
+              ...(opts.toolsSocket ? { socket: opts.toolsSocket } : {}),
+            }),
+          );
+      } catch (e) {
+        await closeAll();
+        throw e;
       }
+      // A withdrawn subject loses its gate policy first, then its map entry, then its chain.
+      const withdrawOrder = inOrder(['tools', 'filesystem', 'network']);
 
-      let net: NetworkEnforcer<CompiledPolicy> | null = null;
-      if (c.enforcers.network) {
-        await dropLegacyShape(runner, (m) => logger.warn(m));
-        const resolvers = hostResolvers(c.network.dns_resolvers);
-        if (resolvers.length === 0)
-          logger.warn('no DNS resolvers: network.dns_resolvers is empty and resolv.conf names none');
-        net = await startNetworkEnforcer<CompiledPolicy>({
-          runner,
-          decide,
-          log: ctx.decisions,
-          resolvers,
-          udp: c.network.udp,
-          expectedSubjects: Math.max(1, first.subjects.length),
-          warn: (m) => logger.warn(m),
-          proxy: { onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message) },
-        });
-      }
-
-      const gate = new Map<number, CompiledGatePolicy>();
-      // What `leash terminal` asks for over the same socket (op commands_policy), per subject.
-      const commandsOf = new Map<number, { fail_mode: string; commands: unknown }>();
-      let tools: ToolsSocketServer | null = null;
-      if (c.enforcers.tools) {
-        const sock = opts.toolsSocket ?? process.env.LEASH_TOOLS_SOCKET ?? DEFAULT_TOOLS_SOCKET;
-        fs.mkdirSync(sock.slice(0, sock.lastIndexOf('/')) || '/', { recursive: true, mode: 0o755 });
-        tools = await createToolsSocketServer({
-          path: sock,
-          log: ctx.decisions,
-          mask: maskSecrets,
-          policyForUid: (uid) => gate.get(uid) ?? null,
-          commandsPolicyForUid: (uid) => commandsOf.get(uid) ?? null,
-        });
-      }
-
-      const netHooks = net ? networkPlanHooks(net) : null;
-      // "No policy" entries follow the floor's fail_mode as it is now, after any reload.
-      const fsHooks = sup
-        ? watcherMapHooks(sup, {
-            get failMode() {
-              return current.config.fail_mode;
-            },
-          })
-        : null;
       // Said whenever a subject is (re)applied, so a profile change that introduces one is heard.
       const noteEnforcers = (a: { account: string; uid: number; policy: { enforcers: EnforcerSwitches } }) => {
         for (const m of enforcerMismatches(a.account, a.policy.enforcers, c.enforcers)) {
@@ -203,29 +172,24 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           else logger.warn({ uid: a.uid, surface: m.surface }, m.message);
         }
       };
-      // Applies subjects: every watcher map entry first (each acknowledged), then every listener and
-      // one nft transaction for all chains, then the gate policies. A gate policy that does not
-      // compile, a map entry or a chain that will not go in fails that subject alone.
+      // Applies subjects: every surface prepares each subject (a gate policy that does not compile fails it
+      // alone, with nothing applied), then each surface in order applies those still standing: every watcher map
+      // entry (each acknowledged), then every listener and one nft transaction for all chains, then the gate.
       const applyAll = async (actions: ApplyAction[]): Promise<Map<number, Error>> => {
         const errors = new Map<number, Error>();
-        const gates = new Map<number, CompiledGatePolicy | null>();
-        const mapped: ApplyAction[] = [];
+        let standing: ApplyAction[] = [];
         for (const a of actions) {
           noteEnforcers(a);
           try {
-            gates.set(a.uid, c.enforcers.tools ? gatePolicyFor(a.policy) : null);
-            if (fsHooks) await fsHooks.apply(a);
-            mapped.push(a);
+            for (const s of surfaces) s.prepare?.(a);
+            standing.push(a);
           } catch (e) {
             errors.set(a.uid, e as Error);
           }
         }
-        if (netHooks) for (const [uid, e] of await netHooks.applyMany(mapped)) errors.set(uid, e);
-        for (const a of mapped) {
-          if (errors.has(a.uid)) continue;
-          const g = gates.get(a.uid);
-          if (g) gate.set(a.uid, g);
-          commandsOf.set(a.uid, { fail_mode: a.policy.fail_mode, commands: a.policy.commands });
+        for (const s of surfaces) {
+          for (const [uid, e] of await s.apply(standing)) errors.set(uid, e);
+          standing = standing.filter((a) => !errors.has(a.uid));
         }
         return errors;
       };
@@ -236,16 +200,10 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         },
         applyBatch: applyAll,
         async deny(a) {
-          gate.delete(a.uid);
-          commandsOf.delete(a.uid);
-          if (fsHooks) await fsHooks.deny(a);
-          if (netHooks) await netHooks.deny(a);
+          for (const s of withdrawOrder) await s.deny(a);
         },
         async orphan(a) {
-          gate.delete(a.uid);
-          commandsOf.delete(a.uid);
-          if (fsHooks) await fsHooks.orphan(a);
-          if (netHooks) await netHooks.orphan(a);
+          for (const s of withdrawOrder) await s.orphan(a);
         },
         critical,
       };
@@ -262,9 +220,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         prev = done.state;
         report('subjects applied', initialPlan, prev);
       } catch (e) {
-        await net?.stop().catch(() => {});
-        await tools?.close().catch(() => {});
-        await sup?.close().catch(() => {});
+        await closeAll();
         throw e;
       }
 
@@ -288,23 +244,11 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           await reconciler.trigger();
         },
         async reopenLogs() {
-          await sup?.reopenLog();
+          for (const s of surfaces) await s.reopenLogs?.();
         },
         async close() {
           await reconciler.close();
-          // Release chains before the listeners and the watcher go: no UID is left redirected to nothing.
-          await net?.stop().catch((e: unknown) => logger.error({ err: e }, 'network release failed'));
-          if (net) {
-            // Whatever the enforcer's own bookkeeping missed (a pass cut short, an apply that failed half-way):
-            // a stop leaves no UID redirected, the same sweep as ExecStopPost=leash teardown.
-            const left = await teardownNetwork(runner).catch((e: unknown) => {
-              logger.error({ err: e }, 'network teardown failed');
-              return [] as number[];
-            });
-            if (left.length) logger.warn({ uids: left }, 'released chains the enforcer no longer tracked');
-          }
-          await tools?.close().catch(() => {});
-          await sup?.close().catch(() => {});
+          await closeAll();
         },
       };
     },

@@ -25,9 +25,8 @@ export interface Enforcer {
 }
 
 /**
- * THE SEAM for enforcers: a factory per surface, started in this order and closed in reverse.
- * The network (nft + proxy), filesystem/commands (watcher) and tools (gate socket) enforcers
- * register here as they land, e.g. `{ name: 'network', enabled: (c) => c.enforcers.network, start }`.
+ * What the service runs, started in the order given and closed in reverse. The service itself runs one:
+ * agentsEnforcer (src/service/agents.ts), the reconcile loop over the surface adapters in src/service/surfaces/.
  */
 export interface EnforcerFactory {
   name: string;
@@ -35,11 +34,9 @@ export interface EnforcerFactory {
   start(ctx: ServiceContext): Promise<Enforcer>;
 }
 
-export const ENFORCERS: EnforcerFactory[] = [];
-
 export interface ServiceOptions {
   configPath: string;
-  enforcers?: EnforcerFactory[];
+  enforcers: EnforcerFactory[];
   logger?: Logger;
   /** sd_notify; default: the addon when $NOTIFY_SOCKET is set, else nothing. */
   notify?: (state: string) => void;
@@ -108,7 +105,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   }
   let ctx: ServiceContext = { loaded, decisions, logger: root };
   const running: Enforcer[] = [];
-  const factories = opts.enforcers ?? ENFORCERS;
+  const factories = opts.enforcers;
   try {
     for (const f of factories) {
       if (!f.enabled(loaded)) continue;

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/load.js';
 import { decide, type CompiledPolicy } from '../../src/engine/index.js';
 import { startNetworkEnforcer } from '../../src/enforcers/network/enforcer.js';
-import { networkPlanHooks } from '../../src/enforcers/network/plan-hooks.js';
+import { networkPlanHooks } from '../../src/service/surfaces/network.js';
 import type { Effective } from '../../src/policy/fragment.js';
 import { netnsRunner } from '../../src/enforcers/network/run.js';
 import { bareNetns, isRoot } from '../lab/index.js';

@@ -1,0 +1,33 @@
+/**
+ * The one contract every enforced surface meets in the service: an adapter that a reconcile pass hands its
+ * subjects to. agents.ts is the loop over adapters; an adapter is the only place that knows its enforcer.
+ * Adding a surface (DNS, approvals) means writing one adapter, not threading hooks through the plan.
+ */
+import type { ApplyAction, FailAction, OrphanAction } from '../plan.js';
+
+export type SurfaceName = 'filesystem' | 'network' | 'tools';
+
+export interface SurfaceStatus {
+  surface: SurfaceName;
+  /** Subjects this surface currently enforces a policy for. */
+  subjects: number;
+}
+
+export interface SurfaceAdapter {
+  readonly surface: SurfaceName;
+  /**
+   * Checks and compiles what `apply` will need, before any surface applies anything: a throw fails that subject
+   * alone, with nothing applied for it anywhere.
+   */
+  prepare?(a: ApplyAction): void;
+  /** Applies subjects (in the loop's order of surfaces); the error of each that failed here. */
+  apply(actions: ApplyAction[]): Promise<Map<number, Error>>;
+  /** A subject that cannot be resolved: held fail-closed on this surface. */
+  deny(a: FailAction): Promise<void>;
+  /** A subject that left discovery: its policy dropped, what it holds kept as the surface requires. */
+  orphan(a: OrphanAction): Promise<void>;
+  status(): SurfaceStatus;
+  /** Reopens a decision log held by a process of the surface's own (the watcher), after a rotation. */
+  reopenLogs?(): Promise<void>;
+  close(): Promise<void>;
+}

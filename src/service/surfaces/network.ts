@@ -1,0 +1,120 @@
+/**
+ * The network in the service: nft chains per UID and one proxy listener per UID (src/enforcers/network). apply
+ * opens each subject's listener with its compiled policy, then puts every chain in with one nft transaction; deny
+ * leaves no chain and a listener that refuses; orphan keeps the chain and refuses. close releases every chain
+ * before the listeners go, so no UID is left redirected to nothing.
+ */
+import type { Config } from '../../config/types.js';
+import { toPolicyInput } from '../../config/policy-input.js';
+import { compilePolicy, decide, type CompiledPolicy } from '../../engine/index.js';
+import {
+  hostResolvers,
+  startNetworkEnforcer,
+  teardownNetwork,
+  type NetworkEnforcer,
+} from '../../enforcers/network/enforcer.js';
+import { dropLegacyShape } from '../../enforcers/network/nft.js';
+import type { Runner } from '../../enforcers/network/run.js';
+import type { DecisionLog } from '../../log/decisions.js';
+import type { Logger } from '../../log/logger.js';
+import type { ApplyAction, FailAction, OrphanAction } from '../plan.js';
+import type { SurfaceAdapter } from './contract.js';
+
+/** The network's side of a reconcile, for an enforcer already running. */
+export interface NetworkPlanHooks {
+  /** Applies subjects (their listeners, then one nft transaction for their chains); the error of each that failed. */
+  applyMany(actions: ApplyAction[]): Promise<Map<number, Error>>;
+  deny(a: FailAction): Promise<void>;
+  orphan(a: OrphanAction): Promise<void>;
+}
+
+/**
+ * applyMany: each subject's listener (with its compiled policy), then its chain (with its own udp/resolvers).
+ * deny: no chain, listener refuses. orphan: chain kept, listener refuses.
+ */
+export function networkPlanHooks(enf: NetworkEnforcer<CompiledPolicy>): NetworkPlanHooks {
+  const spec = (a: ApplyAction) => {
+    const n = a.policy.network;
+    return {
+      uid: a.uid,
+      port: a.port,
+      policy: compilePolicy(toPolicyInput(a.policy)),
+      udp: n.udp,
+      ...(n.dns_resolvers.length ? { resolvers: n.dns_resolvers } : {}),
+    };
+  };
+  return {
+    async applyMany(actions) {
+      const errors = new Map<number, Error>();
+      const specs = [];
+      for (const a of actions) {
+        try {
+          specs.push(spec(a));
+        } catch (e) {
+          errors.set(a.uid, e as Error);
+        }
+      }
+      for (const [uid, r] of await enf.setSubjects(specs)) if (r instanceof Error) errors.set(uid, r);
+      return errors;
+    },
+    deny: (a) => enf.denySubject(a.uid, a.port),
+    orphan: (a) => enf.orphanSubject(a.uid, a.port),
+  };
+}
+
+export interface NetworkSurfaceOptions {
+  config: Config;
+  runner: Runner;
+  decisions: DecisionLog;
+  logger: Logger;
+  /** How many subjects the first plan holds (the iptables fallback refuses more than one). */
+  expectedSubjects: number;
+}
+
+export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<SurfaceAdapter> {
+  const { config: c, runner, logger } = o;
+  await dropLegacyShape(runner, (m) => logger.warn(m));
+  const resolvers = hostResolvers(c.network.dns_resolvers);
+  if (resolvers.length === 0)
+    logger.warn('no DNS resolvers: network.dns_resolvers is empty and resolv.conf names none');
+  const net = await startNetworkEnforcer<CompiledPolicy>({
+    runner,
+    decide,
+    log: o.decisions,
+    resolvers,
+    udp: c.network.udp,
+    expectedSubjects: o.expectedSubjects,
+    warn: (m) => logger.warn(m),
+    proxy: { onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message) },
+  });
+  const hooks = networkPlanHooks(net);
+  const enforced = new Set<number>();
+  return {
+    surface: 'network',
+    async apply(actions) {
+      const errors = await hooks.applyMany(actions);
+      for (const a of actions) if (!errors.has(a.uid)) enforced.add(a.uid);
+      return errors;
+    },
+    async deny(a) {
+      enforced.delete(a.uid);
+      await hooks.deny(a);
+    },
+    async orphan(a) {
+      enforced.delete(a.uid);
+      await hooks.orphan(a);
+    },
+    status: () => ({ surface: 'network', subjects: enforced.size }),
+    async close() {
+      // Release chains before the listeners go: no UID is left redirected to nothing.
+      await net.stop().catch((e: unknown) => logger.error({ err: e }, 'network release failed'));
+      // Whatever the enforcer's own bookkeeping missed (a pass cut short, an apply that failed half-way):
+      // a stop leaves no UID redirected, the same sweep as ExecStopPost=leash teardown.
+      const left = await teardownNetwork(runner).catch((e: unknown) => {
+        logger.error({ err: e }, 'network teardown failed');
+        return [] as number[];
+      });
+      if (left.length) logger.warn({ uids: left }, 'released chains the enforcer no longer tracked');
+    },
+  };
+}

@@ -1,0 +1,65 @@
+/**
+ * Tools in the service: the gate socket (src/enforcers/tools/socket.ts) that `leash mcp` and `leash terminal` ask
+ * for a subject's compiled gate policy and commands policy, by the peer's UID. prepare compiles a subject's gate
+ * policy before any surface is applied (a policy that does not compile fails the subject alone); apply puts the
+ * compiled policies in force once every other surface took the subject.
+ */
+import fs from 'node:fs';
+import type { Config } from '../../config/types.js';
+import { maskSecrets } from '../../engine/index.js';
+import { compileGatePolicy, type CompiledGatePolicy } from '../../enforcers/tools/policy.js';
+import { GATE_ENGINE, gatePolicyOf } from '../../enforcers/tools/service.js';
+import { createToolsSocketServer, DEFAULT_TOOLS_SOCKET } from '../../enforcers/tools/socket.js';
+import type { DecisionLog } from '../../log/decisions.js';
+import type { SurfaceAdapter } from './contract.js';
+
+export interface ToolsSurfaceOptions {
+  config: Config;
+  decisions: DecisionLog;
+  /** Gate socket path (default LEASH_TOOLS_SOCKET or /run/leash/tools.sock). */
+  socket?: string;
+}
+
+export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<SurfaceAdapter> {
+  const gate = new Map<number, CompiledGatePolicy>();
+  // What `leash terminal` asks for over the same socket (op commands_policy), per subject.
+  const commandsOf = new Map<number, { fail_mode: string; commands: unknown }>();
+  const prepared = new Map<number, CompiledGatePolicy>();
+  const sock = o.socket ?? process.env.LEASH_TOOLS_SOCKET ?? DEFAULT_TOOLS_SOCKET;
+  fs.mkdirSync(sock.slice(0, sock.lastIndexOf('/')) || '/', { recursive: true, mode: 0o755 });
+  const server = await createToolsSocketServer({
+    path: sock,
+    log: o.decisions,
+    mask: maskSecrets,
+    policyForUid: (uid) => gate.get(uid) ?? null,
+    commandsPolicyForUid: (uid) => commandsOf.get(uid) ?? null,
+  });
+  const withdraw = (uid: number) => {
+    prepared.delete(uid);
+    gate.delete(uid);
+    commandsOf.delete(uid);
+  };
+  return {
+    surface: 'tools',
+    prepare(a) {
+      prepared.set(a.uid, compileGatePolicy(gatePolicyOf(a.policy), a.policy.fail_mode, GATE_ENGINE));
+    },
+    async apply(actions) {
+      for (const a of actions) {
+        const g = prepared.get(a.uid);
+        prepared.delete(a.uid);
+        if (g) gate.set(a.uid, g);
+        commandsOf.set(a.uid, { fail_mode: a.policy.fail_mode, commands: a.policy.commands });
+      }
+      return new Map();
+    },
+    async deny(a) {
+      withdraw(a.uid);
+    },
+    async orphan(a) {
+      withdraw(a.uid);
+    },
+    status: () => ({ surface: 'tools', subjects: gate.size }),
+    close: () => server.close(),
+  };
+}

@@ -1,0 +1,76 @@
+/**
+ * Filesystem and commands in the service: the fanotify watcher process (its supervisor) and its UID -> policy
+ * map. A subject's map entry is acknowledged by the watcher before apply returns, so a new subject is denied on
+ * the filesystem before any other surface lets it through.
+ */
+import type { Config } from '../../config/types.js';
+import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks } from '../../enforcers/fs/index.js';
+import type { LeashError } from '../../errors.js';
+import type { WatcherSubject } from '../../native.js';
+import type { Action } from '../plan.js';
+import type { SurfaceAdapter } from './contract.js';
+
+export interface WatcherSurfaceOptions {
+  config: Config;
+  /** The first plan's actions: the watcher starts with the whole map (every subject resolved, or "no policy"). */
+  initial: Action[];
+  /** The floor's fail_mode as it is now (after any reload), for "no policy" entries. */
+  failMode: () => 'closed' | 'open';
+  wrap?: string[];
+  args?: string[];
+  onFatal: (e: LeashError) => void;
+  onRespawn: (info: { pid: number; deaths: number }) => void;
+}
+
+export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<SurfaceAdapter> {
+  const c = o.config;
+  const subjects = o.initial.flatMap((a): WatcherSubject[] => {
+    if (a.kind === 'add' || a.kind === 'reapply')
+      return [{ uid: a.uid, policy: fsCmdPolicyOf(a.policy), failMode: a.policy.fail_mode }];
+    if (a.kind === 'fail' || a.kind === 'orphan') return [{ uid: a.uid, policy: null, failMode: c.fail_mode }];
+    return [];
+  });
+  const sup = createFsSupervisor({
+    subjects,
+    watch: c.filesystem.watch,
+    decisions: c.logging.decisions,
+    ...(o.wrap ? { wrap: o.wrap } : {}),
+    ...(o.args ? { args: o.args } : {}),
+    onFatal: o.onFatal,
+    onRespawn: o.onRespawn,
+  });
+  await sup.ready;
+  const hooks = watcherMapHooks(sup, {
+    get failMode() {
+      return o.failMode();
+    },
+  });
+  const enforced = new Set<number>();
+  return {
+    surface: 'filesystem',
+    async apply(actions) {
+      const errors = new Map<number, Error>();
+      // One at a time, each acknowledged: the map entry is in force before the next surface is touched.
+      for (const a of actions) {
+        try {
+          await hooks.apply(a);
+          enforced.add(a.uid);
+        } catch (e) {
+          errors.set(a.uid, e as Error);
+        }
+      }
+      return errors;
+    },
+    async deny(a) {
+      enforced.delete(a.uid);
+      await hooks.deny(a);
+    },
+    async orphan(a) {
+      enforced.delete(a.uid);
+      await hooks.orphan(a);
+    },
+    status: () => ({ surface: 'filesystem', subjects: enforced.size }),
+    reopenLogs: () => sup.reopenLog(),
+    close: () => sup.close(),
+  };
+}
