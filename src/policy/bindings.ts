@@ -6,7 +6,7 @@ import type { Discovery, PasswdEntry, Subject } from '../subjects/discovery.js';
 import { AGENT_PREFIX } from '../subjects/discovery.js';
 import { PolicyError } from './errors.js';
 import type { Effective, Fragment } from './fragment.js';
-import { appendLineDurable, atomicWriteFileSync, testPause, withFileLock } from './fsutil.js';
+import { appendLineDurable, atomicWriteFileSync, testPause, withFileLock } from '../store/files.js';
 import { inertInFragment } from './inert.js';
 import type { Loosening } from './loosen.js';
 import { judgeOverlay, loosenings, mergeFindings, parseAgentAck, parseToken } from './loosen.js';

@@ -6,7 +6,7 @@ import { readPolicyFile } from '../config/strict-yaml.js';
 import { LeashError } from '../errors.js';
 import { PolicyError } from './errors.js';
 import type { Fragment } from './fragment.js';
-import { atomicWriteFileSync } from './fsutil.js';
+import { atomicWriteFileSync } from '../store/files.js';
 
 /** Lowercase, starts alphanumeric: a profile name is also a file name, so no `/`, no leading dot. */
 export const PROFILE_NAME = /^[a-z0-9][a-z0-9._-]*$/;

@@ -1,7 +1,7 @@
 import { execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { promisify } from 'node:util';
-import { PolicyError } from '../policy/errors.js';
+import { LeashError } from '../errors.js';
 
 /** The prefix Sentinel mints agent accounts with: the only thing discovery keys on. */
 export const AGENT_PREFIX = 'leash-';
@@ -104,9 +104,9 @@ export async function readPasswdAsync(
   return entriesOf(text, warnings);
 }
 
-function unreadable(source: PasswdSource, e: unknown): PolicyError {
+function unreadable(source: PasswdSource, e: unknown): LeashError {
   const where = 'path' in source ? source.path : 'getent passwd';
-  return new PolicyError(
+  return new LeashError(
     'passwd_unreadable',
     `cannot read ${where}: ${(e as Error).message}`,
     { source: where },
@@ -117,7 +117,7 @@ function unreadable(source: PasswdSource, e: unknown): PolicyError {
 function entriesOf(text: string, warnings: string[]): PasswdEntry[] {
   const entries = parsePasswd(text, warnings);
   if (entries.length === 0) {
-    throw new PolicyError('passwd_unreadable', 'the account database returned no accounts at all', {});
+    throw new LeashError('passwd_unreadable', 'the account database returned no accounts at all', {});
   }
   return entries;
 }

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { PolicyError } from '../policy/errors.js';
-import { atomicWriteFileSync, withFileLock } from '../policy/fsutil.js';
+import { LeashError } from '../errors.js';
+import { atomicWriteFileSync, withFileLock } from '../store/files.js';
 
 export const PORT_MIN = 18000;
 export const PORT_MAX = 18999;
@@ -19,8 +19,8 @@ export function portsFile(stateDir: string): string {
   return path.join(stateDir, 'ports.json');
 }
 
-function corrupt(file: string, why: string): PolicyError {
-  return new PolicyError('ports_corrupt', `${file} is corrupt (${why}); nothing was changed`, { file });
+function corrupt(file: string, why: string): LeashError {
+  return new LeashError('ports_corrupt', `${file} is corrupt (${why}); nothing was changed`, { file });
 }
 
 /** Reads the port map; a missing file is an empty map, anything unreadable or malformed is `ports_corrupt`. */
