@@ -96,8 +96,16 @@ setInterval(() => {}, 1000);`,
       'CAP_NET_ADMIN',
       'CAP_SYS_ADMIN',
     ]);
-    // A mount namespace of the service's own that changes paths would change what the watcher judges.
-    for (const k of ['PrivateTmp', 'ProtectHome', 'PrivateDevices', 'TemporaryFileSystem'])
+    // A mount of the service's own at a path the watcher judges (ProtectSystem's read-only /etc and /usr binds
+    // among them) would change what it names a file opened through the host's mounts.
+    for (const k of [
+      'ProtectSystem',
+      'PrivateTmp',
+      'ProtectHome',
+      'PrivateDevices',
+      'TemporaryFileSystem',
+      'ReadOnlyPaths',
+    ])
       expect(keys.has(k), k).toBe(false);
   });
 
