@@ -8,7 +8,8 @@
 # The root (default /var/tmp/leash-fresh-root) is `debootstrap --variant=minbase bookworm` from the mirror that
 # this host's apt uses, plus only what a new machine of this kind has beyond that: git and ca-certificates (apt), and
 # the host's Node.js 20 + npm 11 (/usr/bin/node, /usr/lib/node_modules/{npm,corepack}, /usr/include/node) with npm set
-# to build against /usr. Nothing else: install-deps must bring nftables, iptables, python3, make, g++, ... itself.
+# to build against /usr, and the machine's own CAs (/usr/local/share/ca-certificates). Nothing else: install-deps
+# must bring nftables, iptables, python3, make, g++, ... itself.
 # The root is built once and reused (a marker file says it is complete); --rebuild makes it anew. Packages that
 # install-deps installed in an earlier run stay in the root: pass --rebuild to prove a clean install again.
 # Each run clones REPO (a path or URL; COMMIT defaults to its HEAD) anew into DIR/ci/leash, mounts /proc, /sys, /dev,
@@ -71,6 +72,18 @@ cleanup() {
   exit "$rc"
 }
 
+# The machine's own certificate authorities (/usr/local/share/ca-certificates): a new machine has them, and the
+# registries are reached through them (without them npm fails with SELF_SIGNED_CERT_IN_CHAIN). Run on every use,
+# so a root built before the host's CAs changed follows them.
+machine_cas() {
+  [ -d /usr/local/share/ca-certificates ] || return 0
+  if ! diff -rq /usr/local/share/ca-certificates "$ROOT/usr/local/share/ca-certificates" >/dev/null 2>&1; then
+    mkdir -p "$ROOT/usr/local/share/ca-certificates"
+    cp -a /usr/local/share/ca-certificates/. "$ROOT/usr/local/share/ca-certificates/"
+    chroot "$ROOT" update-ca-certificates >/dev/null
+  fi
+}
+
 # --- build the root ---
 build_root() {
   local mirror tmp
@@ -102,6 +115,7 @@ build_root() {
   tar -C / -cf - -T "$tmp" | tar -C "$ROOT" -xf -
   rm -f "$tmp"
   printf 'nodedir=/usr\n' >"$ROOT/root/.npmrc"
+  machine_cas
   chroot "$ROOT" /usr/bin/node --version >/dev/null || { log "node does not run in the root"; exit 1; }
   date -u +%FT%TZ >"$MARK"
   log "root ready: node $(chroot "$ROOT" /usr/bin/node --version), npm $(chroot "$ROOT" /usr/bin/node /usr/lib/node_modules/npm/bin/npm-cli.js --version)"
@@ -116,6 +130,7 @@ if [ "$REBUILD" -eq 1 ] || [ ! -f "$MARK" ]; then
   build_root
 else
   log "reusing $ROOT (built $(cat "$MARK"))"
+  machine_cas
 fi
 
 # --- the clone: a fresh one each run ---
