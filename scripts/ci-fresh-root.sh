@@ -80,7 +80,7 @@ machine_cas() {
   if ! diff -rq /usr/local/share/ca-certificates "$ROOT/usr/local/share/ca-certificates" >/dev/null 2>&1; then
     mkdir -p "$ROOT/usr/local/share/ca-certificates"
     cp -a /usr/local/share/ca-certificates/. "$ROOT/usr/local/share/ca-certificates/"
-    chroot "$ROOT" update-ca-certificates >/dev/null
+    chroot "$ROOT" update-ca-certificates >/dev/null 2>&1
   fi
 }
 
@@ -164,7 +164,7 @@ set +e
 if [ "$LOCK" -eq 1 ]; then
   log "waiting for /tmp/leash-test.lock"
   exec 9>/tmp/leash-test.lock
-  flock 9
+  flock 9 || { log "could not take /tmp/leash-test.lock"; exit 1; }
   run_ci
   rc=$?
   flock -u 9
