@@ -4,6 +4,7 @@
 # can hide a package installed by hand).
 #
 #   sudo scripts/ci-fresh-root.sh [--root DIR] [--rebuild] [--timeout SECS] [--no-lock] REPO [COMMIT]
+#   (for a quicker look: --no-clone reuses the last clone and its build, --cmd 'cd /ci/leash && npx vitest run F')
 #
 # The root (default /var/tmp/leash-fresh-root) is `debootstrap --variant=minbase bookworm` from the mirror that
 # this host's apt uses, plus only what a new machine of this kind has beyond that: git and ca-certificates (apt), and
@@ -12,18 +13,20 @@
 # must bring nftables, iptables, python3, make, g++, ... itself.
 # The root is built once and reused (a marker file says it is complete); --rebuild makes it anew. Packages that
 # install-deps installed in an earlier run stay in the root: pass --rebuild to prove a clean install again.
-# Each run clones REPO (a path or URL; COMMIT defaults to its HEAD) anew into DIR/ci/leash, mounts /proc, /sys, /dev,
-# /dev/pts and tmpfs /run and /tmp in the root, runs CI there under `timeout` (default 3600 s) as root with a clean
+# Each run clones REPO (a path or URL; COMMIT defaults to its HEAD) anew into DIR/ci/leash, and in a private mount
+# namespace pivots into the root with /proc, /sys, /dev (+pts) and tmpfs /run and /tmp mounted, runs CI there under `timeout` (default 3600 s) as root with a clean
 # environment and no stdin, prints the tail of the log (whole log: DIR/ci/ci.log), and exits with CI's status.
 # The tests use fixed namespace and account names, so the run holds /tmp/leash-test.lock (the host's) throughout.
-# On exit, always: processes still running inside the root (started by this run) are killed by PID, and every mount
-# under the root is unmounted.
+# On exit, always: processes still running in the run's namespace (started by this run) are killed by PID, and any
+# mount left under the root on the host is unmounted.
 set -euo pipefail
 
 ROOT=/var/tmp/leash-fresh-root
 REBUILD=0
 TIMEOUT=3600
 LOCK=1
+CLONE=1
+CMD='cd /ci/leash && bash .ci/run'
 usage() {
   sed -n '6p' "$0" | sed 's/^# *//' >&2
   exit 2
@@ -34,6 +37,8 @@ while [ $# -gt 0 ]; do
     --rebuild) REBUILD=1; shift ;;
     --timeout) TIMEOUT=${2:?--timeout needs seconds}; shift 2 ;;
     --no-lock) LOCK=0; shift ;;
+    --cmd) CMD=${2:?--cmd needs a command}; shift 2 ;;
+    --no-clone) CLONE=0; shift ;;
     -h | --help) usage ;;
     -*) echo "ci-fresh-root: unknown option $1" >&2; usage ;;
     *) break ;;
@@ -49,11 +54,19 @@ ROOT=$(realpath -m "$ROOT")
 MARK="$ROOT/.leash-fresh-root-complete"
 log() { echo "ci-fresh-root: $*" >&2; }
 
-# --- cleanup: kill what still runs inside the root, then unmount everything under it (deepest first) ---
+# --- cleanup: kill what still runs in the run's mount namespace (or chrooted in the root), then unmount anything left
+# under the root on the host (deepest first; normally nothing, the run's mounts live in its own namespace) ---
 cleanup() {
   local rc=$? pid r pids=() m
+  local ns
+  ns=$(cat "$ROOT/ci/.mntns" 2>/dev/null || true)
   for pid in /proc/[0-9]*; do
     pid=${pid#/proc/}
+    [ "$pid" != $$ ] || continue
+    if [ -n "$ns" ] && [ "$(readlink "/proc/$pid/ns/mnt" 2>/dev/null)" = "$ns" ]; then
+      pids+=("$pid")
+      continue
+    fi
     r=$(readlink "/proc/$pid/root" 2>/dev/null) || continue
     case "$r" in "$ROOT" | "$ROOT"/*) pids+=("$pid") ;; esac
   done
@@ -134,30 +147,45 @@ else
 fi
 
 # --- the clone: a fresh one each run ---
-rm -rf --one-file-system "$ROOT/ci"
-mkdir -p "$ROOT/ci"
-git clone -q --no-hardlinks "$REPO" "$ROOT/ci/leash"
-git -C "$ROOT/ci/leash" checkout -q --detach "$COMMIT"
+if [ "$CLONE" -eq 1 ]; then
+  rm -rf --one-file-system "$ROOT/ci"
+  mkdir -p "$ROOT/ci"
+  git clone -q --no-hardlinks "$REPO" "$ROOT/ci/leash"
+  git -C "$ROOT/ci/leash" checkout -q --detach "$COMMIT"
+fi
+rm -f "$ROOT/ci/.mntns"
 log "testing $(git -C "$ROOT/ci/leash" log -1 --format='%h %s')"
 cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
 
-# --- mounts (each one private to this run; removed by cleanup) ---
+# --- the run: its own mount namespace, the root pivoted to (not a chroot) ---
+# A chroot will not do: the kernel refuses a user namespace to a chrooted process (EPERM; the watcher tests make one as
+# the leashed account) and `ip netns exec` cannot `mount --make-rslave /` when / is no mount point. So the run gets a
+# private mount namespace in which the root is bind-mounted on itself, /proc, /sys, /dev (+pts) and tmpfs /run and
+# /tmp are mounted, and pivot_root makes it /. Every mount lives in that namespace only and goes with it.
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
-mount -t proc proc "$ROOT/proc"
-mount --rbind /sys "$ROOT/sys" && mount --make-rslave "$ROOT/sys"
-mount --rbind /dev "$ROOT/dev" && mount --make-rslave "$ROOT/dev"
-mountpoint -q "$ROOT/dev/pts" || mount -t devpts -o newinstance,ptmxmode=0666 devpts "$ROOT/dev/pts"
-mount -t tmpfs -o mode=0755,size=1g tmpfs "$ROOT/run"
-mkdir -p "$ROOT/run/netns" "$ROOT/run/lock"
-mount -t tmpfs -o mode=1777,size=4g tmpfs "$ROOT/tmp"
-
-# --- run CI ---
 CILOG="$ROOT/ci/ci.log"
+# shellcheck disable=SC2016
+INNER='set -e
+R=$1 CMD=$2
+mount --make-rprivate /
+mount --bind "$R" "$R"
+readlink /proc/self/ns/mnt >"$R/ci/.mntns"
+mount -t proc proc "$R/proc"
+mount --rbind /sys "$R/sys"
+mount --rbind /dev "$R/dev"
+mount -t tmpfs -o mode=0755,size=1g tmpfs "$R/run"
+mkdir -p "$R/run/netns" "$R/run/lock"
+mount -t tmpfs -o mode=1777,size=4g tmpfs "$R/tmp"
+mkdir -p "$R/.oldroot"
+cd "$R"
+pivot_root . .oldroot
+cd /
+exec /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root USER=root \
+  LOGNAME=root SHELL=/bin/bash TERM=dumb CI=true /bin/bash -c "umount -l /.oldroot && rmdir /.oldroot && $CMD"'
 run_ci() {
-  timeout --kill-after=30 "$TIMEOUT" chroot "$ROOT" /usr/bin/env -i \
-    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root USER=root LOGNAME=root \
-    SHELL=/bin/bash TERM=dumb CI=true /bin/bash -c 'cd /ci/leash && bash .ci/run' </dev/null >"$CILOG" 2>&1 9>&-
+  timeout --kill-after=30 "$TIMEOUT" unshare --mount --propagation private /bin/bash -c "$INNER" inner "$ROOT" "$CMD" \
+    </dev/null >"$CILOG" 2>&1 9>&-
 }
 start=$(date +%s)
 set +e
