@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../config/load.js';
 import { SURFACES } from '../engine/types.js';
+import { systemLoaders } from '../enforcers/fs/loaders.js';
 import { configPath, print, printJson } from './context.js';
 
 export function register(program: Command): void {
@@ -24,6 +25,11 @@ export function register(program: Command): void {
           { mode: config[s].mode, allow: config[s].allow.length, deny: config[s].deny.length, enforced: enforced[s] },
         ]),
       );
+      // What the watcher implies for an allowed program (commands.interpreters, or the system's loaders).
+      const interpreters = {
+        source: config.commands.interpreters ? 'config' : 'system_loaders',
+        entries: config.commands.interpreters ?? systemLoaders(),
+      };
       const counts = {
         critical: findings.filter((f) => f.severity === 'critical').length,
         warning: findings.filter((f) => f.severity === 'warning').length,
@@ -35,6 +41,7 @@ export function register(program: Command): void {
           uid: account?.uid ?? null,
           fail_mode: config.fail_mode,
           surfaces,
+          interpreters,
           enforcers: config.enforcers,
           decisions: config.logging.decisions,
           findings: counts,
@@ -52,6 +59,9 @@ export function register(program: Command): void {
           `${s.padEnd(10)} ${v.mode.padEnd(9)}  allow ${String(v.allow).padStart(4)}  deny ${String(v.deny).padStart(4)}  enforcer ${v.enforced ? 'on' : 'OFF (not enforced)'}`,
         );
       }
+      print(
+        `interpreters ${interpreters.source === 'config' ? '(commands.interpreters)' : '(system dynamic loaders)'} ${interpreters.entries.join(' ') || '(none)'}`,
+      );
       print(`decisions  ${config.logging.decisions}`);
       if (counts.critical || counts.warning) {
         print(`findings   ${counts.critical} critical, ${counts.warning} warning (run: leash validate)`);
