@@ -92,6 +92,7 @@ export const FINDING_CODES = {
   subject_unresolvable: 'warning',
   // filesystem watcher coverage (branch wire): what `leash validate` says about this host's marks
   marks_partial_coverage: 'warning',
+  command_cannot_start: 'warning',
 } as const satisfies Record<string, 'warning' | 'critical'>;
 export type FindingCode = keyof typeof FINDING_CODES;
 export type Severity = 'warning' | 'critical';

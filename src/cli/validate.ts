@@ -4,6 +4,9 @@ import { coverageFindings, loadConfig, type Finding } from '../config/load.js';
 import { EXIT, isLeashError } from '../errors.js';
 import { storeFindings } from '../policy/validate.js';
 import { configPath, formatFinding, print, printJson } from './context.js';
+import { systemLoaders } from '../enforcers/fs/loaders.js';
+import { startProblems } from '../enforcers/fs/startup.js';
+import { toPolicyInput } from '../config/policy-input.js';
 import { stateDirOf } from './policy-common.js';
 
 export function register(program: Command): void {
@@ -59,5 +62,20 @@ function hostFindings(config: Parameters<typeof coverageFindings>[0]): Finding[]
   } catch {
     return []; // not Linux, or /proc not mounted: nothing to say about marks
   }
-  return coverageFindings(config, mountinfo);
+  return [...coverageFindings(config, mountinfo), ...startFindings(config)];
+}
+
+/** command_cannot_start: an allowed program whose interpreter or start-up files the policy refuses. */
+function startFindings(config: Parameters<typeof coverageFindings>[0]): Finding[] {
+  if (!config.enforcers.filesystem) return [];
+  const interpreters = config.commands.interpreters ?? systemLoaders();
+  return startProblems(toPolicyInput(config), interpreters).map((p) => ({
+    code: 'command_cannot_start',
+    severity: 'warning',
+    path: 'commands.allow',
+    message: p.message,
+    entry: p.program,
+    file: p.file,
+    rule: p.rule,
+  }));
 }
