@@ -248,28 +248,44 @@ bool ResolveInterpreter(int32_t pid, const std::string& path, struct stat* st) {
 bool InBinfmtLoader(int32_t pid) {
   char path[64];
   char buf[8192];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return false;
-  buf[n] = 0;
-  const char* p = strrchr(buf, ')');
-  if (!p) return false;
-  p++;
-  for (int f = 0; f < 17 && p; f++) p = strchr(p + 1, ' ');  // p: " S ppid...": to the space before field 20, num_threads
-  if (!p || strtol(p + 1, nullptr, 10) != 1) return false;
-  snprintf(path, sizeof path, "/proc/%d/stack", pid);
-  fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return false;
-  buf[n] = 0;
-  // The loaders that exec-open an interpreter: ELF (PT_INTERP), #! scripts, binfmt_misc.
-  return strstr(buf, " load_elf_binary+") || strstr(buf, " load_script+") || strstr(buf, " load_misc_binary+") ||
-         strstr(buf, " load_elf_fdpic_binary+");
+  // The event can be read before the process has gone to sleep waiting for the answer; a task
+  // still running on another CPU shows an empty stack. So: wait (briefly, bounded) until it sleeps.
+  for (int attempt = 0; attempt < 200; attempt++) {
+    if (attempt > 0) {
+      if (attempt < 50) {
+        sched_yield();
+      } else {
+        timespec ts{0, 20 * 1000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    const char* p = strrchr(buf, ')');
+    if (!p || p[1] != ' ') return false;
+    char state = p[2];
+    p++;
+    for (int f = 0; f < 17 && p; f++) p = strchr(p + 1, ' ');  // p: " S ppid...": to the space before field 20, num_threads
+    if (!p || strtol(p + 1, nullptr, 10) != 1) return false;
+    if (state == 'R') continue;  // not asleep yet
+    snprintf(path, sizeof path, "/proc/%d/stack", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n < 0) return false;
+    buf[n] = 0;
+    if (n == 0) continue;  // woke or switched between the two reads: look again
+    // The loaders that exec-open an interpreter: ELF (PT_INTERP), #! scripts, binfmt_misc.
+    return strstr(buf, " load_elf_binary+") || strstr(buf, " load_script+") || strstr(buf, " load_misc_binary+") ||
+           strstr(buf, " load_elf_fdpic_binary+");
+  }
+  return false;
 }
 
 class Watcher : public Napi::ObjectWrap<Watcher> {
