@@ -1,7 +1,11 @@
 // bench/fanotify: opens per second on one benchmark-owned ramfs, in one run, with
 //   no listener | a minimal C listener (readlink + /proc status + allow) |
 //   the Leash watcher for a non-subject UID | for a subject with a 1,000-entry policy |
-//   fapolicyd 1.1.7 with an allow-all rule, confined to the benchmark's mount.
+//   fapolicyd 1.1.7 with an allow-all rule, confined to the benchmark's mount;
+// and execs per second of a dynamic program whose loader and libc are on the ramfs (exec +
+// interpreter + libraries, as on a host whose root filesystem is marked), for a subject whose
+// commands whitelist allows the loader by name (before commands.interpreters) and one where the
+// loader is implied by the exec state (interpreter_of).
 // Rounds are interleaved and the median is reported; machine load is recorded with
 // the figures, because background load changes them (it keeps vCPUs awake).
 //
@@ -35,11 +39,14 @@ const { values } = parseArgs({
     /** Nice of the Leash loop thread. 0: at -14 (fapolicyd's) the wake-ups measured worse here. */
     nice: { type: 'string', default: '0' },
     'no-fapolicyd': { type: 'boolean', default: false },
+    /** Execs per exec row. */
+    execs: { type: 'string', default: '2000' },
     /** Extra Leash rows: credentials via FAN_REPORT_PIDFD or /proc, and at nice -14 (what each costs). */
     explore: { type: 'boolean', default: false },
   },
 });
 const OPENS = Number(values.opens);
+const EXECS = Number(values.execs);
 const ROUNDS = Number(values.rounds);
 
 if (process.getuid?.() !== 0) {
@@ -66,6 +73,8 @@ const listenerBin = path.join(tmp, 'listener');
 const openerBin = path.join(tmp, 'opener');
 execFileSync('cc', ['-O2', '-o', listenerBin, path.join(srcDir, 'listener.c')]);
 execFileSync('cc', ['-O2', '-o', openerBin, path.join(srcDir, 'opener.c')]);
+const execerBin = path.join(tmp, 'execer');
+execFileSync('cc', ['-O2', '-o', execerBin, path.join(srcDir, 'execer.c')]);
 fs.chmodSync(tmp, 0o755);
 
 const mnt = path.join(tmp, 'ramfs');
@@ -98,6 +107,43 @@ function opener(u: { uid: number; gid: number }, count = OPENS): number {
     { encoding: 'utf8', timeout: 120_000 },
   );
   return Number(out.trim());
+}
+
+// A dynamic program whose loader and libc are copies on the ramfs: its exec raises the
+// program's and the loader's exec events and the libraries' opens on the marked filesystem.
+let dynDir = '';
+let dynProg = '';
+let dynLoader = '';
+function buildDynamic(): void {
+  dynDir = path.join(mnt, 'dyn');
+  fs.mkdirSync(dynDir, { mode: 0o755 });
+  dynLoader = path.join(dynDir, 'ld-linux-x86-64.so.2');
+  fs.copyFileSync(fs.realpathSync('/lib64/ld-linux-x86-64.so.2'), dynLoader);
+  fs.chmodSync(dynLoader, 0o755);
+  fs.copyFileSync(fs.realpathSync('/lib/x86_64-linux-gnu/libc.so.6'), path.join(dynDir, 'libc.so.6'));
+  const src = path.join(tmp, 'true.c');
+  fs.writeFileSync(src, 'int main(void){return 0;}\n');
+  dynProg = path.join(dynDir, 'true');
+  execFileSync('cc', ['-O2', '-o', dynProg, src, `-Wl,--dynamic-linker=${dynLoader}`, `-Wl,-rpath=${dynDir}`]);
+}
+
+function execer(u: { uid: number; gid: number }, count = EXECS): number {
+  const out = execFileSync(
+    'setpriv',
+    [`--reuid=${u.uid}`, `--regid=${u.gid}`, '--clear-groups', execerBin, dynProg, String(count)],
+    { encoding: 'utf8', timeout: 120_000 },
+  );
+  return Number(out.trim());
+}
+
+/** bigPolicy, plus the dynamic program: its loader allowed by name, or implied (commands.interpreters). */
+function execPolicy(implied: boolean): FsCmdPolicy {
+  const p = bigPolicy();
+  p.filesystem.allow.push(dynDir);
+  p.commands.allow.push(dynProg);
+  if (implied) p.commands.interpreters = [dynLoader];
+  else p.commands.allow.push(dynLoader);
+  return p;
 }
 
 function bigPolicy(): FsCmdPolicy {
@@ -148,9 +194,9 @@ async function stop(c: ChildProcess): Promise<void> {
   await done;
 }
 
-async function leash(tag: string, extraArgs: string[] = []): Promise<FsSupervisor> {
+async function leash(tag: string, extraArgs: string[] = [], policy = bigPolicy()): Promise<FsSupervisor> {
   const sup = createFsSupervisor({
-    subjects: [{ uid: S.uid, policy: bigPolicy(), failMode: 'closed' }],
+    subjects: [{ uid: S.uid, policy, failMode: 'closed' }],
     decisions: path.join(tmp, `decisions-${tag.replace(/[^a-z0-9]+/gi, '-') || 'default'}.jsonl`),
     wrap: ['timeout', '-s', 'KILL', '300'],
     args: [`--nice=${values.nice}`, ...extraArgs],
@@ -212,6 +258,9 @@ async function main(): Promise<void> {
   };
   const load0 = os.loadavg();
   const extra: Record<string, unknown> = {};
+  const execRows: Record<string, number[]> = {};
+  const execCpus: Record<string, number[]> = {};
+  buildDynamic();
   for (let round = 0; round < ROUNDS; round++) {
     add('no listener', opener(N));
 
@@ -232,6 +281,40 @@ async function main(): Promise<void> {
       measure(`Leash, subject, 1,000 entries${tag}`, S, wpid);
       const st = await sup.status();
       extra[`leash${tag}`] = { droppedAllows: st.droppedAllows, stats: st.stats };
+      await sup.close();
+    }
+
+    // Execs of a dynamic program: the loader allowed by name (before) against implied (after).
+    for (const [name, implied] of [
+      ['Leash, subject execs, loader allowed by name', false],
+      ['Leash, subject execs, loader implied (interpreter_of)', true],
+    ] as const) {
+      const sup = await leash(implied ? 'exec-implied' : 'exec-named', [], execPolicy(implied));
+      execer(S, 100);
+      const wpid = sup.watcherPid()!;
+      const c0 = cpuNs(wpid);
+      let rate: number;
+      try {
+        rate = execer(S);
+      } catch (e) {
+        const log = path.join(tmp, `decisions-exec-${implied ? 'implied' : 'named'}.jsonl`);
+        const blocks = fs.existsSync(log)
+          ? fs
+              .readFileSync(log, 'utf8')
+              .split('\n')
+              .filter((l) => l.includes('"block"'))
+          : [];
+        console.error(`${name}: ${(e as Error).message}; watcher ${JSON.stringify((await sup.status()).stats)}`);
+        console.error(blocks.slice(0, 5).join('\n'));
+        throw e;
+      }
+      (execRows[name] ??= []).push(rate);
+      (execCpus[name] ??= []).push((cpuNs(wpid) - c0) / EXECS / 1000);
+      const st = await sup.status();
+      extra[`leash ${name}`] = { stats: st.stats };
+      if (implied && !(Number(st.stats?.interpreterOf) >= EXECS)) {
+        throw new Error(`the implied row did not imply the loader: ${JSON.stringify(st.stats)}`);
+      }
       await sup.close();
     }
 
@@ -273,10 +356,37 @@ async function main(): Promise<void> {
     `loadavg before ${load0.map((x) => x.toFixed(2)).join(' ')}, after ${load1.map((x) => x.toFixed(2)).join(' ')}`,
   );
   console.table(table);
+  const before = median(execRows['Leash, subject execs, loader allowed by name'] ?? []);
+  const execTable = Object.entries(execRows).map(([name, xs]) => ({
+    row: name,
+    'execs/s (median)': Math.round(median(xs)),
+    runs: xs.map((x) => Math.round(x)).join(' '),
+    'vs loader by name': (median(xs) / before).toFixed(2) + 'x',
+    'watcher CPU µs/exec': execCpus[name] ? median(execCpus[name]!).toFixed(1) : '-',
+  }));
+  console.log(`execs of a dynamic program (loader + libc on the ramfs), ${EXECS} fork+exec per run`);
+  console.table(execTable);
   const out = path.join(os.tmpdir(), `leash-bench-fanotify-${Date.now()}.json`);
   fs.writeFileSync(
     out,
-    JSON.stringify({ opens: OPENS, rounds: ROUNDS, load0, load1, rows, cpus, table, extra }, null, 2),
+    JSON.stringify(
+      {
+        opens: OPENS,
+        execs: EXECS,
+        rounds: ROUNDS,
+        load0,
+        load1,
+        rows,
+        cpus,
+        table,
+        execRows,
+        execCpus,
+        execTable,
+        extra,
+      },
+      null,
+      2,
+    ),
   );
   console.log(`json: ${out}`);
 }

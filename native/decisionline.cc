@@ -193,7 +193,8 @@ void AppendJsonString(std::string* out, const char* str, size_t n) {
 }
 
 void AppendDecisionLine(std::string* out, IsoTime* iso, int64_t tsMs, const char ref[8], uint32_t uid, bool exec,
-                        bool allow, Reason reason, const char* subject, size_t subjectLen, const std::string* rule) {
+                        bool allow, Reason reason, const char* subject, size_t subjectLen, const std::string* rule,
+                        const std::string* program) {
   out->append("{\"ts\":\"", 7);
   iso->Append(out, tsMs);
   out->append("\",\"ref\":\"", 9);
@@ -210,6 +211,10 @@ void AppendDecisionLine(std::string* out, IsoTime* iso, int64_t tsMs, const char
   out->append(ReasonName(reason));
   out->append(exec ? "\",\"subject\":{\"binary\":" : "\",\"subject\":{\"path\":");
   AppendJsonString(out, subject, subjectLen);
+  if (exec && program) {
+    out->append(",\"interpreterOf\":", 17);
+    AppendJsonString(out, program->data(), program->size());
+  }
   out->append("},\"rule\":", 9);
   if (rule) {
     AppendJsonString(out, rule->data(), rule->size());
@@ -241,16 +246,21 @@ Napi::Value FormatDecisionLines(const Napi::CallbackInfo& info) {
     if (ref.size() != 8) return Usage(env, "formatDecisionLines: ref is 8 characters");
     std::string reasonName = c.Get("reason").As<Napi::String>().Utf8Value();
     Reason reason = Reason::kEngineError;
-    for (int r = 0; r <= static_cast<int>(Reason::kEngineError); r++) {
+    for (int r = 0; r <= static_cast<int>(Reason::kLast); r++) {
       if (reasonName == ReasonName(static_cast<Reason>(r))) reason = static_cast<Reason>(r);
     }
     Napi::Value rv = c.Get("rule");
     std::string rule;
     bool hasRule = rv.IsString();
     if (hasRule) rule = rv.As<Napi::String>().Utf8Value();
+    Napi::Value pv = c.Get("interpreterOf");
+    std::string program;
+    bool hasProgram = pv.IsBuffer();
+    if (hasProgram) program.assign(pv.As<Napi::Buffer<char>>().Data(), pv.As<Napi::Buffer<char>>().Length());
     AppendDecisionLine(&text, &iso, c.Get("ts").As<Napi::Number>().Int64Value(), ref.data(),
                        c.Get("uid").As<Napi::Number>().Uint32Value(), c.Get("exec").ToBoolean().Value(),
-                       c.Get("allow").ToBoolean().Value(), reason, buf.Data(), buf.Length(), hasRule ? &rule : nullptr);
+                       c.Get("allow").ToBoolean().Value(), reason, buf.Data(), buf.Length(), hasRule ? &rule : nullptr,
+                       hasProgram ? &program : nullptr);
     subjects.Set(i, Napi::String::New(env, buf.Data(), buf.Length()));
     rules.Set(i, hasRule ? Napi::Value(Napi::String::New(env, rule)) : env.Null());
   }

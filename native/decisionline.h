@@ -49,9 +49,14 @@ class RefPool {
  */
 void AppendJsonString(std::string* out, const char* s, size_t n);
 
-/** One decision as its log line (with the newline), key order ts, ref, uid, surface, action, reason, subject, rule. */
+/**
+ * One decision as its log line (with the newline), key order ts, ref, uid, surface, action, reason, subject, rule.
+ * `program` (exec only, may be null): the program whose interpreter this exec loads, written as the
+ * subject's `interpreterOf`.
+ */
 void AppendDecisionLine(std::string* out, IsoTime* iso, int64_t tsMs, const char ref[8], uint32_t uid, bool exec,
-                        bool allow, Reason reason, const char* subject, size_t subjectLen, const std::string* rule);
+                        bool allow, Reason reason, const char* subject, size_t subjectLen, const std::string* rule,
+                        const std::string* program = nullptr);
 
 /**
  * formatDecisionLines(cases) -> {text: Buffer, subjects, rules}: the test hook for the differential

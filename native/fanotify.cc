@@ -9,7 +9,9 @@
 #include "fanotify.h"
 
 #include <dirent.h>
+#include <elf.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
@@ -149,8 +151,142 @@ struct Decision {
   bool exec;
   bool allow;
   Reason reason;
-  const std::string* rule;  // points into a policy of the snapshot HandleEvent holds
+  const std::string* rule;     // points into a policy of the snapshot HandleEvent holds
+  const std::string* program;  // interpreter_of: the program served (the loop's execProgram_), else null
 };
+
+// ---- the interpreter of an exec (loop thread; see Watcher::Judge) ----
+
+enum class InterpRead { kNone, kFound, kMalformed };
+
+template <typename Ehdr, typename Phdr>
+InterpRead ElfInterp(int fd, const unsigned char* head, size_t n, std::string* out) {
+  if (n < sizeof(Ehdr)) return InterpRead::kMalformed;
+  Ehdr e;
+  memcpy(&e, head, sizeof e);
+  if (e.e_type != ET_EXEC && e.e_type != ET_DYN) return InterpRead::kNone;  // the kernel runs neither
+  // The kernel's own bounds (fs/binfmt_elf.c load_elf_phdrs): a table it would refuse is malformed.
+  size_t size = static_cast<size_t>(e.e_phnum) * e.e_phentsize;
+  if (e.e_phentsize != sizeof(Phdr) || size == 0 || size > 4096) return InterpRead::kMalformed;
+  Phdr ph[4096 / sizeof(Phdr)];
+  ssize_t r = pread(fd, ph, size, static_cast<off_t>(e.e_phoff));
+  if (r != static_cast<ssize_t>(size)) return InterpRead::kMalformed;
+  for (size_t i = 0; i < e.e_phnum; i++) {
+    if (ph[i].p_type != PT_INTERP) continue;  // only the first counts, as in the kernel
+    if (ph[i].p_filesz > PATH_MAX || ph[i].p_filesz < 2) return InterpRead::kMalformed;
+    char buf[PATH_MAX + 1];
+    size_t len = static_cast<size_t>(ph[i].p_filesz);
+    if (pread(fd, buf, len, static_cast<off_t>(ph[i].p_offset)) != static_cast<ssize_t>(len))
+      return InterpRead::kMalformed;
+    if (buf[len - 1] != 0) return InterpRead::kMalformed;
+    out->assign(buf);  // up to the first NUL, as the kernel opens it
+    return InterpRead::kFound;
+  }
+  return InterpRead::kNone;  // a static binary: nothing is loaded after it
+}
+
+/**
+ * The interpreter the kernel will exec-open after `fd` (an exec event's own descriptor): the
+ * PT_INTERP of an ELF or the `#!` line of a script. kNone: nothing (a static binary, a file the
+ * kernel runs through no interpreter or refuses); kMalformed: an ELF whose headers cannot be read
+ * as the kernel reads them (judged engine_error, never an allow).
+ */
+InterpRead ReadInterpreter(int fd, std::string* out) {
+  unsigned char head[256];  // BINPRM_BUF_SIZE: what the kernel reads of the file first
+  ssize_t n = pread(fd, head, sizeof head, 0);
+  if (n < 0) return InterpRead::kMalformed;
+  size_t len = static_cast<size_t>(n);
+  if (len >= 2 && head[0] == '#' && head[1] == '!') {
+    // fs/binfmt_script.c: blanks, then the interpreter up to a blank, a newline or NUL.
+    size_t i = 2;
+    while (i < len && (head[i] == ' ' || head[i] == '\t')) i++;
+    size_t start = i;
+    while (i < len && head[i] != ' ' && head[i] != '\t' && head[i] != '\n' && head[i] != 0) i++;
+    if (i == start || i == len) return InterpRead::kNone;  // no interpreter, or cut off: ENOEXEC
+    out->assign(reinterpret_cast<const char*>(head + start), i - start);
+    return InterpRead::kFound;
+  }
+  if (len < EI_NIDENT || memcmp(head, ELFMAG, SELFMAG) != 0) return InterpRead::kNone;
+  if (head[EI_DATA] != ELFDATA2LSB) return InterpRead::kNone;  // not this machine's: the kernel refuses it
+  if (head[EI_CLASS] == ELFCLASS64) return ElfInterp<Elf64_Ehdr, Elf64_Phdr>(fd, head, len, out);
+  if (head[EI_CLASS] == ELFCLASS32) return ElfInterp<Elf32_Ehdr, Elf32_Phdr>(fd, head, len, out);
+  return InterpRead::kMalformed;
+}
+
+/**
+ * Resolves an interpreter path as the kernel does for the process: from its root (a chroot, its
+ * mount namespace), following symlinks. O_PATH raises no fanotify event, so the loop can do this
+ * on a marked filesystem without waiting for itself. A relative path (resolved by the kernel from
+ * the process's working directory) is not followed: nothing is implied for it.
+ */
+bool ResolveInterpreter(int32_t pid, const std::string& path, struct stat* st) {
+  if (path.empty() || path[0] != '/') return false;
+  char root[64];
+  snprintf(root, sizeof root, "/proc/%d/root", pid);
+  int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (rfd < 0) return false;
+  open_how how;
+  memset(&how, 0, sizeof how);
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  int fd = static_cast<int>(syscall(SYS_openat2, rfd, path.c_str(), &how, sizeof how));
+  close(rfd);
+  if (fd < 0) return false;
+  bool ok = fstat(fd, st) == 0;
+  close(fd);
+  return ok;
+}
+
+/**
+ * Is the process blocked in a binary format's loader (its exec-open of an interpreter), rather
+ * than in an execve of its own? A stale entry (an execve that failed after its exec-open, e.g. a
+ * bad argv pointer) followed by a direct execve of the loader gives the same events as a real
+ * exec; the kernel stack tells them apart. The process is blocked on our answer, so its stack
+ * cannot change while it is read; a second thread could exec the loader while the first is in
+ * a loader, so only a single-threaded process qualifies.
+ */
+bool InBinfmtLoader(int32_t pid) {
+  char path[64];
+  char buf[8192];
+  // The event can be read before the process has gone to sleep waiting for the answer; a task
+  // still running on another CPU shows an empty stack. So: wait (briefly, bounded) until it sleeps.
+  for (int attempt = 0; attempt < 200; attempt++) {
+    if (attempt > 0) {
+      if (attempt < 50) {
+        sched_yield();
+      } else {
+        timespec ts{0, 20 * 1000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    const char* p = strrchr(buf, ')');
+    if (!p || p[1] != ' ') return false;
+    char state = p[2];
+    p++;
+    for (int f = 0; f < 17 && p; f++) p = strchr(p + 1, ' ');  // p: " S ppid...": to the space before field 20, num_threads
+    if (!p || strtol(p + 1, nullptr, 10) != 1) return false;
+    if (state == 'R') continue;  // not asleep yet
+    snprintf(path, sizeof path, "/proc/%d/stack", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n < 0) return false;
+    buf[n] = 0;
+    if (n == 0) continue;  // woke or switched between the two reads: look again
+    // The loaders that exec-open an interpreter: ELF (PT_INTERP), #! scripts, binfmt_misc.
+    return strstr(buf, " load_elf_binary+") || strstr(buf, " load_script+") || strstr(buf, " load_misc_binary+") ||
+           strstr(buf, " load_elf_fdpic_binary+");
+  }
+  return false;
+}
 
 class Watcher : public Napi::ObjectWrap<Watcher> {
  public:
@@ -368,6 +504,9 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     n("procFallback", procFallback_);
     n("writeErrors", writeErrors_);
     n("foreignMount", foreignMount_);
+    n("interpreterOf", interpreterOf_);
+    n("execStateRefused", execStateRefused_);
+    n("execStateDropped", execStateDropped_);
     o.Set("loopError", Napi::Number::New(env, loopErrno_.load()));
     o.Set("running", Napi::Boolean::New(env, started_ && !loopDone_.load()));
     return o;
@@ -620,11 +759,18 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
     pathLen_ = 0;  // set only by a successful PathOf: no name is logged as ""
     bool havePath = PathOf(m->fd);
     std::string_view subject(path_, pathLen_);
+    bool isExec = (m->mask & FAN_OPEN_EXEC_PERM) != 0;
+    // Exec state: is this exec the kernel loading the interpreter of the program this process
+    // just had allowed? Any exec event of the process ends its entry (used, or stale).
+    bool asInterp = false;
+    if (isExec) asInterp = TakeExecEntry(m);
+    bool wantInterp = false;
     int n = 0;
     for (int h = 0; h < nh; h++) {
       const SubjectEntry& se = *hits[h];
       const FsPolicy* pol = se.policy.get();
       bool failOpen = pol ? pol->failOpen : se.failOpen;
+      wantInterp = wantInterp || (pol && pol->cmdWhitelist && pol->hasInterpreters);
       for (int k = 0; k < 2; k++) {
         bool exec = k == 0;
         if (!(m->mask & (exec ? FAN_OPEN_EXEC_PERM : FAN_OPEN_PERM))) continue;
@@ -632,14 +778,78 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
         if (!havePath) {
           v = {failOpen, Reason::kEngineError, nullptr};
         } else {
-          v = exec ? MatchCommandPolicy(pol, se.failOpen, subject) : MatchPathPolicy(pol, se.failOpen, subject);
+          v = exec ? MatchCommandPolicy(pol, se.failOpen, subject, asInterp)
+                   : MatchPathPolicy(pol, se.failOpen, subject);
         }
         if (!v.allow) *allow = false;
-        decs[n++] = {uids[h], exec, v.allow, v.reason, v.rule};
+        bool served = exec && v.reason == Reason::kInterpreterOf;
+        if (served) interpreterOf_.fetch_add(1, std::memory_order_relaxed);
+        decs[n++] = {uids[h], exec, v.allow, v.reason, v.rule, served ? &execProgram_ : nullptr};
+      }
+    }
+    // An allowed exec under a whitelist with interpreters: remember what the kernel will load
+    // next for it. A header that cannot be read as the kernel reads it is never an allow.
+    if (isExec && *allow && wantInterp && havePath && !RememberInterpreter(m, subject)) {
+      *allow = false;
+      for (int i = 0; i < n; i++) {
+        if (!decs[i].exec) continue;
+        decs[i] = {decs[i].uid, true, false, Reason::kEngineError, nullptr, nullptr};
       }
     }
     (*allow ? subjectAllow_ : subjectDeny_).fetch_add(1, std::memory_order_relaxed);
     return n;
+  }
+
+  // Exec state per process (loop thread only). When a subject's exec is allowed, the interpreter
+  // it names is remembered with its identity; the next exec event of that process is the kernel
+  // loading it only if it is exactly that file, soon, and the process is in a binfmt loader.
+  struct ExecEntry {
+    dev_t dev;
+    ino_t ino;
+    int64_t atNs;
+    std::string program;
+  };
+  static constexpr size_t kExecStateMax = 1024;
+  static constexpr int64_t kExecStateTtlNs = 5LL * 1000 * 1000 * 1000;
+
+  bool TakeExecEntry(const fanotify_event_metadata* m) {
+    if (execs_.empty()) return false;
+    auto it = execs_.find(m->pid);
+    if (it == execs_.end()) return false;
+    ExecEntry e = std::move(it->second);
+    execs_.erase(it);
+    struct stat st;
+    if (batchMonoNs_ - e.atNs > kExecStateTtlNs) return false;
+    if (fstat(m->fd, &st) != 0 || st.st_dev != e.dev || st.st_ino != e.ino) return false;
+    if (!InBinfmtLoader(m->pid)) {
+      execStateRefused_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    execProgram_ = std::move(e.program);
+    return true;
+  }
+
+  // Returns false for a malformed header (the exec is then engine_error).
+  bool RememberInterpreter(const fanotify_event_metadata* m, std::string_view program) {
+    std::string interp;
+    InterpRead r = ReadInterpreter(m->fd, &interp);
+    if (r == InterpRead::kMalformed) return false;
+    if (r == InterpRead::kNone) return true;
+    struct stat st;
+    if (!ResolveInterpreter(m->pid, interp, &st)) return true;  // the exec will fail; nothing implied
+    if (execs_.size() >= kExecStateMax) {
+      for (auto it = execs_.begin(); it != execs_.end();) {
+        if (batchMonoNs_ - it->second.atNs > kExecStateTtlNs) it = execs_.erase(it);
+        else ++it;
+      }
+      if (execs_.size() >= kExecStateMax) {
+        // Fails closed: a dropped entry only leaves an interpreter to be judged by its own name.
+        execStateDropped_.fetch_add(execs_.size(), std::memory_order_relaxed);
+        execs_.clear();
+      }
+    }
+    execs_[m->pid] = {st.st_dev, st.st_ino, batchMonoNs_, std::string(program)};
+    return true;
   }
 
   // Denies are always queued; allows beyond queueAllows_ are counted instead and the
@@ -674,7 +884,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
         char ref[8];
         refs_.Next(ref);
         AppendDecisionLine(&q_, &iso_, batchWallMs_, ref, d[i].uid, d[i].exec, d[i].allow, d[i].reason, path_,
-                           pathLen_, d[i].rule);
+                           pathLen_, d[i].rule, d[i].program);
         qCount_++;
       }
       if (!wakePending_) {
@@ -919,6 +1129,9 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   int64_t lastListNs_ = 0;
   bool listmountOk_ = true;
   std::atomic<uint64_t> foreignMount_{0};
+  std::atomic<uint64_t> interpreterOf_{0}, execStateRefused_{0}, execStateDropped_{0};
+  std::unordered_map<int32_t, ExecEntry> execs_;  // loop thread only
+  std::string execProgram_;                       // loop thread only: the program of the current interpreter_of
   std::shared_ptr<const Snapshot> snap_;
 
   // Loop thread only: the current event's path, the line formatter's clock and refs.

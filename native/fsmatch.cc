@@ -9,8 +9,8 @@ namespace leash {
 
 namespace {
 
-const char* const kReasonNames[] = {"allow_entry", "mode_allow", "deny_entry", "not_allowed", "no_policy",
-                                    "engine_error"};
+const char* const kReasonNames[] = {"allow_entry", "mode_allow",   "deny_entry",        "not_allowed",
+                                    "no_policy",   "engine_error", "interpreter_of", "interpreter_direct"};
 
 bool IsGlob(std::string_view s) { return s.find_first_of("*?[") != std::string_view::npos; }
 
@@ -370,7 +370,7 @@ MatchVerdict MatchPathPolicy(const FsPolicy* p, bool failOpen, std::string_view 
   return ByLists(true, nullptr, p->fsAllow.Find(norm));
 }
 
-MatchVerdict MatchCommandPolicy(const FsPolicy* p, bool failOpen, std::string_view binary) {
+MatchVerdict MatchCommandPolicy(const FsPolicy* p, bool failOpen, std::string_view binary, bool asInterpreter) {
   if (!p) return {failOpen, Reason::kNoPolicy, nullptr};
   std::string norm;
   if (binary.empty()) return {p->failOpen, Reason::kEngineError, nullptr};
@@ -381,6 +381,10 @@ MatchVerdict MatchCommandPolicy(const FsPolicy* p, bool failOpen, std::string_vi
   }
   const std::string* d = p->cmdDeny.Find(norm);
   if (d || !p->cmdWhitelist) return ByLists(p->cmdWhitelist, d, nullptr);
+  if (p->hasInterpreters) {
+    if (const std::string* i = p->cmdInterpreters.Find(norm))
+      return {asInterpreter, asInterpreter ? Reason::kInterpreterOf : Reason::kInterpreterDirect, i};
+  }
   return ByLists(true, nullptr, p->cmdAllow.Find(norm));
 }
 
@@ -410,6 +414,11 @@ std::shared_ptr<FsPolicy> FsPolicyFromJs(Napi::Env env, Napi::Value v) {
   for (const auto& e : StringArray(fo.Get("deny"))) p->fsDeny.Add(e);
   for (const auto& e : StringArray(co.Get("allow"))) p->cmdAllow.Add(e);
   for (const auto& e : StringArray(co.Get("deny"))) p->cmdDeny.Add(e);
+  for (const auto& e : StringArray(co.Get("interpreters"))) {
+    if (e.empty() || e[0] != '/') continue;  // the engine's interpreterEntryOk: absolute paths only
+    p->cmdInterpreters.Add(e);
+    p->hasInterpreters = true;
+  }
   return p;
 }
 
@@ -452,7 +461,8 @@ Napi::Value NativeMatch(const Napi::CallbackInfo& info) {
   std::string subject = info[2].As<Napi::String>().Utf8Value();
   if (kind == "filesystem") return VerdictObject(env, MatchPathPolicy(p, failOpen, subject));
   if (kind == "commands") return VerdictObject(env, MatchCommandPolicy(p, failOpen, subject));
-  return Usage(env, "nativeMatch: kind must be 'filesystem' or 'commands'");
+  if (kind == "interpreter") return VerdictObject(env, MatchCommandPolicy(p, failOpen, subject, true));
+  return Usage(env, "nativeMatch: kind must be 'filesystem', 'commands' or 'interpreter'");
 }
 
 Napi::Value NativeMatchBatch(const Napi::CallbackInfo& info) {
@@ -468,8 +478,9 @@ Napi::Value NativeMatchBatch(const Napi::CallbackInfo& info) {
   for (uint32_t i = 0; i < n; i++) {
     std::string kind = kinds.Get(i).As<Napi::String>().Utf8Value();
     std::string subject = subjects.Get(i).As<Napi::String>().Utf8Value();
-    MatchVerdict m = kind == "commands" ? MatchCommandPolicy(p, failOpen, subject)
-                                        : MatchPathPolicy(p, failOpen, subject);
+    MatchVerdict m = kind == "commands"      ? MatchCommandPolicy(p, failOpen, subject)
+                     : kind == "interpreter" ? MatchCommandPolicy(p, failOpen, subject, true)
+                                             : MatchPathPolicy(p, failOpen, subject);
     std::string s = std::string(m.allow ? "allow" : "block") + "|" + ReasonName(m.reason) + "|" +
                     (m.rule ? *m.rule : std::string("\x01null"));
     out.Set(i, Napi::String::New(env, s));

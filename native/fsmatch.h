@@ -15,7 +15,17 @@
 namespace leash {
 
 /** Reason codes shared with src/engine/types.ts (same order as kReasonNames). */
-enum class Reason : uint8_t { kAllowEntry, kModeAllow, kDenyEntry, kNotAllowed, kNoPolicy, kEngineError };
+enum class Reason : uint8_t {
+  kAllowEntry,
+  kModeAllow,
+  kDenyEntry,
+  kNotAllowed,
+  kNoPolicy,
+  kEngineError,
+  kInterpreterOf,
+  kInterpreterDirect,
+  kLast = kInterpreterDirect
+};
 
 /** The snake_case name of a reason, as the engine and the decision log spell it. */
 const char* ReasonName(Reason r);
@@ -87,6 +97,9 @@ struct FsPolicy {
   bool cmdWhitelist = true;
   PathList fsAllow, fsDeny;
   CommandList cmdAllow, cmdDeny;
+  /** commands.interpreters: absolute paths only (a basename would imply any file of that name). */
+  CommandList cmdInterpreters;
+  bool hasInterpreters = false;
 };
 
 /**
@@ -97,8 +110,14 @@ bool NormalizePath(std::string_view p, std::string* out);
 
 /** Judges an open of `path` (null policy -> no_policy under fail mode). */
 MatchVerdict MatchPathPolicy(const FsPolicy* p, bool failOpen, std::string_view path);
-/** Judges an exec of `binary`. */
-MatchVerdict MatchCommandPolicy(const FsPolicy* p, bool failOpen, std::string_view binary);
+/**
+ * Judges an exec of `binary`. `asInterpreter`: this exec is the kernel loading the interpreter
+ * of a program whose own exec was allowed (the engine's `interpreterOf`). In whitelist mode an
+ * entry of commands.interpreters is then allowed (`interpreter_of`) and otherwise, run directly,
+ * blocked (`interpreter_direct`); deny entries and blacklist mode are as for any exec.
+ */
+MatchVerdict MatchCommandPolicy(const FsPolicy* p, bool failOpen, std::string_view binary,
+                                bool asInterpreter = false);
 
 /**
  * Builds an FsPolicy from a JS PolicyInput-shaped object ({fail_mode, filesystem, commands}).
@@ -108,7 +127,7 @@ std::shared_ptr<FsPolicy> FsPolicyFromJs(Napi::Env env, Napi::Value v);
 
 /** compileFsPolicy(policy) -> opaque handle for nativeMatch. */
 Napi::Value CompileFsPolicy(const Napi::CallbackInfo& info);
-/** nativeMatch(handle|null, 'filesystem'|'commands', subject, failMode?) -> {action, reason, rule}. */
+/** nativeMatch(handle|null, 'filesystem'|'commands'|'interpreter', subject, failMode?) -> {action, reason, rule}. */
 Napi::Value NativeMatch(const Napi::CallbackInfo& info);
 /** nativeMatchBatch(handle|null, kinds[], subjects[], failMode?) -> packed verdict strings (fast diff testing). */
 Napi::Value NativeMatchBatch(const Napi::CallbackInfo& info);

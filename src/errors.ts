@@ -109,6 +109,7 @@ export const FINDING_CODES = {
   subject_unresolvable: 'warning',
   // filesystem watcher coverage (branch wire): what `leash validate` says about this host's marks
   marks_partial_coverage: 'warning',
+  command_cannot_start: 'warning',
 } as const satisfies Record<string, 'warning' | 'critical'>;
 export type FindingCode = keyof typeof FINDING_CODES;
 export type Severity = 'warning' | 'critical';
@@ -125,6 +126,8 @@ export const REASONS = {
   inspect_pii: 'tool input inspection found PII and the category is set to block',
   inspect_priv_esc: 'tool input inspection found privilege escalation and the category is set to block',
   inspect_secrets: 'tool input inspection found a secret and the category is set to block',
+  interpreter_direct: 'commands whitelist: a commands.interpreters entry was run directly (blocked)',
+  interpreter_of: 'commands whitelist: a commands.interpreters entry loaded by the kernel for an allowed program',
   mode_allow: 'blacklist mode and no deny entry matched',
   no_policy: 'the subject has no resolved policy; fail_mode decided',
   not_allowed: 'whitelist mode and no allow entry matched',

@@ -27,13 +27,22 @@ export interface FsCmdPolicy {
   fail_mode: 'closed' | 'open';
   /** `watch`: extra paths whose filesystems are marked (config filesystem.watch); the matcher ignores it. */
   filesystem: { mode: 'whitelist' | 'blacklist'; allow: string[]; deny: string[]; watch?: string[] };
-  commands: { mode: 'whitelist' | 'blacklist'; allow: string[]; deny: string[] };
+  /** `interpreters`: commands.interpreters (absolute paths), implied only as an allowed program's interpreter. */
+  commands: { mode: 'whitelist' | 'blacklist'; allow: string[]; deny: string[]; interpreters?: string[] };
 }
 /** Opaque handle to a natively compiled FsCmdPolicy. */
 export type NativeFsPolicyHandle = { readonly __nativeFsPolicy: unique symbol };
 export interface NativeVerdict {
   action: 'allow' | 'block';
-  reason: 'allow_entry' | 'mode_allow' | 'deny_entry' | 'not_allowed' | 'no_policy' | 'engine_error';
+  reason:
+    | 'allow_entry'
+    | 'mode_allow'
+    | 'deny_entry'
+    | 'not_allowed'
+    | 'no_policy'
+    | 'engine_error'
+    | 'interpreter_of'
+    | 'interpreter_direct';
   rule: string | null;
 }
 /** One map entry: a subject UID and its policy (null = subject with no policy, fail mode decides). */
@@ -67,6 +76,8 @@ export interface DecisionLineCase {
   subject: Buffer;
   rule: string | null;
   ref: string;
+  /** interpreter_of: the served program's raw bytes (written as the subject's `interpreterOf`). */
+  interpreterOf?: Buffer;
 }
 export interface WatcherOptions {
   /** Called (no arguments) from the event loop when records are waiting; call drain(). */
@@ -107,6 +118,12 @@ export interface WatcherStats {
   writeErrors: number;
   /** Subject events that came through another mount namespace's mount and were renamed through ours. */
   foreignMount: number;
+  /** Execs allowed as the interpreter of an allowed program. */
+  interpreterOf: number;
+  /** Execs of a remembered interpreter refused the implication (the process was not in a binfmt loader). */
+  execStateRefused: number;
+  /** Exec-state entries dropped because the table was full. */
+  execStateDropped: number;
   loopError: number;
   running: boolean;
 }
@@ -130,14 +147,15 @@ export interface NativeAddon {
   compileFsPolicy(policy: FsCmdPolicy): NativeFsPolicyHandle;
   nativeMatch(
     handle: NativeFsPolicyHandle | null,
-    kind: 'filesystem' | 'commands',
+    /** 'interpreter': a commands subject with `interpreterOf` set (the exec state's case). */
+    kind: 'filesystem' | 'commands' | 'interpreter',
     subject: string,
     failMode?: 'closed' | 'open',
   ): NativeVerdict;
   /** Batch form for the differential test: "action|reason|rule" per case ("\x01null" for no rule). */
   nativeMatchBatch(
     handle: NativeFsPolicyHandle | null,
-    kinds: ('filesystem' | 'commands')[],
+    kinds: ('filesystem' | 'commands' | 'interpreter')[],
     subjects: string[],
     failMode?: 'closed' | 'open',
   ): string[];

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../config/load.js';
 import { SURFACES } from '../engine/types.js';
+import { systemLoaders } from '../enforcers/fs/loaders.js';
 import { configPath, print, printJson } from './context.js';
 import { layerOf, subjectOptions, subjectView } from './subject.js';
 
@@ -39,6 +40,11 @@ export function register(program: Command): void {
         },
       ]),
     );
+    // What the watcher implies for an allowed program (commands.interpreters, or the system's loaders).
+    const interpreters = {
+      source: policy.commands.interpreters ? 'config' : 'system_loaders',
+      entries: policy.commands.interpreters ?? systemLoaders(),
+    };
     const counts = {
       critical: findings.filter((f) => f.severity === 'critical').length,
       warning: findings.filter((f) => f.severity === 'warning').length,
@@ -57,6 +63,7 @@ export function register(program: Command): void {
         subject,
         fail_mode: policy.fail_mode,
         surfaces,
+        interpreters,
         enforcers: config.enforcers,
         decisions: config.logging.decisions,
         findings: counts,
@@ -85,6 +92,9 @@ export function register(program: Command): void {
         }`,
       );
     }
+    print(
+      `interpreters ${interpreters.source === 'config' ? '(commands.interpreters)' : '(system dynamic loaders)'} ${interpreters.entries.join(' ') || '(none)'}`,
+    );
     print(`decisions  ${config.logging.decisions}`);
     if (counts.critical || counts.warning) {
       print(`findings   ${counts.critical} critical, ${counts.warning} warning (run: leash validate)`);

@@ -6,6 +6,9 @@ import type { Config } from '../config/types.js';
 import { EXIT, FINDING_CODES, isLeashError } from '../errors.js';
 import { storeFindings } from '../policy/validate.js';
 import { configPath, formatFinding, print, printJson } from './context.js';
+import { systemLoaders } from '../enforcers/fs/loaders.js';
+import { startProblems } from '../enforcers/fs/startup.js';
+import { toPolicyInput } from '../config/policy-input.js';
 import { stateDirOf } from './policy-common.js';
 
 export function register(program: Command): void {
@@ -61,7 +64,22 @@ function hostFindings(config: Parameters<typeof coverageFindings>[0]): Finding[]
   } catch {
     return []; // not Linux, or /proc not mounted: nothing to say about marks
   }
-  return coverageFindings(config, mountinfo);
+  return [...coverageFindings(config, mountinfo), ...startFindings(config)];
+}
+
+/** command_cannot_start: an allowed program whose interpreter or start-up files the policy refuses. */
+function startFindings(config: Parameters<typeof coverageFindings>[0]): Finding[] {
+  if (!config.enforcers.filesystem) return [];
+  const interpreters = config.commands.interpreters ?? systemLoaders();
+  return startProblems(toPolicyInput(config), interpreters).map((p) => ({
+    code: 'command_cannot_start',
+    severity: 'warning',
+    path: 'commands.allow',
+    message: p.message,
+    entry: p.program,
+    file: p.file,
+    rule: p.rule,
+  }));
 }
 
 /** Whether the service could append decision lines to logging.decisions (src/config/sink.ts). */

@@ -24,6 +24,9 @@ export interface Finding {
   entry?: string;
   /** marks_partial_coverage: mount points of the filesystems no mark covers. */
   unmarked?: string[];
+  /** command_cannot_start: the file the program needs at start and the rule that refuses it. */
+  file?: string;
+  rule?: string | null;
 }
 
 export interface LoadedConfig {

@@ -18,7 +18,10 @@ export function toPolicyInput(
     fail_mode: c.fail_mode,
     network: sp(c.network),
     filesystem: sp(c.filesystem),
-    commands: sp(c.commands),
+    commands: {
+      ...sp(c.commands),
+      ...(c.commands.interpreters ? { interpreters: [...c.commands.interpreters] } : {}),
+    },
     tools: { ...sp(c.tools), inspect: { ...c.tools.inspect } },
   };
 }

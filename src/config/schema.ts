@@ -155,6 +155,18 @@ function build<F extends boolean>(fragment: F) {
     {
       ...surfaceShape('a basename, or an absolute path matched exactly'),
       args: opt(commandArgs, {}),
+      // No default here: absent means the system's dynamic loaders, found when the watcher starts.
+      interpreters: z
+        .array(
+          z
+            .string({ error: 'must be a string' })
+            .refine((e) => e.startsWith('/'), 'must be an absolute path (a name would imply any file of that name)'),
+          { error: LIST_MSG },
+        )
+        .optional()
+        .describe(
+          'whitelist mode: interpreters (ELF PT_INTERP loaders, #! interpreters) allowed only when the kernel loads them for an allowed program, never run directly; absent = the dynamic loaders found in the standard paths (`leash status` lists them)',
+        ),
     },
     'the commands surface: executions by the leashed UID (fanotify FAN_OPEN_EXEC_PERM)',
   );

@@ -19,6 +19,8 @@ export interface Config {
   commands: SurfacePolicy & {
     /** `leash terminal`'s argument rules, keyed by a command entry (docs/terminal.md). */
     args: Record<string, ArgRule>;
+    /** Interpreters implied for an allowed program only (absent: the system's dynamic loaders). */
+    interpreters?: string[];
   };
   /** The engine's tools surface plus the MCP gate's fields (docs/tools.md). */
   tools: ToolsSurfacePolicy & ToolsGateFields;

@@ -34,7 +34,7 @@ export interface CompiledPolicy {
   readonly failMode: FailMode;
   readonly network: Lists<NetworkIndex>;
   readonly filesystem: Lists<PathIndex>;
-  readonly commands: Lists<CommandIndex>;
+  readonly commands: Lists<CommandIndex> & { interpreters: CommandIndex };
   readonly tools: Lists<ToolIndex> & { inspect: Readonly<Record<InspectCategory, InspectAction>> };
 }
 
@@ -67,6 +67,34 @@ function build<I extends { add(e: unknown): void }>(make: () => I, sp: unknown):
   return { mode: effectiveMode(s.mode), allow, deny };
 }
 
+/** commands.interpreters: absolute entries only (a basename would imply any file of that name). */
+function interpreterIndex(sp: unknown): CommandIndex {
+  const idx = new CommandIndex();
+  for (const e of entriesOf((sp as { interpreters?: unknown } | undefined)?.interpreters)) {
+    if (typeof e === 'string' && e.startsWith('/')) idx.add(e);
+  }
+  return idx;
+}
+
+/**
+ * Commands: deny first, then blacklist allows everything else (today's semantics: interpreters
+ * play no part). Under a whitelist an entry of `commands.interpreters` is allowed only as the
+ * interpreter the kernel loads for an allowed program (`interpreterOf`), and never run directly,
+ * even when an allow entry names it; anything else is judged by its own name.
+ */
+function decideCommand(c: CompiledPolicy['commands'], subject: SubjectOf['commands']): Verdict {
+  const binary = normalizeBinary(subject.binary);
+  const denied = c.deny.match(binary);
+  if (denied !== null || c.mode === 'blacklist' || c.interpreters.size === 0) return byLists(c, binary);
+  const interp = c.interpreters.match(binary);
+  if (interp !== null) {
+    return typeof subject.interpreterOf === 'string'
+      ? { action: 'allow', reason: 'interpreter_of', source: 'interpreters', rule: interp }
+      : { action: 'block', reason: 'interpreter_direct', source: 'interpreters', rule: interp };
+  }
+  return byLists(c, binary);
+}
+
 const INSPECT_DEFAULT: Record<InspectCategory, InspectAction> = { secrets: 'block', pii: 'log', priv_esc: 'block' };
 
 function inspectActions(v: unknown): Record<InspectCategory, InspectAction> {
@@ -94,7 +122,7 @@ export function compilePolicy(p: PolicyInput): CompiledPolicy {
     failMode: effectiveFailMode(p.fail_mode),
     network: build(() => new NetworkIndex(), p.network),
     filesystem: build(() => new PathIndex(), p.filesystem),
-    commands: build(() => new CommandIndex(), p.commands),
+    commands: { ...build(() => new CommandIndex(), p.commands), interpreters: interpreterIndex(p.commands) },
     tools: { ...tools, inspect: inspectActions((p.tools as { inspect?: unknown } | undefined)?.inspect) },
   };
 }
@@ -140,7 +168,7 @@ function decideUnsafe(surface: Surface, subject: unknown, policy: CompiledPolicy
       return byLists(policy.filesystem, path);
     }
     case 'commands':
-      return byLists(policy.commands, normalizeBinary((subject as SubjectOf['commands']).binary));
+      return decideCommand(policy.commands, subject as SubjectOf['commands']);
     case 'tools': {
       const s = subject as SubjectOf['tools'];
       if (typeof s.name !== 'string') throw new TypeError('subject name is not a string');

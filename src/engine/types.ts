@@ -19,6 +19,11 @@ export interface SurfacePolicy {
   deny: string[];
 }
 
+/** The commands surface: `interpreters` (absolute paths) may only be loaded for an allowed program. */
+export interface CommandsSurfacePolicy extends SurfacePolicy {
+  interpreters?: string[];
+}
+
 export interface ToolsSurfacePolicy extends SurfacePolicy {
   inspect: Record<InspectCategory, InspectAction>;
 }
@@ -28,7 +33,7 @@ export interface PolicyInput {
   fail_mode: FailMode;
   network: SurfacePolicy;
   filesystem: SurfacePolicy;
-  commands: SurfacePolicy;
+  commands: CommandsSurfacePolicy;
   tools: ToolsSurfacePolicy;
 }
 
@@ -46,6 +51,11 @@ export interface FilesystemSubject {
 export interface CommandSubject {
   /** The executable's path (absolute when it comes from the kernel). */
   binary: string;
+  /**
+   * Set when this exec is the kernel loading the interpreter (ELF PT_INTERP or `#!`) of a program
+   * whose own exec was allowed: that program's path. Only the watcher's exec state sets it.
+   */
+  interpreterOf?: string;
 }
 export interface ToolSubject {
   name: string;
@@ -67,6 +77,8 @@ export interface SubjectOf {
  * - inspect_secrets | inspect_pii | inspect_priv_esc: tool input inspection blocked
  * - no_policy:     the subject has no resolved policy (fail_mode decides)
  * - engine_error:  the engine threw (fail_mode decides)
+ * - interpreter_of:     commands whitelist: a commands.interpreters entry loaded for an allowed program
+ * - interpreter_direct: commands whitelist: a commands.interpreters entry run directly (blocked)
  */
 export type Reason =
   | 'allow_entry'
@@ -77,10 +89,12 @@ export type Reason =
   | 'inspect_pii'
   | 'inspect_priv_esc'
   | 'no_policy'
-  | 'engine_error';
+  | 'engine_error'
+  | 'interpreter_of'
+  | 'interpreter_direct';
 
 /** Which part of the policy decided: an entry of a list, the mode default, inspection, or a failure. */
-export type VerdictSource = 'allow' | 'deny' | 'mode' | 'inspect' | 'fail_mode';
+export type VerdictSource = 'allow' | 'deny' | 'mode' | 'inspect' | 'fail_mode' | 'interpreters';
 
 /** A decision. `rule` is the entry that decided, or null for a mode default / failure. */
 export interface Verdict {

@@ -9,7 +9,16 @@ import { mulberry32 as rng } from '../../src/lab/prng.js';
 import { formatDecision } from '../../src/log/decisions.js';
 import { loadNative, nativeAvailable, type DecisionLineCase } from '../../src/native.js';
 
-const REASONS = ['allow_entry', 'mode_allow', 'deny_entry', 'not_allowed', 'no_policy', 'engine_error'] as const;
+const REASONS = [
+  'allow_entry',
+  'mode_allow',
+  'deny_entry',
+  'not_allowed',
+  'no_policy',
+  'engine_error',
+  'interpreter_of',
+  'interpreter_direct',
+] as const;
 const B32 = 'abcdefghijklmnopqrstuvwxyz234567';
 
 // Byte pieces a path is built from: the interesting ones for a UTF-8 decoder and a JSON escaper.
@@ -135,7 +144,12 @@ function compare(cases: DecisionLineCase[]): void {
         surface: c.exec ? 'commands' : 'filesystem',
         action: c.allow ? 'allow' : 'block',
         reason: c.reason,
-        subject: c.exec ? { binary: out.subjects[i] } : { path: out.subjects[i] },
+        subject: c.exec
+          ? {
+              binary: out.subjects[i],
+              ...(c.interpreterOf ? { interpreterOf: c.interpreterOf.toString('utf8') } : {}),
+            }
+          : { path: out.subjects[i] },
         rule: out.rules[i],
       },
       c.ref,
@@ -171,6 +185,7 @@ describe.skipIf(!nativeAvailable())('native decision-log lines', () => {
           subject,
           rule: i % 3 === 0 ? null : subject.toString('utf8'),
           ref: ref(r),
+          ...(i % 2 === 1 && i % 4 === 3 ? { interpreterOf: FIXED[(i + 1) % FIXED.length]! } : {}),
         });
       }
     }
@@ -198,6 +213,8 @@ describe.skipIf(!nativeAvailable())('native decision-log lines', () => {
       const cases: DecisionLineCase[] = [];
       for (let i = 0; i < 10_000; i++) {
         const t = r();
+        const exec = r() < 0.3;
+        const reason = REASONS[Math.floor(r() * REASONS.length)]!;
         cases.push({
           ts:
             t < 0.5
@@ -206,12 +223,13 @@ describe.skipIf(!nativeAvailable())('native decision-log lines', () => {
                 ? Math.floor(r() * 4e12)
                 : Math.floor((r() - 0.5) * 1.6e16),
           uid: Math.floor(r() * 4294967296),
-          exec: r() < 0.3,
+          exec,
           allow: r() < 0.7,
-          reason: REASONS[Math.floor(r() * REASONS.length)]!,
+          reason,
           subject: randomPath(r),
           rule: randomRule(r),
           ref: ref(r),
+          ...(exec && reason === 'interpreter_of' ? { interpreterOf: randomPath(r) } : {}),
         });
       }
       compare(cases);

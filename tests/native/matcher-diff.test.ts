@@ -7,7 +7,7 @@ import type { FailMode, Mode, PolicyInput } from '../../src/engine/types.js';
 import { loadNative, nativeAvailable, type FsCmdPolicy } from '../../src/native.js';
 import { mulberry32 as rng } from '../../src/lab/prng.js';
 
-type Kind = 'filesystem' | 'commands';
+type Kind = 'filesystem' | 'commands' | 'interpreter';
 interface Case {
   kind: Kind;
   subject: string;
@@ -30,7 +30,9 @@ function tsVerdicts(p: FsCmdPolicy | null, cases: Case[], failMode: FailMode): s
     const v =
       c.kind === 'filesystem'
         ? decide('filesystem', { path: c.subject }, compiled, { failMode })
-        : decide('commands', { binary: c.subject }, compiled, { failMode });
+        : c.kind === 'interpreter'
+          ? decide('commands', { binary: c.subject, interpreterOf: '/usr/bin/prog' }, compiled, { failMode })
+          : decide('commands', { binary: c.subject }, compiled, { failMode });
     return `${v.action}|${v.reason}|${v.rule ?? '\u0001null'}`;
   });
 }
@@ -59,18 +61,19 @@ function compare(p: FsCmdPolicy | null, cases: Case[], failMode: FailMode = 'clo
 
 function pol(
   fs: [Mode, string[], string[]],
-  cmd: [Mode, string[], string[]] = ['blacklist', [], []],
+  cmd: [Mode, string[], string[], string[]?] = ['blacklist', [], []],
   failMode: FailMode = 'closed',
 ): FsCmdPolicy {
   return {
     fail_mode: failMode,
     filesystem: { mode: fs[0], allow: fs[1], deny: fs[2] },
-    commands: { mode: cmd[0], allow: cmd[1], deny: cmd[2] },
+    commands: { mode: cmd[0], allow: cmd[1], deny: cmd[2], ...(cmd[3] ? { interpreters: cmd[3] } : {}) },
   };
 }
 
 const f = (subject: string): Case => ({ kind: 'filesystem', subject });
 const c = (subject: string): Case => ({ kind: 'commands', subject });
+const ic = (subject: string): Case => ({ kind: 'interpreter', subject });
 
 const PATH_SEGS = [
   'a',
@@ -190,6 +193,17 @@ describe.skipIf(!nativeAvailable())('native matcher = TypeScript engine', () => 
       c('/'),
       c('/usr/bin/python3'),
       c('/lib64/ld-linux-x86-64.so.2'),
+      c('/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2'),
+      ic('/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2'),
+      ic('/usr/lib/x86_64-linux-gnu/../x86_64-linux-gnu/ld-linux-x86-64.so.2'),
+      ic('/lib64/ld-linux-x86-64.so.2'),
+      ic('ld-linux-x86-64.so.2'),
+      ic('/usr/bin/ls'),
+      ic('/usr/bin/python3'),
+      ic('/bin/sh'),
+      c('/bin/sh'),
+      ic(''),
+      ic('bin/sh'),
     ];
     const policies = [
       pol(
@@ -199,6 +213,18 @@ describe.skipIf(!nativeAvailable())('native matcher = TypeScript engine', () => 
       pol(['blacklist', ['/home'], ['/home/a', '/srv/*.log', '/']], ['blacklist', ['ls'], ['ls', 'bin/x', '~y']]),
       pol(['whitelist', ['/', '/home/a/x', '/home'], []], ['whitelist', ['/usr/bin/ls', 'ls'], []], 'open'),
       pol(['whitelist', ['relative', '~/x', '', '/bad[', '/r[z-a]'], ['/home/a[']]),
+      // commands.interpreters: implied only as an allowed program's interpreter, never run directly.
+      pol(
+        ['whitelist', ['/'], []],
+        [
+          'whitelist',
+          ['/usr/bin/ls', 'ld-linux-x86-64.so.2', '/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2'],
+          ['/usr/bin/python3'],
+          ['/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2', '/bin/sh', '/usr/bin/python3', 'sh', 'relative/x', ''],
+        ],
+      ),
+      pol(['whitelist', ['/'], []], ['blacklist', [], ['/bin/sh'], ['/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2']]),
+      pol(['whitelist', ['/'], []], ['whitelist', ['sh'], [], ['/bin/../bin/sh', '/a b']], 'open'),
     ];
     for (const p of policies) compare(p, cases);
     compare(null, cases, 'closed');
@@ -217,6 +243,19 @@ describe.skipIf(!nativeAvailable())('native matcher = TypeScript engine', () => 
     expect(n.nativeMatch(h, 'filesystem', 'home/a')).toMatchObject({ action: 'block', reason: 'engine_error' });
   });
 
+  it('allows a commands.interpreters entry only as an interpreter, never run directly (both sides)', () => {
+    const n = loadNative();
+    const ld = '/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2';
+    const p = pol(['whitelist', ['/'], []], ['whitelist', ['/usr/bin/ls', ld], [], [ld]]);
+    const h = n.compileFsPolicy(p);
+    expect(n.nativeMatch(h, 'interpreter', ld)).toMatchObject({ action: 'allow', reason: 'interpreter_of', rule: ld });
+    expect(n.nativeMatch(h, 'commands', ld)).toMatchObject({ action: 'block', reason: 'interpreter_direct', rule: ld });
+    expect(n.nativeMatch(h, 'interpreter', '/usr/bin/cat')).toMatchObject({ action: 'block', reason: 'not_allowed' });
+    const b = n.compileFsPolicy(pol(['whitelist', ['/'], []], ['blacklist', [], [], [ld]]));
+    expect(n.nativeMatch(b, 'commands', ld)).toMatchObject({ action: 'allow', reason: 'mode_allow' });
+    compare(p, [ic(ld), c(ld), ic('/usr/bin/cat'), c('/usr/bin/ls')]);
+  });
+
   it('matches a deep, agent-made path against many ** in linear time (no backtracking)', () => {
     const p = pol(['whitelist', ['/a/**/**/**/**/**/**/**/**/**/**/z*q'], []]);
     const deep = '/a/' + 'b/'.repeat(1500) + 'zzzzzzzzzzzzzzzzzzzz';
@@ -233,16 +272,25 @@ describe.skipIf(!nativeAvailable())('native matcher = TypeScript engine', () => 
     for (let k = 0; k < 1000; k++) {
       const p = pol(
         [modes[Math.floor(r() * 2)]!, genList(r, 12, () => genPath(r, true)), genList(r, 6, () => genPath(r, true))],
-        [modes[Math.floor(r() * 2)]!, genList(r, 8, () => genCommand(r)), genList(r, 4, () => genCommand(r))],
+        [
+          modes[Math.floor(r() * 2)]!,
+          genList(r, 8, () => genCommand(r)),
+          genList(r, 4, () => genCommand(r)),
+          r() < 0.5 ? genList(r, 4, () => genCommand(r)) : undefined,
+        ],
         r() < 0.2 ? 'open' : 'closed',
       );
       const cases: Case[] = [];
-      for (let i = 0; i < 110; i++) cases.push(r() < 0.7 ? f(genPath(r, r() < 0.1)) : c(genCommand(r)));
+      for (let i = 0; i < 110; i++) {
+        const x = r();
+        cases.push(x < 0.6 ? f(genPath(r, r() < 0.1)) : x < 0.85 ? c(genCommand(r)) : ic(genCommand(r)));
+      }
       // Subjects built from the policy's own entries hit the matching paths, not only misses.
       for (const e of [...p.filesystem.allow, ...p.filesystem.deny]) {
         cases.push(f(e.replace(/[*?[\]]/g, 'a')), f(e + '/x'));
       }
       for (const e of [...p.commands.allow, ...p.commands.deny]) cases.push(c(e.includes('/') ? e : '/opt/' + e));
+      for (const e of p.commands.interpreters ?? []) cases.push(c(e), ic(e), ic(e.includes('/') ? e : '/opt/' + e));
       compare(p, cases);
       total += cases.length;
     }

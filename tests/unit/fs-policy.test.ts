@@ -1,3 +1,4 @@
+import { systemLoaders } from '../../src/enforcers/fs/loaders.js';
 import { describe, expect, it } from 'vitest';
 import {
   interpreterWarnings,
@@ -69,7 +70,8 @@ describe('fs watcher policy helpers', () => {
         {
           fail_mode: 'open',
           filesystem: { mode: 'whitelist', allow: ['/w'], deny: [], watch: ['/'] },
-          commands: { mode: 'blacklist', allow: [], deny: ['ssh'] },
+          // commands.interpreters absent: the system's dynamic loaders.
+          commands: { mode: 'blacklist', allow: [], deny: ['ssh'], interpreters: systemLoaders() },
         },
         'open',
       ],

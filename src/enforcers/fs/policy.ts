@@ -4,12 +4,18 @@
 import { isGlob, normalizePath } from '../../engine/path.js';
 import type { PolicyInput, SurfacePolicy } from '../../engine/types.js';
 import type { FsCmdPolicy } from '../../native.js';
+import { systemLoaders } from './loaders.js';
 
-/** The filesystem + commands part of a resolved policy (PolicyInput or a resolved config), for the watcher. */
+/**
+ * The filesystem + commands part of a resolved policy (PolicyInput or a resolved config), for the
+ * watcher. An absent commands.interpreters is `defaultInterpreters` (the system's dynamic loaders).
+ */
 export function fsCmdPolicyOf(
   p: Pick<PolicyInput, 'fail_mode' | 'commands'> & { filesystem: SurfacePolicy & { watch?: string[] } },
+  defaultInterpreters: () => string[] = systemLoaders,
 ): FsCmdPolicy {
   const watch = p.filesystem.watch;
+  const interpreters = p.commands.interpreters ?? defaultInterpreters();
   return {
     fail_mode: p.fail_mode === 'open' ? 'open' : 'closed',
     filesystem: {
@@ -18,7 +24,12 @@ export function fsCmdPolicyOf(
       deny: [...p.filesystem.deny],
       ...(watch && watch.length ? { watch: [...watch] } : {}),
     },
-    commands: { mode: p.commands.mode, allow: [...p.commands.allow], deny: [...p.commands.deny] },
+    commands: {
+      mode: p.commands.mode,
+      allow: [...p.commands.allow],
+      deny: [...p.commands.deny],
+      interpreters: [...interpreters],
+    },
   };
 }
 

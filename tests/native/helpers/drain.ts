@@ -13,6 +13,8 @@ export interface DrainedRecord {
   action: 'allow' | 'block';
   reason: string;
   subject: string;
+  /** interpreter_of: the program the interpreter was loaded for. */
+  interpreterOf?: string;
   rule: string | null;
 }
 
@@ -24,11 +26,16 @@ export function parseDrain(d: WatcherDrain): DrainedRecord[] {
     const o = JSON.parse(l) as DecisionRecord & {
       ts: string;
       ref: string;
-      subject: { path?: string; binary?: string };
+      subject: { path?: string; binary?: string; interpreterOf?: string };
     };
     expect(`${l}\n`).toBe(formatDecision(o, o.ref, new Date(o.ts)));
     expect(o.ref).toMatch(/^[a-z2-7]{8}$/);
-    return { ...o, subject: o.subject.path ?? o.subject.binary! } as DrainedRecord;
+    const of = o.subject.interpreterOf;
+    return {
+      ...o,
+      subject: o.subject.path ?? o.subject.binary!,
+      ...(of ? { interpreterOf: of } : {}),
+    } as DrainedRecord;
   });
   expect(recs).toHaveLength(d.count);
   expect(recs.filter((r) => r.action === 'block')).toHaveLength(d.denies);
