@@ -31,3 +31,26 @@ export interface SurfaceAdapter {
   reopenLogs?(): Promise<void>;
   close(): Promise<void>;
 }
+
+/**
+ * The bookkeeping every adapter shares: which subjects it enforces a policy for (apply adds them through `enforced`),
+ * and deny/orphan that forget a subject before handing the action to the surface's own hooks.
+ */
+export function enforcedSet(
+  surface: SurfaceName,
+  hooks: { deny(a: FailAction): Promise<void>; orphan(a: OrphanAction): Promise<void> },
+): { enforced: Set<number> } & Pick<SurfaceAdapter, 'deny' | 'orphan' | 'status'> {
+  const enforced = new Set<number>();
+  return {
+    enforced,
+    async deny(a) {
+      enforced.delete(a.uid);
+      await hooks.deny(a);
+    },
+    async orphan(a) {
+      enforced.delete(a.uid);
+      await hooks.orphan(a);
+    },
+    status: () => ({ surface, subjects: enforced.size }),
+  };
+}

@@ -18,7 +18,7 @@ import type { Runner } from '../../enforcers/network/run.js';
 import type { DecisionLog } from '../../log/decisions.js';
 import type { Logger } from '../../log/logger.js';
 import type { ApplyAction, FailAction, OrphanAction } from '../plan.js';
-import type { SurfaceAdapter } from './contract.js';
+import { enforcedSet, type SurfaceAdapter } from './contract.js';
 
 /** The network's side of a reconcile, for an enforcer already running. */
 export interface NetworkPlanHooks {
@@ -88,7 +88,7 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
     proxy: { onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message) },
   });
   const hooks = networkPlanHooks(net);
-  const enforced = new Set<number>();
+  const { enforced, ...withdraw } = enforcedSet('network', hooks);
   return {
     surface: 'network',
     async apply(actions) {
@@ -96,15 +96,7 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
       for (const a of actions) if (!errors.has(a.uid)) enforced.add(a.uid);
       return errors;
     },
-    async deny(a) {
-      enforced.delete(a.uid);
-      await hooks.deny(a);
-    },
-    async orphan(a) {
-      enforced.delete(a.uid);
-      await hooks.orphan(a);
-    },
-    status: () => ({ surface: 'network', subjects: enforced.size }),
+    ...withdraw,
     async close() {
       // Release chains before the listeners go: no UID is left redirected to nothing.
       await net.stop().catch((e: unknown) => logger.error({ err: e }, 'network release failed'));

@@ -8,7 +8,7 @@ import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks } from '../../enforc
 import type { LeashError } from '../../errors.js';
 import type { WatcherSubject } from '../../native.js';
 import type { Action } from '../plan.js';
-import type { SurfaceAdapter } from './contract.js';
+import { enforcedSet, type SurfaceAdapter } from './contract.js';
 
 export interface WatcherSurfaceOptions {
   config: Config;
@@ -45,7 +45,7 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
       return o.failMode();
     },
   });
-  const enforced = new Set<number>();
+  const { enforced, ...withdraw } = enforcedSet('filesystem', hooks);
   return {
     surface: 'filesystem',
     async apply(actions) {
@@ -61,15 +61,7 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
       }
       return errors;
     },
-    async deny(a) {
-      enforced.delete(a.uid);
-      await hooks.deny(a);
-    },
-    async orphan(a) {
-      enforced.delete(a.uid);
-      await hooks.orphan(a);
-    },
-    status: () => ({ surface: 'filesystem', subjects: enforced.size }),
+    ...withdraw,
     reopenLogs: () => sup.reopenLog(),
     close: () => sup.close(),
   };
