@@ -12,6 +12,7 @@
  * U+FFFD (a command-line argument that was not UTF-8) count there. The finding is `entry_lookalike`: critical on a deny list, a warning on an allow list;
  * a write that adds one is refused with the same code.
  */
+import { forEachListEntry } from '../engine/index.js';
 import type { Surface } from '../engine/types.js';
 
 export interface Lookalike {
@@ -76,23 +77,12 @@ export function lookalikeProblem(surface: Surface, entry: unknown): { codePoint:
   return null;
 }
 
-const SURFACES: Surface[] = ['network', 'filesystem', 'commands', 'tools'];
-
 /** Every look-alike entry of a config or fragment (any object with surface sections). */
 export function lookalikeEntries(policyLike: unknown): Lookalike[] {
   const out: Lookalike[] = [];
-  if (policyLike === null || typeof policyLike !== 'object') return out;
-  for (const surface of SURFACES) {
-    const section = (policyLike as Record<string, unknown>)[surface];
-    if (section === null || typeof section !== 'object') continue;
-    for (const list of ['allow', 'deny'] as const) {
-      const entries = (section as Record<string, unknown>)[list];
-      if (!Array.isArray(entries)) continue;
-      for (const entry of entries) {
-        const p = lookalikeProblem(surface, entry);
-        if (p) out.push({ surface, list, entry: entry as string, ...p });
-      }
-    }
-  }
+  forEachListEntry(policyLike, (surface, list, entry) => {
+    const p = lookalikeProblem(surface, entry);
+    if (p) out.push({ surface, list, entry: entry as string, ...p });
+  });
   return out;
 }

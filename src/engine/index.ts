@@ -14,5 +14,5 @@ export { pathEntryProblem, normalizePath, isGlob, parseGlob, matchGlob } from '.
 export type { GlobToken } from './path.js';
 export { commandEntryProblem } from './command.js';
 export { toolEntryProblem, normalizeToolName } from './tool.js';
-export { entryProblem, inertEntries } from './inert.js';
+export { entryProblem, forEachListEntry, inertEntries } from './inert.js';
 export { inspectInputs, maskSecrets, maskInputs, maskValue } from './inspect.js';

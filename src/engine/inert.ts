@@ -37,20 +37,30 @@ export function entryProblem(surface: Surface, entry: unknown): EntryProblem | n
  */
 export function inertEntries(policyLike: unknown): InertEntry[] {
   const out: InertEntry[] = [];
-  if (policyLike === null || typeof policyLike !== 'object') return out;
+  forEachListEntry(policyLike, (surface, list, entry) => {
+    const problem = entryProblem(surface, entry);
+    if (problem !== null)
+      out.push({ surface, list, entry, problem, severity: list === 'deny' ? 'critical' : 'warning' });
+  });
+  return out;
+}
+
+/**
+ * Calls `fn` for every entry of every surface's `allow` and `deny` list of a policy-like object, in surface, list,
+ * entry order; an absent section or a list that is not an array is skipped (shape errors are the schema's).
+ */
+export function forEachListEntry(
+  policyLike: unknown,
+  fn: (surface: Surface, list: 'allow' | 'deny', entry: unknown) => void,
+): void {
+  if (policyLike === null || typeof policyLike !== 'object') return;
   for (const surface of SURFACES) {
     const section = (policyLike as Record<string, unknown>)[surface];
     if (section === null || typeof section !== 'object') continue;
     for (const list of ['allow', 'deny'] as const) {
       const entries = (section as Record<string, unknown>)[list];
       if (!Array.isArray(entries)) continue;
-      for (const entry of entries) {
-        const problem = entryProblem(surface, entry);
-        if (problem !== null) {
-          out.push({ surface, list, entry, problem, severity: list === 'deny' ? 'critical' : 'warning' });
-        }
-      }
+      for (const entry of entries) fn(surface, list, entry);
     }
   }
-  return out;
 }
