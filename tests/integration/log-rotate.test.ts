@@ -13,7 +13,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LAB, canRunLab, stopChild, useLab, type LabUser } from '../lab/index.js';
+import { LAB, canRunLab, stopChild, useLab, type LabUser, waitForServiceReady } from '../lab/index.js';
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
 const UNIT = path.resolve(__dirname, '../../systemd/leash.service');
@@ -181,11 +181,11 @@ logging: { level: info, decisions: ${log()} }
     );
     l.defer('stop leash service', () => stopChild(svc!, 10_000));
     svc.stderr!.setEncoding('utf8').on('data', (d: string) => (svcErr += d));
-    for (let i = 0; i < 300 && !(svcErr.includes('"msg":"ready"') && fs.existsSync(pidFile)); i++) {
-      if (svc.exitCode !== null) break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    if (!svcErr.includes('"msg":"ready"')) throw new Error(`service not ready:\n${svcErr}`);
+    await waitForServiceReady(
+      svc,
+      () => svcErr,
+      () => fs.existsSync(pidFile),
+    );
   }, 120_000);
 
   afterAll(async () => {

@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { nativeAvailable } from '../../src/native.js';
-import { stopChild } from '../lab/index.js';
+import { stopChild, waitForServiceReady } from '../lab/index.js';
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
 const isRoot = process.getuid?.() === 0;
@@ -120,11 +120,7 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     );
     cleanups.push(() => stopChild(svc!, 10_000));
     svc.stderr!.setEncoding('utf8').on('data', (d: string) => (svcErr += d));
-    for (let i = 0; i < 300 && !svcErr.includes('"msg":"ready"'); i++) {
-      if (svc.exitCode !== null) break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    if (!svcErr.includes('"msg":"ready"')) throw new Error(`service not ready:\n${svcErr}`);
+    await waitForServiceReady(svc, () => svcErr);
   }, 60_000);
 
   afterAll(async () => {

@@ -8,7 +8,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LAB, canRunLab, stopChild, useLab, type LabUser } from '../lab/index.js';
+import { LAB, canRunLab, stopChild, useLab, type LabUser, waitForServiceReady } from '../lab/index.js';
 import type { DecisionRecord } from '../../src/log/decisions.js';
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
@@ -232,11 +232,7 @@ logging: { level: info, decisions: ${decisionsPath()} }
     );
     l.defer('stop leash service', () => stopChild(svc!, 10_000));
     svc.stderr!.setEncoding('utf8').on('data', (d: string) => (svcErr += d));
-    for (let i = 0; i < 300 && !svcErr.includes('"msg":"ready"'); i++) {
-      if (svc.exitCode !== null) break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    if (!svcErr.includes('"msg":"ready"')) throw new Error(`service not ready:\n${svcErr}`);
+    await waitForServiceReady(svc, () => svcErr);
   }, 120_000);
 
   afterAll(async () => {

@@ -41,3 +41,19 @@ export async function bareNetns(name: string): Promise<() => Promise<void>> {
     await host(['ip', 'netns', 'del', name]);
   };
 }
+
+/**
+ * Waits (up to 15 s) until a started `leash` service has logged `ready` on stderr (and `also()` holds, e.g. its pid
+ * file exists); throws with what it said when it exits first or never gets there.
+ */
+export async function waitForServiceReady(
+  child: import('node:child_process').ChildProcess,
+  stderr: () => string,
+  also: () => boolean = () => true,
+): Promise<void> {
+  for (let i = 0; i < 300 && !(stderr().includes('"msg":"ready"') && also()); i++) {
+    if (child.exitCode !== null) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  if (!stderr().includes('"msg":"ready"')) throw new Error(`service not ready:\n${stderr()}`);
+}
