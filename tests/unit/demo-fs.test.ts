@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { rerootPath, rerootPolicy } from '../../src/cli/demo-fs.js';
 import { loadConfig } from '../../src/config/load.js';
 import { compilePolicy, decide } from '../../src/engine/index.js';
-import { fsCmdPolicyOf, policyRoots } from '../../src/enforcers/fs/policy.js';
+import { fsCmdPolicyOf, policyRoots } from '../../src/enforcers/watcher/policy.js';
 
 const T = '/tmp/leash-lab-demo-x/fs';
 

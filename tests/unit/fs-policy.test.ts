@@ -1,4 +1,4 @@
-import { systemLoaders } from '../../src/enforcers/fs/loaders.js';
+import { systemLoaders } from '../../src/enforcers/watcher/loaders.js';
 import { describe, expect, it } from 'vitest';
 import {
   interpreterWarnings,
@@ -7,8 +7,8 @@ import {
   nonGlobPrefix,
   parseMountinfo,
   policyRoots,
-} from '../../src/enforcers/fs/policy.js';
-import { watcherMapHooks, type FsSupervisor } from '../../src/enforcers/fs/index.js';
+} from '../../src/enforcers/watcher/policy.js';
+import { watcherMapHooks, type FsSupervisor } from '../../src/enforcers/watcher/index.js';
 import type { FsCmdPolicy } from '../../src/native.js';
 import type { Effective } from '../../src/policy/fragment.js';
 

@@ -64,7 +64,7 @@ function defaultScript(): string {
   const local = path.join(here, 'watcher-main.js');
   if (fs.existsSync(local)) return local;
   // Running from TypeScript sources (tests): use the built watcher.
-  return path.resolve(here, '..', '..', '..', 'dist', 'src', 'enforcers', 'fs', 'watcher-main.js');
+  return path.resolve(here, '..', '..', '..', 'dist', 'src', 'enforcers', 'watcher', 'watcher-main.js');
 }
 
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
