@@ -9,7 +9,7 @@
  */
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import { loadConfig } from '../config/load.js';
+import { loadConfig } from '../validate/load.js';
 import type { Config } from '../config/types.js';
 import { EXIT, LeashError } from '../errors.js';
 import { SINGLE_SUBJECT_PORT } from '../enforcers/network/nft.js';

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/load.js';
+import { parseConfig } from '../../src/validate/load.js';
 import { decide, type CompiledPolicy } from '../../src/engine/index.js';
 import { startNetworkEnforcer } from '../../src/enforcers/network/enforcer.js';
 import { networkPlanHooks } from '../../src/service/surfaces/network.js';

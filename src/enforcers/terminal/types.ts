@@ -1,3 +1,4 @@
+import type { ArgRule } from '../../config/types.js';
 import type { FailMode, SurfacePolicy, Verdict } from '../../engine/types.js';
 
 /** Every outcome of a terminal call maps to exactly one code (docs/terminal.md, docs/errors.md). */
@@ -33,13 +34,6 @@ export interface CommandResult {
   exit_code: number | null;
   duration_ms: number;
   policy_reason: string | null;
-}
-
-/** Per-command argument rule: a pattern denies when all its tokens appear in argv, in any order. */
-export interface ArgRule {
-  deny_args: string[];
-  /** Operator's words, appended to the policy_reason when the rule denies. */
-  reason?: string;
 }
 
 /** The commands section as the terminal reads it: the surface policy plus `args`. */

@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { stringify as yamlStringify } from 'yaml';
-import type { ArgRuleSpec } from './args.js';
+import type { ArgRuleSpec } from '../../config/tools.js';
 import { isObject, JsonNumber, parseStrict, stringifyAscii, type JsonObject, type JsonValue } from './json.js';
 import { normalizeToolName } from './names.js';
 

@@ -7,9 +7,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { loadConfig, parseConfig, parseFragment } from '../../../src/config/load.js';
+import { loadConfig, parseConfig, parseFragment } from '../../../src/validate/load.js';
 import { sinkProblem } from '../../../src/config/sink.js';
-import { addEntry, editConfig } from '../../../src/config/write.js';
+import { addEntry, editConfig } from '../../../src/validate/write.js';
 import {
   MAX_DEPTH,
   MAX_ENTRY_CHARS,
