@@ -13,7 +13,7 @@ import { compilePolicy, decide, maskSecrets } from '../engine/index.js';
 import { isLeashError, LeashError } from '../errors.js';
 import { createMcpGate, type GateObserver } from '../enforcers/tools/gate.js';
 import { createLocalJudge, type DecisionLog, type GateJudge } from '../enforcers/tools/judge.js';
-import { JsonError, parseStrict, toPlain } from '../enforcers/tools/json.js';
+import { JsonError, parseStrict, toPlain } from '../jsonl/json.js';
 import {
   Learner,
   LearnError,

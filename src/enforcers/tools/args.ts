@@ -3,7 +3,7 @@
  * every nested value, allow matching the exact shape, `..` never admitted by accident.
  */
 import { compileLinear, LinearRegexError, type LinearRegex } from './linear-regex.js';
-import { JsonNumber, isObject, jsonType, stringifyAscii, type JsonValue } from './json.js';
+import { JsonNumber, isObject, jsonType, stringifyAscii, type JsonValue } from '../../jsonl/json.js';
 // The rules as written are the config's data (src/config/tools.ts); this file compiles and applies them.
 import {
   JSON_TYPES,

@@ -4,7 +4,7 @@
  * remote judge (socket.ts) asks the running service, which does both under the caller's UID.
  */
 import { formatDecisionTail } from '../../log/decisions.js';
-import type { JsonValue } from './json.js';
+import type { JsonValue } from '../../jsonl/json.js';
 import { deniedByName, judgeRequest, redactForLog, type CompiledGatePolicy, type Judgment } from './policy.js';
 
 /** The decision log as the cli helper defines it (src/log/decisions.ts). */

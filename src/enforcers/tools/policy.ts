@@ -7,7 +7,7 @@ import type { TOOLS_GATE_REASONS } from '../../errors.js';
 import type { PolicyInput, ToolSubject, ToolsSurfacePolicy, Verdict, FailMode } from '../../engine/types.js';
 import { ArgRuleError, checkArgs, compileToolArgs, type ArgsReason, type CompiledToolArgs } from './args.js';
 import type { ToolsGateFields } from '../../config/tools.js';
-import { asPlain, isObject, JsonNumber, type JsonObject, type JsonValue } from './json.js';
+import { asPlain, isObject, JsonNumber, type JsonObject, type JsonValue } from '../../jsonl/json.js';
 import { normalizeToolName, otherSpellingOf } from './names.js';
 
 export type ToolsGatePolicy = ToolsSurfacePolicy & ToolsGateFields;
