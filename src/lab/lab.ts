@@ -12,7 +12,7 @@ import path from 'node:path';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { PolicyInput } from '../engine/types.js';
-import type { DecisionRecord } from '../enforcers/network/proxy.js';
+import type { DecisionRecord } from '../log/decisions.js';
 import { hostRunner, netnsRunner, type RunResult, type Runner } from '../enforcers/network/run.js';
 import type { StandaloneSpec } from '../enforcers/network/standalone.js';
 import type { Probe, ProbeResult } from './probe.js';

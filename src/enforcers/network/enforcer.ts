@@ -1,7 +1,8 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import { openFirewall, type ApplyOutcome, type Firewall } from './nft.js';
-import { createProxy, type DecisionLogLike, type NetworkDecide, type Proxy, type ProxyOptions } from './proxy.js';
+import type { DecisionWriter } from '../../log/decisions.js';
+import { createProxy, type NetworkDecide, type Proxy, type ProxyOptions } from './proxy.js';
 import type { Runner } from './run.js';
 
 /** The nameserver lines of a resolv.conf (IP literals only; a zone suffix `%eth0` is dropped). */
@@ -39,7 +40,7 @@ export interface NetworkSubjectSpec<P> {
 export interface NetworkEnforcerOptions<P> {
   runner: Runner;
   decide: NetworkDecide<P>;
-  log: DecisionLogLike;
+  log: DecisionWriter;
   resolvers: string[];
   udp: 'drop' | 'allow';
   /** How many subjects will be applied (the iptables fallback refuses more than one). */

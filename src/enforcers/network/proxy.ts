@@ -1,6 +1,7 @@
 import net from 'node:net';
 import type { NetworkSubject, Reason, Verdict } from '../../engine/types.js';
 import type { PROXY_REASONS } from '../../errors.js';
+import type { DecisionRecord, DecisionWriter } from '../../log/decisions.js';
 import { loadNative, type OriginalDst } from '../../native.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket } from './peek.js';
@@ -16,20 +17,6 @@ import { createNameResolver, plainIp, type Resolved } from './resolve.js';
 /** The engine's decide, narrowed to the network surface; `P` is the compiled policy type. */
 export type NetworkDecide<P> = (surface: 'network', subject: NetworkSubject, policy: P | null) => Verdict;
 
-/** One decision line (the decision log's record). */
-export interface DecisionRecord {
-  uid: number;
-  surface: 'network';
-  action: 'allow' | 'block';
-  reason: string;
-  subject: unknown;
-  rule?: string | null;
-  severity?: 'critical';
-}
-export interface DecisionLogLike {
-  write(rec: DecisionRecord): string;
-}
-
 /** Reason codes the proxy writes itself (catalogued in src/errors.ts PROXY_REASONS, documented in docs/errors.md). */
 export type ProxyReason = keyof typeof PROXY_REASONS;
 
@@ -42,7 +29,7 @@ export interface ProxySubject<P> {
 
 export interface ProxyOptions<P> {
   decide: NetworkDecide<P>;
-  log: DecisionLogLike;
+  log: DecisionWriter;
   /** Resolvers a domain-decided allow is resolved through (IP literals, optionally :port). */
   resolvers: string[];
   /** Replaces the built-in resolution (dns.Resolver on `resolvers`, cached by TTL); returns the name's addresses. */

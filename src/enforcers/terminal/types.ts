@@ -59,18 +59,6 @@ export type PolicySource = () => Promise<TerminalPolicy | null>;
 /** Replaces secrets in text with [REDACTED:<kind>] markers. */
 export type Redactor = (text: string) => string;
 
-/** The slice of the Leash decision log the terminal writes to (src/log/decisions.ts). */
-export interface DecisionSink {
-  write(rec: {
-    uid: number;
-    surface: 'commands';
-    action: 'allow' | 'block';
-    reason: string;
-    subject: unknown;
-    rule?: string | null;
-  }): string;
-}
-
 export function result(
   code: ResultCode,
   policyReason: string | null,

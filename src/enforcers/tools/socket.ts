@@ -16,7 +16,8 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { loadNative } from '../../native.js';
-import { logEvent, logJudgment, type DecisionLog, type GateEvent, type GateJudge, type GateJudgment } from './judge.js';
+import type { DecisionWriter } from '../../log/decisions.js';
+import { logEvent, logJudgment, type GateEvent, type GateJudge, type GateJudgment } from './judge.js';
 import {
   fromPlain,
   isObject,
@@ -38,7 +39,7 @@ const MAX_SOCKET_LINE = 64 * 1024 * 1024;
 export interface ToolsSocketServerOptions {
   /** The subject's compiled gate policy, or null (no policy: every policed call is denied). */
   policyForUid(uid: number): CompiledGatePolicy | null;
-  log: DecisionLog;
+  log: DecisionWriter;
   /** Socket path (default /run/leash/tools.sock). Its directory must exist. */
   path?: string;
   /** Secret masking for logged arguments (the engine's maskSecrets). */

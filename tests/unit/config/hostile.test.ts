@@ -19,7 +19,7 @@ import {
 } from '../../../src/config/strict-yaml.js';
 import { GatePolicyError } from '../../../src/enforcers/tools/policy.js';
 import { loadGatePolicyFile } from '../../../src/enforcers/tools/schema.js';
-import { loadTerminalPolicy, PolicyError } from '../../../src/enforcers/terminal/policy-file.js';
+import { loadTerminalPolicy, TerminalPolicyError } from '../../../src/enforcers/terminal/policy-file.js';
 import { networkEntryProblem } from '../../../src/engine/index.js';
 import { EXIT, LeashError } from '../../../src/errors.js';
 import { loadProfile } from '../../../src/policy/profiles.js';
@@ -208,9 +208,9 @@ describe('every policy-file loader uses the strict reader', () => {
       loadTerminalPolicy(f);
       expect.unreachable();
     } catch (e) {
-      expect(e).toBeInstanceOf(PolicyError);
-      expect((e as PolicyError).kind).toBe('invalid');
-      expect((e as PolicyError).problems.join('\n')).toContain('[config_tag]');
+      expect(e).toBeInstanceOf(TerminalPolicyError);
+      expect((e as TerminalPolicyError).kind).toBe('invalid');
+      expect((e as TerminalPolicyError).problems.join('\n')).toContain('[config_tag]');
     }
   });
 
