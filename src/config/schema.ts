@@ -233,6 +233,18 @@ function build<F extends boolean>(fragment: F) {
     'per-surface switches; a surface switched off is unenforced and `leash status` says so',
   );
 
+  const host = obj(
+    {
+      memfd_noexec: opt(
+        bool(
+          'set vm.memfd_noexec = 2 (kernel 6.3+) for the host while the service runs, restored at stop: no memfd is executable, so memfd_create + fexecve (an exec fanotify cannot see) fails with EACCES; breaks programs that exec from a memfd (container runtimes such as runc, some self-extracting tools)',
+        ),
+        false,
+      ),
+    },
+    'host-wide settings the service applies at start and restores at stop (the floor only; a profile cannot set them)',
+  );
+
   return z.strictObject(
     {
       user: opt(
@@ -257,6 +269,7 @@ function build<F extends boolean>(fragment: F) {
       tools: opt(tools, {}),
       logging: opt(logging, {}),
       enforcers: opt(enforcers, {}),
+      host: opt(host, {}),
     },
     { error: 'must be a mapping' },
   );

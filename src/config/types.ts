@@ -32,4 +32,6 @@ export interface Config {
   tools: ToolsSurfacePolicy & ToolsGateFields;
   logging: { level: 'debug' | 'info' | 'warn' | 'error'; decisions: string };
   enforcers: { network: boolean; filesystem: boolean; tools: boolean };
+  /** Host-wide settings the service applies at start and restores at stop (src/service/host.ts). */
+  host: { memfd_noexec: boolean };
 }

@@ -307,6 +307,16 @@ export function analyse(config: Config, account: Account | null): Finding[] {
   for (const w of interpreterWarnings(cmd)) {
     out.push(finding('commands_interpreter_allowed', 'commands.allow', w.message, w.entry));
   }
+  // A memfd lies on no marked filesystem: without vm.memfd_noexec its exec is never judged.
+  if (cmd.mode === 'whitelist' && cmd.allow.length > 0 && config.enforcers.filesystem && !config.host.memfd_noexec) {
+    out.push(
+      finding(
+        'commands_memfd_unguarded',
+        'host.memfd_noexec',
+        'commands is a whitelist, but a program run from an anonymous memory file (memfd_create + fexecve) is never seen as an exec; set host.memfd_noexec: true (vm.memfd_noexec = 2, kernel 6.3+) unless something on this host execs from a memfd (container runtimes)',
+      ),
+    );
+  }
   return out;
 }
 

@@ -32,6 +32,36 @@ describe('demo: re-rooting a policy on the demo tmpfs', () => {
     });
   });
 
+  it('re-roots commands.interpreters (the system loaders land on the copies the demo puts on the root)', () => {
+    const p = rerootPolicy(
+      {
+        fail_mode: 'closed',
+        filesystem: { mode: 'blacklist', allow: [], deny: [] },
+        commands: {
+          mode: 'whitelist',
+          allow: ['/usr/bin/ls'],
+          deny: [],
+          interpreters: ['/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2'],
+        },
+      },
+      T,
+    );
+    expect(p.commands).toEqual({
+      mode: 'whitelist',
+      allow: [`${T}/usr/bin/ls`],
+      deny: [],
+      interpreters: [`${T}/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2`],
+    });
+    const config = loadConfig(path.resolve('packaging/leash.default.yaml'), { lookup: () => null }).config;
+    const c = compilePolicy({ ...p, network: config.network, tools: config.tools });
+    const loader = `${T}/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2`;
+    expect(decide('commands', { binary: loader, interpreterOf: `${T}/usr/bin/ls` }, c)).toMatchObject({
+      action: 'allow',
+      reason: 'interpreter_of',
+    });
+    expect(decide('commands', { binary: loader }, c)).toMatchObject({ action: 'block', reason: 'interpreter_direct' });
+  });
+
   it('refuses a root that would turn into a glob or is not absolute', () => {
     const p = fsCmdPolicyOf(loadConfig(path.resolve('packaging/leash.default.yaml'), { lookup: () => null }).config);
     expect(() => rerootPolicy(p, '/tmp/x*')).toThrow(/re-root/);
