@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/load.js';
-import { decide, type CompiledPolicy } from '../../src/engine/index.js';
+import { decide, decideDnsName, type CompiledPolicy } from '../../src/engine/index.js';
 import { startNetworkEnforcer } from '../../src/enforcers/network/enforcer.js';
 import { networkPlanHooks } from '../../src/service/surfaces/network.js';
 import type { Effective } from '../../src/policy/fragment.js';
@@ -58,6 +58,7 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
     const enf = await startNetworkEnforcer<CompiledPolicy>({
       runner: run,
       decide,
+      decideDns: decideDnsName,
       log: { write: () => 'r' },
       resolvers: ['198.18.1.53'],
       udp: 'drop',
