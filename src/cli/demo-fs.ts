@@ -9,8 +9,8 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { createFsSupervisor } from '../enforcers/fs/supervisor.js';
-import { fsCmdPolicyOf, parseMountinfo, policyRoots } from '../enforcers/fs/policy.js';
+import { createFsSupervisor } from '../enforcers/watcher/supervisor.js';
+import { fsCmdPolicyOf, parseMountinfo, policyRoots } from '../enforcers/watcher/policy.js';
 import type { RunResult } from '../enforcers/network/run.js';
 import { hostRunner } from '../enforcers/network/run.js';
 import type { Config } from '../config/types.js';

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../config/load.js';
 import { SURFACES } from '../engine/types.js';
-import { systemLoaders } from '../enforcers/fs/loaders.js';
+import { systemLoaders } from '../enforcers/watcher/loaders.js';
 import { configPath, print, printJson } from './context.js';
 import { layerOf, subjectOptions, subjectView } from './subject.js';
 

@@ -2,11 +2,11 @@ import { isMap, isPair, isScalar, isSeq, type Document, type Node } from 'yaml';
 import type { z } from 'zod';
 import { FINDING_CODES, LeashError, type ConfigIssue, type FindingCode, type Severity } from '../errors.js';
 import type { Surface } from '../engine/types.js';
-import { inertEntries, type InertEntry } from '../policy-engine.js';
+import { inertEntries, type InertEntry } from '../engine/index.js';
 import { lookupAccount, type Account } from './accounts.js';
 import { compileGatePolicy, GATE_DEFAULTS, GatePolicyError, type ToolsGatePolicy } from '../enforcers/tools/policy.js';
 import { GATE_ENGINE } from '../enforcers/tools/service.js';
-import { fsCmdPolicyOf, interpreterWarnings, markCoverage, parseMountinfo } from '../enforcers/fs/index.js';
+import { fsCmdPolicyOf, interpreterWarnings, markCoverage, parseMountinfo } from '../enforcers/watcher/index.js';
 import { lookalikeEntries } from './lookalike.js';
 import { parseStrictYaml, readPolicyFile } from './strict-yaml.js';
 import { configSchema, fragmentSchema, knownKeysAt, type ConfigFragment } from './schema.js';
@@ -296,7 +296,7 @@ export function analyse(config: Config, account: Account | null): Finding[] {
       ),
     );
   }
-  // One list of interpreters, loaders and launchers: the watcher's (src/enforcers/fs/policy.ts).
+  // One list of interpreters, loaders and launchers: the watcher's (src/enforcers/watcher/policy.ts).
   for (const w of interpreterWarnings(cmd)) {
     out.push(finding('commands_interpreter_allowed', 'commands.allow', w.message, w.entry));
   }

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import { isSeq, parseDocument, type Document } from 'yaml';
 import { LeashError } from '../errors.js';
 import type { Mode, Surface } from '../engine/types.js';
-import { entryProblem, type InertEntry } from '../policy-engine.js';
+import { entryProblem, type InertEntry } from '../engine/index.js';
 import { lookupAccount, type Account } from './accounts.js';
 import { lookalikeEntries, type Lookalike } from './lookalike.js';
 import { readPolicyFile } from './strict-yaml.js';

@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { InspectFinding, Surface } from '../engine/types.js';
-import { maskInputs } from '../policy-engine.js';
+import { maskInputs } from '../engine/index.js';
 import { jsonString, jsonText } from './json-text.js';
 
 /** What an enforcer hands the log for one decision. */
