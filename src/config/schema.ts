@@ -97,7 +97,7 @@ function build<F extends boolean>(fragment: F) {
       ...surfaceShape('a host (suffix match), *.host, IP or CIDR, optionally :port or [v6]:port, never a URL'),
       dns_resolvers: opt(
         ipList(
-          'resolver IPs the leashed UID may reach on UDP/53 and the proxy resolves through; empty = /etc/resolv.conf',
+          "resolver IPs the DNS forwarder sends the leashed UID's allowed queries to and the proxy resolves through; empty = /etc/resolv.conf",
         ),
         [],
       ),
@@ -105,9 +105,17 @@ function build<F extends boolean>(fragment: F) {
         z
           .enum(['drop', 'allow'], { error: 'must be drop or allow' })
           .describe(
-            'drop = all UDP of the leashed UID is dropped except DNS to its resolvers (a TCP proxy cannot judge UDP, and QUIC would bypass it); allow = unfiltered UDP, an explicit choice',
+            'drop = all UDP of the leashed UID is dropped except DNS, which its forwarder judges (a TCP proxy cannot judge UDP, and QUIC would bypass it); allow = unfiltered UDP (port 53 still goes to the forwarder), an explicit choice',
           ),
         'drop',
+      ),
+      dns_refuse: opt(
+        z
+          .enum(['refused', 'nxdomain'], { error: 'must be refused or nxdomain' })
+          .describe(
+            'what the DNS forwarder answers for a name the policy refuses (nothing is sent upstream either way): refused = rcode REFUSED, nxdomain = the name does not exist',
+          ),
+        'refused',
       ),
     },
     'the network surface: TCP over IPv4 and IPv6 through the transparent proxy, UDP by filter',

@@ -14,9 +14,11 @@ export interface Config {
   user: string | null;
   fail_mode: FailMode;
   network: SurfacePolicy & {
-    /** Resolvers the leashed UID may reach on UDP/53 and the proxy resolves through; empty = /etc/resolv.conf. */
+    /** Resolvers the DNS forwarder sends allowed queries to and the proxy resolves through; empty = /etc/resolv.conf. */
     dns_resolvers: string[];
     udp: 'drop' | 'allow';
+    /** What the DNS forwarder answers for a name the policy refuses. */
+    dns_refuse: 'refused' | 'nxdomain';
   };
   filesystem: SurfacePolicy & {
     /** Extra paths whose filesystems are marked even when no entry names them. */

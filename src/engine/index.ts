@@ -3,9 +3,9 @@
  * compiled once by `compilePolicy`; the config layer uses the entry grammar and `inertEntries`.
  */
 export * from './types.js';
-export { compilePolicy, decide, decideNoPolicy, effectiveFailMode } from './decide.js';
+export { compilePolicy, decide, decideDnsName, decideNoPolicy, effectiveFailMode } from './decide.js';
 export type { CompiledPolicy, DecideOptions } from './decide.js';
-export { networkEntryProblem, parseNetworkEntry } from './network.js';
+export { networkEntryProblem, parseNetworkEntry, ptrAddress } from './network.js';
 export type { NetworkEntry } from './network.js';
 export { normalizeDomainSubject } from './domain.js';
 export { parseIp } from './ip.js';

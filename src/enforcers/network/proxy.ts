@@ -32,6 +32,8 @@ export interface ProxyOptions<P> {
   log: DecisionWriter;
   /** Resolvers a domain-decided allow is resolved through (IP literals, optionally :port). */
   resolvers: string[];
+  /** Addresses the subject's own DNS answers (the forwarder) gave for a name: a name-decided connection may go there. */
+  seen?: (uid: number, name: string) => string[];
   /** Replaces the built-in resolution (dns.Resolver on `resolvers`, cached by TTL); returns the name's addresses. */
   resolve?: (name: string) => Promise<string[]>;
   /** Listen addresses (default 127.0.0.1 and ::1). */
@@ -177,8 +179,10 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       // agent supplied, so a forged SNI/Host cannot carry an allowed name to an arbitrary address. A mode default
       // (blacklist, nothing denied) judged the address as well as the name, so it goes to the address.
       let r: Resolved;
+      const told = opts.seen?.(e.uid, domain) ?? [];
       try {
-        r = await resolve(domain);
+        // An address the subject's own answers gave for this name is where it may go; else our own resolution.
+        r = told.includes(ip) ? { v4: [ip], v6: [], expires: 0 } : await resolve(domain);
       } catch {
         r = { v4: [], v6: [], expires: 0 };
       }
