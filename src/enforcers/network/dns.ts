@@ -24,6 +24,7 @@ import {
   type Query,
 } from './dns-wire.js';
 import type { DecisionWriter } from '../../log/decisions.js';
+import { createListenerTable } from './listeners.js';
 import { plainIp } from './resolve.js';
 
 export type DnsDecide<P> = (name: string, policy: P | null) => Verdict;
@@ -115,7 +116,27 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
   const allowPerSec = opts.allowLinesPerSec ?? 100;
   const onError = opts.onError ?? (() => {});
   const originalDst = opts.originalDst ?? ((fd: number) => loadNative().originalDst(fd));
-  const subjects = new Map<number, Entry<P>>();
+  const table = createListenerTable<Entry<P>, DnsSubject<P>>({
+    create: (s) => ({
+      uid: s.uid,
+      port: s.port,
+      policy: s.policy,
+      upstreams: upstreamsOf(s.resolvers),
+      udp: [],
+      tcp: [],
+      sockets: new Set(),
+      seen: new Map(),
+      lines: { second: 0, count: 0, suppressed: 0 },
+    }),
+    update: (cur, s) => {
+      cur.policy = s.policy;
+      cur.upstreams = upstreamsOf(s.resolvers);
+      cur.seen.clear(); // a new policy: answers given under the old one are not carried over
+    },
+    open,
+    close: closeEntry,
+  });
+  const subjects = table.entries;
 
   // --- upstream over UDP: a few sockets per family, random ids, answers matched by id, source and question ------
   interface Pending {
@@ -405,44 +426,8 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
   const upstreamsOf = (list: string[]): Upstream[] => list.map(parseUpstream).filter((u): u is Upstream => !!u);
 
   return {
-    async setSubject(s) {
-      const cur = subjects.get(s.uid);
-      if (cur && cur.port === s.port) {
-        cur.policy = s.policy;
-        cur.upstreams = upstreamsOf(s.resolvers);
-        cur.seen.clear(); // a new policy: answers given under the old one are not carried over
-        return;
-      }
-      if (cur) {
-        subjects.delete(s.uid);
-        await closeEntry(cur);
-      }
-      const e: Entry<P> = {
-        uid: s.uid,
-        port: s.port,
-        policy: s.policy,
-        upstreams: upstreamsOf(s.resolvers),
-        udp: [],
-        tcp: [],
-        sockets: new Set(),
-        seen: new Map(),
-        lines: { second: 0, count: 0, suppressed: 0 },
-      };
-      subjects.set(s.uid, e);
-      try {
-        await open(e);
-      } catch (err) {
-        subjects.delete(s.uid);
-        await closeEntry(e);
-        throw err;
-      }
-    },
-    async removeSubject(uid) {
-      const e = subjects.get(uid);
-      if (!e) return;
-      subjects.delete(uid);
-      await closeEntry(e);
-    },
+    setSubject: (s) => table.set(s),
+    removeSubject: (uid) => table.remove(uid),
     seen(uid, name) {
       const m = subjects.get(uid)?.seen.get(name.toLowerCase().replace(/\.$/, ''));
       if (!m) return [];

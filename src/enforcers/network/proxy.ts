@@ -5,6 +5,7 @@ import type { DecisionRecord, DecisionWriter } from '../../log/decisions.js';
 import { loadNative, type OriginalDst } from '../../native.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket } from './peek.js';
+import { createListenerTable } from './listeners.js';
 import { createRelay, type RelayOwner } from './relay.js';
 import { createNameResolver, plainIp, type Resolved } from './resolve.js';
 
@@ -86,7 +87,22 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const peekBytes = opts.peekBytes ?? PEEK_MAX_BYTES;
   const peekTimeout = opts.peekTimeoutMs ?? PEEK_TIMEOUT_MS;
   const onError = opts.onError ?? (() => {});
-  const subjects = new Map<number, Entry<P>>();
+  const table = createListenerTable<Entry<P>, ProxySubject<P>>({
+    create: (s) => ({
+      uid: s.uid,
+      port: s.port,
+      policy: s.policy,
+      servers: [],
+      sockets: new Set(),
+      spliced: new Set(),
+    }),
+    update: (cur, s) => {
+      cur.policy = s.policy;
+    },
+    open,
+    close: closeEntry,
+  });
+  const subjects = table.entries;
   const resolve = createNameResolver(opts.resolvers, opts.resolve);
   const relay = createRelay({
     splice: opts.splice !== false,
@@ -254,39 +270,8 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   }
 
   return {
-    async setSubject(s) {
-      const cur = subjects.get(s.uid);
-      if (cur && cur.port === s.port) {
-        cur.policy = s.policy;
-        return;
-      }
-      if (cur) {
-        subjects.delete(s.uid);
-        await closeEntry(cur);
-      }
-      const e: Entry<P> = {
-        uid: s.uid,
-        port: s.port,
-        policy: s.policy,
-        servers: [],
-        sockets: new Set(),
-        spliced: new Set(),
-      };
-      subjects.set(s.uid, e);
-      try {
-        await open(e);
-      } catch (err) {
-        subjects.delete(s.uid);
-        await closeEntry(e);
-        throw err;
-      }
-    },
-    async removeSubject(uid) {
-      const e = subjects.get(uid);
-      if (!e) return;
-      subjects.delete(uid);
-      await closeEntry(e);
-    },
+    setSubject: (s) => table.set(s),
+    removeSubject: (uid) => table.remove(uid),
     ports() {
       return new Map([...subjects.values()].map((e) => [e.uid, e.port]));
     },
