@@ -67,6 +67,8 @@ export interface LabEnforcerSpec {
   subjects: { uid: number; port: number; policy: PolicyInput | null }[];
   udp?: 'drop' | 'allow';
   peekTimeoutMs?: number;
+  /** What a subject without a policy answers under (default closed). */
+  failMode?: 'closed' | 'open';
 }
 
 export interface Lab {

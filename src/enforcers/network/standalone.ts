@@ -17,6 +17,8 @@ export interface StandaloneSpec {
   /** Decision log sink: an absolute file path (stdout carries this process's own "ready"/"reloaded"). */
   decisions: string;
   peekTimeoutMs?: number;
+  /** What a subject without a policy answers under (default closed). */
+  failMode?: 'closed' | 'open';
 }
 
 async function main(): Promise<void> {
@@ -34,6 +36,7 @@ async function main(): Promise<void> {
     expectedSubjects: spec.subjects.length,
     proxy: {
       peekTimeoutMs: spec.peekTimeoutMs,
+      failMode: () => spec.failMode ?? 'closed',
       onError: (err, ctx) => process.stderr.write(`proxy uid=${ctx.uid} ${ctx.stage}: ${err.message}\n`),
     },
   });
