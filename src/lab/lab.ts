@@ -69,6 +69,8 @@ export interface LabEnforcerSpec {
   subjects: { uid: number; port: number; policy: PolicyInput | null }[];
   udp?: 'drop' | 'allow';
   peekTimeoutMs?: number;
+  /** What a subject without a policy answers under (default closed). */
+  failMode?: 'closed' | 'open';
 }
 
 /** One message the lab resolver received: transport, the address it arrived at, the sender, and its question. */

@@ -1,5 +1,5 @@
 import net from 'node:net';
-import type { NetworkSubject, Reason, Verdict } from '../../engine/types.js';
+import type { FailMode, NetworkSubject, Reason, Verdict } from '../../engine/types.js';
 import type { PROXY_REASONS } from '../../errors.js';
 import type { DecisionRecord, DecisionWriter } from '../../log/decisions.js';
 import { loadNative, type OriginalDst } from '../../native.js';
@@ -48,6 +48,11 @@ export interface ProxyOptions<P> {
   splice?: boolean;
   /** Operational errors (upstream unreachable and the like), for the service's own log. */
   onError?: (err: Error, ctx: { uid: number; stage: string }) => void;
+  /**
+   * The fail_mode a listener without a policy answers under, read at each connection (the service: the floor's
+   * fail_mode as it is now). closed (default): reset `no_policy`; open: allowed to the original destination.
+   */
+  failMode?: () => FailMode;
 }
 
 export interface Proxy<P> {
@@ -87,6 +92,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const peekBytes = opts.peekBytes ?? PEEK_MAX_BYTES;
   const peekTimeout = opts.peekTimeoutMs ?? PEEK_TIMEOUT_MS;
   const onError = opts.onError ?? (() => {});
+  const failMode = opts.failMode ?? (() => 'closed' as const);
   const table = createListenerTable<Entry<P>, ProxySubject<P>>({
     create: (s) => ({
       uid: s.uid,
@@ -127,8 +133,12 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   }
 
   function judge(e: Entry<P>, subject: NetworkSubject): Verdict {
-    // A listener without a resolved policy refuses everything; it never borrows a default or another subject's.
-    if (e.policy === null) return { action: 'block', reason: 'no_policy', source: 'fail_mode', rule: null };
+    // A listener without a resolved policy refuses everything (or, under fail_mode open, lets it through to the
+    // address asked for); it never borrows a default or another subject's policy.
+    if (e.policy === null) {
+      const open = failMode() === 'open';
+      return { action: open ? 'allow' : 'block', reason: 'no_policy', source: 'fail_mode', rule: null };
+    }
     try {
       return opts.decide('network', subject, e.policy);
     } catch {
