@@ -14,6 +14,7 @@
 // of reading credentials.
 //
 // Run as root: `npm run build && node dist/bench/fanotify.js [--opens 50000] [--rounds 3] [--spin-us 50] [--explore]`
+// (`--exec-only`: only the exec rows, for profiling the exec state).
 // The ramfs is used (not tmpfs) because fapolicyd can only be confined by filesystem type.
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -43,6 +44,8 @@ const { values } = parseArgs({
     execs: { type: 'string', default: '2000' },
     /** Extra Leash rows: credentials via FAN_REPORT_PIDFD or /proc, and at nice -14 (what each costs). */
     explore: { type: 'boolean', default: false },
+    /** Only the exec rows (for profiling the exec state); the opens table is then empty. */
+    'exec-only': { type: 'boolean', default: false },
   },
 });
 const OPENS = Number(values.opens);
@@ -261,7 +264,7 @@ async function main(): Promise<void> {
   const execRows: Record<string, number[]> = {};
   const execCpus: Record<string, number[]> = {};
   buildDynamic();
-  for (let round = 0; round < ROUNDS; round++) {
+  async function openRows(): Promise<void> {
     add('no listener', opener(N));
 
     const l = await startListener();
@@ -283,6 +286,29 @@ async function main(): Promise<void> {
       extra[`leash${tag}`] = { droppedAllows: st.droppedAllows, stats: st.stats };
       await sup.close();
     }
+  }
+  async function laterOpenRows(): Promise<void> {
+    if (values.explore) {
+      for (const [tag, args] of [
+        [' (FAN_REPORT_PIDFD)', ['--identity=report-pidfd']],
+        [' (/proc)', ['--identity=proc']],
+        [' (nice -14)', ['--nice=-14']],
+      ] as const) {
+        const sup = await leash(tag, [...args]);
+        opener(N, 2000);
+        measure(`Leash, non-subject${tag}`, N, sup.watcherPid()!);
+        await sup.close();
+      }
+    }
+
+    if (!values['no-fapolicyd']) {
+      const fr = fapolicyd();
+      if (fr) add('fapolicyd 1.1.7 (allow all)', fr.rate, fr.cpu);
+    }
+  }
+  const execOnly = values['exec-only'];
+  for (let round = 0; round < ROUNDS; round++) {
+    if (!execOnly) await openRows();
 
     // Execs of a dynamic program: the loader allowed by name (before) against implied (after).
     for (const [name, implied] of [
@@ -318,23 +344,7 @@ async function main(): Promise<void> {
       await sup.close();
     }
 
-    if (values.explore) {
-      for (const [tag, args] of [
-        [' (FAN_REPORT_PIDFD)', ['--identity=report-pidfd']],
-        [' (/proc)', ['--identity=proc']],
-        [' (nice -14)', ['--nice=-14']],
-      ] as const) {
-        const sup = await leash(tag, [...args]);
-        opener(N, 2000);
-        measure(`Leash, non-subject${tag}`, N, sup.watcherPid()!);
-        await sup.close();
-      }
-    }
-
-    if (!values['no-fapolicyd']) {
-      const fr = fapolicyd();
-      if (fr) add('fapolicyd 1.1.7 (allow all)', fr.rate, fr.cpu);
-    }
+    if (!execOnly) await laterOpenRows();
     process.stderr.write(`round ${round + 1}/${ROUNDS} done\n`);
   }
   const load1 = os.loadavg();

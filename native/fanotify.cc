@@ -263,6 +263,7 @@ void Watcher::StopThreads() {
   stopFd_ = -1;
   identity_.Close();
   paths_.Close();
+  execs_.Close();
 }
 
 void InitWatcher(Napi::Env env, Napi::Object exports) { exports.Set("Watcher", Watcher::Define(env)); }

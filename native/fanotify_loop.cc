@@ -128,6 +128,7 @@ void Watcher::HandleEvent(const fanotify_event_metadata* m) {
     fanotify_response r{m->fd, static_cast<__u32>(allow ? FAN_ALLOW : FAN_DENY)};
     if (write(respFd_, &r, sizeof r) != static_cast<ssize_t>(sizeof r))
       writeErrors_.fetch_add(1, std::memory_order_relaxed);
+    execs_.AfterAnswer(batchMonoNs_);  // the rest of the exec state's work, off the opener's wait
   }
   if (m->fd >= 0) close(m->fd);
   if (pidfd >= 0) close(pidfd);
@@ -186,9 +187,12 @@ int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_me
       d.program = served ? &execs_.program() : nullptr;
     }
   }
-  // An allowed exec under a whitelist with interpreters: remember what the kernel will load
-  // next for it. A header that cannot be read as the kernel reads it is never an allow.
-  if (isExec && *allow && wantInterp && havePath && !execs_.Remember(m->pid, m->fd, subject, batchMonoNs_)) {
+  // An allowed exec under a whitelist with interpreters: read what the kernel will load next for
+  // it (remembered after the answer). A header that cannot be read as the kernel reads it is never
+  // an allow. An ELF interpreter loads nothing after it: the ELF loader never reads its PT_INTERP
+  // (and refuses its malformed headers itself).
+  bool chains = !asInterp || execs_.served_can_chain();
+  if (isExec && *allow && wantInterp && havePath && chains && !execs_.Prepare(m->pid, m->fd, subject)) {
     *allow = false;
     for (int i = 0; i < n; i++) {
       if (!decs[i].exec) continue;
