@@ -9,7 +9,7 @@
  */
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import { loadConfig } from '../config/load.js';
+import { loadConfig } from '../validate/load.js';
 import type { Config } from '../config/types.js';
 import { EXIT, LeashError } from '../errors.js';
 import { SINGLE_SUBJECT_PORT } from '../enforcers/network/nft.js';
@@ -160,10 +160,12 @@ export const DEMO_STEPS: DemoStep[] = [
     send: 'GET / HTTP/1.1\r\nHost: github.com\r\n\r\n',
   }),
   probeStep('network', 'UDP/443 to pastebin.com (QUIC)', 'blocked', { kind: 'udp', host: '198.18.1.20', port: 443 }),
-  probeStep('network', "DNS query to a resolver that is not the host's", 'blocked', {
+  // Port 53 anywhere lands on the subject's DNS forwarder, which judges the name: a name the policy does not
+  // allow is answered REFUSED and never leaves (before the forwarder this row was a UDP drop, EPERM).
+  probeStep('network', "DNS query for pastebin.com to a server that is not the host's resolver", 'blocked', {
     kind: 'dnsudp',
     server: '198.18.1.20',
-    name: 'github.com',
+    name: 'pastebin.com',
   }),
   probeStep('network', 'DNS lookup of github.com through the host resolver', 'allowed', {
     kind: 'dns',

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { loadConfig } from '../config/load.js';
+import { loadConfig } from '../validate/load.js';
 import { SURFACES } from '../engine/types.js';
 import { systemLoaders } from '../enforcers/watcher/loaders.js';
 import { memfdNoexecStatus } from '../service/host.js';

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseFragment } from '../config/load.js';
+import { parseFragment } from '../validate/load.js';
 import { readPolicyFile } from '../config/strict-yaml.js';
 import { LeashError } from '../errors.js';
 import { PolicyError } from './errors.js';

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { loadConfig, type LoadedConfig } from '../config/load.js';
+import { loadConfig, type LoadedConfig } from '../validate/load.js';
 import { agentsEnforcer } from './agents.js';
 import { LeashError } from '../errors.js';
 import { SURFACES } from '../engine/types.js';

@@ -56,8 +56,12 @@ describe.skipIf(!canRunLab)('leash demo', () => {
     expect(rows.find((r) => r.title.startsWith('Forged SNI'))?.detail).toMatch(
       /^allowed as github\.com, and sent to github\.com's own address 198\.18\.1\.10: pastebin\.com \(198\.18\.1\.20\) never reached$/,
     );
+    // A DNS query to another server is answered by the subject's forwarder: REFUSED, with its decision line.
+    const dnsRow = rows.find((r) => r.title.startsWith('DNS query for pastebin.com'));
+    expect(dnsRow?.detail).toMatch(/^REFUSED after /);
+    expect(dnsRow?.decisions[0]).toMatchObject({ reason: 'not_allowed', subject: { dns: 'pastebin.com', qtype: 'A' } });
     // A dropped datagram is reported with the errno the agent's sendto really got.
-    expect(rows.find((r) => r.title.startsWith('DNS query to a resolver'))?.detail).toMatch(/^EPERM after /);
+    expect(rows.find((r) => r.title.startsWith('UDP/443'))?.detail).toMatch(/^EPERM after /);
     expect(code).toBe(0);
 
     // The watcher marked the demo's own tmpfs and nothing else.

@@ -5,7 +5,7 @@
  * differs; SIGTERM/SIGINT release every chain it applied and exit.
  */
 import fs from 'node:fs';
-import { compilePolicy, decide, type CompiledPolicy, type PolicyInput } from '../../engine/index.js';
+import { compilePolicy, decide, decideDnsName, type CompiledPolicy, type PolicyInput } from '../../engine/index.js';
 import { createDecisionLog } from '../../log/decisions.js';
 import { startNetworkEnforcer, type NetworkEnforcer } from './enforcer.js';
 import { hostRunner } from './run.js';
@@ -17,6 +17,10 @@ export interface StandaloneSpec {
   /** Decision log sink: an absolute file path (stdout carries this process's own "ready"/"reloaded"). */
   decisions: string;
   peekTimeoutMs?: number;
+  /** What a refused DNS name gets (default refused). */
+  dnsRefuse?: 'refused' | 'nxdomain';
+  /** What a subject without a policy answers under (default closed). */
+  failMode?: 'closed' | 'open';
 }
 
 async function main(): Promise<void> {
@@ -28,12 +32,18 @@ async function main(): Promise<void> {
   const enf: NetworkEnforcer<CompiledPolicy> = await startNetworkEnforcer<CompiledPolicy>({
     runner: hostRunner(),
     decide,
+    decideDns: decideDnsName,
     log,
     resolvers: spec.resolvers,
     udp: spec.udp ?? 'drop',
     expectedSubjects: spec.subjects.length,
+    dns: {
+      refuse: spec.dnsRefuse,
+      onError: (err, ctx) => process.stderr.write(`dns uid=${ctx.uid} ${ctx.stage}: ${err.message}\n`),
+    },
     proxy: {
       peekTimeoutMs: spec.peekTimeoutMs,
+      failMode: () => spec.failMode ?? 'closed',
       onError: (err, ctx) => process.stderr.write(`proxy uid=${ctx.uid} ${ctx.stage}: ${err.message}\n`),
     },
   });

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { rerootPath, rerootPolicy } from '../../../src/cli/demo-fs.js';
-import { loadConfig } from '../../../src/config/load.js';
+import { loadConfig } from '../../../src/validate/load.js';
 import { compilePolicy, decide } from '../../../src/engine/index.js';
 import { fsCmdPolicyOf, policyRoots } from '../../../src/enforcers/watcher/policy.js';
 

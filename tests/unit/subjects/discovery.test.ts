@@ -10,7 +10,7 @@ import {
   readPasswd,
   readPasswdAsync,
 } from '../../../src/subjects/discovery.js';
-import { assignPorts, PORT_MAX, PORT_MIN, PORT_RESERVED, readPorts } from '../../../src/subjects/ports.js';
+import { assignPorts, dnsPortFor, PORT_MIN, PORT_RESERVED, readPorts } from '../../../src/subjects/ports.js';
 
 const PASSWD = `root:x:0:0:root:/root:/bin/bash
 fido:x:1000:1000:Fido:/home/fido:/bin/bash
@@ -107,19 +107,33 @@ describe('port map', () => {
     expect(readPorts(dir)['leash-b']?.port).toBe(PORT_MIN + 1);
   });
 
-  it('never hands out 18443 and reports exhaustion per account', async () => {
+  it('never hands out 18443 (or its DNS half 18943) and reports exhaustion per account', async () => {
     const dir = tmp();
     const ports: Record<string, { port: number; uid: number }> = {};
     let uid = 10;
-    for (let p = PORT_MIN; p <= PORT_MAX; p++)
-      if (p !== PORT_RESERVED && p !== 18998) ports[`leash-x${p}`] = { port: p, uid: uid++ };
+    // Every pair (p, p+500) taken but one: 18498 with its forwarder port 18998.
+    for (let p = PORT_MIN; p < PORT_MIN + 500; p++)
+      if (p !== PORT_RESERVED && p !== 18498) ports[`leash-x${p}`] = { port: p, uid: uid++ };
     fs.writeFileSync(path.join(dir, 'ports.json'), JSON.stringify({ version: 1, ports }));
     const r = await assignPorts(dir, [
       { account: 'leash-new', uid: 1 },
       { account: 'leash-new2', uid: 2 },
     ]);
-    expect(r.ports['leash-new']?.port).toBe(18998);
+    expect(r.ports['leash-new']?.port).toBe(18498);
+    expect(dnsPortFor(18498)).toBe(18998);
     expect(r.unassigned).toEqual(['leash-new2']);
+  });
+
+  it('hands out a port only when its DNS half is free too (a map from before the forwarder)', async () => {
+    const dir = tmp();
+    // An old map holding 18500 (the DNS half of 18000) as a proxy port: 18000 is skipped, 18500's DNS port is 18000.
+    fs.writeFileSync(
+      path.join(dir, 'ports.json'),
+      JSON.stringify({ version: 1, ports: { 'leash-old': { port: 18500, uid: 5 } } }),
+    );
+    const r = await assignPorts(dir, [{ account: 'leash-new', uid: 1 }]);
+    expect(r.ports['leash-new']?.port).toBe(18001);
+    expect(dnsPortFor(18500)).toBe(18000);
   });
 
   it.each([

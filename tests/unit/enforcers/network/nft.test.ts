@@ -10,7 +10,7 @@ import {
   type TableState,
 } from '../../../../src/enforcers/network/nft.js';
 
-const base = { uid: 1001, port: 18001, resolvers: ['198.18.1.53', '2001:DB8:1::53'], udp: 'drop' as const };
+const base = { uid: 1001, port: 18001, dnsPort: 18501, udp: 'drop' as const };
 
 function table(partial: Partial<TableState> = {}): TableState {
   return { exists: true, dispatch: new Map(), foreign: [], chains: new Map(), ...partial };
@@ -32,21 +32,28 @@ function stateWith(r: ReturnType<typeof renderSubject>, dispatchHandles = [7]): 
 }
 
 describe('nft rendering', () => {
-  it('exempts loopback except the proxy range, then redirects TCP to the subject port', () => {
+  it('sends all port-53 UDP and TCP to the forwarder first, exempts loopback except the proxy range, then redirects TCP', () => {
     const r = renderSubject(base);
     expect(r.chain).toBe('agent_1001');
     expect(r.ip).toEqual([
+      'udp dport 53 redirect to :18501',
+      'tcp dport 53 redirect to :18501',
       'ip daddr 127.0.0.0/8 tcp dport != 18000-18999 return',
       'meta l4proto tcp redirect to :18001',
     ]);
-    expect(r.ip6).toEqual(['ip6 daddr ::1 tcp dport != 18000-18999 return', 'meta l4proto tcp redirect to :18001']);
+    expect(r.ip6).toEqual([
+      'udp dport 53 redirect to :18501',
+      'tcp dport 53 redirect to :18501',
+      'ip6 daddr ::1 tcp dport != 18000-18999 return',
+      'meta l4proto tcp redirect to :18001',
+    ]);
   });
 
-  it('lets UDP through only to the resolvers on port 53, both families', () => {
+  it('lets UDP out only to its own forwarder (where port 53 was redirected), both families', () => {
     const r = renderSubject(base);
     expect(r.filter).toEqual([
-      'ip daddr { 198.18.1.53 } udp dport 53 return',
-      'ip6 daddr { 2001:db8:1::53 } udp dport 53 return',
+      'ip daddr 127.0.0.1 udp dport 18501 return',
+      'ip6 daddr ::1 udp dport 18501 return',
       'meta l4proto != tcp drop',
     ]);
   });
@@ -58,17 +65,18 @@ describe('nft rendering', () => {
     ]);
   });
 
-  it('refuses a resolver that is not an IP (it would be rendered into the ruleset)', () => {
-    expect(() => renderSubject({ ...base, resolvers: ['1.1.1.1; flush ruleset'] })).toThrow(/not an IP/);
+  it('refuses a port that is not one (it would be rendered into the ruleset)', () => {
+    expect(() => renderSubject({ ...base, dnsPort: 0 })).toThrow(/DNS forwarder port/);
+    expect(() => renderSubject({ ...base, dnsPort: 18001 })).toThrow(/DNS forwarder port/);
     expect(() => renderSubject({ ...base, port: 0 })).toThrow(/port/);
     expect(() => renderSubject({ ...base, uid: -1 })).toThrow(/uid/);
   });
 
-  it('fingerprints the rendering so a change of port, resolver or udp mode is a change', () => {
+  it('fingerprints the rendering so a change of port, DNS port or udp mode is a change', () => {
     const h = renderSubject(base).hash;
     expect(renderSubject({ ...base }).hash).toBe(h);
     expect(renderSubject({ ...base, port: 18002 }).hash).not.toBe(h);
-    expect(renderSubject({ ...base, resolvers: ['198.18.1.54'] }).hash).not.toBe(h);
+    expect(renderSubject({ ...base, dnsPort: 18502 }).hash).not.toBe(h);
     expect(renderSubject({ ...base, udp: 'allow' }).hash).not.toBe(h);
   });
 
@@ -171,7 +179,7 @@ describe('applySubjects: many subjects, one transaction', () => {
 
   it('a subject that cannot be rendered fails alone before anything is applied', async () => {
     const { calls, run } = fakeNft(null);
-    const out = await applySubjects(run, [...subjects.slice(0, 2), { ...base, uid: 2999, resolvers: ['dns.example'] }]);
+    const out = await applySubjects(run, [...subjects.slice(0, 2), { ...base, uid: 2999, dnsPort: -5 }]);
     expect(out.get(2999)).toBeInstanceOf(Error);
     expect(out.get(2001)).toBe('added');
     expect(calls.filter((c) => c.argv.includes('-f'))).toHaveLength(1);

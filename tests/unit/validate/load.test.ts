@@ -4,7 +4,7 @@ import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { type Account } from '../../../src/config/accounts.js';
-import { loadConfig, parseConfig, parseFragment, suggest } from '../../../src/config/load.js';
+import { loadConfig, parseConfig, parseFragment, suggest } from '../../../src/validate/load.js';
 import { configSchema, fragmentSchema } from '../../../src/config/schema.js';
 import { LeashError } from '../../../src/errors.js';
 import { parseProfileText } from '../../../src/policy/profiles.js';
