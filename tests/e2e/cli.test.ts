@@ -106,6 +106,22 @@ describe('leash status', () => {
     expect(s.surfaces.tools.enforced).toBe(false);
   });
 
+  it('--json reports host.memfd_noexec: configured, and what the kernel reads now (status changes nothing)', async () => {
+    const kernel = fs.existsSync('/proc/sys/vm/memfd_noexec')
+      ? Number(fs.readFileSync('/proc/sys/vm/memfd_noexec', 'utf8').trim())
+      : null;
+    for (const [text, configured] of [
+      ['', false],
+      ['host: { memfd_noexec: true }\n', true],
+    ] as const) {
+      const r = await leash(['-c', configFile(POLICY('stdout') + text), 'status', '--json']);
+      expect(r.code).toBe(0);
+      expect(JSON.parse(r.stdout).host).toEqual({
+        memfd_noexec: { configured, current: kernel, enforced: kernel !== null && kernel >= 2 },
+      });
+    }
+  });
+
   it('reads LEASH_CONFIG when -c is absent', async () => {
     const file = configFile(POLICY('stdout'));
     const r = await leash(['status', '--json'], { env: { LEASH_CONFIG: file } });
@@ -158,10 +174,24 @@ describe('leash validate', () => {
   );
 
   it('a clean config is valid, exit 0', async () => {
-    const r = await leash(['-c', configFile(POLICY('stdout')), 'validate', '--json']);
+    // Its commands whitelist comes with host.memfd_noexec (else commands_memfd_unguarded); validate applies nothing.
+    const r = await leash([
+      '-c',
+      configFile(`${POLICY('stdout')}host: { memfd_noexec: true }\n`),
+      'validate',
+      '--json',
+    ]);
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ valid: true });
     expect(ofFile(JSON.parse(r.stdout).findings)).toEqual([]);
+  });
+
+  it('a commands whitelist without host.memfd_noexec is valid with the commands_memfd_unguarded warning', async () => {
+    const r = await leash(['-c', configFile(POLICY('stdout')), 'validate', '--json']);
+    expect(r.code).toBe(0);
+    expect(ofFile(JSON.parse(r.stdout).findings)).toEqual([
+      expect.objectContaining({ code: 'commands_memfd_unguarded', severity: 'warning', path: 'host.memfd_noexec' }),
+    ]);
   });
 
   it.each([

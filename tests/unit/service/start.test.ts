@@ -117,3 +117,72 @@ describe('service start', () => {
     expect(codes).toEqual(['blacklist_allow_ignored', 'user_unset']);
   });
 });
+
+describe('service start: host settings (config host, against files of the test: never the real sysctl)', () => {
+  const HOSTCFG =
+    'user: null\nlogging: { decisions: $LOG }\nenforcers: { tools: false }\nhost: { memfd_noexec: true }\n';
+
+  it('applies host.memfd_noexec before the enforcers start and restores it after they closed', async () => {
+    const s = setup(HOSTCFG);
+    const sysctl = path.join(s.dir, 'memfd_noexec');
+    const stateFile = path.join(s.dir, 'run', 'host-settings.json');
+    fs.writeFileSync(sysctl, '0\n');
+    const seen: string[] = [];
+    const probe: EnforcerFactory = {
+      name: 'probe',
+      enabled: () => true,
+      async start() {
+        seen.push(`start ${fs.readFileSync(sysctl, 'utf8').trim()}`);
+        return {
+          name: 'probe',
+          async close() {
+            seen.push(`close ${fs.readFileSync(sysctl, 'utf8').trim()}`);
+          },
+        };
+      },
+    };
+    const svc = await startService({
+      configPath: s.file,
+      logger: s.logger,
+      notify: s.notify,
+      enforcers: [probe],
+      hostPaths: { memfdNoexec: sysctl, stateFile },
+    });
+    expect(fs.readFileSync(sysctl, 'utf8').trim()).toBe('2');
+    await svc.stop();
+    expect(seen).toEqual(['start 2', 'close 2']);
+    expect(fs.readFileSync(sysctl, 'utf8').trim()).toBe('0');
+    expect(fs.existsSync(stateFile)).toBe(false);
+  });
+
+  it('does not start without kernel support (host_setting_failed) and starts no enforcer', async () => {
+    const s = setup(HOSTCFG);
+    const events: string[] = [];
+    await expect(
+      startService({
+        configPath: s.file,
+        logger: s.logger,
+        notify: s.notify,
+        enforcers: [fake('network', events)],
+        hostPaths: { memfdNoexec: path.join(s.dir, 'absent'), stateFile: path.join(s.dir, 'state.json') },
+      }),
+    ).rejects.toMatchObject({ code: 'host_setting_failed' });
+    expect(events).toEqual([]);
+  });
+
+  it('restores when an enforcer fails to start', async () => {
+    const s = setup(HOSTCFG);
+    const sysctl = path.join(s.dir, 'memfd_noexec');
+    fs.writeFileSync(sysctl, '1\n');
+    await expect(
+      startService({
+        configPath: s.file,
+        logger: s.logger,
+        notify: s.notify,
+        enforcers: [fake('network', [], { failStart: true })],
+        hostPaths: { memfdNoexec: sysctl, stateFile: path.join(s.dir, 'state.json') },
+      }),
+    ).rejects.toMatchObject({ code: 'service_failed' });
+    expect(fs.readFileSync(sysctl, 'utf8').trim()).toBe('1');
+  });
+});
