@@ -82,6 +82,8 @@ export const ERROR_CODES = {
   scope_unknown_account: EXIT.refused,
   // filesystem watcher (branch watch)
   watcher_failed: EXIT.failed,
+  // host settings the service applies (config `host`, src/service/host.ts)
+  host_setting_failed: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 
@@ -110,6 +112,8 @@ export const FINDING_CODES = {
   // filesystem watcher coverage (branch wire): what `leash validate` says about this host's marks
   marks_partial_coverage: 'warning',
   command_cannot_start: 'warning',
+  // host settings (config `host`): what a commands whitelist cannot see without them
+  commands_memfd_unguarded: 'warning',
 } as const satisfies Record<string, 'warning' | 'critical'>;
 export type FindingCode = keyof typeof FINDING_CODES;
 export type Severity = 'warning' | 'critical';

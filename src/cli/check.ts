@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
 import type { Command } from 'commander';
-import { loadConfig } from '../config/load.js';
+import { loadConfig } from '../validate/load.js';
 import { EXIT, LeashError } from '../errors.js';
 import type { NetworkSubject, Surface, SubjectOf, Verdict } from '../engine/types.js';
 import type { ToolVerdict } from '../enforcers/tools/policy.js';

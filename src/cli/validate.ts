@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import fs from 'node:fs';
-import { coverageFindings, loadConfig, type Finding } from '../config/load.js';
+import { coverageFindings, loadConfig, type Finding } from '../validate/load.js';
 import { sinkProblem } from '../config/sink.js';
 import type { Config } from '../config/types.js';
 import { EXIT, FINDING_CODES, isLeashError } from '../errors.js';

@@ -1,6 +1,12 @@
 import type { FailMode, SurfacePolicy, ToolsSurfacePolicy } from '../engine/types.js';
-import type { ArgRule } from '../enforcers/terminal/types.js';
-import type { ToolsGateFields } from '../enforcers/tools/policy.js';
+import type { ToolsGateFields } from './tools.js';
+
+/** `leash terminal`'s argument rule for one command entry: a pattern denies when all its tokens appear in argv, in any order (docs/terminal.md). */
+export interface ArgRule {
+  deny_args: string[];
+  /** Operator's words, appended to the policy_reason when the rule denies. */
+  reason?: string;
+}
 
 /** The whole /etc/leash/leash.yaml after defaults are applied. The schema lives in schema.ts. */
 export interface Config {
@@ -28,4 +34,6 @@ export interface Config {
   tools: ToolsSurfacePolicy & ToolsGateFields;
   logging: { level: 'debug' | 'info' | 'warn' | 'error'; decisions: string };
   enforcers: { network: boolean; filesystem: boolean; tools: boolean };
+  /** Host-wide settings the service applies at start and restores at stop (src/service/host.ts). */
+  host: { memfd_noexec: boolean };
 }

@@ -12,7 +12,7 @@ export { parseIp } from './ip.js';
 export { parsePort } from './port.js';
 export { pathEntryProblem, normalizePath, isGlob, parseGlob, matchGlob } from './path.js';
 export type { GlobToken } from './path.js';
-export { commandEntryProblem } from './command.js';
+export { commandEntryMatches, commandEntryProblem } from './command.js';
 export { toolEntryProblem, normalizeToolName } from './tool.js';
 export { entryProblem, forEachListEntry, inertEntries } from './inert.js';
 export { inspectInputs, maskSecrets, maskInputs, maskValue } from './inspect.js';

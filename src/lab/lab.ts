@@ -12,7 +12,7 @@ import path from 'node:path';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { PolicyInput } from '../engine/types.js';
-import type { DecisionRecord } from '../enforcers/network/proxy.js';
+import type { DecisionRecord } from '../log/decisions.js';
 import { hostRunner, netnsRunner, type RunResult, type Runner } from '../enforcers/network/run.js';
 import type { StandaloneSpec } from '../enforcers/network/standalone.js';
 import type { Probe, ProbeResult } from './probe.js';
@@ -69,6 +69,8 @@ export interface LabEnforcerSpec {
   subjects: { uid: number; port: number; policy: PolicyInput | null }[];
   udp?: 'drop' | 'allow';
   peekTimeoutMs?: number;
+  /** What a subject without a policy answers under (default closed). */
+  failMode?: 'closed' | 'open';
 }
 
 /** One message the lab resolver received: transport, the address it arrived at, the sender, and its question. */

@@ -148,6 +148,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
               decisions: ctx.decisions,
               logger,
               expectedSubjects: Math.max(1, first.subjects.length),
+              failMode: () => current.config.fail_mode,
             }),
           );
         if (c.enforcers.tools)

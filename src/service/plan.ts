@@ -3,7 +3,10 @@ import type { Resolution, SubjectFailure } from '../policy/resolve.js';
 import type { Subject } from '../subjects/discovery.js';
 import { PORT_RESERVED } from '../subjects/ports.js';
 
-/** What the service has in force for one UID. `failed` has no chain; `orphaned` keeps its chain and has no policy. */
+/**
+ * What the service has in force for one UID. `failed` and `orphaned` have no policy: their chain (when they have a
+ * port) redirects to a listener that refuses with `no_policy`.
+ */
 export interface AppliedSubject {
   account: string;
   uid: number;
@@ -52,7 +55,7 @@ export type Action =
     }
   /** Not touched at all. */
   | { kind: 'unchanged'; account: string; uid: number }
-  /** Cannot be resolved: critical warning, no chain (drop it if one exists), every fs/exec event denied. */
+  /** Cannot be resolved: critical warning, chain kept or put in, its listener and every fs/exec event refuse (fail_mode). */
   | { kind: 'fail'; account: string; uid: number; port: number | null; failure: PlanFailure; hadChain: boolean }
   /** Left discovery: keep the chain, drop the policy (listener refuses, fs/exec denied). */
   | { kind: 'orphan'; account: string; uid: number; port: number | null };
@@ -139,8 +142,8 @@ export type OrphanAction = Extract<Action, { kind: 'orphan' }>;
 
 /**
  * The mechanics a plan is carried out with (the network enforcer, the watcher map, the journal).
- * `apply`: listener, chain and map entry for the resolved policy. `deny`: no chain (drop one that
- * exists), listener refuses, map entry null under fail_mode closed. `orphan`: keep the chain, drop
+ * `apply`: listener, chain and map entry for the resolved policy. `deny`: chain kept or put in,
+ * listener refuses (fail_mode), map entry null under fail_mode closed. `orphan`: keep the chain, drop
  * the policy (listener refuses, map entry null).
  */
 export interface PlanHooks {
@@ -217,7 +220,7 @@ export async function executePlan(plan: Plan, hooks: PlanHooks): Promise<Executi
             account: a.account,
             uid: a.uid,
             port: a.port,
-            // A failed apply may have left part of a chain: the deny hook drops whatever exists.
+            // A failed apply may have left part of a chain: the deny hook re-renders it (fail-closed) or drops it.
             hadChain: true,
             failure: { code: 'apply_failed', message: `applying its policy failed: ${(e as Error).message}` },
           });

@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { DecisionRecord } from '../../src/enforcers/network/proxy.js';
+import type { DecisionRecord } from '../../src/log/decisions.js';
 import { LAB, canRunLab, netPolicy, useLab, type EnforcerHandle, type LabUser } from '../lab/index.js';
 
 // The DNS forwarder in the lab, as the leashed accounts: what the agent gets back (the answer, the rcode) and what

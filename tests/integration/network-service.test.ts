@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/load.js';
+import { parseConfig } from '../../src/validate/load.js';
 import { decide, decideDnsName, type CompiledPolicy } from '../../src/engine/index.js';
 import { startNetworkEnforcer } from '../../src/enforcers/network/enforcer.js';
 import { networkPlanHooks } from '../../src/service/surfaces/network.js';
@@ -53,7 +53,7 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
     return rest;
   };
 
-  it('apply / orphan / deny: chains per subject with its own udp and resolvers, kept on orphan, dropped on deny', async () => {
+  it('apply / orphan / deny: chains per subject with its own udp and resolvers, kept on orphan and on deny (fail closed), dropped without a port', async () => {
     const run = netnsRunner(NSP);
     const enf = await startNetworkEnforcer<CompiledPolicy>({
       runner: run,
@@ -99,10 +99,22 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
         failure: { code: 'no_port', message: 'x' },
         hadChain: true,
       });
-      const rs = (await run(['nft', 'list', 'ruleset'])).stdout;
-      expect(rs).not.toContain('agent_62002');
-      expect(rs).toContain('agent_62001');
+      // Fail closed: the failed subject keeps its chain (still redirected) and its listener refuses.
+      expect(await chain('ip', 62002)).toContain('redirect to :18962');
+      expect(await chain('inet', 62002)).toContain('meta l4proto != tcp drop');
+      expect(await chain('ip', 62001)).toContain('redirect to :18961');
       expect(enf.proxy.ports().get(62002)).toBe(18962); // still listening, refusing
+      // No port at all: nothing to redirect to, so the chain and the listener go.
+      await hooks.deny({
+        kind: 'fail',
+        account: 'leash-tb',
+        uid: 62002,
+        port: null,
+        failure: { code: 'no_port', message: 'x' },
+        hadChain: true,
+      });
+      expect((await run(['nft', 'list', 'ruleset'])).stdout).not.toContain('agent_62002');
+      expect(enf.proxy.ports().has(62002)).toBe(false);
     } finally {
       await enf.stop();
     }

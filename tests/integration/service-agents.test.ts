@@ -406,7 +406,19 @@ logging: { level: info, decisions: ${decisionsPath()} }
     expect(readAs(u3, `${mnt}/a2/f`)).toBe('ok');
     expect(await tlsAs(u3, 'good.lab')).toBe('ok');
     expect(chain(u3.uid).out).toBe(before3);
-    // Failed: no chain of its own.
-    expect(chain(u2.uid).code).not.toBe(0);
+    // Failed closed: its chain stays, so its TCP still lands on its listener, which refuses with no_policy.
+    expect(chain(u2.uid).code).toBe(0);
+    expect(chain(u2.uid).out).toMatch(/redirect to :\d+/);
+    expect(await tlsAs(u2, 'evil.lab')).toBe('ECONNRESET');
+    expect(await tlsAs(u2, 'good.lab')).toBe('ECONNRESET');
+    expect(
+      decisions()
+        .filter((d) => d.uid === u2.uid && d.surface === 'network')
+        .slice(-2)
+        .map((d) => [d.action, d.reason]),
+    ).toEqual([
+      ['block', 'no_policy'],
+      ['block', 'no_policy'],
+    ]);
   });
 });

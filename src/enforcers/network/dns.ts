@@ -23,7 +23,7 @@ import {
   type Answer,
   type Query,
 } from './dns-wire.js';
-import type { DecisionLogLike } from './proxy.js';
+import type { DecisionWriter } from '../../log/decisions.js';
 import { plainIp } from './resolve.js';
 
 export type DnsDecide<P> = (name: string, policy: P | null) => Verdict;
@@ -38,7 +38,7 @@ export interface DnsSubject<P> {
 
 export interface DnsForwarderOptions<P> {
   decide: DnsDecide<P>;
-  log: DecisionLogLike;
+  log: DecisionWriter;
   /** What a refused name gets: REFUSED (default) or NXDOMAIN. */
   refuse?: 'refused' | 'nxdomain';
   /** Listen addresses (default 127.0.0.1 and ::1). */

@@ -3,7 +3,8 @@ import net from 'node:net';
 import { dnsPortFor } from '../../subjects/ports.js';
 import { createDnsForwarder, type DnsDecide, type DnsForwarder, type DnsForwarderOptions } from './dns.js';
 import { openFirewall, type ApplyOutcome, type Firewall } from './nft.js';
-import { createProxy, type DecisionLogLike, type NetworkDecide, type Proxy, type ProxyOptions } from './proxy.js';
+import type { DecisionWriter } from '../../log/decisions.js';
+import { createProxy, type NetworkDecide, type Proxy, type ProxyOptions } from './proxy.js';
 import type { Runner } from './run.js';
 
 /** The nameserver lines of a resolv.conf (IP literals only; a zone suffix `%eth0` is dropped). */
@@ -45,13 +46,15 @@ export interface NetworkEnforcerOptions<P> {
   decide: NetworkDecide<P>;
   /** Judges a DNS query name (the engine's decideDnsName). */
   decideDns: DnsDecide<P>;
-  log: DecisionLogLike;
+  log: DecisionWriter;
   resolvers: string[];
   udp: 'drop' | 'allow';
   /** How many subjects will be applied (the iptables fallback refuses more than one). */
   expectedSubjects: number;
   warn?: (msg: string) => void;
-  proxy?: Partial<Pick<ProxyOptions<P>, 'peekTimeoutMs' | 'peekBytes' | 'connectTimeoutMs' | 'onError' | 'hosts'>>;
+  proxy?: Partial<
+    Pick<ProxyOptions<P>, 'peekTimeoutMs' | 'peekBytes' | 'connectTimeoutMs' | 'onError' | 'hosts' | 'failMode'>
+  >;
   dns?: Partial<Pick<DnsForwarderOptions<P>, 'refuse' | 'timeoutMs' | 'allowLinesPerSec' | 'onError' | 'hosts'>>;
 }
 
@@ -69,8 +72,10 @@ export interface NetworkEnforcer<P> {
   /** Releases the chain first, then closes the listener. */
   releaseSubject(uid: number): Promise<void>;
   /**
-   * A subject that cannot be resolved: no chain at all (any it had is dropped), and its listener, when it has a
-   * port, stays open refusing everything (a stale redirect must land somewhere that says so).
+   * A subject that cannot be resolved fails closed: its listener (re)opens with no policy, refusing everything
+   * with `no_policy` (allowing it under fail_mode open), and its chain is kept or put in (with the enforcer's
+   * udp/resolvers), so its TCP never leaves unjudged. Without a port (the pool is exhausted) there is no listener
+   * to redirect to: any chain is dropped and the listener closed.
    */
   denySubject(uid: number, port: number | null): Promise<void>;
   /** A subject that left discovery: its chain is kept (the UID may still run), its listener refuses everything. */
@@ -141,15 +146,25 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
       await dns.removeSubject(uid);
     },
     async denySubject(uid, port) {
-      await firewall.release([uid]);
-      applied.delete(uid);
       if (port === null) {
+        await firewall.release([uid]);
+        applied.delete(uid);
         await proxy.removeSubject(uid);
         await dns.removeSubject(uid);
-      } else {
+        return;
+      }
+      // Listeners first (refusing), then the chain: a redirect always finds a listener that says no. A listener that
+      // cannot open leaves nothing to redirect to: the chain goes (as it did before fail-closed chains).
+      try {
         await proxy.setSubject({ uid, port, policy: null });
         await dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: [] });
+      } catch (e) {
+        await firewall.release([uid]);
+        applied.delete(uid);
+        throw e;
       }
+      await firewall.apply({ uid, port, dnsPort: dnsPortFor(port), udp: opts.udp });
+      applied.add(uid);
     },
     async orphanSubject(uid, port) {
       if (port !== null) {

@@ -1,6 +1,7 @@
 import net from 'node:net';
-import type { NetworkSubject, Reason, Verdict } from '../../engine/types.js';
+import type { FailMode, NetworkSubject, Reason, Verdict } from '../../engine/types.js';
 import type { PROXY_REASONS } from '../../errors.js';
+import type { DecisionRecord, DecisionWriter } from '../../log/decisions.js';
 import { loadNative, type OriginalDst } from '../../native.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket } from './peek.js';
@@ -16,20 +17,6 @@ import { createNameResolver, plainIp, type Resolved } from './resolve.js';
 /** The engine's decide, narrowed to the network surface; `P` is the compiled policy type. */
 export type NetworkDecide<P> = (surface: 'network', subject: NetworkSubject, policy: P | null) => Verdict;
 
-/** One decision line (the decision log's record). */
-export interface DecisionRecord {
-  uid: number;
-  surface: 'network';
-  action: 'allow' | 'block';
-  reason: string;
-  subject: unknown;
-  rule?: string | null;
-  severity?: 'critical';
-}
-export interface DecisionLogLike {
-  write(rec: DecisionRecord): string;
-}
-
 /** Reason codes the proxy writes itself (catalogued in src/errors.ts PROXY_REASONS, documented in docs/errors.md). */
 export type ProxyReason = keyof typeof PROXY_REASONS;
 
@@ -42,7 +29,7 @@ export interface ProxySubject<P> {
 
 export interface ProxyOptions<P> {
   decide: NetworkDecide<P>;
-  log: DecisionLogLike;
+  log: DecisionWriter;
   /** Resolvers a domain-decided allow is resolved through (IP literals, optionally :port). */
   resolvers: string[];
   /** Addresses the subject's own DNS answers (the forwarder) gave for a name: a name-decided connection may go there. */
@@ -60,6 +47,11 @@ export interface ProxyOptions<P> {
   splice?: boolean;
   /** Operational errors (upstream unreachable and the like), for the service's own log. */
   onError?: (err: Error, ctx: { uid: number; stage: string }) => void;
+  /**
+   * The fail_mode a listener without a policy answers under, read at each connection (the service: the floor's
+   * fail_mode as it is now). closed (default): reset `no_policy`; open: allowed to the original destination.
+   */
+  failMode?: () => FailMode;
 }
 
 export interface Proxy<P> {
@@ -99,6 +91,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const peekBytes = opts.peekBytes ?? PEEK_MAX_BYTES;
   const peekTimeout = opts.peekTimeoutMs ?? PEEK_TIMEOUT_MS;
   const onError = opts.onError ?? (() => {});
+  const failMode = opts.failMode ?? (() => 'closed' as const);
   const subjects = new Map<number, Entry<P>>();
   const resolve = createNameResolver(opts.resolvers, opts.resolve);
   const relay = createRelay({
@@ -124,8 +117,12 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   }
 
   function judge(e: Entry<P>, subject: NetworkSubject): Verdict {
-    // A listener without a resolved policy refuses everything; it never borrows a default or another subject's.
-    if (e.policy === null) return { action: 'block', reason: 'no_policy', source: 'fail_mode', rule: null };
+    // A listener without a resolved policy refuses everything (or, under fail_mode open, lets it through to the
+    // address asked for); it never borrows a default or another subject's policy.
+    if (e.policy === null) {
+      const open = failMode() === 'open';
+      return { action: open ? 'allow' : 'block', reason: 'no_policy', source: 'fail_mode', rule: null };
+    }
     try {
       return opts.decide('network', subject, e.policy);
     } catch {

@@ -19,6 +19,8 @@ export interface StandaloneSpec {
   peekTimeoutMs?: number;
   /** What a refused DNS name gets (default refused). */
   dnsRefuse?: 'refused' | 'nxdomain';
+  /** What a subject without a policy answers under (default closed). */
+  failMode?: 'closed' | 'open';
 }
 
 async function main(): Promise<void> {
@@ -41,6 +43,7 @@ async function main(): Promise<void> {
     },
     proxy: {
       peekTimeoutMs: spec.peekTimeoutMs,
+      failMode: () => spec.failMode ?? 'closed',
       onError: (err, ctx) => process.stderr.write(`proxy uid=${ctx.uid} ${ctx.stage}: ${err.message}\n`),
     },
   });

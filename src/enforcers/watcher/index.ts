@@ -1,6 +1,5 @@
 // The filesystem + commands enforcer as the service sees it: the supervisor, and the
 // mapping from a reconcile plan's actions to watcher map entries.
-import type { Effective } from '../../policy/fragment.js';
 import type { FsSupervisor } from './supervisor.js';
 import { fsCmdPolicyOf } from './policy.js';
 
@@ -26,7 +25,7 @@ export function watcherMapHooks(
   sup: FsSupervisor,
   opts: { failMode: 'closed' | 'open' },
 ): {
-  apply(a: { uid: number; policy: Effective }): Promise<void>;
+  apply(a: { uid: number; policy: Parameters<typeof fsCmdPolicyOf>[0] }): Promise<void>;
   deny(a: { uid: number }): Promise<void>;
   orphan(a: { uid: number }): Promise<void>;
 } {

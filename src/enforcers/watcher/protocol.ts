@@ -1,5 +1,6 @@
 // The map protocol between the service (supervisor) and the watcher: JSON lines over
 // the watcher's fd 3. Every request carries an id and is acknowledged with that id.
+import { LineReader } from '../../jsonl/lines.js';
 import type { FsCmdPolicy, WatcherSubject } from '../../native.js';
 
 export type ToWatcher =
@@ -30,24 +31,29 @@ export type FromWatcher =
 
 export type { FsCmdPolicy, WatcherSubject };
 
-/** Splits a byte stream into JSON lines; calls `on` for each parsed message. */
+/** A map-protocol line longer than this is refused (the whole starting map is one `init` line). */
+const MAX_MAP_LINE = 256 * 1024 * 1024;
+
+/**
+ * Splits a byte stream into JSON lines (the one line reader, src/jsonl/lines.ts); calls `on` for
+ * each parsed message and `onBad` for a line that is not JSON or is over the limit.
+ */
 export function lineReader<T>(on: (msg: T) => void, onBad: (line: string) => void): (chunk: Buffer | string) => void {
-  let buf = '';
-  return (chunk) => {
-    buf += chunk.toString();
-    let nl: number;
-    while ((nl = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
-      if (!line.trim()) continue;
+  const lines = new LineReader(
+    (bytes) => {
+      const line = bytes.toString('utf8');
+      if (!line.trim()) return;
       let msg: T;
       try {
         msg = JSON.parse(line) as T;
       } catch {
         onBad(line);
-        continue;
+        return;
       }
       on(msg);
-    }
-  };
+    },
+    () => onBad(`(a line over ${MAX_MAP_LINE} bytes)`),
+    { maxBytes: MAX_MAP_LINE },
+  );
+  return (chunk) => lines.push(chunk);
 }

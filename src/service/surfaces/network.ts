@@ -1,7 +1,8 @@
 /**
  * The network in the service: nft chains per UID and one proxy listener per UID (src/enforcers/network). apply
  * opens each subject's listener with its compiled policy, then puts every chain in with one nft transaction; deny
- * leaves no chain and a listener that refuses; orphan keeps the chain and refuses. close releases every chain
+ * (a subject that cannot be resolved) keeps or puts in its chain behind a listener that refuses with `no_policy`
+ * (lets through under fail_mode open); orphan keeps the chain and refuses the same way. close releases every chain
  * before the listeners go, so no UID is left redirected to nothing.
  */
 import type { Config } from '../../config/types.js';
@@ -30,7 +31,7 @@ export interface NetworkPlanHooks {
 
 /**
  * applyMany: each subject's listener (with its compiled policy), then its chain (with its own udp/resolvers).
- * deny: no chain, listener refuses. orphan: chain kept, listener refuses.
+ * deny: chain kept or put in, listener without a policy. orphan: chain kept, listener without a policy.
  */
 export function networkPlanHooks(enf: NetworkEnforcer<CompiledPolicy>): NetworkPlanHooks {
   const spec = (a: ApplyAction) => {
@@ -69,6 +70,8 @@ export interface NetworkSurfaceOptions {
   logger: Logger;
   /** How many subjects the first plan holds (the iptables fallback refuses more than one). */
   expectedSubjects: number;
+  /** The floor's fail_mode as it is now (after any reload): what a listener without a policy answers under. */
+  failMode: () => 'closed' | 'open';
 }
 
 export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<SurfaceAdapter> {
@@ -90,7 +93,10 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
       refuse: c.network.dns_refuse,
       onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message),
     },
-    proxy: { onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message) },
+    proxy: {
+      onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message),
+      failMode: o.failMode,
+    },
   });
   const hooks = networkPlanHooks(net);
   const { enforced, ...withdraw } = enforcedSet('network', hooks);

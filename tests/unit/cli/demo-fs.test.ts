@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { rerootPath, rerootPolicy } from '../../../src/cli/demo-fs.js';
-import { loadConfig } from '../../../src/config/load.js';
+import { loadConfig } from '../../../src/validate/load.js';
 import { compilePolicy, decide } from '../../../src/engine/index.js';
 import { fsCmdPolicyOf, policyRoots } from '../../../src/enforcers/watcher/policy.js';
 
@@ -30,6 +30,36 @@ describe('demo: re-rooting a policy on the demo tmpfs', () => {
       filesystem: { mode: 'whitelist', allow: [`${T}/work`], deny: [`${T}/work/private`], watch: [`${T}/srv`] },
       commands: { mode: 'blacklist', allow: [], deny: ['nc', `${T}/usr/bin/ssh`] },
     });
+  });
+
+  it('re-roots commands.interpreters (the system loaders land on the copies the demo puts on the root)', () => {
+    const p = rerootPolicy(
+      {
+        fail_mode: 'closed',
+        filesystem: { mode: 'blacklist', allow: [], deny: [] },
+        commands: {
+          mode: 'whitelist',
+          allow: ['/usr/bin/ls'],
+          deny: [],
+          interpreters: ['/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2'],
+        },
+      },
+      T,
+    );
+    expect(p.commands).toEqual({
+      mode: 'whitelist',
+      allow: [`${T}/usr/bin/ls`],
+      deny: [],
+      interpreters: [`${T}/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2`],
+    });
+    const config = loadConfig(path.resolve('packaging/leash.default.yaml'), { lookup: () => null }).config;
+    const c = compilePolicy({ ...p, network: config.network, tools: config.tools });
+    const loader = `${T}/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2`;
+    expect(decide('commands', { binary: loader, interpreterOf: `${T}/usr/bin/ls` }, c)).toMatchObject({
+      action: 'allow',
+      reason: 'interpreter_of',
+    });
+    expect(decide('commands', { binary: loader }, c)).toMatchObject({ action: 'block', reason: 'interpreter_direct' });
   });
 
   it('refuses a root that would turn into a glob or is not absolute', () => {

@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { type Account } from '../../../src/config/accounts.js';
-import { parseConfig, parseFragment } from '../../../src/config/load.js';
+import { parseConfig, parseFragment } from '../../../src/validate/load.js';
 import { compilePolicy, decide } from '../../../src/engine/index.js';
-import { checkTool, compileGatePolicy, GATE_DEFAULTS } from '../../../src/enforcers/tools/policy.js';
+import { checkTool, compileGatePolicy } from '../../../src/enforcers/tools/policy.js';
+import { GATE_DEFAULTS } from '../../../src/config/tools.js';
 import { GATE_ENGINE, gatePolicyOf } from '../../../src/enforcers/tools/service.js';
 import { validateTerminalPolicy } from '../../../src/enforcers/terminal/policy-file.js';
 import { LeashError } from '../../../src/errors.js';

@@ -7,9 +7,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { loadConfig, parseConfig, parseFragment } from '../../../src/config/load.js';
+import { loadConfig, parseConfig, parseFragment } from '../../../src/validate/load.js';
 import { sinkProblem } from '../../../src/config/sink.js';
-import { addEntry, editConfig } from '../../../src/config/write.js';
+import { addEntry, editConfig } from '../../../src/validate/write.js';
 import {
   MAX_DEPTH,
   MAX_ENTRY_CHARS,
@@ -19,7 +19,7 @@ import {
 } from '../../../src/config/strict-yaml.js';
 import { GatePolicyError } from '../../../src/enforcers/tools/policy.js';
 import { loadGatePolicyFile } from '../../../src/enforcers/tools/schema.js';
-import { loadTerminalPolicy, PolicyError } from '../../../src/enforcers/terminal/policy-file.js';
+import { loadTerminalPolicy, TerminalPolicyError } from '../../../src/enforcers/terminal/policy-file.js';
 import { networkEntryProblem } from '../../../src/engine/index.js';
 import { EXIT, LeashError } from '../../../src/errors.js';
 import { loadProfile } from '../../../src/policy/profiles.js';
@@ -208,9 +208,9 @@ describe('every policy-file loader uses the strict reader', () => {
       loadTerminalPolicy(f);
       expect.unreachable();
     } catch (e) {
-      expect(e).toBeInstanceOf(PolicyError);
-      expect((e as PolicyError).kind).toBe('invalid');
-      expect((e as PolicyError).problems.join('\n')).toContain('[config_tag]');
+      expect(e).toBeInstanceOf(TerminalPolicyError);
+      expect((e as TerminalPolicyError).kind).toBe('invalid');
+      expect((e as TerminalPolicyError).problems.join('\n')).toContain('[config_tag]');
     }
   });
 

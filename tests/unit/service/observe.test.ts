@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../../src/config/load.js';
+import { loadConfig } from '../../../src/validate/load.js';
 import { configSchema } from '../../../src/config/schema.js';
 import { observe } from '../../../src/service/observe.js';
 import { emptyApplied, planReconcile } from '../../../src/service/plan.js';

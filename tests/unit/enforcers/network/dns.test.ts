@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { compilePolicy, decideDnsName, ptrAddress, type CompiledPolicy } from '../../../../src/engine/index.js';
 import { createDnsForwarder, type DnsForwarder } from '../../../../src/enforcers/network/dns.js';
 import { RCODE, encodeQuestion, parseQuery, readAnswer } from '../../../../src/enforcers/network/dns-wire.js';
-import type { DecisionRecord } from '../../../../src/enforcers/network/proxy.js';
+import type { DecisionRecord } from '../../../../src/log/decisions.js';
 import { answerDns } from '../../../../src/lab/upstream.js';
 import { runFuzz } from '../../../../src/lab/dns-fuzz.js';
 

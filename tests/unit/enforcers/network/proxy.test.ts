@@ -2,12 +2,8 @@ import dgram from 'node:dgram';
 import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import {
-  createProxy,
-  isAddressRule,
-  type DecisionRecord,
-  type Proxy,
-} from '../../../../src/enforcers/network/proxy.js';
+import { createProxy, isAddressRule, type Proxy } from '../../../../src/enforcers/network/proxy.js';
+import type { DecisionRecord } from '../../../../src/log/decisions.js';
 import { answerDns } from '../../../../src/lab/upstream.js';
 import type { OriginalDst } from '../../../../src/native.js';
 import { compilePolicy, decide, type CompiledPolicy } from '../../../../src/engine/index.js';

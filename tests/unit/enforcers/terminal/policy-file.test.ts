@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   loadTerminalPolicy,
-  PolicyError,
+  TerminalPolicyError,
   validateTerminalPolicy,
 } from '../../../../src/enforcers/terminal/policy-file.js';
 
@@ -16,7 +16,7 @@ function problems(doc: unknown): string[] {
     validateTerminalPolicy(doc);
     return [];
   } catch (e) {
-    return (e as PolicyError).problems;
+    return (e as TerminalPolicyError).problems;
   }
 }
 

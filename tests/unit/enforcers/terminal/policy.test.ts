@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { engineDeciderFactory } from '../../../../src/enforcers/terminal/decider.js';
-import { commandEntryMatches, matchDenyArgs } from '../../../../src/enforcers/terminal/match.js';
+import { commandEntryMatches } from '../../../../src/engine/index.js';
+import { matchDenyArgs } from '../../../../src/enforcers/terminal/match.js';
 import { judge } from '../../../../src/enforcers/terminal/policy.js';
 import type { ResolvedBinary } from '../../../../src/enforcers/terminal/resolve.js';
 import type { CommandDecider, TerminalPolicy } from '../../../../src/enforcers/terminal/types.js';

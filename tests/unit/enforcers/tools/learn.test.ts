@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { checkArgs, compileToolArgs } from '../../../../src/enforcers/tools/args.js';
-import { parseStrict } from '../../../../src/enforcers/tools/json.js';
-import { parseFragment } from '../../../../src/config/load.js';
+import { parseStrict } from '../../../../src/jsonl/json.js';
+import { parseFragment } from '../../../../src/validate/load.js';
 import { Learner, learnArgs, learnStringPattern, renderProfile } from '../../../../src/enforcers/tools/learn.js';
 import { validateGatePolicy } from '../../../../src/enforcers/tools/schema.js';
 import { parse as parseYaml } from 'yaml';

@@ -4,11 +4,12 @@
  * matched in linear time is refused when the policy is compiled, so at write and at load.
  */
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../../../src/config/load.js';
+import { parseConfig } from '../../../../src/validate/load.js';
 import { ArgRuleError, compileToolArgs } from '../../../../src/enforcers/tools/args.js';
 import { DOTDOT_GUARD } from '../../../../src/enforcers/tools/learn.js';
 import { compileLinear, LinearRegexError } from '../../../../src/enforcers/tools/linear-regex.js';
-import { checkTool, compileGatePolicy, GATE_DEFAULTS, globMatcher } from '../../../../src/enforcers/tools/policy.js';
+import { checkTool, compileGatePolicy, globMatcher } from '../../../../src/enforcers/tools/policy.js';
+import { GATE_DEFAULTS } from '../../../../src/config/tools.js';
 import { GATE_ENGINE } from '../../../../src/enforcers/tools/service.js';
 import { LeashError } from '../../../../src/errors.js';
 import { mulberry32 } from '../../../../src/lab/prng.js';

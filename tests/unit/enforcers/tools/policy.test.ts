@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { checkArgs, compileToolArgs, type ToolArgsSpec } from '../../../../src/enforcers/tools/args.js';
-import { fromPlain, parseStrict } from '../../../../src/enforcers/tools/json.js';
+import { checkArgs, compileToolArgs } from '../../../../src/enforcers/tools/args.js';
+import { GATE_DEFAULTS, type ToolArgsSpec } from '../../../../src/config/tools.js';
+import { fromPlain, parseStrict } from '../../../../src/jsonl/json.js';
 import { isOtherSpelling, normalizeToolName, otherSpellingOf } from '../../../../src/enforcers/tools/names.js';
 import {
   checkTool,
   compileGatePolicy,
-  GATE_DEFAULTS,
   GatePolicyError,
   judgeRequest,
   type ToolsGatePolicy,

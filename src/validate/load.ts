@@ -1,16 +1,23 @@
+/**
+ * The validation layer: a config (or a profile) read, checked against the schema (src/config/, plain
+ * data) and then against what the enforcers know (the gate compiles its argument rules, the
+ * watcher's list of interpreters, the marks it would put on this host). It sits above both, so the
+ * config imports no enforcer; `leash validate`, the service and every policy write use it.
+ */
 import { isMap, isPair, isScalar, isSeq, type Document, type Node } from 'yaml';
 import type { z } from 'zod';
 import { FINDING_CODES, LeashError, type ConfigIssue, type FindingCode, type Severity } from '../errors.js';
 import type { Surface } from '../engine/types.js';
 import { inertEntries, type InertEntry } from '../engine/index.js';
-import { lookupAccount, type Account } from './accounts.js';
-import { compileGatePolicy, GATE_DEFAULTS, GatePolicyError, type ToolsGatePolicy } from '../enforcers/tools/policy.js';
+import { lookupAccount, type Account } from '../config/accounts.js';
+import { GATE_DEFAULTS } from '../config/tools.js';
+import { compileGatePolicy, GatePolicyError, type ToolsGatePolicy } from '../enforcers/tools/policy.js';
 import { GATE_ENGINE } from '../enforcers/tools/service.js';
 import { fsCmdPolicyOf, interpreterWarnings, markCoverage, parseMountinfo } from '../enforcers/watcher/index.js';
-import { lookalikeEntries } from './lookalike.js';
-import { parseStrictYaml, readPolicyFile } from './strict-yaml.js';
-import { configSchema, fragmentSchema, knownKeysAt, type ConfigFragment } from './schema.js';
-import type { Config } from './types.js';
+import { lookalikeEntries } from '../config/lookalike.js';
+import { parseStrictYaml, readPolicyFile } from '../config/strict-yaml.js';
+import { configSchema, fragmentSchema, knownKeysAt, type ConfigFragment } from '../config/schema.js';
+import type { Config } from '../config/types.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/leash/leash.yaml';
 
@@ -299,6 +306,16 @@ export function analyse(config: Config, account: Account | null): Finding[] {
   // One list of interpreters, loaders and launchers: the watcher's (src/enforcers/watcher/policy.ts).
   for (const w of interpreterWarnings(cmd)) {
     out.push(finding('commands_interpreter_allowed', 'commands.allow', w.message, w.entry));
+  }
+  // A memfd lies on no marked filesystem: without vm.memfd_noexec its exec is never judged.
+  if (cmd.mode === 'whitelist' && cmd.allow.length > 0 && config.enforcers.filesystem && !config.host.memfd_noexec) {
+    out.push(
+      finding(
+        'commands_memfd_unguarded',
+        'host.memfd_noexec',
+        'commands is a whitelist, but a program run from an anonymous memory file (memfd_create + fexecve) is never seen as an exec; set host.memfd_noexec: true (vm.memfd_noexec = 2, kernel 6.3+) unless something on this host execs from a memfd (container runtimes)',
+      ),
+    );
   }
   return out;
 }

@@ -4,9 +4,10 @@ import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { type Account } from '../../../src/config/accounts.js';
-import { loadConfig, parseConfig, parseFragment, suggest } from '../../../src/config/load.js';
+import { loadConfig, parseConfig, parseFragment, suggest } from '../../../src/validate/load.js';
 import { configSchema, fragmentSchema } from '../../../src/config/schema.js';
 import { LeashError } from '../../../src/errors.js';
+import { parseProfileText } from '../../../src/policy/profiles.js';
 
 const accounts: Record<string, Account> = { fido: { name: 'fido', uid: 1234, gid: 2345, home: '/home/fido' } };
 const lookup = (n: string) => accounts[n] ?? null;
@@ -201,6 +202,7 @@ describe('validation findings', () => {
     ['user: fido\ncommands: { mode: blacklist, deny: [ssh] }\n', 'commands_blacklist_evadable', 'warning'],
     ['user: fido\ncommands: { allow: [/usr/bin/python3] }\n', 'commands_interpreter_allowed', 'warning'],
     ['user: fido\ncommands: { allow: [bash] }\n', 'commands_interpreter_allowed', 'warning'],
+    ['user: fido\ncommands: { allow: [git] }\n', 'commands_memfd_unguarded', 'warning'],
     ['user: fido\nnetwork: { allow: [a.com], deny: [a.com] }\n', 'entry_shadowed', 'warning'],
     ['user: ghost\n', 'user_unknown', 'critical'],
     ['fail_mode: closed\n', 'user_unset', 'warning'],
@@ -220,7 +222,41 @@ describe('validation findings', () => {
   });
 
   it('a clean whitelist config has no findings', () => {
-    expect(parse('user: fido\nnetwork: { allow: [github.com] }\ncommands: { allow: [git] }\n').findings).toEqual([]);
+    expect(
+      parse('user: fido\nnetwork: { allow: [github.com] }\ncommands: { allow: [git] }\nhost: { memfd_noexec: true }\n')
+        .findings,
+    ).toEqual([]);
+  });
+
+  it('commands_memfd_unguarded: only for a commands whitelist that lists programs, with the watcher on, without host.memfd_noexec', () => {
+    const codes = (t: string) => parse(`user: fido\n${t}`).findings.map((f) => f.code);
+    expect(codes('commands: { allow: [git] }\n')).toContain('commands_memfd_unguarded');
+    expect(parse('user: fido\ncommands: { allow: [git] }\n').findings).toContainEqual(
+      expect.objectContaining({ code: 'commands_memfd_unguarded', severity: 'warning', path: 'host.memfd_noexec' }),
+    );
+    expect(codes('commands: { allow: [git] }\nhost: { memfd_noexec: true }\n')).not.toContain(
+      'commands_memfd_unguarded',
+    );
+    expect(codes('commands: { mode: blacklist, deny: [ssh] }\n')).not.toContain('commands_memfd_unguarded');
+    expect(codes('commands: { allow: [git] }\nenforcers: { filesystem: false }\n')).not.toContain(
+      'commands_memfd_unguarded',
+    );
+  });
+
+  it('host is the floor only: a profile fragment that sets it is refused by the profile parser', () => {
+    expect(parse('user: fido\nhost: { memfd_noexec: true }\n').config.host).toEqual({ memfd_noexec: true });
+    expect(parse('user: fido\n').config.host).toEqual({ memfd_noexec: false });
+    expect(issues(refusal('host: { memfd_noexec: yes-please }\n'))).toEqual(['host.memfd_noexec']);
+    let err: unknown;
+    try {
+      parseProfileText('host: { memfd_noexec: true }\n', 'p.yaml');
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toMatchObject({
+      code: 'profile_invalid',
+      details: { issues: [expect.objectContaining({ path: 'host' })] },
+    });
   });
 
   it('criticals come first', () => {

@@ -4,8 +4,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import type { Account } from '../../../src/config/accounts.js';
-import { loadConfig } from '../../../src/config/load.js';
-import { addEntry, atomicWrite, editConfig, setMode, withLock } from '../../../src/config/write.js';
+import { loadConfig } from '../../../src/validate/load.js';
+import { addEntry, atomicWrite, editConfig, setMode, withLock } from '../../../src/validate/write.js';
 import { LeashError } from '../../../src/errors.js';
 
 const isRoot = process.getuid?.() === 0;

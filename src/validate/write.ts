@@ -3,9 +3,9 @@ import { isSeq, parseDocument, type Document } from 'yaml';
 import { LeashError } from '../errors.js';
 import type { Mode, Surface } from '../engine/types.js';
 import { entryProblem, type InertEntry } from '../engine/index.js';
-import { lookupAccount, type Account } from './accounts.js';
-import { lookalikeEntries, type Lookalike } from './lookalike.js';
-import { readPolicyFile } from './strict-yaml.js';
+import { lookupAccount, type Account } from '../config/accounts.js';
+import { lookalikeEntries, type Lookalike } from '../config/lookalike.js';
+import { readPolicyFile } from '../config/strict-yaml.js';
 import { atomicWrite, CONFIG_MODE, withLock } from '../store/files.js';
 import { parseConfig, type LoadedConfig } from './load.js';
 
