@@ -128,7 +128,9 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
   }
   for (const r of ar) {
     if (!br.includes(r))
-      out.push(l('network.dns_resolvers', r, `network dns_resolvers adds ${r}: allowed queries may be forwarded to it`));
+      out.push(
+        l('network.dns_resolvers', r, `network dns_resolvers adds ${r}: allowed queries may be forwarded to it`),
+      );
   }
   for (const p of before.filesystem.watch) {
     if (!after.filesystem.watch.includes(p)) {
