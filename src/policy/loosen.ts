@@ -122,13 +122,15 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
       l(
         'network.dns_resolvers',
         'system',
-        'network dns_resolvers -> the host resolv.conf: UDP/53 to those resolvers passes',
+        'network dns_resolvers -> the host resolv.conf: allowed queries are forwarded to those resolvers',
       ),
     );
   }
   for (const r of ar) {
     if (!br.includes(r))
-      out.push(l('network.dns_resolvers', r, `network dns_resolvers adds ${r}: UDP/53 to it passes the drop`));
+      out.push(
+        l('network.dns_resolvers', r, `network dns_resolvers adds ${r}: allowed queries may be forwarded to it`),
+      );
   }
   for (const p of before.filesystem.watch) {
     if (!after.filesystem.watch.includes(p)) {

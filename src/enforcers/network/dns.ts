@@ -40,6 +40,8 @@ export interface DnsSubject<P> {
 export interface DnsForwarderOptions<P> {
   decide: DnsDecide<P>;
   log: DecisionWriter;
+  /** What a subject without a policy gets: closed (default) refuses with no_policy, open forwards (still logged). */
+  failMode?: () => 'closed' | 'open';
   /** What a refused name gets: REFUSED (default) or NXDOMAIN. */
   refuse?: 'refused' | 'nxdomain';
   /** Listen addresses (default 127.0.0.1 and ::1). */
@@ -301,7 +303,13 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
       ...(transport === 'tcp' ? { transport } : {}),
     };
     let verdict: Verdict;
-    if (e.policy === null) verdict = { action: 'block', reason: 'no_policy', source: 'fail_mode', rule: null };
+    if (e.policy === null)
+      verdict = {
+        action: opts.failMode?.() === 'open' ? 'allow' : 'block',
+        reason: 'no_policy',
+        source: 'fail_mode',
+        rule: null,
+      };
     else {
       try {
         verdict = opts.decide(name, e.policy);

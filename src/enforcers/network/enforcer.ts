@@ -55,7 +55,9 @@ export interface NetworkEnforcerOptions<P> {
   proxy?: Partial<
     Pick<ProxyOptions<P>, 'peekTimeoutMs' | 'peekBytes' | 'connectTimeoutMs' | 'onError' | 'hosts' | 'failMode'>
   >;
-  dns?: Partial<Pick<DnsForwarderOptions<P>, 'refuse' | 'timeoutMs' | 'allowLinesPerSec' | 'onError' | 'hosts'>>;
+  dns?: Partial<
+    Pick<DnsForwarderOptions<P>, 'refuse' | 'timeoutMs' | 'allowLinesPerSec' | 'onError' | 'hosts' | 'failMode'>
+  >;
 }
 
 export interface NetworkEnforcer<P> {
@@ -157,7 +159,7 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
       // cannot open leaves nothing to redirect to: the chain goes (as it did before fail-closed chains).
       try {
         await proxy.setSubject({ uid, port, policy: null });
-        await dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: [] });
+        await dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: opts.resolvers });
       } catch (e) {
         await firewall.release([uid]);
         applied.delete(uid);
@@ -169,7 +171,7 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
     async orphanSubject(uid, port) {
       if (port !== null) {
         await proxy.setSubject({ uid, port, policy: null });
-        await dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: [] });
+        await dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: opts.resolvers });
       }
     },
     async stop() {

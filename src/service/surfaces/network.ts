@@ -91,6 +91,7 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
     warn: (m) => logger.warn(m),
     dns: {
       refuse: c.network.dns_refuse,
+      failMode: o.failMode,
       onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message),
     },
     proxy: {

@@ -247,6 +247,43 @@ describe.each([
     }
   });
 
+  it("a name-decided connection to an address the subject's own DNS answers gave goes there as is", async () => {
+    const port = await freePort();
+    const asked: string[] = [];
+    const mine: typeof lines = [];
+    const p2 = createProxy<CompiledPolicy>({
+      decide,
+      log: { write: (rec) => (mine.push(rec), 'r') },
+      resolvers: [],
+      // The proxy's own resolution would say elsewhere; the forwarder told this subject 127.0.0.1.
+      resolve: async (name) => (asked.push(name), ['10.255.255.1']),
+      seen: (uid, name) => (uid === 7 && name === 'told.up' ? ['127.0.0.1'] : []),
+      hosts: ['127.0.0.1'],
+      splice,
+      originalDst: () => ({ family: 4, address: '127.0.0.1', port: upPort }),
+    });
+    await p2.setSubject({ uid: 7, port, policy: compilePolicy(netPolicy({ allow: ['told.up', 'other.up'] })) });
+    const fetch = (host: string) =>
+      new Promise<string>((resolve) => {
+        const c = net.connect(port, '127.0.0.1', () => c.write(get(host)));
+        let data = '';
+        c.on('data', (d) => (data += d.toString()));
+        c.on('error', () => {});
+        c.on('close', () => resolve(data));
+      });
+    try {
+      expect(await fetch('told.up')).toContain('"host":"told.up"');
+      expect(asked).toEqual([]);
+      expect(mine[0]).toMatchObject({ action: 'allow', subject: { domain: 'told.up', ip: '127.0.0.1', port: upPort } });
+      // Not told: the proxy's own resolution decides, and the agent's address is not used.
+      await fetch('other.up');
+      expect(asked).toEqual(['other.up']);
+      expect(mine[1]?.subject).toMatchObject({ domain: 'other.up', upstream: '10.255.255.1' });
+    } finally {
+      await p2.close();
+    }
+  });
+
   it('blocks an HTTP head naming two hosts', async () => {
     fakeDst = { family: 4, address: '127.0.0.1', port: upPort };
     const r = await through('GET http://good.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n');
