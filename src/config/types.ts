@@ -11,6 +11,8 @@ export interface Config {
     /** Resolvers the leashed UID may reach on UDP/53 and the proxy resolves through; empty = /etc/resolv.conf. */
     dns_resolvers: string[];
     udp: 'drop' | 'allow';
+    /** ClientHellos with encrypted_client_hello: absent = refuse in whitelist mode, allow in blacklist mode. */
+    ech?: 'refuse' | 'allow';
   };
   filesystem: SurfacePolicy & {
     /** Extra paths whose filesystems are marked even when no entry names them. */

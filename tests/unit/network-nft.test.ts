@@ -32,14 +32,11 @@ function stateWith(r: ReturnType<typeof renderSubject>, dispatchHandles = [7]): 
 }
 
 describe('nft rendering', () => {
-  it('exempts loopback except the proxy range, then redirects TCP to the subject port', () => {
+  it('redirects all TCP, loopback included (nothing exempt), to the subject port', () => {
     const r = renderSubject(base);
     expect(r.chain).toBe('agent_1001');
-    expect(r.ip).toEqual([
-      'ip daddr 127.0.0.0/8 tcp dport != 18000-18999 return',
-      'meta l4proto tcp redirect to :18001',
-    ]);
-    expect(r.ip6).toEqual(['ip6 daddr ::1 tcp dport != 18000-18999 return', 'meta l4proto tcp redirect to :18001']);
+    expect(r.ip).toEqual(['meta l4proto tcp redirect to :18001']);
+    expect(r.ip6).toEqual(['meta l4proto tcp redirect to :18001']);
   });
 
   it('lets UDP through only to the resolvers on port 53, both families', () => {
@@ -132,7 +129,6 @@ describe('nft rendering', () => {
 
   it('renders the iptables fallback in iptables -S canonical form', () => {
     expect(renderIptables({ ...base, port: 18443 })).toEqual([
-      '-A OUTPUT -d 127.0.0.0/8 -p tcp -m owner --uid-owner 1001 -m tcp ! --dport 18000:18999 -m comment --comment "leash:1001" -j RETURN',
       '-A OUTPUT -p tcp -m owner --uid-owner 1001 -m comment --comment "leash:1001" -j REDIRECT --to-ports 18443',
     ]);
   });

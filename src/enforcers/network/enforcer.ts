@@ -34,6 +34,8 @@ export interface NetworkSubjectSpec<P> {
   udp?: 'drop' | 'allow';
   /** This subject's resolvers for the UDP/53 exception (default: the enforcer's). */
   resolvers?: string[];
+  /** This subject's `network.ech` (default refuse). */
+  ech?: 'refuse' | 'allow';
 }
 
 export interface NetworkEnforcerOptions<P> {
@@ -46,7 +48,18 @@ export interface NetworkEnforcerOptions<P> {
   expectedSubjects: number;
   warn?: (msg: string) => void;
   proxy?: Partial<
-    Pick<ProxyOptions<P>, 'peekTimeoutMs' | 'peekBytes' | 'connectTimeoutMs' | 'onError' | 'hosts' | 'failMode'>
+    Pick<
+      ProxyOptions<P>,
+      | 'peekTimeoutMs'
+      | 'peekBytes'
+      | 'connectTimeoutMs'
+      | 'onError'
+      | 'hosts'
+      | 'failMode'
+      | 'maxConnections'
+      | 'maxPerSubject'
+      | 'errorWindowMs'
+    >
   >;
 }
 
