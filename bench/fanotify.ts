@@ -21,7 +21,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { createFsSupervisor, type FsSupervisor } from '../src/enforcers/fs/supervisor.js';
+import { createFsSupervisor, type FsSupervisor } from '../src/enforcers/watcher/supervisor.js';
 import type { FsCmdPolicy } from '../src/native.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));

@@ -82,6 +82,8 @@ export const ERROR_CODES = {
   scope_unknown_account: EXIT.refused,
   // filesystem watcher (branch watch)
   watcher_failed: EXIT.failed,
+  // host settings the service applies (config `host`, src/service/host.ts)
+  host_setting_failed: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 
@@ -110,6 +112,8 @@ export const FINDING_CODES = {
   // filesystem watcher coverage (branch wire): what `leash validate` says about this host's marks
   marks_partial_coverage: 'warning',
   command_cannot_start: 'warning',
+  // host settings (config `host`): what a commands whitelist cannot see without them
+  commands_memfd_unguarded: 'warning',
 } as const satisfies Record<string, 'warning' | 'critical'>;
 export type FindingCode = keyof typeof FINDING_CODES;
 export type Severity = 'warning' | 'critical';
@@ -188,6 +192,19 @@ export const PROXY_REASONS = {
 } as const;
 
 /**
+ * Reason codes the DNS forwarder (src/enforcers/network/dns.ts) writes itself, in decision lines with
+ * subject `{dns, qtype}`; a refused name carries the engine's reason (`not_allowed`, `deny_entry`, `no_policy`).
+ */
+export const DNS_REASONS = {
+  dns_malformed:
+    'a message to port 53 that is not one strict query (answered FORMERR, or dropped without a header); never forwarded',
+  dns_unsupported:
+    'a well-formed query of an unsupported kind (opcode, class, zone transfer, meta type): answered NOTIMP, never forwarded',
+  dns_upstream_failed:
+    'an allowed query no resolver answered (time-out, or an answer to another question): answered SERVFAIL',
+} as const;
+
+/**
  * Reason codes the tools gate (`leash mcp`) adds to the engine's: argument rules, method policy,
  * protocol refusals and server failures. They appear in decision log lines with surface `tools`
  * and in the `data.reason` of the JSON-RPC error the gate answers with.
@@ -255,6 +272,7 @@ export function allCodes(): string[] {
       ...Object.keys(TERMINAL_REASONS),
       ...Object.keys(ENTRY_PROBLEMS),
       ...Object.keys(PROXY_REASONS),
+      ...Object.keys(DNS_REASONS),
       ...Object.keys(TOOLS_GATE_REASONS),
     ]),
   ];

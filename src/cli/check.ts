@@ -1,10 +1,10 @@
 import { isIP } from 'node:net';
 import type { Command } from 'commander';
-import { loadConfig } from '../config/load.js';
+import { loadConfig } from '../validate/load.js';
 import { EXIT, LeashError } from '../errors.js';
 import type { NetworkSubject, Surface, SubjectOf, Verdict } from '../engine/types.js';
 import type { ToolVerdict } from '../enforcers/tools/policy.js';
-import { compilePolicy, decide, maskInputs } from '../policy-engine.js';
+import { compilePolicy, decide, maskInputs } from '../engine/index.js';
 import { compileGatePolicy } from '../enforcers/tools/policy.js';
 import { GATE_ENGINE, gatePolicyOf } from '../enforcers/tools/service.js';
 import { configPath, parseSurface, print, printJson } from './context.js';

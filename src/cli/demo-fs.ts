@@ -4,17 +4,25 @@
  * sudoers.d, root's SSH key, copies of a few binaries), re-roots the policy's path entries onto that tmpfs
  * (`/etc/shadow` -> `<t>/etc/shadow`), and runs the fanotify watcher with that policy under a timeout. Steps run
  * as the demo account inside the agent namespace (another mount namespace: FAN_MARK_FILESYSTEM still sees it).
+ * The tmpfs is also a small root of its own (src/lab/miniroot.ts): the host's real dynamic loader, libc and the
+ * libraries of the copied programs, at their host paths. The commands-whitelist steps switch the account to a
+ * commands whitelist whose `commands.interpreters` is that tmpfs loader and run programs chrooted there, so the
+ * program, its ELF interpreter and its libraries are all on the marked filesystem, as on a host whose root
+ * filesystem is marked: the kernel's exec-open of the loader is judged (`interpreter_of`), and so is the loader
+ * run directly (`interpreter_direct`).
  * Everything is registered with the demo's cleanup registry right after it exists: the watcher is closed before
  * the tmpfs is unmounted, so its periodic re-scan can never walk up to a host filesystem.
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { createFsSupervisor } from '../enforcers/fs/supervisor.js';
-import { fsCmdPolicyOf, parseMountinfo, policyRoots } from '../enforcers/fs/policy.js';
+import { createFsSupervisor } from '../enforcers/watcher/supervisor.js';
+import { readStart } from '../enforcers/watcher/startup.js';
+import { fsCmdPolicyOf, parseMountinfo, policyRoots } from '../enforcers/watcher/policy.js';
 import type { RunResult } from '../enforcers/network/run.js';
 import { hostRunner } from '../enforcers/network/run.js';
 import type { Config } from '../config/types.js';
 import type { Cleanups, Lab, LabUser } from '../lab/lab.js';
+import { copyStartFiles, resolveInRoot } from '../lab/miniroot.js';
 import type { FsCmdPolicy } from '../native.js';
 import type { DemoContext, DemoStep, LoggedDecision, StepOutcome } from './demo.js';
 
@@ -25,8 +33,9 @@ export function rerootPath(entry: string, root: string): string {
 }
 
 /**
- * The policy with every path entry moved under `root`: filesystem allow/deny/watch, and command entries that are
- * absolute paths. Command basenames (`nc`, `sudo`) name no filesystem and stay as they are. Because every path
+ * The policy with every path entry moved under `root`: filesystem allow/deny/watch, command entries that are
+ * absolute paths, and commands.interpreters (the system's loaders land on the copies the demo puts at the same
+ * paths on `root`). Command basenames (`nc`, `sudo`) name no filesystem and stay as they are. Because every path
  * lands on `root`, the watcher's marks (policyRoots) all lie on the filesystem holding `root`.
  */
 export function rerootPolicy(p: FsCmdPolicy, root: string): FsCmdPolicy {
@@ -41,7 +50,12 @@ export function rerootPolicy(p: FsCmdPolicy, root: string): FsCmdPolicy {
       deny: r(p.filesystem.deny),
       ...(p.filesystem.watch ? { watch: r(p.filesystem.watch) } : {}),
     },
-    commands: { mode: p.commands.mode, allow: cmd(p.commands.allow), deny: cmd(p.commands.deny) },
+    commands: {
+      mode: p.commands.mode,
+      allow: cmd(p.commands.allow),
+      deny: cmd(p.commands.deny),
+      ...(p.commands.interpreters ? { interpreters: r(p.commands.interpreters) } : {}),
+    },
   };
 }
 
@@ -52,11 +66,22 @@ export interface DemoFs {
   home: string;
   /** Copies of binaries on the tmpfs, by name (`nc` and `sudo` are copies of harmless ones). */
   bin: Record<string, string>;
+  /** The policy's filesystem and commands entries re-rooted on `root`. */
   policy: FsCmdPolicy;
+  /** `policy` with its commands replaced by a whitelist of <t>/bin/cat and <t>/bin/ls, interpreters [loader]. */
+  whitelist: FsCmdPolicy;
+  /** The host's dynamic loader copied onto the tmpfs (its real path there: what the watcher sees exec-opened). */
+  loader: string;
+  /** The copied programs' ELF interpreter as they name it (`/lib64/ld-linux-x86-64.so.2`), inside the small root. */
+  loaderInRoot: string;
   marks: string[];
   watcherPid: number;
+  /** Gives the demo account `policy` or `whitelist` (a no-op when it has it already). */
+  usePolicy(which: 'policy' | 'whitelist'): Promise<void>;
   /** Runs argv as the demo account inside the agent namespace (killed after 10 s). */
   runAs(argv: string[]): Promise<RunResult>;
+  /** Runs argv as the demo account chrooted into the tmpfs root (`chroot --userspec`), in the agent namespace. */
+  runInRoot(argv: string[]): Promise<RunResult>;
 }
 
 function which(name: string): string {
@@ -95,7 +120,7 @@ export async function setupDemoFs(o: {
   const root = path.join(lab.dir, 'fs');
   fs.mkdirSync(root, { mode: 0o755 });
   cleanups.defer(`rmdir ${root}`, () => fs.rmdirSync(root));
-  const m = await host(['mount', '-t', 'tmpfs', '-o', 'mode=0755,size=16m,nodev', 'leash-demo', root]);
+  const m = await host(['mount', '-t', 'tmpfs', '-o', 'mode=0755,size=48m,nodev', 'leash-demo', root]);
   if (m.code !== 0) throw new Error(`mount tmpfs on ${root}: ${m.stderr.trim()}`);
   cleanups.defer(`umount ${root}`, async () => {
     // Lazy: a straggler holding a file must not leave the mount behind.
@@ -122,7 +147,8 @@ export async function setupDemoFs(o: {
   );
   fs.mkdirSync(p('bin'), { mode: 0o755 });
   const bin: Record<string, string> = {};
-  // Copies run with the host's dynamic loader and libraries (not on the tmpfs, so never marked).
+  // Run from the host's namespace the copies use the host's dynamic loader and libraries (never marked); run
+  // chrooted into <t> (the whitelist steps) they use the loader and libraries copied below, on the marked tmpfs.
   for (const [name, of] of [
     ['cat', 'cat'],
     ['ls', 'ls'],
@@ -130,14 +156,28 @@ export async function setupDemoFs(o: {
     ['sudo', 'true'],
   ] as const) {
     bin[name] = p('bin', name);
-    fs.copyFileSync(which(of), bin[name]);
+    const src = which(of);
+    fs.copyFileSync(src, bin[name]);
     fs.chmodSync(bin[name], 0o755);
+    copyStartFiles(root, src);
   }
+  const interp = readStart(bin.ls!)?.interp;
+  if (!interp) throw new Error(`${bin.ls} names no ELF interpreter: the whitelist steps need a dynamic program`);
+  const loader = resolveInRoot(root, interp);
+  if (!loader.startsWith(root + '/') || !fs.statSync(loader, { throwIfNoEntry: false })?.isFile())
+    throw new Error(`the loader ${interp} was not copied onto the demo tmpfs (${loader})`);
 
   const policy = rerootPolicy(fsCmdPolicyOf(o.config), root);
-  const outside = [...policyRoots(policy), ...(policy.filesystem.watch ?? [])].filter(
-    (r) => r !== root && !r.startsWith(root + '/'),
-  );
+  const whitelist: FsCmdPolicy = {
+    ...policy,
+    commands: { mode: 'whitelist', allow: [bin.cat!, bin.ls!], deny: [], interpreters: [loader] },
+  };
+  const outside = [
+    ...policyRoots(policy),
+    ...(policy.filesystem.watch ?? []),
+    ...(policy.commands.interpreters ?? []),
+    ...policyRoots(whitelist),
+  ].filter((r) => r !== root && !r.startsWith(root + '/'));
   if (outside.length) throw new Error(`re-rooted policy names paths off the demo tmpfs: ${outside.join(', ')}`);
 
   const sup = createFsSupervisor({
@@ -155,13 +195,35 @@ export async function setupDemoFs(o: {
       `the watcher marked ${foreign.join(', ') || 'nothing unexpected'}` +
         `${st.markErrors.length ? `, mark errors ${JSON.stringify(st.markErrors)}` : ''}: stopping`,
     );
+  let current: 'policy' | 'whitelist' = 'policy';
   return {
     root,
     home,
     bin,
     policy,
+    whitelist,
+    loader,
+    loaderInRoot: interp,
     marks: st.marks,
     watcherPid: st.pid,
+    async usePolicy(which) {
+      if (which === current) return;
+      const next = which === 'whitelist' ? whitelist : policy;
+      await sup.set(agent.uid, next, next.fail_mode);
+      current = which;
+    },
+    runInRoot: (argv) =>
+      lab.agent([
+        'timeout',
+        '-s',
+        'KILL',
+        '10',
+        'chroot',
+        `--userspec=${agent.uid}:${agent.gid}`,
+        '--groups=',
+        root,
+        ...argv,
+      ]),
     runAs: (argv) =>
       lab.agent([
         'timeout',
@@ -206,11 +268,16 @@ function outcomeOf(r: RunResult, root: string): Omit<StepOutcome, 'decision'> {
   return { result: 'error', detail: `exit ${r.code}: ${short(r.stderr)}` };
 }
 
+/**
+ * One filesystem or commands step: argv run as the demo account, and the decision line about `subject`. `whitelist`
+ * steps run under the commands whitelist, chrooted into the tmpfs root; the others under the re-rooted policy.
+ */
 function fsStep(
   surface: 'filesystem' | 'commands',
   title: string,
   expect: DemoStep['expect'],
   make: (f: DemoFs) => { argv: string[]; subject: string },
+  under: 'policy' | 'whitelist' = 'policy',
 ): DemoStep {
   return {
     surface,
@@ -219,9 +286,10 @@ function fsStep(
     async run(ctx) {
       const f = ctx.fs;
       if (!f) throw new Error('the filesystem demo is not set up');
+      await f.usePolicy(under);
       const { argv, subject } = make(f);
       const since = ctx.decisions().length;
-      const r = await f.runAs(argv);
+      const r = under === 'whitelist' ? await f.runInRoot(argv) : await f.runAs(argv);
       const decision = await decisionFor(ctx, since, surface, subject);
       return { ...outcomeOf(r, f.root), decision };
     },
@@ -262,4 +330,34 @@ export const FS_DEMO_STEPS: DemoStep[] = [
     argv: [f.bin.sudo!],
     subject: f.bin.sudo!,
   })),
+  // The commands whitelist on the tmpfs root: argv are paths inside the root (chroot <t>).
+  fsStep(
+    'commands',
+    'Whitelist: run <t>/bin/ls, its loader and libc on <t>',
+    'allowed',
+    (f) => ({ argv: ['/bin/ls', inRoot(f, path.join(f.home, 'work'))], subject: f.loader }),
+    'whitelist',
+  ),
+  fsStep(
+    'commands',
+    'Whitelist: <t>/lib64/ld-linux-x86-64.so.2 <t>/bin/nc',
+    'blocked',
+    (f) => ({
+      argv: [f.loaderInRoot, '/bin/nc', inRoot(f, path.join(f.home, 'work', 'notes.txt'))],
+      subject: f.loader,
+    }),
+    'whitelist',
+  ),
+  fsStep(
+    'commands',
+    'Whitelist: run <t>/bin/nc, a copy of cat (not on it)',
+    'blocked',
+    (f) => ({ argv: ['/bin/nc', inRoot(f, path.join(f.home, 'work', 'notes.txt'))], subject: f.bin.nc! }),
+    'whitelist',
+  ),
 ];
+
+/** A path on the tmpfs as a process chrooted into it names it. */
+function inRoot(f: DemoFs, p: string): string {
+  return '/' + path.relative(f.root, p);
+}

@@ -9,7 +9,7 @@
  */
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import { loadConfig } from '../config/load.js';
+import { loadConfig } from '../validate/load.js';
 import type { Config } from '../config/types.js';
 import { EXIT, LeashError } from '../errors.js';
 import { SINGLE_SUBJECT_PORT } from '../enforcers/network/nft.js';
@@ -160,10 +160,12 @@ export const DEMO_STEPS: DemoStep[] = [
     send: 'GET / HTTP/1.1\r\nHost: github.com\r\n\r\n',
   }),
   probeStep('network', 'UDP/443 to pastebin.com (QUIC)', 'blocked', { kind: 'udp', host: '198.18.1.20', port: 443 }),
-  probeStep('network', "DNS query to a resolver that is not the host's", 'blocked', {
+  // Port 53 anywhere lands on the subject's DNS forwarder, which judges the name: a name the policy does not
+  // allow is answered REFUSED and never leaves (before the forwarder this row was a UDP drop, EPERM).
+  probeStep('network', "DNS query for pastebin.com to a server that is not the host's resolver", 'blocked', {
     kind: 'dnsudp',
     server: '198.18.1.20',
-    name: 'github.com',
+    name: 'pastebin.com',
   }),
   probeStep('network', 'DNS lookup of github.com through the host resolver', 'allowed', {
     kind: 'dns',
@@ -216,8 +218,11 @@ function describeDecision(row: Row): string {
   const d = row.outcome.decision ?? row.decisions[row.decisions.length - 1];
   if (d) {
     const rule = d.rule ? ` rule=${d.rule}` : '';
+    // interpreter_of: the program the kernel loaded the interpreter for.
+    const of = (d.subject as { interpreterOf?: unknown } | null)?.interpreterOf;
+    const served = typeof of === 'string' ? ` of=${of}` : '';
     const sev = d.severity ? ` ${d.severity.toUpperCase()}` : '';
-    return `${d.action} ${d.reason}${rule}${sev}${d.ref ? ` ref=${d.ref}` : ''}`;
+    return `${d.action} ${d.reason}${rule}${served}${sev}${d.ref ? ` ref=${d.ref}` : ''}`;
   }
   if (row.step.surface === 'network' && row.outcome.result === 'blocked') return 'kernel: nft filter drop (UDP)';
   if (row.step.surface === 'network') return 'kernel: not redirected (DNS to resolver)';
@@ -252,6 +257,8 @@ export async function runDemo(opts: DemoOptions = {}): Promise<number> {
     ['openssl', 'openssl'],
     ['setpriv', 'util-linux'],
     ['useradd', 'passwd'],
+    ['chroot', 'coreutils'],
+    ['ldd', 'libc-bin'],
   ] as const) {
     if ((await host(['sh', '-c', `command -v ${tool}`])).code !== 0) missing.push(pkg);
   }
@@ -299,13 +306,19 @@ export async function runDemo(opts: DemoOptions = {}): Promise<number> {
     if (fsd) {
       const f = fsd.policy.filesystem;
       const c = fsd.policy.commands;
+      const w = fsd.whitelist.commands;
+      const t = (s: string) => s.split(fsd.root).join('<t>');
       const whose = opts.policyPath ? "the policy's" : "the default policy's";
       out(
         `  filesystem and commands: ${whose} entries re-rooted on the demo's tmpfs, because the demo never marks the host's filesystems\n` +
           `    <t> = ${fsd.root} (tmpfs), ~ = <t>/home/${agent.name}; filesystem ${f.mode} (${f.allow.length} allow, ${f.deny.length} deny),` +
           ` commands ${c.mode} (${c.allow.length} allow, ${c.deny.length} deny)\n` +
           `  the fanotify watcher (pid ${fsd.watcherPid}, under timeout 120 s) has ${fsd.marks.length} FAN_MARK_FILESYSTEM mark: ` +
-          `the demo's tmpfs (put on through ${fsd.marks.map((m) => m.split(fsd.root).join('<t>')).join(', ')})\n`,
+          `the demo's tmpfs (put on through ${fsd.marks.map((m) => m.split(fsd.root).join('<t>')).join(', ')})\n` +
+          `  <t> is also a small root: the host's loader (${t(fsd.loader)}), libc and the libraries of cat, ls and true,\n` +
+          `    copied at their host paths. The "Whitelist:" steps give ${agent.name} a commands whitelist` +
+          ` (allow ${w.allow.map(t).join(' ')}; interpreters ${(w.interpreters ?? []).map(t).join(' ')})\n` +
+          `    and run chrooted into <t>, so the program, its loader and its libraries are all on the marked filesystem\n`,
       );
     } else if (!fsOn)
       out('  filesystem and commands: enforcers.filesystem is off in this policy; those steps are skipped\n');

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import type { Command } from 'commander';
 import { lookupAccount } from '../config/accounts.js';
-import { editConfig, policyOwner, setUser } from '../config/write.js';
+import { editConfig, policyOwner, setUser } from '../validate/write.js';
 import { LeashError } from '../errors.js';
 import { defaultPolicyPath } from '../paths.js';
 import { configPath, print, printJson } from './context.js';

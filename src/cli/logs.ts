@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import { loadConfig } from '../config/load.js';
+import { loadConfig } from '../validate/load.js';
 import { LeashError } from '../errors.js';
 import { escapeForTerminal } from '../log/escape.js';
 import { configPath } from './context.js';

@@ -12,8 +12,8 @@ import type { Command } from 'commander';
 import { compilePolicy, decide, maskSecrets } from '../engine/index.js';
 import { isLeashError, LeashError } from '../errors.js';
 import { createMcpGate, type GateObserver } from '../enforcers/tools/gate.js';
-import { createLocalJudge, type DecisionLog, type GateJudge } from '../enforcers/tools/judge.js';
-import { JsonError, parseStrict, toPlain } from '../enforcers/tools/json.js';
+import { createLocalJudge, type GateJudge } from '../enforcers/tools/judge.js';
+import { JsonError, parseStrict, toPlain } from '../jsonl/json.js';
 import {
   Learner,
   LearnError,
@@ -31,7 +31,7 @@ import {
 } from '../enforcers/tools/policy.js';
 import { loadGatePolicyFile } from '../enforcers/tools/schema.js';
 import { connectToolsJudge, DEFAULT_TOOLS_SOCKET } from '../enforcers/tools/socket.js';
-import { createDecisionLog, formatDecision, newRef } from '../log/decisions.js';
+import { createDecisionLog, formatDecision, newRef, type DecisionWriter } from '../log/decisions.js';
 
 /** The engine as the gate uses it. */
 export const toolsEngine: ToolsEngine = { compilePolicy, decide: decide as ToolsEngine['decide'] };
@@ -129,7 +129,7 @@ function requireStdio(): void {
 }
 
 /** The decision log of a gate run with --policy: a file, or stderr (stdout carries the protocol). */
-function openLog(sink: string | null): DecisionLog & { close(): Promise<void> } {
+function openLog(sink: string | null): DecisionWriter & { close(): Promise<void> } {
   if (sink === null || sink === 'stderr') {
     return {
       write(rec) {

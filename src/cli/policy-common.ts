@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import type { Command } from 'commander';
 import type { Account } from '../config/accounts.js';
-import { DEFAULT_CONFIG_PATH, loadConfig } from '../config/load.js';
+import { DEFAULT_CONFIG_PATH, loadConfig } from '../validate/load.js';
 import { LeashError, isLeashError } from '../errors.js';
 import type { StoreContext } from '../policy/bindings.js';
 import { floorOf } from '../policy/fragment.js';

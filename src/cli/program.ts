@@ -1,5 +1,5 @@
 import { Command, Option } from 'commander';
-import { DEFAULT_CONFIG_PATH, suggest } from '../config/load.js';
+import { DEFAULT_CONFIG_PATH, suggest } from '../validate/load.js';
 import { LeashError } from '../errors.js';
 import { runService } from '../service/start.js';
 import { register as check } from './check.js';

@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
-import { loadConfig } from '../config/load.js';
+import { loadConfig } from '../validate/load.js';
 import { SURFACES } from '../engine/types.js';
-import { systemLoaders } from '../enforcers/fs/loaders.js';
+import { systemLoaders } from '../enforcers/watcher/loaders.js';
+import { memfdNoexecStatus } from '../service/host.js';
 import { configPath, print, printJson } from './context.js';
 import { layerOf, subjectOptions, subjectView } from './subject.js';
 
@@ -45,6 +46,8 @@ export function register(program: Command): void {
       source: policy.commands.interpreters ? 'config' : 'system_loaders',
       entries: policy.commands.interpreters ?? systemLoaders(),
     };
+    // Host settings (config `host`): what is configured, and what the kernel says now.
+    const host = { memfd_noexec: memfdNoexecStatus(config) };
     const counts = {
       critical: findings.filter((f) => f.severity === 'critical').length,
       warning: findings.filter((f) => f.severity === 'warning').length,
@@ -65,6 +68,7 @@ export function register(program: Command): void {
         surfaces,
         interpreters,
         enforcers: config.enforcers,
+        host,
         decisions: config.logging.decisions,
         findings: counts,
       });
@@ -94,6 +98,11 @@ export function register(program: Command): void {
     }
     print(
       `interpreters ${interpreters.source === 'config' ? '(commands.interpreters)' : '(system dynamic loaders)'} ${interpreters.entries.join(' ') || '(none)'}`,
+    );
+    const m = host.memfd_noexec;
+    print(
+      `memfd      host.memfd_noexec ${m.configured ? 'on' : 'off'}; vm.memfd_noexec ${m.current === null ? 'absent (kernel before 6.3)' : `= ${m.current}`}` +
+        `${m.enforced ? ' (memfd exec refused)' : ' (memfd exec allowed)'}${m.configured && !m.enforced ? ' (not applied: is the service running?)' : ''}`,
     );
     print(`decisions  ${config.logging.decisions}`);
     if (counts.critical || counts.warning) {

@@ -2,11 +2,14 @@ import type { Command } from 'commander';
 import { LeashError } from '../errors.js';
 import { teardownNetwork } from '../enforcers/network/enforcer.js';
 import { hostRunner, netnsRunner } from '../enforcers/network/run.js';
+import { restoreHostSettings } from '../service/host.js';
 
 /**
  * `leash teardown [--uid N ...]`: releases the leash nftables chains (every UID by default; the tables go with
  * the last one). The service's stop path does the same for the UIDs it applied; this is for ExecStopPost and for
  * an operator cleaning up after a crash. `--netns` runs it inside a network namespace (tests, the lab).
+ * Without --uid and --netns it also restores the host settings a service recorded and did not restore
+ * (`host.memfd_noexec` after a crash; src/service/host.ts).
  */
 export function registerTeardown(program: Command): void {
   program
@@ -23,6 +26,11 @@ export function registerTeardown(program: Command): void {
         return n;
       });
       const released = await teardownNetwork(o.netns ? netnsRunner(o.netns) : hostRunner(), uids);
+      if (!o.netns && !uids) {
+        const problems = restoreHostSettings();
+        for (const p of problems) process.stderr.write(`leash teardown: ${p}\n`);
+        if (problems.length) process.exitCode = 3;
+      }
       if (o.json) process.stdout.write(`${JSON.stringify({ released })}\n`);
       else process.stdout.write(released.length ? `released UIDs: ${released.join(', ')}\n` : 'no leash rules held\n');
     });

@@ -4,13 +4,13 @@ import path from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { maskSecrets } from '../engine/index.js';
 import { LeashError } from '../errors.js';
-import { createDecisionLog } from '../log/decisions.js';
+import { createDecisionLog, type DecisionWriter } from '../log/decisions.js';
 import { createAuditLog } from '../enforcers/terminal/audit.js';
 import { engineDeciderFactory } from '../enforcers/terminal/decider.js';
 import { explainCommand } from '../enforcers/terminal/explain.js';
 import { isInside, openJail, realLocation } from '../enforcers/terminal/jail.js';
 import { parseStrictYaml, readPolicyFile } from '../config/strict-yaml.js';
-import { loadTerminalPolicy, PolicyError } from '../enforcers/terminal/policy-file.js';
+import { loadTerminalPolicy, TerminalPolicyError } from '../enforcers/terminal/policy-file.js';
 import { redactSecrets } from '../enforcers/terminal/redact.js';
 import { DEFAULT_PATH } from '../enforcers/terminal/resolve.js';
 import { runCommand } from '../enforcers/terminal/run.js';
@@ -20,7 +20,7 @@ import {
   fetchServicePolicy,
   servicePolicySource,
 } from '../enforcers/terminal/service-client.js';
-import type { DecisionSink, PolicySource, TerminalPolicy } from '../enforcers/terminal/types.js';
+import type { PolicySource, TerminalPolicy } from '../enforcers/terminal/types.js';
 
 interface TerminalOptions {
   policy?: string;
@@ -62,7 +62,7 @@ function policyFrom(file: string): TerminalPolicy {
   try {
     return loadTerminalPolicy(file);
   } catch (e) {
-    if (!(e instanceof PolicyError)) throw e;
+    if (!(e instanceof TerminalPolicyError)) throw e;
     const issues = e.problems.map((p) => {
       const at = p.indexOf(': ');
       return at < 0 ? { path: '(root)', message: p } : { path: p.slice(0, at), message: p.slice(at + 2) };
@@ -121,7 +121,7 @@ async function startTerminal(o: TerminalOptions): Promise<void> {
   }
 
   const decisionFile = o.decisionLog ?? fileDecisions;
-  let decisions: DecisionSink | null = null;
+  let decisions: DecisionWriter | null = null;
   if (decisionFile === 'stdout' || (decisionFile && !path.isAbsolute(decisionFile))) {
     throw new LeashError(
       'terminal_log_in_jail',

@@ -1,13 +1,13 @@
 import type { Command } from 'commander';
 import fs from 'node:fs';
-import { coverageFindings, loadConfig, type Finding } from '../config/load.js';
+import { coverageFindings, loadConfig, type Finding } from '../validate/load.js';
 import { sinkProblem } from '../config/sink.js';
 import type { Config } from '../config/types.js';
 import { EXIT, FINDING_CODES, isLeashError } from '../errors.js';
 import { storeFindings } from '../policy/validate.js';
 import { configPath, formatFinding, print, printJson } from './context.js';
-import { systemLoaders } from '../enforcers/fs/loaders.js';
-import { startProblems } from '../enforcers/fs/startup.js';
+import { systemLoaders } from '../enforcers/watcher/loaders.js';
+import { startProblems } from '../enforcers/watcher/startup.js';
 import { toPolicyInput } from '../config/policy-input.js';
 import { stateDirOf } from './policy-common.js';
 

@@ -1,8 +1,7 @@
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import { commandEntryProblem } from '../engine/index.js';
-import { GATE_DEFAULTS } from '../enforcers/tools/policy.js';
-import { toolsGateSpecs } from '../enforcers/tools/schema.js';
+import { GATE_DEFAULTS, toolsGateSpecs } from './tools.js';
 import type { Config } from './types.js';
 
 /**
@@ -14,7 +13,7 @@ import type { Config } from './types.js';
  * `user: fido` therefore denies that account everything on every enabled surface rather than
  * quietly allowing it; packaging/leash.default.yaml is the realistic starting point `leash init` writes.
  *
- * Objects are strict: an unknown key is an error (load.ts adds a "did you mean" suggestion),
+ * Objects are strict: an unknown key is an error (src/validate/load.ts adds a "did you mean" suggestion),
  * because a misspelt `alow:` would otherwise be silently dropped and the policy would be
  * narrower or wider than the operator believes.
  */
@@ -98,7 +97,7 @@ function build<F extends boolean>(fragment: F) {
       ...surfaceShape('a host (suffix match), *.host, IP or CIDR, optionally :port or [v6]:port, never a URL'),
       dns_resolvers: opt(
         ipList(
-          'resolver IPs the leashed UID may reach on UDP/53 and the proxy resolves through; empty = /etc/resolv.conf',
+          "resolver IPs the DNS forwarder sends the leashed UID's allowed queries to and the proxy resolves through; empty = /etc/resolv.conf",
         ),
         [],
       ),
@@ -106,9 +105,17 @@ function build<F extends boolean>(fragment: F) {
         z
           .enum(['drop', 'allow'], { error: 'must be drop or allow' })
           .describe(
-            'drop = all UDP of the leashed UID is dropped except DNS to its resolvers (a TCP proxy cannot judge UDP, and QUIC would bypass it); allow = unfiltered UDP, an explicit choice',
+            'drop = all UDP of the leashed UID is dropped except DNS, which its forwarder judges (a TCP proxy cannot judge UDP, and QUIC would bypass it); allow = unfiltered UDP (port 53 still goes to the forwarder), an explicit choice',
           ),
         'drop',
+      ),
+      dns_refuse: opt(
+        z
+          .enum(['refused', 'nxdomain'], { error: 'must be refused or nxdomain' })
+          .describe(
+            'what the DNS forwarder answers for a name the policy refuses (nothing is sent upstream either way): refused = rcode REFUSED, nxdomain = the name does not exist',
+          ),
+        'refused',
       ),
       ech: z
         .enum(['refuse', 'allow'], { error: 'must be refuse or allow' })
@@ -198,7 +205,7 @@ function build<F extends boolean>(fragment: F) {
     {
       ...surfaceShape('an exact tool name'),
       inspect: opt(inspect, { secrets: 'block', pii: 'log', priv_esc: 'block' }),
-      // The MCP gate's policy fields (src/enforcers/tools/schema.ts), with the gate's defaults.
+      // The MCP gate's policy fields (./tools.ts), with the gate's defaults.
       args: opt(toolsGateSpecs.args, GATE_DEFAULTS.args),
       strict_args: opt(toolsGateSpecs.strict_args, GATE_DEFAULTS.strict_args),
       policed_methods: opt(toolsGateSpecs.policed_methods, GATE_DEFAULTS.policed_methods),
@@ -240,6 +247,18 @@ function build<F extends boolean>(fragment: F) {
     'per-surface switches; a surface switched off is unenforced and `leash status` says so',
   );
 
+  const host = obj(
+    {
+      memfd_noexec: opt(
+        bool(
+          'set vm.memfd_noexec = 2 (kernel 6.3+) for the host while the service runs, restored at stop: no memfd is executable, so memfd_create + fexecve (an exec fanotify cannot see) fails with EACCES; breaks programs that exec from a memfd (container runtimes such as runc, some self-extracting tools)',
+        ),
+        false,
+      ),
+    },
+    'host-wide settings the service applies at start and restores at stop (the floor only; a profile cannot set them)',
+  );
+
   return z.strictObject(
     {
       user: opt(
@@ -264,6 +283,7 @@ function build<F extends boolean>(fragment: F) {
       tools: opt(tools, {}),
       logging: opt(logging, {}),
       enforcers: opt(enforcers, {}),
+      host: opt(host, {}),
     },
     { error: 'must be a mapping' },
   );

@@ -1,6 +1,12 @@
 import type { FailMode, SurfacePolicy, ToolsSurfacePolicy } from '../engine/types.js';
-import type { ArgRule } from '../enforcers/terminal/types.js';
-import type { ToolsGateFields } from '../enforcers/tools/policy.js';
+import type { ToolsGateFields } from './tools.js';
+
+/** `leash terminal`'s argument rule for one command entry: a pattern denies when all its tokens appear in argv, in any order (docs/terminal.md). */
+export interface ArgRule {
+  deny_args: string[];
+  /** Operator's words, appended to the policy_reason when the rule denies. */
+  reason?: string;
+}
 
 /** The whole /etc/leash/leash.yaml after defaults are applied. The schema lives in schema.ts. */
 export interface Config {
@@ -8,9 +14,11 @@ export interface Config {
   user: string | null;
   fail_mode: FailMode;
   network: SurfacePolicy & {
-    /** Resolvers the leashed UID may reach on UDP/53 and the proxy resolves through; empty = /etc/resolv.conf. */
+    /** Resolvers the DNS forwarder sends allowed queries to and the proxy resolves through; empty = /etc/resolv.conf. */
     dns_resolvers: string[];
     udp: 'drop' | 'allow';
+    /** What the DNS forwarder answers for a name the policy refuses. */
+    dns_refuse: 'refused' | 'nxdomain';
     /** ClientHellos with encrypted_client_hello: absent = refuse in whitelist mode, allow in blacklist mode. */
     ech?: 'refuse' | 'allow';
   };
@@ -28,4 +36,6 @@ export interface Config {
   tools: ToolsSurfacePolicy & ToolsGateFields;
   logging: { level: 'debug' | 'info' | 'warn' | 'error'; decisions: string };
   enforcers: { network: boolean; filesystem: boolean; tools: boolean };
+  /** Host-wide settings the service applies at start and restores at stop (src/service/host.ts). */
+  host: { memfd_noexec: boolean };
 }

@@ -103,3 +103,29 @@ export function normalizeBinary(binary: string): string {
   if (p === null) throw new TypeError('subject binary is a relative path');
   return p;
 }
+
+/**
+ * The commands surface's entry rule for one entry and one name, outside a compiled index (the
+ * terminal's `commands.args` keys against the binary and argv[0]): an entry containing `/` is a
+ * path matched exactly after lexical normalisation, otherwise a basename compared with the last
+ * segment; case-sensitive, as Linux file names are. A name as typed may be relative (`./ls`): it
+ * is normalised the same way, without a root.
+ */
+export function commandEntryMatches(entry: string, binary: string): boolean {
+  if (entry.includes('/')) return lexicalName(entry) === lexicalName(binary);
+  const b = lexicalName(binary);
+  return b.slice(b.lastIndexOf('/') + 1) === entry;
+}
+
+/** `..`, `//`, `.` and a trailing `/` folded; a relative name keeps the `..` it cannot fold. */
+function lexicalName(p: string): string {
+  if (!p.includes('/')) return p;
+  if (p.charCodeAt(0) === 47) return normalizePath(p)!;
+  const out: string[] = [];
+  for (const seg of p.split('/')) {
+    if (seg === '' || seg === '.') continue;
+    if (seg === '..' && out.length > 0 && out[out.length - 1] !== '..') out.pop();
+    else out.push(seg);
+  }
+  return out.length ? out.join('/') : '.';
+}

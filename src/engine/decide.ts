@@ -9,7 +9,8 @@
  */
 import { CommandIndex, normalizeBinary } from './command.js';
 import { CATEGORY_PRIORITY, inspectInputs } from './inspect.js';
-import { NetworkIndex, newPreparedNetwork, prepareNetworkSubject } from './network.js';
+import { NetworkIndex, newPreparedNetwork, prepareDnsName, prepareNetworkSubject } from './network.js';
+import { ALL_PORTS, SOME_PORT } from './port.js';
 import { PathIndex, normalizePath } from './path.js';
 import { ToolIndex, normalizeToolName } from './tool.js';
 import type {
@@ -214,6 +215,34 @@ export function decide<S extends Surface>(
   try {
     if (subject === null || typeof subject !== 'object') throw new TypeError('subject is not an object');
     return decideUnsafe(surface, subject, policy);
+  } catch {
+    return engineError(policy.failMode);
+  }
+}
+
+const preparedDns = newPreparedNetwork();
+
+/**
+ * Whether a DNS name may be answered for a subject: when a connection to it could be allowed. A deny entry
+ * covering the name on every port (or, for a reverse-lookup name, its address) refuses it in both modes; a
+ * blacklist then answers; a whitelist answers when the name or a parent of it is an allow entry on some port,
+ * or the reverse-lookup address is covered by an allow entry. A port-pinned deny (`evil.lab:443`) leaves the
+ * name answerable (its other ports may be allowed). Never throws; `policy` null is `no_policy`.
+ */
+export function decideDnsName(name: string, policy: CompiledPolicy | null, opts?: DecideOptions): Verdict {
+  if (policy === null || policy === undefined) return decideNoPolicy(opts?.failMode);
+  try {
+    if (typeof name !== 'string') throw new TypeError('name is not a string');
+    const s = prepareDnsName(name, preparedDns);
+    const lists = policy.network;
+    s.port = ALL_PORTS;
+    const denied = lists.deny.match(s);
+    if (denied !== null) return { action: 'block', reason: 'deny_entry', source: 'deny', rule: denied };
+    if (lists.mode === 'blacklist') return { action: 'allow', reason: 'mode_allow', source: 'mode', rule: null };
+    s.port = SOME_PORT;
+    const allowed = lists.allow.match(s);
+    if (allowed !== null) return { action: 'allow', reason: 'allow_entry', source: 'allow', rule: allowed };
+    return { action: 'block', reason: 'not_allowed', source: 'mode', rule: null };
   } catch {
     return engineError(policy.failMode);
   }

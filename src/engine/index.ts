@@ -3,16 +3,16 @@
  * compiled once by `compilePolicy`; the config layer uses the entry grammar and `inertEntries`.
  */
 export * from './types.js';
-export { compilePolicy, decide, decideNoPolicy, effectiveFailMode } from './decide.js';
+export { compilePolicy, decide, decideDnsName, decideNoPolicy, effectiveFailMode } from './decide.js';
 export type { CompiledPolicy, DecideOptions } from './decide.js';
-export { networkEntryProblem, parseNetworkEntry } from './network.js';
+export { networkEntryProblem, parseNetworkEntry, ptrAddress } from './network.js';
 export type { NetworkEntry } from './network.js';
 export { normalizeDomainSubject } from './domain.js';
 export { parseIp } from './ip.js';
 export { parsePort } from './port.js';
 export { pathEntryProblem, normalizePath, isGlob, parseGlob, matchGlob } from './path.js';
 export type { GlobToken } from './path.js';
-export { commandEntryProblem } from './command.js';
+export { commandEntryMatches, commandEntryProblem } from './command.js';
 export { toolEntryProblem, normalizeToolName } from './tool.js';
 export { entryProblem, forEachListEntry, inertEntries } from './inert.js';
 export { inspectInputs, maskSecrets, maskInputs, maskValue } from './inspect.js';

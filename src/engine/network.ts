@@ -279,3 +279,37 @@ export class NetworkIndex {
     return null;
   }
 }
+
+/**
+ * The address a reverse-lookup name stands for: `10.2.19.198.in-addr.arpa` -> `198.19.2.10`, the 32-nibble
+ * `ip6.arpa` form -> the IPv6 address. Null for anything else (a zone-level name such as `19.198.in-addr.arpa`).
+ */
+export function ptrAddress(name: string): string | null {
+  const n = name.toLowerCase().replace(/\.$/, '');
+  if (n.endsWith('.in-addr.arpa')) {
+    const parts = n.slice(0, -'.in-addr.arpa'.length).split('.');
+    if (parts.length !== 4 || parts.some((p) => !/^(?:0|[1-9][0-9]{0,2})$/.test(p) || Number(p) > 255)) return null;
+    return parts.reverse().join('.');
+  }
+  if (n.endsWith('.ip6.arpa')) {
+    const nib = n.slice(0, -'.ip6.arpa'.length).split('.');
+    if (nib.length !== 32 || nib.some((x) => !/^[0-9a-f]$/.test(x))) return null;
+    const hex = nib.reverse().join('');
+    return hex.match(/.{4}/g)!.join(':');
+  }
+  return null;
+}
+
+/**
+ * A DNS query name as a network subject: a domain judged without a port (SOME/ALL port sentinels in the
+ * indexes), and, for a reverse-lookup name, the address it stands for. Fills `out` like prepareNetworkSubject.
+ */
+export function prepareDnsName(name: string, out: PreparedNetwork): PreparedNetwork {
+  out.name = normalizeDomainSubject(name);
+  out.literalFamily = 0;
+  out.ipFamily = 0;
+  out.port = 0;
+  const addr = ptrAddress(name);
+  if (addr !== null) out.ipFamily = parseIpInto(addr, 0, addr.length, out.ip);
+  return out;
+}

@@ -22,6 +22,11 @@ export function parsePort(s: string): number | null {
  * any port; `host:port` entries match that port only. The first entry added for a slot is the one
  * reported, so a verdict's `rule` is stable across recompiles of the same list.
  */
+/** PortRules.match sentinel: an entry admitting some port matches (a DNS name an allow entry could reach). */
+export const SOME_PORT = -1;
+/** PortRules.match sentinel: only an entry covering every port matches (a deny that blocks the name outright). */
+export const ALL_PORTS = -2;
+
 export class PortRules {
   private anyPort: string | null = null;
   private byPort: Map<number, string> | null = null;
@@ -36,8 +41,17 @@ export class PortRules {
     if (!this.byPort.has(port)) this.byPort.set(port, rule);
   }
 
-  /** The entry matching `port` (a pinned entry is more specific, so it is preferred), or null. */
+  /**
+   * The entry matching `port` (a pinned entry is more specific, so it is preferred), or null.
+   * Two sentinels judge a name without a port (a DNS query): SOME_PORT matches when an entry
+   * admits some port, ALL_PORTS only an entry that covers every port.
+   */
   match(port: number): string | null {
+    if (port === SOME_PORT) {
+      if (this.anyPort !== null) return this.anyPort;
+      if (this.byPort !== null) for (const r of this.byPort.values()) return r;
+      return null;
+    }
     if (this.byPort !== null) {
       const r = this.byPort.get(port);
       if (r !== undefined) return r;

@@ -12,7 +12,7 @@ import path from 'node:path';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { PolicyInput } from '../engine/types.js';
-import type { DecisionRecord } from '../enforcers/network/proxy.js';
+import type { DecisionRecord } from '../log/decisions.js';
 import { hostRunner, netnsRunner, type RunResult, type Runner } from '../enforcers/network/run.js';
 import type { StandaloneSpec } from '../enforcers/network/standalone.js';
 import type { Probe, ProbeResult } from './probe.js';
@@ -32,6 +32,8 @@ export const LAB = {
   upstreamV6: '2001:db8::2',
   dnsV4: '198.18.1.53',
   dnsV6: '2001:db8:1::53',
+  /** A second DNS listener on evil.lab's address: a server other than the configured resolver. */
+  rogueDnsV4: '198.18.1.20',
   /** Upstream hosts (addresses on the upstream namespace's lo); the last has no name (reachable by address only). */
   hosts: [
     { name: 'good.lab', v4: '198.18.1.10', v6: '2001:db8:1::10' },
@@ -77,6 +79,18 @@ export interface LabEnforcerSpec {
   nofile?: number;
 }
 
+/** One message the lab resolver received: transport, the address it arrived at, the sender, and its question. */
+export interface LabDnsQuery {
+  transport: 'udp' | 'tcp';
+  server: string;
+  from: string;
+  bytes: number;
+  /** The message id (the probes send 0x1234; the forwarder sends a random one of its own). */
+  id: number | null;
+  name: string | null;
+  qtype: number | null;
+}
+
 export interface Lab {
   id: string;
   agentNs: string;
@@ -97,6 +111,8 @@ export interface Lab {
     where: 'agent' | 'upstream',
     listen: { host: string; port: number; banner?: boolean; hold?: boolean }[],
   ): Promise<void>;
+  /** Every message the lab resolver received so far (its own log; empty when built with dnsLog: false). */
+  dnsQueries(): LabDnsQuery[];
   /** Runs probes as `user` (or as root when null) inside the agent namespace. */
   probe(user: LabUser | null, probes: Probe[]): Promise<ProbeResult[]>;
   teardown(): Promise<string[]>;
@@ -167,6 +183,8 @@ export interface LabOptions {
   hosts?: LabHost[];
   /** Bench: a bulk source port in the upstream namespace (see UpstreamConfig.bulk). */
   bulk?: { port: number; bytes: number };
+  /** Log every message the lab resolver receives (default true; a benchmark turns it off). */
+  dnsLog?: boolean;
   /** The caller's cleanup registry (so a Ctrl-C during the build can still undo what exists so far). */
   cleanups?: Cleanups;
 }
@@ -330,9 +348,10 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
       key,
       httpPorts: LAB.httpPorts,
       tlsPorts: LAB.tlsPorts,
-      dns: [LAB.dnsV4, LAB.dnsV6],
+      dns: [LAB.dnsV4, LAB.dnsV6, ...(hosts.some((h) => h.v4 === LAB.rogueDnsV4) ? [LAB.rogueDnsV4] : [])],
       names,
       bulk: opts.bulk,
+      ...(opts.dnsLog === false ? {} : { dnsLog: path.join(dir, 'dns-queries.jsonl') }),
     };
     const upCfgPath = path.join(dir, 'upstream.json');
     fs.writeFileSync(upCfgPath, JSON.stringify(upCfg));
@@ -360,6 +379,15 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
     upstream,
     defer,
     teardown,
+    dnsQueries() {
+      const file = path.join(dir, 'dns-queries.jsonl');
+      if (!fs.existsSync(file)) return [];
+      return fs
+        .readFileSync(file, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as LabDnsQuery);
+    },
     async createUser(name) {
       if (!/^leash-(t[a-z0-9-]{1,24}|demo)$/.test(name))
         throw new Error(`lab account name ${name} must be leash-t… or leash-demo`);

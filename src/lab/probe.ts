@@ -25,7 +25,9 @@ export type Probe =
    */
   | { kind: 'flood'; host: string; port: number; count: number; holdMs: number }
   /** One A query over TCP (what a resolver library falls back to for a truncated answer). */
-  | { kind: 'dnstcp'; server: string; name: string };
+  | { kind: 'dnstcp'; server: string; name: string }
+  /** Raw bytes (hex) as one datagram to server:53; the result's data is the reply in hex ('' when none came). */
+  | { kind: 'rawudp53'; server: string; hex: string };
 
 export interface ProbeResult {
   ok: boolean;
@@ -113,10 +115,37 @@ function dnsQuery(name: string): Buffer {
   ]);
 }
 
-/** A one-answer A response -> the probe's result: its last 4 bytes are the address. */
+const RCODES = ['NOERROR', 'FORMERR', 'SERVFAIL', 'NXDOMAIN', 'NOTIMP', 'REFUSED'];
+
+/** A one-answer A response -> the probe's result: its last 4 bytes are the address; no answer -> the rcode's name. */
 function dnsAnswer(t0: number, msg: Buffer): ProbeResult {
   const ok = msg.length >= 12 && msg.readUInt16BE(6) > 0;
-  return finish(t0, ok, ok ? null : 'ENODATA', ok ? [...msg.subarray(msg.length - 4)].join('.') : '');
+  const rcode = msg.length >= 4 ? (RCODES[msg.readUInt16BE(2) & 0xf] ?? 'RCODE') : 'SHORT';
+  return finish(
+    t0,
+    ok,
+    ok ? null : rcode === 'NOERROR' ? 'ENODATA' : rcode,
+    ok ? [...msg.subarray(msg.length - 4)].join('.') : '',
+  );
+}
+
+function rawUdp53(server: string, hex: string): Promise<ProbeResult> {
+  const t0 = performance.now();
+  return new Promise((resolve) => {
+    const sock = dgram.createSocket(net.isIPv6(server) ? 'udp6' : 'udp4');
+    const timer = setTimeout(() => done(finish(t0, true, null, '')), 1000);
+    const done = (r: ProbeResult) => {
+      clearTimeout(timer);
+      sock.close();
+      resolve(r);
+    };
+    sock.on('error', (e: NodeJS.ErrnoException) => done(finish(t0, false, e.code ?? 'ERR', '')));
+    sock.on('message', (msg: Buffer) => done(finish(t0, true, null, msg.toString('hex'))));
+    sock.send(Buffer.from(hex, 'hex'), 53, server, (err) => {
+      const e = err as NodeJS.ErrnoException | null;
+      if (e) done(finish(t0, false, e.code ?? 'ERR', ''));
+    });
+  });
 }
 
 function dnsUdp(server: string, name: string): Promise<ProbeResult> {
@@ -223,6 +252,8 @@ export async function runProbe(p: Probe): Promise<ProbeResult> {
       return dnsTcp(p.server, p.name);
     case 'dnsudp':
       return dnsUdp(p.server, p.name);
+    case 'rawudp53':
+      return rawUdp53(p.server, p.hex);
   }
 }
 

@@ -17,6 +17,8 @@ export interface UpstreamConfig {
   tlsPorts: number[];
   /** Addresses the DNS server listens on. */
   dns: string[];
+  /** Every message the DNS server receives is appended here as a JSON line (the tests' proof of what left). */
+  dnsLog?: string;
   /** name -> addresses (A and AAAA answers). */
   names: Record<string, string[]>;
   /** Bench source: on each connection, after the first bytes arrive, send `bytes` and close. */
@@ -142,9 +144,19 @@ async function main(): Promise<void> {
     });
     listen(srv, cfg.bulk.port);
   }
+  const logFd = cfg.dnsLog ? fs.openSync(cfg.dnsLog, 'a') : null;
+  const logDns = (transport: string, server: string, from: string | undefined, msg: Buffer) => {
+    if (logFd === null) return;
+    const q = msg.length > 12 ? readName(msg, 12) : null;
+    const qtype = q && q.next + 2 <= msg.length ? msg.readUInt16BE(q.next) : null;
+    const id = msg.length >= 2 ? msg.readUInt16BE(0) : null;
+    const rec = { transport, server, from: plain(from), bytes: msg.length, id, name: q?.name ?? null, qtype };
+    fs.writeSync(logFd, JSON.stringify(rec) + '\n');
+  };
   for (const addr of cfg.dns) {
     const udp = dgram.createSocket(net.isIPv6(addr) ? 'udp6' : 'udp4');
     udp.on('message', (msg, rinfo) => {
+      logDns('udp', addr, rinfo.address, msg);
       const ans = answerDns(msg, cfg.names);
       if (ans) udp.send(ans, rinfo.port, rinfo.address);
     });
@@ -153,8 +165,10 @@ async function main(): Promise<void> {
       let acc = Buffer.alloc(0);
       s.on('error', () => {});
       s.on('data', (d: Buffer) => {
+        if (acc.length === 0 && d.length < 2) logDns('tcp', addr, s.remoteAddress, d);
         acc = Buffer.concat([acc, d]);
         while (acc.length >= 2 && acc.length >= 2 + acc.readUInt16BE(0)) {
+          logDns('tcp', addr, s.remoteAddress, acc.subarray(2, 2 + acc.readUInt16BE(0)));
           const ans = answerDns(acc.subarray(2, 2 + acc.readUInt16BE(0)), cfg.names);
           acc = acc.subarray(2 + acc.readUInt16BE(0));
           if (ans) {

@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { InspectFinding, Surface } from '../engine/types.js';
-import { maskInputs } from '../policy-engine.js';
+import { maskInputs } from '../engine/index.js';
 import { jsonString, jsonText } from './json-text.js';
 
 /** What an enforcer hands the log for one decision. */
@@ -25,9 +25,20 @@ export interface DecisionLine extends DecisionRecord {
   ref: string;
 }
 
-export interface DecisionLog {
+/**
+ * The decision log as an enforcer writes to it (the proxy, the gate, the tools socket, the
+ * terminal): the one declaration; `DecisionLog` below is the whole object the service holds.
+ */
+export interface DecisionWriter {
   /** Writes one line and returns its ref (the short id that ties a block back to its line). */
   write(rec: DecisionRecord): string;
+  /** Writes the line of a record whose formatDecisionTail is `tail` (see DecisionLog.writeTail). */
+  writeTail?(action: DecisionRecord['action'], tail: string): string;
+  /** Writes lines the log holds back (see createDecisionLog's coalesceAllows). */
+  flush?(): void;
+}
+
+export interface DecisionLog extends DecisionWriter {
   /**
    * Writes the line whose part after the ref is `tail` (formatDecisionTail of a record whose
    * action is `action`): the same line `write` would write for that record. Returns the ref.

@@ -3,17 +3,17 @@ import type { ConfigFragment } from '../config/schema.js';
 import type { InspectCategory } from '../engine/types.js';
 
 /**
- * The part of a config a tier may set: everything that is policy (not `user`, not `logging`).
+ * The part of a config a tier may set: everything that is policy (not `user`, `logging` or `host`).
  * A fully-resolved subject policy has this shape; it is a structural superset of the engine's PolicyInput.
  */
-export type Effective = Omit<Config, 'user' | 'logging'>;
+export type Effective = Omit<Config, 'user' | 'logging' | 'host'>;
 
 /**
- * A profile: only the keys it sets (the config's fragment schema, minus `user` and `logging`).
+ * A profile: only the keys it sets (the config's fragment schema, minus `user`, `logging` and `host`).
  * Every key present is a deliberate value of that tier and replaces the base's value (lists
  * included), so a dropped deny entry is visible to the judge.
  */
-export type Fragment = Omit<ConfigFragment, 'user' | 'logging'>;
+export type Fragment = Omit<ConfigFragment, 'user' | 'logging' | 'host'>;
 
 export const INSPECT_CATEGORIES: readonly InspectCategory[] = ['secrets', 'pii', 'priv_esc'];
 
@@ -39,7 +39,7 @@ function stripUndef<T extends object>(o: T): Partial<T> {
 
 /** The policy part of a loaded config: the floor every subject starts from. */
 export function floorOf(c: Config): Effective {
-  const { user: _u, logging: _l, ...rest } = c;
+  const { user: _u, logging: _l, host: _h, ...rest } = c;
   return structuredClone(rest);
 }
 

@@ -1,6 +1,6 @@
 import type { EntryProblemCode, Surface } from '../engine/types.js';
 import { SURFACES } from '../engine/types.js';
-import { entryProblem } from '../policy-engine.js';
+import { entryProblem } from '../engine/index.js';
 import type { Effective, Fragment } from './fragment.js';
 import { fold } from './fragment.js';
 

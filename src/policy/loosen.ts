@@ -1,8 +1,8 @@
 import { compilePolicy, decide, isGlob, type CompiledPolicy } from '../engine/index.js';
 import { SURFACES, type Surface } from '../engine/types.js';
 import type { InspectAction } from '../engine/types.js';
-import type { ArgRuleSpec, ArgRulesSpec, ToolArgsSpec } from '../enforcers/tools/args.js';
-import { normalizeToolName } from '../enforcers/tools/names.js';
+import { normalizeToolName } from '../engine/index.js';
+import type { ArgRuleSpec, ArgRulesSpec, ToolArgsSpec } from '../config/tools.js';
 import type { Effective, Fragment } from './fragment.js';
 import { canonicalJson, fold, INSPECT_CATEGORIES } from './fragment.js';
 

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseFragment } from '../config/load.js';
+import { parseFragment } from '../validate/load.js';
 import { readPolicyFile } from '../config/strict-yaml.js';
 import { LeashError } from '../errors.js';
 import { PolicyError } from './errors.js';
@@ -44,7 +44,7 @@ export type ProfileStatus =
 
 /**
  * Parses profile text with the config's own fragment schema. A profile may not set `user` (whose
- * account is confined) or `logging` (where decisions go): those are not policy. A fail_mode typo,
+ * account is confined), `logging` (where decisions go) or `host` (the host's own settings): those are not policy. A fail_mode typo,
  * which the floor reads as closed with a warning, is refused here: a profile is written by a
  * command that can say no.
  */
@@ -64,7 +64,7 @@ export function parseProfileText(text: string, source: string): Fragment {
     throw e;
   }
   const issues: { path: string; message: string }[] = [];
-  for (const k of ['user', 'logging'] as const) {
+  for (const k of ['user', 'logging', 'host'] as const) {
     if (parsed.fragment[k] !== undefined)
       issues.push({ path: k, message: 'not policy: a profile sets only fail_mode, the four surfaces and enforcers' });
   }
@@ -73,7 +73,7 @@ export function parseProfileText(text: string, source: string): Fragment {
       issues.push({ path: f.path, message: f.message });
   if (issues.length)
     throw new PolicyError('profile_invalid', `${source} is not a valid profile fragment`, { source, issues });
-  const { user: _u, logging: _l, ...fragment } = parsed.fragment;
+  const { user: _u, logging: _l, host: _h, ...fragment } = parsed.fragment;
   return fragment;
 }
 

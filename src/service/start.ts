@@ -1,12 +1,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { loadConfig, type LoadedConfig } from '../config/load.js';
+import { loadConfig, type LoadedConfig } from '../validate/load.js';
 import { agentsEnforcer } from './agents.js';
 import { LeashError } from '../errors.js';
 import { SURFACES } from '../engine/types.js';
 import { createDecisionLog, type DecisionLog } from '../log/decisions.js';
 import { createLogger, type Logger } from '../log/logger.js';
 import { loadNative } from '../native.js';
+import { applyHostSettings, type HostPaths, type HostSettings } from './host.js';
 
 /** What every enforcer is started with. */
 export interface ServiceContext {
@@ -40,6 +41,8 @@ export interface ServiceOptions {
   logger?: Logger;
   /** sd_notify; default: the addon when $NOTIFY_SOCKET is set, else nothing. */
   notify?: (state: string) => void;
+  /** Where the host settings live (tests); default the real sysctl and /run/leash/host-settings.json. */
+  hostPaths?: HostPaths;
 }
 
 export interface Service {
@@ -106,6 +109,18 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   let ctx: ServiceContext = { loaded, decisions, logger: root };
   const running: Enforcer[] = [];
   const factories = opts.enforcers;
+  // Host settings (config `host`) first: no agent process runs under the policy before they hold.
+  let host: HostSettings;
+  try {
+    host = applyHostSettings(loaded.config, opts.hostPaths);
+  } catch (e) {
+    await decisions.close();
+    throw e;
+  }
+  if (loaded.config.host.memfd_noexec) logger.info({ setting: 'memfd_noexec', value: 2 }, 'host setting applied');
+  const restoreHost = () => {
+    for (const p of host.restore()) logger.error({ code: 'host_setting_failed' }, p);
+  };
   try {
     for (const f of factories) {
       if (!f.enabled(loaded)) continue;
@@ -114,6 +129,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     }
   } catch (e) {
     for (const r of running.reverse()) await r.close().catch(() => {});
+    restoreHost();
     await decisions.close();
     throw new LeashError('service_failed', `an enforcer failed to start: ${(e as Error).message}`);
   }
@@ -140,6 +156,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       for (const r of [...running].reverse()) {
         await r.close().catch((e: unknown) => logger.error({ enforcer: r.name, err: e }, 'enforcer close failed'));
       }
+      restoreHost();
       await decisions.close();
       clearInterval(keepAlive);
       if (watchdog) clearInterval(watchdog);
@@ -185,6 +202,11 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       return;
     }
     notify('RELOADING=1');
+    try {
+      host.update(next.config);
+    } catch (e) {
+      logger.error({ code: (e as LeashError).code }, `host setting not changed: ${(e as Error).message}`);
+    }
     const nextCtx = { ...ctx, loaded: next };
     for (const r of running) {
       try {

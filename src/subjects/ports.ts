@@ -8,6 +8,15 @@ export const PORT_MAX = 18999;
 /** The single-subject listener's port: never handed to an account. */
 export const PORT_RESERVED = 18443;
 
+/**
+ * Each subject holds a pair of ports: its proxy port and its DNS forwarder's port, 500 apart (18000-18499 with
+ * 18500-18999). The allocator hands out a pair only when both halves are free, so a map written before the
+ * forwarder existed (ports anywhere in the range) keeps working: the forwarder's port is the other half.
+ */
+export function dnsPortFor(port: number): number {
+  return port < PORT_MIN + 500 ? port + 500 : port - 500;
+}
+
 export interface PortEntry {
   port: number;
   uid: number;
@@ -83,7 +92,8 @@ export async function assignPorts(
   const file = portsFile(stateDir);
   const assign = (): PortAssignment => {
     const ports = readPorts(stateDir);
-    const used = new Set(Object.values(ports).map((e) => e.port));
+    const used = new Set(Object.values(ports).flatMap((e) => [e.port, dnsPortFor(e.port)]));
+    const reserved = (p: number) => p === PORT_RESERVED || p === dnsPortFor(PORT_RESERVED);
     const unassigned: string[] = [];
     let next = PORT_MIN;
     let added = false;
@@ -97,13 +107,18 @@ export async function assignPorts(
         }
         continue;
       }
-      while (next <= PORT_MAX && (used.has(next) || next === PORT_RESERVED)) next++;
+      while (
+        next <= PORT_MAX &&
+        (used.has(next) || used.has(dnsPortFor(next)) || reserved(next) || reserved(dnsPortFor(next)))
+      )
+        next++;
       if (next > PORT_MAX) {
         unassigned.push(a.account);
         continue;
       }
       ports[a.account] = { port: next, uid: a.uid };
       used.add(next);
+      used.add(dnsPortFor(next));
       added = true;
     }
     if (added) atomicWriteFileSync(file, `${JSON.stringify({ version: 1, ports }, null, 2)}\n`);

@@ -5,15 +5,16 @@ import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { toolsEngine } from '../../src/cli/mcp.js';
 import { configSchema } from '../../src/config/schema.js';
-import type { DecisionLog } from '../../src/enforcers/tools/judge.js';
-import { compileGatePolicy, GATE_DEFAULTS, type CompiledGatePolicy } from '../../src/enforcers/tools/policy.js';
+import type { DecisionWriter } from '../../src/log/decisions.js';
+import { compileGatePolicy, type CompiledGatePolicy } from '../../src/enforcers/tools/policy.js';
+import { GATE_DEFAULTS } from '../../src/config/tools.js';
 import { connectToolsJudge, createToolsSocketServer } from '../../src/enforcers/tools/socket.js';
 import { nativeAvailable } from '../../src/native.js';
 import { call, CLI, FAKE, init, tmpdir } from './mcp-helpers.js';
 
-type Rec = Parameters<DecisionLog['write']>[0];
+type Rec = Parameters<DecisionWriter['write']>[0];
 
-function memoryLog(): DecisionLog & { lines: Rec[] } {
+function memoryLog(): DecisionWriter & { lines: Rec[] } {
   const lines: Rec[] = [];
   return {
     lines,

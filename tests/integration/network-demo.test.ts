@@ -10,8 +10,21 @@ interface DemoRow {
   expect: string;
   result: string;
   detail: string;
-  decision?: { action: string; reason: string; rule: string | null; ref?: string; subject: Record<string, string> };
-  decisions: { reason: string }[];
+  decision?: {
+    uid: number;
+    action: string;
+    reason: string;
+    rule: string | null;
+    ref?: string;
+    subject: Record<string, string>;
+  };
+  decisions: {
+    surface: string;
+    action: string;
+    reason: string;
+    rule: string | null;
+    subject: Record<string, string>;
+  }[];
 }
 
 function alive(pid: number): boolean {
@@ -36,15 +49,19 @@ describe.skipIf(!canRunLab)('leash demo', () => {
     });
     const json = text.slice(text.indexOf('['));
     const rows = JSON.parse(json) as DemoRow[];
-    expect(rows.length).toBeGreaterThanOrEqual(18);
+    expect(rows.length).toBeGreaterThanOrEqual(21);
     for (const r of rows) expect({ title: r.title, result: r.result }).toEqual({ title: r.title, result: r.expect });
     expect(rows.find((r) => r.title.startsWith('HTTPS to pastebin'))?.decisions[0]?.reason).toBe('not_allowed');
     // The forged-SNI row says where the allowed connection went (github.com's own address), not just "allowed".
     expect(rows.find((r) => r.title.startsWith('Forged SNI'))?.detail).toMatch(
       /^allowed as github\.com, and sent to github\.com's own address 198\.18\.1\.10: pastebin\.com \(198\.18\.1\.20\) never reached$/,
     );
+    // A DNS query to another server is answered by the subject's forwarder: REFUSED, with its decision line.
+    const dnsRow = rows.find((r) => r.title.startsWith('DNS query for pastebin.com'));
+    expect(dnsRow?.detail).toMatch(/^REFUSED after /);
+    expect(dnsRow?.decisions[0]).toMatchObject({ reason: 'not_allowed', subject: { dns: 'pastebin.com', qtype: 'A' } });
     // A dropped datagram is reported with the errno the agent's sendto really got.
-    expect(rows.find((r) => r.title.startsWith('DNS query to a resolver'))?.detail).toMatch(/^EPERM after /);
+    expect(rows.find((r) => r.title.startsWith('UDP/443'))?.detail).toMatch(/^EPERM after /);
     expect(code).toBe(0);
 
     // The watcher marked the demo's own tmpfs and nothing else.
@@ -54,7 +71,9 @@ describe.skipIf(!canRunLab)('leash demo', () => {
     expect(setup!.marks![0]!.startsWith(`${root}/`) || setup!.marks![0] === root).toBe(true);
 
     // Filesystem and commands rows: EPERM and a block line for the denied, success and an allow line for the rest.
-    const fsRows = rows.filter((r) => r.surface === 'filesystem' || r.surface === 'commands');
+    const fsRows = rows.filter(
+      (r) => (r.surface === 'filesystem' || r.surface === 'commands') && !r.title.startsWith('Whitelist:'),
+    );
     expect(fsRows.filter((r) => r.surface === 'filesystem').length).toBeGreaterThanOrEqual(4);
     expect(fsRows.filter((r) => r.surface === 'commands').length).toBeGreaterThanOrEqual(3);
     for (const r of fsRows) {
@@ -78,6 +97,60 @@ describe.skipIf(!canRunLab)('leash demo', () => {
     expect(row('Run <t>/bin/nc').decision).toMatchObject({ rule: 'nc', subject: { binary: `${root}/bin/nc` } });
     expect(row('Run <t>/bin/sudo').decision?.rule).toBe('sudo');
     expect(row('Run <t>/bin/ls').detail).toContain('notes.txt');
+
+    // The commands whitelist on the tmpfs root (chrooted there): the program, its real loader and libc are all on
+    // the marked tmpfs. The loader is the host's, copied at its real path; its exec-open for an allowed program is
+    // interpreter_of, the loader run directly is interpreter_direct, and a program off the whitelist is not_allowed.
+    const loader = `${root}${fs.realpathSync('/lib64/ld-linux-x86-64.so.2')}`;
+    const wl = (prefix: string) => rows.find((r) => r.title.startsWith(`Whitelist: ${prefix}`))!;
+    const uid = row('Read its own ~/work/notes.txt').decision!.uid;
+    const ls = wl('run <t>/bin/ls');
+    expect(ls).toMatchObject({ expect: 'allowed', result: 'allowed' });
+    expect(ls.detail).toMatch(/^exit 0: notes\.txt/);
+    expect(ls.decision).toMatchObject({
+      uid,
+      action: 'allow',
+      reason: 'interpreter_of',
+      rule: loader,
+      subject: { binary: loader, interpreterOf: `${root}/bin/ls` },
+    });
+    expect(ls.decisions).toContainEqual(
+      expect.objectContaining({
+        surface: 'commands',
+        action: 'allow',
+        reason: 'allow_entry',
+        subject: { binary: `${root}/bin/ls` },
+      }),
+    );
+    // The loader's libraries are opened from the tmpfs too (plain opens, judged by the filesystem policy).
+    expect(ls.decisions).toContainEqual(
+      expect.objectContaining({
+        surface: 'filesystem',
+        action: 'allow',
+        subject: { path: `${root}${fs.realpathSync('/lib/x86_64-linux-gnu/libc.so.6')}` },
+      }),
+    );
+    const trick = wl('<t>/lib64/ld-linux-x86-64.so.2 <t>/bin/nc');
+    expect(trick).toMatchObject({ expect: 'blocked', result: 'blocked' });
+    expect(trick.detail).toMatch(/^EPERM: .*Operation not permitted/);
+    expect(trick.decision).toMatchObject({
+      uid,
+      action: 'block',
+      reason: 'interpreter_direct',
+      rule: loader,
+      subject: { binary: loader },
+    });
+    const nc = wl('run <t>/bin/nc');
+    expect(nc).toMatchObject({ expect: 'blocked', result: 'blocked' });
+    expect(nc.detail).toMatch(/^EPERM: .*Operation not permitted/);
+    expect(nc.decision).toMatchObject({
+      uid,
+      action: 'block',
+      reason: 'not_allowed',
+      rule: null,
+      subject: { binary: `${root}/bin/nc` },
+    });
+    for (const r of [ls, trick, nc]) expect(r.decision?.ref, r.title).toMatch(/^[a-z2-7]{8}$/);
 
     // Teardown: nothing left.
     const host = hostRunner();

@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { DecisionRecord } from '../../src/enforcers/network/proxy.js';
+import type { DecisionRecord } from '../../src/log/decisions.js';
 import { captureHello, withExtension } from '../../src/lab/client-hello.js';
 import { canRunLab, netPolicy, useLab, type EnforcerHandle, type LabUser } from '../lab/index.js';
 

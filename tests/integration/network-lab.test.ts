@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { DecisionRecord } from '../../src/enforcers/network/proxy.js';
+import type { DecisionRecord } from '../../src/log/decisions.js';
 import type { Probe, ProbeResult } from '../../src/lab/probe.js';
 import { canRunLab, netPolicy, useLab, type EnforcerHandle, type LabUser } from '../lab/index.js';
 
@@ -156,7 +156,7 @@ describe.skipIf(!canRunLab)('network surface in the lab', () => {
     ]);
   });
 
-  it('UDP fails with EPERM except DNS to a resolver, which works', async () => {
+  it('UDP fails with EPERM except port 53, which lands on the forwarder whatever the destination', async () => {
     const [udpOut, udp6Out, udp53Elsewhere, dnsServer, dnsElsewhere, getaddrinfo, udpToResolver] = await L.get().probe(
       white,
       [
@@ -171,21 +171,35 @@ describe.skipIf(!canRunLab)('network surface in the lab', () => {
     );
     expect(udpOut).toMatchObject({ ok: false, code: 'EPERM' });
     expect(udp6Out).toMatchObject({ ok: false, code: 'EPERM' });
-    expect(udp53Elsewhere).toMatchObject({ ok: false, code: 'EPERM' });
+    // Port 53 anywhere is redirected to the subject's forwarder: the datagram is sent (and judged there, below).
+    expect(udp53Elsewhere).toMatchObject({ ok: true });
     expect(dnsServer).toMatchObject({ ok: true, data: '198.18.1.10' });
-    expect(dnsElsewhere!.ok).toBe(false);
+    // A "resolver" that is not one (198.18.1.20 runs no DNS): the forwarder answers under the same rules.
+    expect(dnsElsewhere).toMatchObject({ ok: true, data: '198.18.1.10' });
     expect(getaddrinfo!.ok).toBe(true);
     expect(getaddrinfo!.data.split(',').sort()).toEqual(['198.18.1.10', '2001:db8:1::10']);
     expect(udpToResolver).toMatchObject({ ok: false, code: 'EPERM' });
+    expect(linesFor(white.uid)).toContainEqual(
+      expect.objectContaining({
+        action: 'block',
+        reason: 'dns_malformed',
+        subject: expect.objectContaining({ bytes: 1 }),
+      }),
+    );
   });
 
-  it('TCP DNS to the resolver goes through the proxy and is judged like any TCP', async () => {
-    // The whitelist subject does not list the resolver: its TCP fallback is reset. The blacklist one passes.
+  it('TCP DNS goes to the forwarder, not the proxy, and is judged by the name it asks', async () => {
     const [w] = await L.get().probe(white, [{ kind: 'dnstcp', server: '198.18.1.53', name: 'good.lab' }]);
+    const [wEvil] = await L.get().probe(white, [{ kind: 'dnstcp', server: '198.18.1.53', name: 'evil.lab' }]);
     const [b] = await L.get().probe(black, [{ kind: 'dnstcp', server: '198.18.1.53', name: 'good.lab' }]);
-    expect(w).toMatchObject({ ok: false, code: 'ECONNRESET' });
+    expect(w).toMatchObject({ ok: true, data: '198.18.1.10' });
+    expect(wEvil).toMatchObject({ ok: false, code: 'REFUSED' });
     expect(b).toMatchObject({ ok: true, data: '198.18.1.10' });
-    expect(linesFor(white.uid).at(-1)).toMatchObject({ action: 'block', subject: { ip: '198.18.1.53', port: 53 } });
+    expect(linesFor(white.uid).at(-1)).toMatchObject({
+      action: 'block',
+      reason: 'deny_entry',
+      subject: { dns: 'evil.lab', qtype: 'A', transport: 'tcp' },
+    });
   });
 
   it('escape attempts: a user namespace, an IPv4-mapped address, a raw socket', async () => {

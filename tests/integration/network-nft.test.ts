@@ -14,8 +14,8 @@ import { bareNetns, isRoot } from '../lab/index.js';
 import { requireProgram } from '../lab/prereq.js';
 
 const NS = 'lt-net-nft';
-const a: SubjectRules = { uid: 61001, port: 18001, resolvers: ['198.18.1.53', '2001:db8:1::53'], udp: 'drop' };
-const b: SubjectRules = { uid: 61002, port: 18002, resolvers: ['198.18.1.53'], udp: 'drop' };
+const a: SubjectRules = { uid: 61001, port: 18001, dnsPort: 18501, udp: 'drop' };
+const b: SubjectRules = { uid: 61002, port: 18002, dnsPort: 18502, udp: 'drop' };
 
 describe.skipIf(!isRoot)('nft apply in a namespace', () => {
   let run: Runner;

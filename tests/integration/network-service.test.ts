@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/load.js';
-import { decide, type CompiledPolicy } from '../../src/engine/index.js';
+import { parseConfig } from '../../src/validate/load.js';
+import { decide, decideDnsName, type CompiledPolicy } from '../../src/engine/index.js';
 import { startNetworkEnforcer } from '../../src/enforcers/network/enforcer.js';
 import { networkPlanHooks } from '../../src/service/surfaces/network.js';
 import type { Effective } from '../../src/policy/fragment.js';
@@ -58,6 +58,7 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
     const enf = await startNetworkEnforcer<CompiledPolicy>({
       runner: run,
       decide,
+      decideDns: decideDnsName,
       log: { write: () => 'r' },
       resolvers: ['198.18.1.53'],
       udp: 'drop',
@@ -75,7 +76,10 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
       expect(errors.size).toBe(0);
       const chain = async (fam: string, uid: number) =>
         (await run(['nft', 'list', 'chain', fam, fam === 'inet' ? 'leash_filter' : 'leash', `agent_${uid}`])).stdout;
-      expect(await chain('inet', 62001)).toContain('198.18.1.53');
+      // Port 53 goes to the forwarder (the DNS half of the pair, 18961 - 500); the filter lets out only that.
+      expect(await chain('ip', 62001)).toContain('udp dport 53 redirect to :18461');
+      expect(await chain('ip6', 62001)).toContain('tcp dport 53 redirect to :18461');
+      expect(await chain('inet', 62001)).toContain('ip daddr 127.0.0.1 udp dport 18461 return');
       expect(await chain('inet', 62002)).toContain('meta l4proto udp return');
       expect(await chain('ip', 62002)).toContain('redirect to :18962');
       expect([...enf.proxy.ports()]).toEqual([

@@ -4,7 +4,7 @@
 // the top-level facts must be those of the parsed message. A fixed corpus plus 100,000 generated
 // lines from a fixed seed, most of them one mutation away from canonical.
 import { describe, expect, it } from 'vitest';
-import { isObject, JsonError, parseStrict, stringifyAscii, type JsonValue } from '../../src/enforcers/tools/json.js';
+import { isObject, JsonError, parseStrict, stringifyAscii, type JsonValue } from '../../src/jsonl/json.js';
 import { nativeLineScanner, plainRequest, plainResponseKey, SCAN } from '../../src/enforcers/tools/scan.js';
 import { nativeAvailable } from '../../src/native.js';
 import { mulberry32 as rng } from '../../src/lab/prng.js';

@@ -1,7 +1,10 @@
 import fs from 'node:fs';
 import net from 'node:net';
+import { dnsPortFor } from '../../subjects/ports.js';
+import { createDnsForwarder, type DnsDecide, type DnsForwarder, type DnsForwarderOptions } from './dns.js';
 import { openFirewall, type ApplyOutcome, type Firewall } from './nft.js';
-import { createProxy, type DecisionLogLike, type NetworkDecide, type Proxy, type ProxyOptions } from './proxy.js';
+import type { DecisionWriter } from '../../log/decisions.js';
+import { createProxy, type NetworkDecide, type Proxy, type ProxyOptions } from './proxy.js';
 import type { Runner } from './run.js';
 
 /** The nameserver lines of a resolv.conf (IP literals only; a zone suffix `%eth0` is dropped). */
@@ -32,16 +35,20 @@ export interface NetworkSubjectSpec<P> {
   policy: P | null;
   /** This subject's `network.udp` (default: the enforcer's). */
   udp?: 'drop' | 'allow';
-  /** This subject's resolvers for the UDP/53 exception (default: the enforcer's). */
+  /** Where this subject's forwarder sends allowed queries (default: the enforcer's). */
   resolvers?: string[];
   /** This subject's `network.ech` (default refuse). */
   ech?: 'refuse' | 'allow';
+  /** The subject's DNS forwarder port (default: the other half of its port pair, dnsPortFor(port)). */
+  dnsPort?: number;
 }
 
 export interface NetworkEnforcerOptions<P> {
   runner: Runner;
   decide: NetworkDecide<P>;
-  log: DecisionLogLike;
+  /** Judges a DNS query name (the engine's decideDnsName). */
+  decideDns: DnsDecide<P>;
+  log: DecisionWriter;
   resolvers: string[];
   udp: 'drop' | 'allow';
   /** How many subjects will be applied (the iptables fallback refuses more than one). */
@@ -61,11 +68,13 @@ export interface NetworkEnforcerOptions<P> {
       | 'errorWindowMs'
     >
   >;
+  dns?: Partial<Pick<DnsForwarderOptions<P>, 'refuse' | 'timeoutMs' | 'allowLinesPerSec' | 'onError' | 'hosts'>>;
 }
 
 export interface NetworkEnforcer<P> {
   readonly firewall: Firewall;
   readonly proxy: Proxy<P>;
+  readonly dns: DnsForwarder<P>;
   /** Opens the listener first, then applies the chain: a redirected connection always finds its listener. */
   setSubject(s: NetworkSubjectSpec<P>): Promise<ApplyOutcome>;
   /**
@@ -91,7 +100,15 @@ export interface NetworkEnforcer<P> {
 /** The service's network surface: nft chains per UID plus one proxy listener per UID. */
 export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): Promise<NetworkEnforcer<P>> {
   const firewall = await openFirewall({ runner: opts.runner, subjects: opts.expectedSubjects, warn: opts.warn });
-  const proxy = createProxy<P>({ decide: opts.decide, log: opts.log, resolvers: opts.resolvers, ...opts.proxy });
+  const dns = createDnsForwarder<P>({ decide: opts.decideDns, log: opts.log, ...opts.dns });
+  const proxy = createProxy<P>({
+    decide: opts.decide,
+    log: opts.log,
+    resolvers: opts.resolvers,
+    seen: (uid, name) => dns.seen(uid, name),
+    ...opts.proxy,
+  });
+  const dnsPortOf = (s: { port: number; dnsPort?: number }) => s.dnsPort ?? dnsPortFor(s.port);
   const applied = new Set<number>();
   const setSubjects = async (list: NetworkSubjectSpec<P>[]): Promise<Map<number, ApplyOutcome | Error>> => {
     const out = new Map<number, ApplyOutcome | Error>();
@@ -100,6 +117,12 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
     for (const s of list) {
       try {
         await proxy.setSubject(s);
+        await dns.setSubject({
+          uid: s.uid,
+          port: dnsPortOf(s),
+          policy: s.policy,
+          resolvers: s.resolvers ?? opts.resolvers,
+        });
         ready.push(s);
       } catch (e) {
         out.set(s.uid, e as Error);
@@ -109,7 +132,7 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
       ready.map((s) => ({
         uid: s.uid,
         port: s.port,
-        resolvers: s.resolvers ?? opts.resolvers,
+        dnsPort: dnsPortOf(s),
         udp: s.udp ?? opts.udp,
       })),
     );
@@ -122,6 +145,7 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
   return {
     firewall,
     proxy,
+    dns,
     async setSubject(s) {
       const r = (await setSubjects([s])).get(s.uid)!;
       if (r instanceof Error) throw r;
@@ -132,28 +156,34 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
       await firewall.release([uid]);
       applied.delete(uid);
       await proxy.removeSubject(uid);
+      await dns.removeSubject(uid);
     },
     async denySubject(uid, port) {
       if (port === null) {
         await firewall.release([uid]);
         applied.delete(uid);
         await proxy.removeSubject(uid);
+        await dns.removeSubject(uid);
         return;
       }
-      // Listener first (refusing), then the chain: a redirect always finds a listener that says no. A listener that
-      // cannot open leaves nothing to redirect to: the chain goes (as it did before fail-closed chains).
+      // Listeners first (refusing), then the chain: a redirect always finds a listener that says no. A listener
+      // that cannot open leaves nothing to redirect to: the chain goes (as it did before fail-closed chains).
       try {
         await proxy.setSubject({ uid, port, policy: null });
+        await dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: [] });
       } catch (e) {
         await firewall.release([uid]);
         applied.delete(uid);
         throw e;
       }
-      await firewall.apply({ uid, port, resolvers: opts.resolvers, udp: opts.udp });
+      await firewall.apply({ uid, port, dnsPort: dnsPortFor(port), udp: opts.udp });
       applied.add(uid);
     },
     async orphanSubject(uid, port) {
-      if (port !== null) await proxy.setSubject({ uid, port, policy: null });
+      if (port !== null) {
+        await proxy.setSubject({ uid, port, policy: null });
+        await dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: [] });
+      }
     },
     async stop() {
       try {
@@ -161,6 +191,7 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
         applied.clear();
       } finally {
         await proxy.close();
+        await dns.close();
       }
     },
   };

@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto';
-import net from 'node:net';
 import { LeashError } from '../../errors.js';
 import type { Runner } from './run.js';
 
@@ -34,9 +33,9 @@ export interface SubjectRules {
   uid: number;
   /** The subject's proxy port (loopback, both families). */
   port: number;
-  /** Resolvers the UID may reach on UDP/53 (IPv4 and IPv6 literals). */
-  resolvers: string[];
-  /** `drop` (default): UDP other than DNS to a resolver is dropped. `allow`: UDP is not filtered. */
+  /** The subject's DNS forwarder port (loopback, both families, UDP and TCP): all its port-53 traffic goes there. */
+  dnsPort: number;
+  /** `drop` (default): UDP other than DNS (redirected to the forwarder) is dropped. `allow`: UDP is not filtered. */
   udp: 'drop' | 'allow';
 }
 
@@ -64,31 +63,29 @@ function validate(s: SubjectRules): void {
     throw new LeashError('network_rule_invalid', `bad uid ${s.uid}`);
   if (!Number.isInteger(s.port) || s.port < 1 || s.port > 65535)
     throw new LeashError('network_rule_invalid', `bad proxy port ${s.port}`);
-  for (const r of s.resolvers)
-    if (net.isIP(r) === 0)
-      throw new LeashError('network_rule_invalid', `resolver ${JSON.stringify(r)} is not an IP address`);
+  if (!Number.isInteger(s.dnsPort) || s.dnsPort < 1 || s.dnsPort > 65535 || s.dnsPort === s.port)
+    throw new LeashError('network_rule_invalid', `bad DNS forwarder port ${s.dnsPort}`);
 }
 
 /** Renders one subject's chain contents (pure; the unit tests pin the exact rules). */
 export function renderSubject(s: SubjectRules): RenderedSubject {
   validate(s);
-  // Every TCP connection, loopback included, goes to this UID's own listener: a local service (a forward proxy, an
-  // SSH SOCKS tunnel, a container API, a database) is judged by the subject's policy like any destination
+  // DNS first: every UDP and TCP query to port 53, whatever the destination (a resolver, 127.0.0.53, an attacker's
+  // server), goes to this subject's own forwarder, which judges the name; nothing on port 53 leaves unjudged.
+  const dns = [`udp dport 53 redirect to :${s.dnsPort}`, `tcp dport 53 redirect to :${s.dnsPort}`];
+  // Then every other TCP connection, loopback included, goes to this UID's own listener: a local service (a forward
+  // proxy, an SSH SOCKS tunnel, a container API, a database) is judged by the subject's policy like any destination
   // (`localhost:3000`, `127.0.0.1:5432`, `[::1]:8080`). An attempt at a proxy port lands on the UID's own listener
   // and is refused there as not redirected, never crossing to another subject.
-  const ip = [`meta l4proto tcp redirect to :${s.port}`];
-  const ip6 = [`meta l4proto tcp redirect to :${s.port}`];
-  const v4 = s.resolvers.filter((r) => net.isIPv4(r)).sort();
-  const v6 = s.resolvers
-    .filter((r) => net.isIPv6(r))
-    .map((r) => r.toLowerCase())
-    .sort();
+  const ip = [...dns, `meta l4proto tcp redirect to :${s.port}`];
+  const ip6 = [...dns, `meta l4proto tcp redirect to :${s.port}`];
   const filter: string[] = [];
   if (s.udp === 'allow') {
     filter.push('meta l4proto udp return');
   } else {
-    if (v4.length) filter.push(`ip daddr { ${v4.join(', ')} } udp dport 53 return`);
-    if (v6.length) filter.push(`ip6 daddr { ${v6.join(', ')} } udp dport 53 return`);
+    // After the nat hook the redirected query is addressed to the forwarder itself: that is the one UDP let out.
+    filter.push(`ip daddr 127.0.0.1 udp dport ${s.dnsPort} return`);
+    filter.push(`ip6 daddr ::1 udp dport ${s.dnsPort} return`);
   }
   // TCP goes to the proxy (nat above); anything else that is not inspected is not let through: UDP (QUIC), and
   // the other unprivileged IP protocols (ICMP echo sockets, SCTP) a TCP proxy cannot broker either.

@@ -1,6 +1,7 @@
 import net from 'node:net';
 import type { FailMode, NetworkSubject, Reason, Verdict } from '../../engine/types.js';
 import type { PROXY_REASONS } from '../../errors.js';
+import type { DecisionRecord, DecisionWriter } from '../../log/decisions.js';
 import { loadNative, type OriginalDst } from '../../native.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket } from './peek.js';
@@ -16,20 +17,6 @@ import { createNameResolver, plainIp, type Resolved } from './resolve.js';
 
 /** The engine's decide, narrowed to the network surface; `P` is the compiled policy type. */
 export type NetworkDecide<P> = (surface: 'network', subject: NetworkSubject, policy: P | null) => Verdict;
-
-/** One decision line (the decision log's record). */
-export interface DecisionRecord {
-  uid: number;
-  surface: 'network';
-  action: 'allow' | 'block';
-  reason: string;
-  subject: unknown;
-  rule?: string | null;
-  severity?: 'critical';
-}
-export interface DecisionLogLike {
-  write(rec: DecisionRecord): string;
-}
 
 export interface ErrorContext {
   uid: number;
@@ -86,9 +73,11 @@ export interface ProxySubject<P> {
 
 export interface ProxyOptions<P> {
   decide: NetworkDecide<P>;
-  log: DecisionLogLike;
+  log: DecisionWriter;
   /** Resolvers a domain-decided allow is resolved through (IP literals, optionally :port). */
   resolvers: string[];
+  /** Addresses the subject's own DNS answers (the forwarder) gave for a name: a name-decided connection may go there. */
+  seen?: (uid: number, name: string) => string[];
   /** Replaces the built-in resolution (dns.Resolver on `resolvers`, cached by TTL); returns the name's addresses. */
   resolve?: (name: string) => Promise<string[]>;
   /** Listen addresses (default 127.0.0.1 and ::1). */
@@ -362,8 +351,15 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       // agent supplied, so a forged SNI/Host cannot carry an allowed name to an arbitrary address. A mode default
       // (blacklist, nothing denied) judged the address as well as the name, so it goes to the address.
       let r: Resolved;
+      const told = opts.seen?.(e.uid, domain) ?? [];
       try {
-        r = isLocalhostName(domain) ? LOCALHOST : await resolve(domain);
+        // An address the subject's own answers gave for this name is where it may go; else our own resolution
+        // (`localhost` names are loopback, never asked of a resolver).
+        r = told.includes(ip)
+          ? { v4: [ip], v6: [], expires: 0 }
+          : isLocalhostName(domain)
+            ? LOCALHOST
+            : await resolve(domain);
       } catch {
         r = { v4: [], v6: [], expires: 0 };
       }

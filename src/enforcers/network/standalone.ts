@@ -5,7 +5,7 @@
  * differs; SIGTERM/SIGINT release every chain it applied and exit.
  */
 import fs from 'node:fs';
-import { compilePolicy, decide, type CompiledPolicy, type PolicyInput } from '../../engine/index.js';
+import { compilePolicy, decide, decideDnsName, type CompiledPolicy, type PolicyInput } from '../../engine/index.js';
 import { createDecisionLog } from '../../log/decisions.js';
 import { startNetworkEnforcer, type NetworkEnforcer } from './enforcer.js';
 import { hostRunner } from './run.js';
@@ -21,6 +21,8 @@ export interface StandaloneSpec {
   failMode?: 'closed' | 'open';
   maxConnections?: number;
   maxPerSubject?: number;
+  /** What a refused DNS name gets (default refused). */
+  dnsRefuse?: 'refused' | 'nxdomain';
 }
 
 async function main(): Promise<void> {
@@ -32,10 +34,15 @@ async function main(): Promise<void> {
   const enf: NetworkEnforcer<CompiledPolicy> = await startNetworkEnforcer<CompiledPolicy>({
     runner: hostRunner(),
     decide,
+    decideDns: decideDnsName,
     log,
     resolvers: spec.resolvers,
     udp: spec.udp ?? 'drop',
     expectedSubjects: spec.subjects.length,
+    dns: {
+      refuse: spec.dnsRefuse,
+      onError: (err, ctx) => process.stderr.write(`dns uid=${ctx.uid} ${ctx.stage}: ${err.message}\n`),
+    },
     proxy: {
       peekTimeoutMs: spec.peekTimeoutMs,
       failMode: () => spec.failMode ?? 'closed',

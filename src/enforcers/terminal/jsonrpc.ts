@@ -1,10 +1,11 @@
 /**
  * Strict newline-delimited JSON-RPC 2.0 framing for the terminal's stdio, over the MCP gate's
- * strict JSON reader (src/enforcers/tools/json.ts): duplicate keys, invalid UTF-8, lone
+ * strict JSON reader (src/jsonl/json.ts): duplicate keys, invalid UTF-8, lone
  * surrogates, control characters and lossy numbers are refused as parse errors rather than read
  * one way here and another way by whoever logged the line.
  */
-import { isObject, JsonError, parseStrict, toPlain, type JsonValue } from '../tools/json.js';
+import { isObject, JsonError, parseStrict, toPlain, type JsonValue } from '../../jsonl/json.js';
+import { LineReader } from '../../jsonl/lines.js';
 
 export type JsonRpcId = string | number;
 
@@ -65,55 +66,16 @@ export function parseMessage(line: Buffer | string): Incoming {
 }
 
 /**
- * Splits a byte stream into lines (LF; the bytes are not decoded here, so invalid UTF-8 reaches
- * the strict reader instead of being replaced). A line over `maxBytes` is reported once (as
- * `null`) and its remainder skipped up to the next newline.
+ * The terminal's framing over the one line reader (src/jsonl/lines.ts): lines over `maxBytes` are
+ * reported once (as `null`) and skipped up to the next newline; blank lines are not messages.
  */
-export function createLineSplitter(onLine: (line: Buffer | null) => void, maxBytes = MAX_LINE_BYTES) {
-  let parts: Buffer[] = [];
-  let size = 0;
-  let skipping = false;
+export function createLineSplitter(onLine: (line: Buffer | null) => void, maxBytes = MAX_LINE_BYTES): LineReader {
   const blank = (b: Buffer): boolean => b.every((x) => x === 0x20 || x === 0x09 || x === 0x0d);
-  return {
-    push(chunk: Buffer | string): void {
-      const buf = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : chunk;
-      let start = 0;
-      for (;;) {
-        const nl = buf.indexOf(0x0a, start);
-        if (nl < 0) break;
-        const piece = buf.subarray(start, nl);
-        start = nl + 1;
-        if (skipping) {
-          skipping = false;
-          parts = [];
-          size = 0;
-          continue;
-        }
-        const line = parts.length ? Buffer.concat([...parts, piece]) : piece;
-        parts = [];
-        size = 0;
-        if (line.length > maxBytes) onLine(null);
-        else if (!blank(line)) onLine(line);
-      }
-      if (skipping) return;
-      const rest = buf.subarray(start);
-      if (rest.length === 0) return;
-      parts.push(rest);
-      size += rest.length;
-      if (size > maxBytes) {
-        skipping = true;
-        parts = [];
-        size = 0;
-        onLine(null);
-      }
+  return new LineReader(
+    (line) => {
+      if (!blank(line)) onLine(line);
     },
-    end(): void {
-      if (!skipping && parts.length) {
-        const line = Buffer.concat(parts);
-        if (!blank(line)) onLine(line);
-      }
-      parts = [];
-      size = 0;
-    },
-  };
+    () => onLine(null),
+    { maxBytes },
+  );
 }

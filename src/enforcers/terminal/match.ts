@@ -1,20 +1,5 @@
-import path from 'node:path';
-
-/** Lexical normalisation, as the engine does for command subjects (`..`, `//`, `.`, trailing /). */
-export function normaliseBinary(p: string): string {
-  if (!p.includes('/')) return p;
-  const n = path.posix.normalize(p);
-  return n.length > 1 && n.endsWith('/') ? n.slice(0, -1) : n;
-}
-
-/**
- * A command entry as the commands surface reads it: containing `/` = an absolute path matched
- * exactly after normalisation; otherwise a basename. Case-sensitive: Linux file names are.
- */
-export function commandEntryMatches(entry: string, binary: string): boolean {
-  if (entry.includes('/')) return normaliseBinary(entry) === normaliseBinary(binary);
-  return path.posix.basename(normaliseBinary(binary)) === entry;
-}
+// deny_args, what only the terminal has. The entry rule itself (which binary an args key names)
+// is the engine's one command matcher: commandEntryMatches in src/engine/command.ts.
 
 /** Splits a deny_args pattern into lower-cased tokens (whitespace-separated). */
 export function patternTokens(pattern: string): string[] {

@@ -4,7 +4,7 @@ import { commandEntryProblem } from '../../engine/index.js';
 import type { TerminalPolicy } from './types.js';
 
 /** A policy that failed validation; `problems` are `path: message` lines. */
-export class PolicyError extends Error {
+export class TerminalPolicyError extends Error {
   constructor(
     readonly problems: string[],
     readonly kind: 'missing' | 'invalid',
@@ -48,13 +48,13 @@ function stringList(v: unknown, at: string, problems: string[], check = true): s
 export function validateTerminalPolicy(doc: unknown): TerminalPolicy {
   const problems: string[] = [];
   if (doc === null || typeof doc !== 'object' || Array.isArray(doc))
-    throw new PolicyError(['(root): must be a mapping'], 'invalid');
+    throw new TerminalPolicyError(['(root): must be a mapping'], 'invalid');
   const d = doc as Record<string, unknown>;
   const failMode = d.fail_mode ?? 'closed';
   if (failMode !== 'closed' && failMode !== 'open') problems.push('fail_mode: must be closed or open');
   const c = d.commands;
   if (c === undefined || c === null || typeof c !== 'object' || Array.isArray(c)) {
-    throw new PolicyError(
+    throw new TerminalPolicyError(
       [...problems, 'commands: required, a mapping with mode, allow, deny and optional args'],
       'invalid',
     );
@@ -91,7 +91,7 @@ export function validateTerminalPolicy(doc: unknown): TerminalPolicy {
       }
     }
   }
-  if (problems.length > 0) throw new PolicyError(problems, 'invalid');
+  if (problems.length > 0) throw new TerminalPolicyError(problems, 'invalid');
   return {
     fail_mode: failMode as TerminalPolicy['fail_mode'],
     commands: { mode: mode as TerminalPolicy['commands']['mode'], allow, deny, args },
@@ -108,7 +108,7 @@ export function loadTerminalPolicy(file: string): TerminalPolicy {
   } catch (e) {
     if (!(e instanceof LeashError)) throw e;
     const kind = e.code === 'config_missing' || e.code === 'config_unreadable' ? 'missing' : 'invalid';
-    throw new PolicyError(strictProblems(e, file), kind);
+    throw new TerminalPolicyError(strictProblems(e, file), kind);
   }
   return validateTerminalPolicy(doc);
 }

@@ -1,6 +1,7 @@
 import path from 'node:path';
 import type { Verdict } from '../../engine/types.js';
-import { commandEntryMatches, matchDenyArgs } from './match.js';
+import { commandEntryMatches } from '../../engine/index.js';
+import { matchDenyArgs } from './match.js';
 import type { ResolvedBinary } from './resolve.js';
 import type { CommandDecider, TerminalPolicy } from './types.js';
 

@@ -1,3 +1,4 @@
+import type { DecisionWriter } from '../../log/decisions.js';
 import { randomUUID } from 'node:crypto';
 import type { AuditLog } from './audit.js';
 import { execute } from './executor.js';
@@ -5,14 +6,7 @@ import { resolveCwd } from './jail.js';
 import { parseCommandLine } from './parse.js';
 import { judge } from './policy.js';
 import { pathDirs, resolveBinary } from './resolve.js';
-import {
-  result,
-  type CommandResult,
-  type DeciderFactory,
-  type DecisionSink,
-  type PolicySource,
-  type Redactor,
-} from './types.js';
+import { result, type CommandResult, type DeciderFactory, type PolicySource, type Redactor } from './types.js';
 
 export interface RunDeps {
   policy: PolicySource;
@@ -29,7 +23,7 @@ export interface RunDeps {
   audit: AuditLog;
   /** Run even when the attempt record cannot be written (the operator chose fail-open). */
   auditFailOpen: boolean;
-  decisions: DecisionSink | null;
+  decisions: DecisionWriter | null;
   uid: number;
   /** Process groups of commands still running (see ExecRequest.live). */
   live?: Set<number>;

@@ -8,7 +8,7 @@ import {
   parseMessage,
   type JsonRpcId,
 } from './jsonrpc.js';
-import { fromPlain, stringifyAscii } from '../tools/json.js';
+import { fromPlain, stringifyAscii } from '../../jsonl/json.js';
 import { result, RESULT_CODES, type CommandResult } from './types.js';
 
 export const SUPPORTED_PROTOCOL_VERSIONS = ['2025-11-25', '2025-06-18', '2025-03-26', '2024-11-05'];

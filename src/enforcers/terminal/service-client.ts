@@ -1,5 +1,6 @@
 import net from 'node:net';
-import { isObject, parseStrict, stringifyAscii, toPlain } from '../tools/json.js';
+import { isObject, parseStrict, stringifyAscii, toPlain } from '../../jsonl/json.js';
+import { LineReader } from '../../jsonl/lines.js';
 import { DEFAULT_TOOLS_SOCKET } from '../tools/socket.js';
 import { validateTerminalPolicy } from './policy-file.js';
 import type { PolicySource, TerminalPolicy } from './types.js';
@@ -23,7 +24,6 @@ const MAX_REPLY_BYTES = 1024 * 1024;
 export function fetchServicePolicy(socketPath: string, timeoutMs = 2000): Promise<TerminalPolicy | null> {
   return new Promise((resolve, reject) => {
     const sock = net.createConnection({ path: socketPath });
-    let buf: Buffer = Buffer.alloc(0);
     let finished = false;
     const finish = (err: Error | null, value?: TerminalPolicy | null): void => {
       if (finished) return;
@@ -41,14 +41,11 @@ export function fetchServicePolicy(socketPath: string, timeoutMs = 2000): Promis
     sock.on('error', (e: NodeJS.ErrnoException) =>
       finish(new Error(`policy service ${socketPath}: ${e.code ?? e.message}`)),
     );
-    sock.on('data', (chunk: Buffer) => {
-      buf = Buffer.concat([buf, chunk]);
-      if (buf.length > MAX_REPLY_BYTES) return finish(new Error(`policy service ${socketPath}: reply too large`));
-      const nl = buf.indexOf(0x0a);
-      if (nl < 0) return;
+    const onReply = (line: Buffer): void => {
+      if (finished) return;
       let reply: unknown;
       try {
-        const v = parseStrict(buf.subarray(0, nl));
+        const v = parseStrict(line);
         if (!isObject(v) || v.seq !== 1) throw new Error('not an answer to our request');
         reply = toPlain(v);
       } catch {
@@ -62,7 +59,11 @@ export function fetchServicePolicy(socketPath: string, timeoutMs = 2000): Promis
       } catch (e) {
         finish(new Error(`policy service ${socketPath}: invalid policy: ${(e as Error).message}`));
       }
+    };
+    const lines = new LineReader(onReply, () => finish(new Error(`policy service ${socketPath}: reply too large`)), {
+      maxBytes: MAX_REPLY_BYTES,
     });
+    sock.on('data', (chunk: Buffer) => lines.push(chunk));
     sock.on('end', () => finish(new Error(`policy service ${socketPath}: closed without a reply`)));
   });
 }

@@ -1,3 +1,4 @@
+import type { ArgRule } from '../../config/types.js';
 import type { FailMode, SurfacePolicy, Verdict } from '../../engine/types.js';
 
 /** Every outcome of a terminal call maps to exactly one code (docs/terminal.md, docs/errors.md). */
@@ -35,13 +36,6 @@ export interface CommandResult {
   policy_reason: string | null;
 }
 
-/** Per-command argument rule: a pattern denies when all its tokens appear in argv, in any order. */
-export interface ArgRule {
-  deny_args: string[];
-  /** Operator's words, appended to the policy_reason when the rule denies. */
-  reason?: string;
-}
-
 /** The commands section as the terminal reads it: the surface policy plus `args`. */
 export interface TerminalCommandsPolicy extends SurfacePolicy {
   args: Record<string, ArgRule>;
@@ -64,18 +58,6 @@ export type PolicySource = () => Promise<TerminalPolicy | null>;
 
 /** Replaces secrets in text with [REDACTED:<kind>] markers. */
 export type Redactor = (text: string) => string;
-
-/** The slice of the Leash decision log the terminal writes to (src/log/decisions.ts). */
-export interface DecisionSink {
-  write(rec: {
-    uid: number;
-    surface: 'commands';
-    action: 'allow' | 'block';
-    reason: string;
-    subject: unknown;
-    rule?: string | null;
-  }): string;
-}
 
 export function result(
   code: ResultCode,

@@ -3,20 +3,15 @@
  * every nested value, allow matching the exact shape, `..` never admitted by accident.
  */
 import { compileLinear, LinearRegexError, type LinearRegex } from './linear-regex.js';
-import { JsonNumber, isObject, jsonType, stringifyAscii, type JsonValue } from './json.js';
-
-export type JsonTypeName = 'string' | 'number' | 'boolean' | 'null' | 'object' | 'array';
-export const JSON_TYPES: readonly JsonTypeName[] = ['string', 'number', 'boolean', 'null', 'object', 'array'];
-
-/** A rule as written: a regex, or a typed rule admitting only values of that JSON type. */
-export type ArgRuleSpec = string | { type?: JsonTypeName; pattern?: string };
-/** Path → rules. A plain list is shorthand for `{ "**": list }`. */
-export type ArgRulesSpec = Record<string, ArgRuleSpec[]> | ArgRuleSpec[];
-/** One tool's argument rules. `allow: "*"` admits any arguments (deny rules still apply). */
-export interface ToolArgsSpec {
-  allow?: ArgRulesSpec | '*';
-  deny?: ArgRulesSpec;
-}
+import { JsonNumber, isObject, jsonType, stringifyAscii, type JsonValue } from '../../jsonl/json.js';
+// The rules as written are the config's data (src/config/tools.ts); this file compiles and applies them.
+import {
+  JSON_TYPES,
+  type ArgRuleSpec,
+  type ArgRulesSpec,
+  type JsonTypeName,
+  type ToolArgsSpec,
+} from '../../config/tools.js';
 
 interface CompiledRule {
   type: JsonTypeName | null;

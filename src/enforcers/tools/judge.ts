@@ -3,26 +3,9 @@
  * refused message). The local judge works from a compiled policy and writes the decision log; the
  * remote judge (socket.ts) asks the running service, which does both under the caller's UID.
  */
-import { formatDecisionTail } from '../../log/decisions.js';
-import type { JsonValue } from './json.js';
+import { formatDecisionTail, type DecisionWriter } from '../../log/decisions.js';
+import type { JsonValue } from '../../jsonl/json.js';
 import { deniedByName, judgeRequest, redactForLog, type CompiledGatePolicy, type Judgment } from './policy.js';
-
-/** The decision log as the cli helper defines it (src/log/decisions.ts). */
-export interface DecisionLog {
-  write(rec: {
-    uid: number;
-    surface: 'tools';
-    action: 'allow' | 'block';
-    reason: string;
-    subject: unknown;
-    rule?: string | null;
-    severity?: 'critical';
-  }): string;
-  /** Writes the line of a record whose formatDecisionTail is `tail` (see src/log/decisions.ts). */
-  writeTail?(action: 'allow' | 'block', tail: string): string;
-  /** Writes lines the log holds back (see createDecisionLog's coalesceAllows). */
-  flush?(): void;
-}
 
 /** A judgment as the gate uses it: the log line's ref travels in the error's data. */
 export type GateJudgment = Judgment & { ref?: string };
@@ -53,7 +36,7 @@ export interface GateEvent {
 const cut = (s: string) => (s.length > 200 ? `${s.slice(0, 200)}…` : s);
 
 export interface LogContext {
-  log: DecisionLog;
+  log: DecisionWriter;
   uid: number;
   logArgs: 'denied' | 'all' | 'none';
   mask: (s: string) => string;
@@ -145,7 +128,7 @@ export function logEvent(ev: GateEvent, ctx: LogContext): string {
 
 export interface LocalJudgeOptions {
   policy: CompiledGatePolicy;
-  log: DecisionLog;
+  log: DecisionWriter;
   /** The subject's UID written in every record (the gate's own UID when run with --policy). */
   uid: number;
   /** Secret masking (the engine's maskSecrets); identity when absent. */

@@ -7,8 +7,17 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { stringify as yamlStringify } from 'yaml';
-import type { ArgRuleSpec } from './args.js';
-import { isObject, JsonNumber, parseStrict, stringifyAscii, type JsonObject, type JsonValue } from './json.js';
+import type { ArgRuleSpec } from '../../config/tools.js';
+import {
+  isObject,
+  JsonNumber,
+  parseStrict,
+  stringifyAscii,
+  type JsonObject,
+  type JsonValue,
+} from '../../jsonl/json.js';
+import { LineReader } from '../../jsonl/lines.js';
+import { MAX_LINE } from './gate/lines.js';
 import { normalizeToolName } from './names.js';
 
 export interface LearnedCall {
@@ -256,14 +265,9 @@ export async function learnScripted(o: {
   child.on('error', (e: NodeJS.ErrnoException) => die(`cannot start the server: ${e.code ?? e.message}`));
   child.on('exit', () => die('the server exited'));
   child.stdin.on('error', () => die('the server closed its input'));
-  let buf: Buffer = Buffer.alloc(0);
-  child.stdout.on('data', (c: Buffer) => {
-    buf = buf.length ? Buffer.concat([buf, c]) : c;
-    let nl: number;
-    while ((nl = buf.indexOf(0x0a)) >= 0) {
-      const line = buf.subarray(0, nl);
-      buf = buf.subarray(nl + 1);
-      if (line.length === 0) continue;
+  const lines = new LineReader(
+    (line) => {
+      if (line.length === 0) return;
       let v: JsonValue;
       try {
         v = parseStrict(line);
@@ -271,19 +275,22 @@ export async function learnScripted(o: {
         o.errout.write(
           `leash mcp learn: skipped a non-JSON line from the server: ${line.toString('utf8').slice(0, 200)}\n`,
         );
-        continue;
+        return;
       }
-      if (!isObject(v)) continue;
+      if (!isObject(v)) return;
       if (typeof v.method === 'string' && v.id !== undefined) {
         // A server-to-client request: we offer no client capabilities, so say so.
         child.stdin.write(
           stringifyAscii({ jsonrpc: '2.0', id: v.id, error: { code: -32601, message: 'not supported' } }) + '\n',
         );
-        continue;
+        return;
       }
       if (typeof v.id === 'number') waiting.get(v.id)?.(v);
-    }
-  });
+    },
+    () => o.errout.write('leash mcp learn: skipped a line from the server longer than 64 MiB\n'),
+    { maxBytes: MAX_LINE },
+  );
+  child.stdout.on('data', (c: Buffer) => lines.push(c));
   const send = (v: JsonObject) => child.stdin.write(stringifyAscii(v) + '\n');
   const request = (method: string, params: JsonObject): Promise<JsonObject> => {
     const id = nextId++;

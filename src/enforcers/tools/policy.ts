@@ -5,43 +5,12 @@
  */
 import type { TOOLS_GATE_REASONS } from '../../errors.js';
 import type { PolicyInput, ToolSubject, ToolsSurfacePolicy, Verdict, FailMode } from '../../engine/types.js';
-import {
-  ArgRuleError,
-  checkArgs,
-  compileToolArgs,
-  type ArgsReason,
-  type CompiledToolArgs,
-  type ToolArgsSpec,
-} from './args.js';
-import { asPlain, isObject, JsonNumber, type JsonObject, type JsonValue } from './json.js';
+import { ArgRuleError, checkArgs, compileToolArgs, type ArgsReason, type CompiledToolArgs } from './args.js';
+import type { ToolsGateFields } from '../../config/tools.js';
+import { asPlain, isObject, JsonNumber, type JsonObject, type JsonValue } from '../../jsonl/json.js';
 import { normalizeToolName, otherSpellingOf } from './names.js';
 
-/** The gate's extension of the config's `tools` section (all optional in YAML). */
-export interface ToolsGateFields {
-  /** Per-tool argument rules, keyed by tool name (compared normalised). */
-  args: Record<string, ToolArgsSpec>;
-  /** A tool without allow rules accepts only empty arguments. */
-  strict_args: boolean;
-  /** Methods whose selector goes through the tool policy; tools/call always does. */
-  policed_methods: string[];
-  /** Methods refused outright (globs, case-insensitive). */
-  deny_methods: string[];
-  /** Strip tools denied by name from tools/list. */
-  hide_denied: boolean;
-  /** Which calls carry their argument values in the decision log. */
-  log_args: 'denied' | 'all' | 'none';
-}
-
 export type ToolsGatePolicy = ToolsSurfacePolicy & ToolsGateFields;
-
-export const GATE_DEFAULTS: ToolsGateFields = {
-  args: {},
-  strict_args: false,
-  policed_methods: ['tools/call'],
-  deny_methods: [],
-  hide_denied: false,
-  log_args: 'denied',
-};
 
 /** What the gate needs from the engine (injected: the engine is built on its own branch). */
 export interface ToolsEngine {

@@ -1,105 +1,13 @@
 /**
- * The YAML shape of the tools gate (a fragment: the config schema owner merges `toolsGateFields`
- * into its `tools` section), and the loader of a `leash mcp --policy FILE`.
+ * The loader of a `leash mcp --policy FILE`: the shape is the config's (src/config/tools.ts,
+ * gatePolicyFileSchema); this file reads the file strictly and says what is wrong, line by line.
  */
-import { z } from 'zod';
+import { GATE_DEFAULTS, gatePolicyFileSchema, toolsGateFields } from '../../config/tools.js';
 import { parseStrictYaml, readPolicyFile, strictProblems } from '../../config/strict-yaml.js';
 import { toolEntryProblem } from '../../engine/tool.js';
 import type { FailMode } from '../../engine/types.js';
 import { LeashError } from '../../errors.js';
-import { GATE_DEFAULTS, GatePolicyError, type ToolsGatePolicy } from './policy.js';
-
-const ruleSpec = z.union([
-  z.string().describe('a regex, matched anywhere in the value (anchor with ^ and $; $ is the end of the value)'),
-  z
-    .strictObject({
-      type: z.enum(['string', 'number', 'boolean', 'null', 'object', 'array']).optional(),
-      pattern: z.string().optional(),
-    })
-    .describe('a typed rule: admits only values of that JSON type (and matching pattern, when given)'),
-]);
-const rulesSpec = z.union([
-  z.array(ruleSpec).describe('shorthand for {"**": [...]}: every value anywhere'),
-  z.record(z.string(), z.array(ruleSpec)).describe('argument path (a.b, *, **) → rules'),
-]);
-
-/**
- * The fields the gate adds to the config's `tools` section, without defaults: the config schema
- * (src/config/schema.ts) wraps each with its own `opt(spec, GATE_DEFAULTS[key])`, so a profile
- * (fragment) carries only what it sets and the full config gets the gate's defaults.
- */
-export const toolsGateSpecs = {
-  args: z
-    .record(
-      z.string(),
-      z.strictObject({
-        allow: z.union([z.literal('*'), rulesSpec]).optional(),
-        deny: rulesSpec.optional(),
-      }),
-    )
-    .describe(
-      'per-tool argument rules by argument path; deny is checked against every nested value, allow must match the exact shape',
-    ),
-  strict_args: z
-    .boolean()
-    .describe('a tool without allow rules accepts only empty arguments ({}), so a bare tool stays bare'),
-  policed_methods: z
-    .array(z.string().min(1))
-    .describe('JSON-RPC methods whose selector (name/uri/ref) goes through the tool policy; tools/call always does'),
-  deny_methods: z
-    .array(z.string().min(1))
-    .describe(
-      'JSON-RPC methods refused outright with -32601 (globs, case-insensitive); matching notifications are dropped',
-    ),
-  hide_denied: z
-    .boolean()
-    .describe('strip tools denied by name from every tools/list page, so the agent never sees them'),
-  log_args: z
-    .enum(['denied', 'all', 'none'])
-    .describe(
-      'which calls carry argument values in the decision log; allowed calls carry secrets, so "denied" by default',
-    ),
-};
-
-/** The gate's fields with the gate's defaults (a `leash mcp --policy FILE`). */
-export const toolsGateFields = {
-  args: toolsGateSpecs.args.default(() => structuredClone(GATE_DEFAULTS.args)),
-  strict_args: toolsGateSpecs.strict_args.default(GATE_DEFAULTS.strict_args),
-  policed_methods: toolsGateSpecs.policed_methods.default(() => structuredClone(GATE_DEFAULTS.policed_methods)),
-  deny_methods: toolsGateSpecs.deny_methods.default(() => structuredClone(GATE_DEFAULTS.deny_methods)),
-  hide_denied: toolsGateSpecs.hide_denied.default(GATE_DEFAULTS.hide_denied),
-  log_args: toolsGateSpecs.log_args.default(GATE_DEFAULTS.log_args),
-};
-
-const inspectAction = z.enum(['block', 'log', 'allow']);
-
-/** A `leash mcp --policy FILE`: a leash.yaml (or a fragment) with a tools section. */
-export const gatePolicyFileSchema = z.strictObject({
-  fail_mode: z.enum(['closed', 'open']).catch('closed').default('closed'),
-  tools: z.strictObject({
-    mode: z.enum(['whitelist', 'blacklist']).default('whitelist'),
-    allow: z.array(z.string().min(1)).default([]),
-    deny: z.array(z.string().min(1)).default([]),
-    inspect: z
-      .strictObject({
-        secrets: inspectAction.default('block'),
-        pii: inspectAction.default('log'),
-        priv_esc: inspectAction.default('block'),
-      })
-      .default({ secrets: 'block', pii: 'log', priv_esc: 'block' }),
-    ...toolsGateFields,
-  }),
-  logging: z.object({ decisions: z.string().optional() }).loose().optional(),
-  // A whole leash.yaml is a policy file too: its other sections are accepted and not read here.
-  user: z.unknown().optional(),
-  network: z.unknown().optional(),
-  filesystem: z.unknown().optional(),
-  commands: z.unknown().optional(),
-  enforcers: z.unknown().optional(),
-  // Notes (learn writes them); never read.
-  _comment: z.unknown().optional(),
-  _not_called: z.unknown().optional(),
-});
+import { GatePolicyError, type ToolsGatePolicy } from './policy.js';
 
 const KNOWN = [
   'mode',

@@ -16,17 +16,30 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { loadNative } from '../../native.js';
-import { logEvent, logJudgment, type DecisionLog, type GateEvent, type GateJudge, type GateJudgment } from './judge.js';
-import { fromPlain, isObject, parseStrict, stringifyAscii, toPlain, type JsonObject, type JsonValue } from './json.js';
+import type { DecisionWriter } from '../../log/decisions.js';
+import { logEvent, logJudgment, type GateEvent, type GateJudge, type GateJudgment } from './judge.js';
+import {
+  fromPlain,
+  isObject,
+  parseStrict,
+  stringifyAscii,
+  toPlain,
+  type JsonObject,
+  type JsonValue,
+} from '../../jsonl/json.js';
+import { LineReader } from '../../jsonl/lines.js';
 import { deniedByName, judgeRequest, type CompiledGatePolicy } from './policy.js';
 
 /** Where the service listens by default. */
 export const DEFAULT_TOOLS_SOCKET = '/run/leash/tools.sock';
 
+/** A line on the socket longer than this ends the connection (the gate's own line limit). */
+const MAX_SOCKET_LINE = 64 * 1024 * 1024;
+
 export interface ToolsSocketServerOptions {
   /** The subject's compiled gate policy, or null (no policy: every policed call is denied). */
   policyForUid(uid: number): CompiledGatePolicy | null;
-  log: DecisionLog;
+  log: DecisionWriter;
   /** Socket path (default /run/leash/tools.sock). Its directory must exist. */
   path?: string;
   /** Secret masking for logged arguments (the engine's maskSecrets). */
@@ -86,7 +99,6 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
       sock.destroy();
       return;
     }
-    let buf: Buffer = Buffer.alloc(0);
     const send = (v: JsonValue) => {
       if (!sock.destroyed) sock.write(stringifyAscii(v) + '\n');
     };
@@ -160,17 +172,14 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
           sock.destroy();
       }
     };
-    sock.on('data', (chunk: Buffer) => {
-      buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-      let nl: number;
-      while ((nl = buf.indexOf(0x0a)) >= 0) {
-        const line = buf.subarray(0, nl);
-        buf = buf.subarray(nl + 1);
-        handle(line);
-        if (sock.destroyed) return;
-      }
-      if (buf.length > 64 * 1024 * 1024) sock.destroy();
-    });
+    const lines = new LineReader(
+      (line) => {
+        if (!sock.destroyed) handle(line);
+      },
+      () => sock.destroy(),
+      { maxBytes: MAX_SOCKET_LINE },
+    );
+    sock.on('data', (chunk: Buffer) => lines.push(chunk));
   });
 
   await new Promise<void>((resolve, reject) => {
@@ -208,27 +217,25 @@ export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promis
   let seq = 0;
   const waiting = new Map<number, { resolve: (v: JsonObject) => void; reject: (e: Error) => void }>();
   let dead: Error | null = null;
-  let buf: Buffer = Buffer.alloc(0);
-  sock.on('data', (chunk: Buffer) => {
-    buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-    let nl: number;
-    while ((nl = buf.indexOf(0x0a)) >= 0) {
-      const line = buf.subarray(0, nl);
-      buf = buf.subarray(nl + 1);
+  const lines = new LineReader(
+    (line) => {
       let v: JsonValue;
       try {
         v = parseStrict(line);
       } catch {
-        continue;
+        return;
       }
-      if (!isObject(v) || typeof v.seq !== 'number') continue;
+      if (!isObject(v) || typeof v.seq !== 'number') return;
       const w = waiting.get(v.seq);
       if (w) {
         waiting.delete(v.seq);
         w.resolve(v);
       }
-    }
-  });
+    },
+    () => undefined,
+    { maxBytes: MAX_SOCKET_LINE },
+  );
+  sock.on('data', (chunk: Buffer) => lines.push(chunk));
   const die = (e: Error) => {
     dead = e;
     for (const w of waiting.values()) w.reject(e);

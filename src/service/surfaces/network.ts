@@ -7,7 +7,7 @@
  */
 import type { Config } from '../../config/types.js';
 import { toPolicyInput } from '../../config/policy-input.js';
-import { compilePolicy, decide, type CompiledPolicy } from '../../engine/index.js';
+import { compilePolicy, decide, decideDnsName, type CompiledPolicy } from '../../engine/index.js';
 import {
   hostResolvers,
   startNetworkEnforcer,
@@ -109,11 +109,16 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
   const net = await startNetworkEnforcer<CompiledPolicy>({
     runner,
     decide,
+    decideDns: decideDnsName,
     log: o.decisions,
     resolvers,
     udp: c.network.udp,
     expectedSubjects: o.expectedSubjects,
     warn: (m) => logger.warn(m),
+    dns: {
+      refuse: c.network.dns_refuse,
+      onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message),
+    },
     proxy: {
       // Under its own component, rate-limited per stage and code (a failing upstream is one line per window,
       // with the count of the ones held back).

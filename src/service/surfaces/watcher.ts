@@ -4,7 +4,7 @@
  * the filesystem before any other surface lets it through.
  */
 import type { Config } from '../../config/types.js';
-import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks } from '../../enforcers/fs/index.js';
+import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks } from '../../enforcers/watcher/index.js';
 import type { LeashError } from '../../errors.js';
 import type { WatcherSubject } from '../../native.js';
 import type { Action } from '../plan.js';

@@ -3,7 +3,7 @@
  * checked natively and forwarded as it came), batches are split, the envelope is checked, and a
  * request or notification goes to the judging hand-off; a response answers a server request.
  */
-import { idKey, isObject, JsonError, parseStrict, type JsonObject, type JsonValue } from '../json.js';
+import { idKey, isObject, JsonError, parseStrict, type JsonObject, type JsonValue } from '../../../jsonl/json.js';
 import { plainRequest } from '../scan.js';
 import { judgeNotification, judgeRequest } from './judging.js';
 import { envelopeProblem, has, printable, rpcError, validId } from './messages.js';

@@ -4,7 +4,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import type { GateJudgment } from '../judge.js';
-import { idKey, isObject, type JsonObject } from '../json.js';
+import { idKey, isObject, type JsonObject } from '../../../jsonl/json.js';
 import { normalizeToolName } from '../names.js';
 import { armDeadline } from './deadlines.js';
 import { maybeShutdown } from './lifecycle.js';

@@ -1,65 +1,11 @@
 /**
- * Framing primitives of the gate, knowing nothing of JSON-RPC: the line reader (LF-terminated
- * lines out of a byte stream, with the size limit), the sequencer that handles lines one at a time
- * in arrival order, and the per-pipe queue the gate's output is coalesced in.
+ * Framing primitives of the gate, knowing nothing of JSON-RPC: the size limit of its lines (read
+ * by the one line reader, src/jsonl/lines.ts), the sequencer that handles lines one at a time in
+ * arrival order, and the per-pipe queue the gate's output is coalesced in.
  */
 
 /** Lines longer than this are refused (and skipped up to the next newline). */
 export const MAX_LINE = 64 * 1024 * 1024;
-
-/** Splits a byte stream into LF-terminated lines without decoding (UTF-8 is validated per line). */
-export class LineSplitter {
-  private parts: Buffer[] = [];
-  private size = 0;
-  private skipping = false;
-  constructor(
-    private onLine: (line: Buffer) => void,
-    private onOversize: () => void,
-  ) {}
-  push(chunk: Buffer): void {
-    let start = 0;
-    for (;;) {
-      const nl = chunk.indexOf(0x0a, start);
-      if (nl < 0) break;
-      const piece = chunk.subarray(start, nl);
-      start = nl + 1;
-      if (this.skipping) {
-        this.skipping = false;
-        this.parts = [];
-        this.size = 0;
-        continue;
-      }
-      let line: Buffer;
-      if (this.size === 0) line = piece;
-      else {
-        this.parts.push(piece);
-        line = Buffer.concat(this.parts);
-        this.parts = [];
-        this.size = 0;
-      }
-      this.onLine(line);
-    }
-    if (start < chunk.length && !this.skipping) {
-      const rest = chunk.subarray(start);
-      this.size += rest.length;
-      if (this.size > MAX_LINE) {
-        this.skipping = true;
-        this.parts = [];
-        this.size = 0;
-        this.onOversize();
-      } else this.parts.push(Buffer.from(rest));
-    }
-  }
-  /** The final line without a LF (a client that ends without one still sent it). */
-  end(): void {
-    if (this.size > 0 && !this.skipping) {
-      const line = Buffer.concat(this.parts);
-      this.parts = [];
-      this.size = 0;
-      this.onLine(line);
-    }
-  }
-}
 
 /**
  * Runs `handle(ctx, item)` one item at a time in arrival order; synchronous handlers never allocate

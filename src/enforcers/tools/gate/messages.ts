@@ -2,7 +2,7 @@
  * Small JSON-RPC helpers both relays use: the error answer, the envelope check, id validity, and
  * the printable excerpt of a line quoted in a human-readable message.
  */
-import { idKey, type JsonObject, type JsonValue } from '../json.js';
+import { idKey, type JsonObject, type JsonValue } from '../../../jsonl/json.js';
 import { ENVELOPE } from '../policy.js';
 import { otherSpellingOf } from '../names.js';
 

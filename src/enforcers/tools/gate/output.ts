@@ -4,7 +4,7 @@
  * (a server that stops reading its input is a stall, handed to the lifecycle).
  */
 import { performance } from 'node:perf_hooks';
-import { stringifyAscii, type JsonValue } from '../json.js';
+import { stringifyAscii, type JsonValue } from '../../../jsonl/json.js';
 import type { GateState } from './state.js';
 
 // Output is coalesced per input chunk: every message produced while handling one chunk read from

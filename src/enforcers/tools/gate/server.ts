@@ -3,7 +3,15 @@
  * pending request is checked natively and forwarded as it came), checked against the request it
  * answers, shown to the observer, and a tools/list result has the denied tools taken out.
  */
-import { idKey, isObject, JsonError, parseStrict, stringifyAscii, type JsonObject, type JsonValue } from '../json.js';
+import {
+  idKey,
+  isObject,
+  JsonError,
+  parseStrict,
+  stringifyAscii,
+  type JsonObject,
+  type JsonValue,
+} from '../../../jsonl/json.js';
 import { otherSpellingOf } from '../names.js';
 import { plainResponseKey } from '../scan.js';
 import { maybeShutdown, maybeShutdownSoon } from './lifecycle.js';

@@ -6,9 +6,10 @@
 import type { ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import type { GateJudge } from '../judge.js';
-import type { JsonValue } from '../json.js';
+import type { JsonValue } from '../../../jsonl/json.js';
 import type { LineScanner } from '../scan.js';
-import { LineSplitter, OutQueue, Sequencer } from './lines.js';
+import { LineReader } from '../../../jsonl/lines.js';
+import { MAX_LINE, OutQueue, Sequencer } from './lines.js';
 import type { GateObserver, McpGateOptions } from './types.js';
 
 /** A client request the server has taken and the gate waits an answer for. */
@@ -64,8 +65,8 @@ export class GateState {
   // ---- framing ----
   readonly clientSeq: Sequencer<GateState, Buffer>;
   readonly serverSeq: Sequencer<GateState, Buffer>;
-  readonly clientLines: LineSplitter;
-  readonly serverLines: LineSplitter;
+  readonly clientLines: LineReader;
+  readonly serverLines: LineReader;
   readonly serverOut = new OutQueue();
   readonly clientOut = new OutQueue();
   flushQueued = false;
@@ -103,13 +104,15 @@ export class GateState {
     this.sout = child.stdout!;
     this.clientSeq = new Sequencer<GateState, Buffer>(parts.clientLine, this);
     this.serverSeq = new Sequencer<GateState, Buffer>(parts.serverLine, this);
-    this.clientLines = new LineSplitter(
+    this.clientLines = new LineReader(
       (l) => this.clientSeq.push(l),
       () => parts.clientLineTooLong(this),
+      { maxBytes: MAX_LINE },
     );
-    this.serverLines = new LineSplitter(
+    this.serverLines = new LineReader(
       (l) => this.serverSeq.push(l),
       () => parts.serverLineTooLong(this),
+      { maxBytes: MAX_LINE },
     );
     this.flushAll = () => parts.flushAll(this);
     this.onFlushed = () => {

@@ -1,7 +1,7 @@
 /** The gate's public interface: its options, the observer `leash mcp --learn` plugs in, the handle. */
 import type { Readable, Writable } from 'node:stream';
 import type { GateJudge } from '../judge.js';
-import type { JsonValue } from '../json.js';
+import type { JsonValue } from '../../../jsonl/json.js';
 import type { LineScanner } from '../scan.js';
 
 export interface GateObserver {

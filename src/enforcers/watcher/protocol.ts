@@ -1,0 +1,59 @@
+// The map protocol between the service (supervisor) and the watcher: JSON lines over
+// the watcher's fd 3. Every request carries an id and is acknowledged with that id.
+import { LineReader } from '../../jsonl/lines.js';
+import type { FsCmdPolicy, WatcherSubject } from '../../native.js';
+
+export type ToWatcher =
+  | { id: number; op: 'init'; subjects: WatcherSubject[]; watch: string[] }
+  | { id: number; op: 'set'; subject: WatcherSubject }
+  | { id: number; op: 'status' }
+  /** Reopen the decision log by its path (after a rename-style rotation). */
+  | { id: number; op: 'reopen' }
+  /** Test hook: honoured only when the watcher runs with LEASH_TEST_WEDGE_JS=1. */
+  | { id: number; op: 'wedge' }
+  /** Test hook (same switch): the watcher opens and reads a file itself, e.g. on its own marked filesystem. */
+  | { id: number; op: 'selfopen'; path: string };
+
+export interface WatcherStatus {
+  pid: number;
+  /** Paths a FAN_MARK_FILESYSTEM mark was put on (one per filesystem). */
+  marks: string[];
+  /** Roots whose filesystem could not be marked, with the errno code. */
+  markErrors: { path: string; code: string }[];
+  subjects: number;
+  droppedAllows: number;
+  stats: Record<string, number | boolean>;
+}
+
+export type FromWatcher =
+  | { id: number; ok: true; status?: WatcherStatus; bytes?: number }
+  | { id: number; ok: false; error: string; code?: string };
+
+export type { FsCmdPolicy, WatcherSubject };
+
+/** A map-protocol line longer than this is refused (the whole starting map is one `init` line). */
+const MAX_MAP_LINE = 256 * 1024 * 1024;
+
+/**
+ * Splits a byte stream into JSON lines (the one line reader, src/jsonl/lines.ts); calls `on` for
+ * each parsed message and `onBad` for a line that is not JSON or is over the limit.
+ */
+export function lineReader<T>(on: (msg: T) => void, onBad: (line: string) => void): (chunk: Buffer | string) => void {
+  const lines = new LineReader(
+    (bytes) => {
+      const line = bytes.toString('utf8');
+      if (!line.trim()) return;
+      let msg: T;
+      try {
+        msg = JSON.parse(line) as T;
+      } catch {
+        onBad(line);
+        return;
+      }
+      on(msg);
+    },
+    () => onBad(`(a line over ${MAX_MAP_LINE} bytes)`),
+    { maxBytes: MAX_MAP_LINE },
+  );
+  return (chunk) => lines.push(chunk);
+}

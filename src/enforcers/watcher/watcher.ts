@@ -1,0 +1,157 @@
+// The watcher's JavaScript side: holds the UID -> policy map, hands snapshots to the
+// native loop, puts marks on every filesystem a subject's paths live on (and re-scans
+// for new ones), and writes the decision-log lines the loop formatted to the log.
+import fs from 'node:fs';
+import path from 'node:path';
+import type { NativeAddon, NativeWatcher, WatcherSubject } from '../../native.js';
+import { parseMountinfo, policyRoots } from './policy.js';
+import type { WatcherStatus } from './protocol.js';
+
+export interface WatcherCoreOptions {
+  native: NativeAddon;
+  /**
+   * The decision log: `writeLines` gets a drain's whole lines (formatted by the native loop exactly
+   * as `formatDecision` would, see native/decisionline.cc) for one write(2).
+   */
+  log: { writeLines(lines: Buffer): void };
+  /** Structured warnings (the journal). */
+  warn: (obj: Record<string, unknown>) => void;
+  /** Stay awake this long after an event of a burst, yielding, before sleeping (default 20; see native/fanotify_loop.cc). */
+  spinUs?: number;
+  nice?: number;
+  watchdogMs?: number;
+  identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
+  /** Pending allow records beyond this are counted, not written (denies always are). */
+  queueAllows?: number;
+  /** How often queued records are drained when the loop has not woken JavaScript (default 100 ms). */
+  drainMs?: number;
+  /** How often new filesystems under a root are looked for. */
+  rescanMs?: number;
+  readMountinfo?: () => string;
+}
+
+export interface WatcherCore {
+  /** Loads the starting map, starts the loop, then puts the marks on. */
+  init(subjects: WatcherSubject[], watch: string[]): void;
+  /** Replaces one subject's entry (a subject is never removed: null policy denies). */
+  set(subject: WatcherSubject): void;
+  status(): WatcherStatus;
+  close(): void;
+}
+
+function errnoCode(e: unknown): string {
+  return (e as { code?: string }).code ?? 'EUNKNOWN';
+}
+
+/** Creates the watcher core around one native Watcher (one fanotify group). */
+export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
+  const subjects = new Map<number, WatcherSubject>();
+  let watch: string[] = [];
+  const marked = new Map<number, string>(); // st_dev -> the path the mark was put on
+  const markErrors = new Map<string, string>();
+  let droppedAllows = 0;
+  let timers: NodeJS.Timeout[] = [];
+  const readMountinfo = opts.readMountinfo ?? (() => fs.readFileSync('/proc/self/mountinfo', 'utf8'));
+
+  const drain = (): void => {
+    const { lines, droppedAllows: dropped } = w.drain();
+    if (lines.length > 0) opts.log.writeLines(lines);
+    if (dropped > 0) {
+      droppedAllows += dropped;
+      opts.warn({ msg: 'allow records counted instead of written (log pressure)', count: dropped });
+    }
+  };
+
+  const w: NativeWatcher = new opts.native.Watcher({
+    onRecords: drain,
+    watchdogMs: opts.watchdogMs ?? 10_000,
+    spinUs: opts.spinUs ?? 20,
+    nice: opts.nice ?? 0,
+    identity: opts.identity ?? 'pidfd-cache',
+    queueAllows: opts.queueAllows ?? 4096,
+  });
+
+  const apply = (): void => {
+    w.setSubjects([...subjects.values()]);
+  };
+
+  const tryMark = (p: string): void => {
+    let dev: number;
+    try {
+      dev = fs.statSync(p).dev;
+    } catch {
+      return;
+    }
+    if (marked.has(dev)) return;
+    try {
+      w.mark(p, 'filesystem');
+      marked.set(dev, p);
+      markErrors.delete(p);
+    } catch (e) {
+      if (!markErrors.has(p)) opts.warn({ msg: 'cannot mark filesystem', path: p, code: errnoCode(e) });
+      markErrors.set(p, errnoCode(e));
+    }
+  };
+
+  /** Marks the filesystem of every root (its nearest existing ancestor) and every mount beneath a root. */
+  const rescan = (): void => {
+    const roots = new Set<string>(watch.map((p) => path.resolve(p)));
+    for (const s of subjects.values()) for (const r of policyRoots(s.policy)) roots.add(r);
+    for (const r of roots) {
+      let p = r;
+      while (p !== '/' && !fs.existsSync(p)) p = path.dirname(p);
+      tryMark(p);
+    }
+    let mounts;
+    try {
+      mounts = parseMountinfo(readMountinfo());
+    } catch {
+      return;
+    }
+    for (const m of mounts) {
+      for (const r of roots) {
+        if (r !== '/' && (m.mountPoint === r || m.mountPoint.startsWith(r + '/'))) tryMark(m.mountPoint);
+      }
+    }
+  };
+
+  return {
+    init(list, watchPaths) {
+      for (const s of list) subjects.set(s.uid, s);
+      watch = [...watchPaths];
+      apply();
+      // The loop answers before the first mark exists, so no event ever waits for a thread.
+      w.start();
+      rescan();
+      // The loop coalesces its wake-ups (a deny or a full batch at once, else at most one per 20 ms), so allows
+      // queued just after a wake wait for this timer rather than for the next deny.
+      timers = [
+        setInterval(rescan, opts.rescanMs ?? 3000),
+        setInterval(() => w.heartbeat(), 1000),
+        setInterval(drain, opts.drainMs ?? 100),
+      ];
+      w.heartbeat();
+    },
+    set(s) {
+      subjects.set(s.uid, s);
+      apply();
+      rescan();
+    },
+    status() {
+      return {
+        pid: process.pid,
+        marks: [...marked.values()].sort(),
+        markErrors: [...markErrors].map(([p, code]) => ({ path: p, code })),
+        subjects: subjects.size,
+        droppedAllows,
+        stats: w.stats() as unknown as Record<string, number | boolean>,
+      };
+    },
+    close() {
+      for (const t of timers) clearInterval(t);
+      timers = [];
+      drain();
+      w.close();
+    },
+  };
+}
