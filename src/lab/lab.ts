@@ -181,6 +181,8 @@ export interface LabOptions {
   /** Unique per helper and run: namespaces are lt-<id>-a / lt-<id>-u. */
   id: string;
   hosts?: LabHost[];
+  /** Soak: a TLS port in the upstream namespace whose connections stay open and echo (UpstreamConfig.holdTls). */
+  holdTls?: number;
   /** Bench: a bulk source port in the upstream namespace (see UpstreamConfig.bulk). */
   bulk?: { port: number; bytes: number };
   /** Log every message the lab resolver receives (default true; a benchmark turns it off). */
@@ -351,6 +353,7 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
       dns: [LAB.dnsV4, LAB.dnsV6, ...(hosts.some((h) => h.v4 === LAB.rogueDnsV4) ? [LAB.rogueDnsV4] : [])],
       names,
       bulk: opts.bulk,
+      holdTls: opts.holdTls,
       ...(opts.dnsLog === false ? {} : { dnsLog: path.join(dir, 'dns-queries.jsonl') }),
     };
     const upCfgPath = path.join(dir, 'upstream.json');
