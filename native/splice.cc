@@ -32,7 +32,11 @@ namespace {
 constexpr int kPipeSize = 1 << 20;
 constexpr uint64_t kGrowAfter = 1 << 20;
 
-/** One direction: in -> pipe -> out. Half-close: EOF on `in` becomes shutdown(out, SHUT_WR). */
+/**
+ * One direction: in -> pipe -> out. Half-close: EOF on `in` becomes shutdown(out, SHUT_WR). The pipe is held
+ * only while it holds bytes (the out side would block): an idle direction holds none, so a spliced connection
+ * costs its two sockets, not six descriptors, and the pipes in use are bounded by the directions in flight.
+ */
 struct Dir {
   int in = -1;
   int out = -1;
@@ -41,7 +45,7 @@ struct Dir {
   size_t inPipe = 0;
   bool eofIn = false;
   bool done = false;
-  bool grown = false;
+  bool growTried = false;
   uint64_t bytes = 0;
 };
 
@@ -66,13 +70,13 @@ struct Done {
 
 enum class Step { kWaitIn, kWaitOut, kDone, kError };
 
-// Empty pipes of finished pairs are kept for the next connection: two pipe2() and four close() per
-// connection are a measurable part of a short connection's cost on this kind of VM.
-constexpr size_t kPoolMax = 256;
+// Empty pipes are shared: a direction takes one from the pool when it has bytes to move and gives it back
+// as soon as it is empty again. The pool is bounded; pipe2() and close() per transfer would otherwise be a
+// measurable part of a short connection's cost on this kind of VM.
+constexpr size_t kPoolMax = 128;
 struct PooledPipe {
   int fds[2];
   size_t cap;
-  bool grown;
 };
 std::mutex poolMu;
 std::vector<PooledPipe> pool;
@@ -86,10 +90,10 @@ bool OpenPipe(Dir& d) {
       d.pipe[0] = p.fds[0];
       d.pipe[1] = p.fds[1];
       d.cap = p.cap;
-      d.grown = p.grown;
       return true;
     }
   }
+  d.cap = 65536;
   return pipe2(d.pipe, O_CLOEXEC | O_NONBLOCK) == 0;
 }
 
@@ -98,7 +102,7 @@ void ReleasePipe(Dir& d) {
   if (d.pipe[0] >= 0 && d.inPipe == 0) {
     std::lock_guard<std::mutex> lock(poolMu);
     if (pool.size() < kPoolMax) {
-      pool.push_back({{d.pipe[0], d.pipe[1]}, d.cap, d.grown});
+      pool.push_back({{d.pipe[0], d.pipe[1]}, d.cap});
       d.pipe[0] = d.pipe[1] = -1;
       return;
     }
@@ -110,10 +114,10 @@ void ReleasePipe(Dir& d) {
 }
 
 void MaybeGrow(Dir& d) {
-  if (d.grown || d.bytes < kGrowAfter) return;
-  d.grown = true;
+  if (d.growTried || d.bytes < kGrowAfter || d.cap >= static_cast<size_t>(kPipeSize)) return;
   int got = fcntl(d.pipe[1], F_SETPIPE_SZ, kPipeSize);
   if (got > 0) d.cap = static_cast<size_t>(got);
+  else d.growTried = true;  // over the user's pipe-buffer limit: keep the size it has
 }
 
 
@@ -133,12 +137,18 @@ Step Pump(Dir& d, int* err) {
       *err = n < 0 ? errno : EPIPE;
       return Step::kError;
     }
-    MaybeGrow(d);
     if (d.eofIn) {
       shutdown(d.out, SHUT_WR);
       d.done = true;
+      ReleasePipe(d);
       return Step::kDone;
     }
+    // Out of descriptors (EMFILE/ENFILE) or memory: this connection fails, the pump and the others go on.
+    if (d.pipe[0] < 0 && !OpenPipe(d)) {
+      *err = errno;
+      return Step::kError;
+    }
+    MaybeGrow(d);
     ssize_t n = splice(d.in, nullptr, d.pipe[1], nullptr, d.cap, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
     if (n > 0) {
       d.inPipe += static_cast<size_t>(n);
@@ -147,7 +157,8 @@ Step Pump(Dir& d, int* err) {
     } else if (errno == EINTR) {
       continue;
     } else if (errno == EAGAIN) {
-      return Step::kWaitIn;  // the pipe is empty here, so it is the socket that has nothing
+      ReleasePipe(d);  // empty here: it is the socket that has nothing; the pipe goes back to the pool
+      return Step::kWaitIn;
     } else {
       *err = errno;
       return Step::kError;
@@ -202,14 +213,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     p->ab.out = b;
     p->ba.in = b;
     p->ba.out = a;
-    if (!OpenPipe(p->ab) || !OpenPipe(p->ba)) {
-      int e = errno;
-      ReleasePipe(p->ab);
-      ReleasePipe(p->ba);
-      delete p;
-      ErrnoError(env, e, "pipe2").ThrowAsJavaScriptException();
-      return env.Undefined();
-    }
+    // No pipe yet: a direction takes one from the shared pool when it first has bytes to move.
     {
       std::lock_guard<std::mutex> lock(mu_);
       p->id = ++nextId_;

@@ -180,6 +180,12 @@ export const ENTRY_PROBLEMS = {
  */
 export const PROXY_REASONS = {
   ambiguous_host: 'the HTTP head names two different hosts; a server could pick either',
+  ech_refused:
+    'a TLS ClientHello carrying encrypted_client_hello (its outer name says nothing of the real destination), under network.ech: refuse',
+  http_host_changed:
+    'a later request on a kept-alive plain-HTTP connection names another host than the one judged: answered 403, connection closed',
+  http_malformed:
+    'a plain-HTTP request the strict framer cannot frame exactly (smuggling shapes, bad chunking, oversized head): answered 400, closed',
   no_original_dst: 'SO_ORIGINAL_DST could not be read, so the connection cannot be shown to be redirected (critical)',
   not_redirected: 'a direct connection to a proxy listener, or to the reserved loopback range 18000-18999 (critical)',
   resolve_failed: 'a name-decided allow whose name did not resolve through the configured resolvers',

@@ -117,6 +117,12 @@ function build<F extends boolean>(fragment: F) {
           ),
         'refused',
       ),
+      ech: z
+        .enum(['refuse', 'allow'], { error: 'must be refuse or allow' })
+        .optional()
+        .describe(
+          'a TLS ClientHello carrying encrypted_client_hello: refuse = reset it (its outer name says nothing of the real destination); allow = judge it by the outer name. Absent: refuse in whitelist mode, allow in blacklist mode',
+        ),
     },
     'the network surface: TCP over IPv4 and IPv6 through the transparent proxy, UDP by filter',
   );

@@ -19,6 +19,8 @@ export interface Config {
     udp: 'drop' | 'allow';
     /** What the DNS forwarder answers for a name the policy refuses. */
     dns_refuse: 'refused' | 'nxdomain';
+    /** ClientHellos with encrypted_client_hello: absent = refuse in whitelist mode, allow in blacklist mode. */
+    ech?: 'refuse' | 'allow';
   };
   filesystem: SurfacePolicy & {
     /** Extra paths whose filesystems are marked even when no entry names them. */

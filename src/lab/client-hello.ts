@@ -29,3 +29,31 @@ export async function captureHello(servername: string | undefined, extra: tls.Co
   server.close();
   return hello;
 }
+
+/**
+ * A ClientHello (one record, as `captureHello` returns it) with one more extension appended, every length
+ * (record, handshake, extensions) fixed up: e.g. encrypted_client_hello (0xfe0d) for the ECH tests.
+ */
+export function withExtension(hello: Buffer, type: number, body: Buffer): Buffer {
+  if (hello[0] !== 0x16 || hello[5] !== 0x01) throw new Error('not a single-record ClientHello');
+  const hs = Buffer.from(hello.subarray(5, 5 + hello.readUInt16BE(3)));
+  // body: version(2) random(32) session_id<1> cipher_suites<2> compression<1> extensions<2>
+  let p = 4 + 34;
+  p += 1 + hs[p]!;
+  p += 2 + hs.readUInt16BE(p);
+  p += 1 + hs[p]!;
+  const extLen = hs.readUInt16BE(p);
+  const ext = Buffer.alloc(4 + body.length);
+  ext.writeUInt16BE(type, 0);
+  ext.writeUInt16BE(body.length, 2);
+  body.copy(ext, 4);
+  const out = Buffer.concat([hs.subarray(0, p + 2 + extLen), ext, hs.subarray(p + 2 + extLen)]);
+  out.writeUInt16BE(extLen + ext.length, p);
+  const hsLen = out.length - 4;
+  out[1] = (hsLen >> 16) & 0xff;
+  out.writeUInt16BE(hsLen & 0xffff, 2);
+  const rec = Buffer.alloc(5);
+  hello.copy(rec, 0, 0, 3);
+  rec.writeUInt16BE(out.length, 3);
+  return Buffer.concat([rec, out]);
+}

@@ -60,17 +60,23 @@ export interface EnforcerHandle {
   decisions(): DecisionRecord[];
   /** Rewrites the spec and sends SIGHUP; resolves when the enforcer says it reloaded. */
   reload(spec: LabEnforcerSpec): Promise<void>;
+  /** True while the enforcer process runs. */
+  alive(): boolean;
   /** SIGTERM: the enforcer releases its chains and exits. Resolves with its exit code. */
   stop(): Promise<number | null>;
   stderr(): string;
 }
 
 export interface LabEnforcerSpec {
-  subjects: { uid: number; port: number; policy: PolicyInput | null }[];
+  subjects: { uid: number; port: number; policy: PolicyInput | null; ech?: 'refuse' | 'allow' }[];
   udp?: 'drop' | 'allow';
   peekTimeoutMs?: number;
   /** What a subject without a policy answers under (default closed). */
   failMode?: 'closed' | 'open';
+  maxConnections?: number;
+  maxPerSubject?: number;
+  /** RLIMIT_NOFILE of the enforcer process (soft and hard; a descriptor-exhaustion test). */
+  nofile?: number;
 }
 
 /** One message the lab resolver received: transport, the address it arrived at, the sender, and its question. */
@@ -97,6 +103,14 @@ export interface Lab {
   defer(what: string, fn: () => unknown): void;
   createUser(name: string): Promise<LabUser>;
   startEnforcer(spec: LabEnforcerSpec): Promise<EnforcerHandle>;
+  /**
+   * Starts a small TCP service as root inside the agent (`agent`) or upstream namespace: on each `ports` entry it
+   * answers `svc:<port>\n` and closes; a `banner` port speaks first (`220 banner`) and closes 100 ms later.
+   */
+  serve(
+    where: 'agent' | 'upstream',
+    listen: { host: string; port: number; banner?: boolean; hold?: boolean }[],
+  ): Promise<void>;
   /** Every message the lab resolver received so far (its own log; empty when built with dnsLog: false). */
   dnsQueries(): LabDnsQuery[];
   /** Runs probes as `user` (or as root when null) inside the agent namespace. */
@@ -167,6 +181,8 @@ export interface LabOptions {
   /** Unique per helper and run: namespaces are lt-<id>-a / lt-<id>-u. */
   id: string;
   hosts?: LabHost[];
+  /** Soak: a TLS port in the upstream namespace whose connections stay open and echo (UpstreamConfig.holdTls). */
+  holdTls?: number;
   /** Bench: a bulk source port in the upstream namespace (see UpstreamConfig.bulk). */
   bulk?: { port: number; bytes: number };
   /** Log every message the lab resolver receives (default true; a benchmark turns it off). */
@@ -337,6 +353,7 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
       dns: [LAB.dnsV4, LAB.dnsV6, ...(hosts.some((h) => h.v4 === LAB.rogueDnsV4) ? [LAB.rogueDnsV4] : [])],
       names,
       bulk: opts.bulk,
+      holdTls: opts.holdTls,
       ...(opts.dnsLog === false ? {} : { dnsLog: path.join(dir, 'dns-queries.jsonl') }),
     };
     const upCfgPath = path.join(dir, 'upstream.json');
@@ -408,6 +425,7 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
           'netns',
           'exec',
           agentNs,
+          ...(spec.nofile ? ['prlimit', `--nofile=${spec.nofile}:${spec.nofile}`, '--'] : []),
           process.execPath,
           // e.g. LEASH_LAB_NODE_ARGS=--cpu-prof to profile the enforcer under a benchmark
           ...(process.env.LEASH_LAB_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
@@ -439,8 +457,27 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
             child.kill('SIGHUP');
           }),
         stop: () => stopChild(child),
+        alive: () => child.exitCode === null && child.signalCode === null,
         stderr: err,
       };
+    },
+    async serve(where, listen) {
+      const script = `
+const net = require('node:net');
+const spec = ${JSON.stringify(listen)};
+let up = 0;
+for (const l of spec) {
+  const srv = net.createServer((s) => {
+    s.on('error', () => {});
+    if (l.hold) return;
+    if (l.banner) { s.write('220 banner\\r\\n'); setTimeout(() => s.end(), 100); }
+    else s.end('svc:' + l.port + '\\n');
+  });
+  srv.listen(l.port, l.host, () => { if (++up === spec.length) process.stdout.write('ready\\n'); });
+}`;
+      const ns = where === 'agent' ? agentNs : upstreamNs;
+      const { child } = await spawnReady(['ip', 'netns', 'exec', ns, process.execPath, '-e', script], 'lab service');
+      defer(`stop lab service pid ${child.pid}`, () => stopChild(child));
     },
     async probe(user, probes) {
       const script = path.join(dir, 'probe.mjs');

@@ -12,12 +12,18 @@ import tls from 'node:tls';
 export type Probe =
   | { kind: 'tls'; host: string; port: number; servername?: string }
   | { kind: 'http'; host: string; port: number; hostHeader: string }
-  | { kind: 'tcp'; host: string; port: number; send?: string }
+  /** `hex`: raw bytes to send instead of `send`; `firstData`: done at the first bytes back (a handshake that stalls). */
+  | { kind: 'tcp'; host: string; port: number; send?: string; hex?: string; firstData?: boolean }
   | { kind: 'udp'; host: string; port: number }
   | { kind: 'dns'; name: string }
   /** One A query in one datagram, straight to `server`:53: the errno is the one sendto really returned. */
   | { kind: 'dnsudp'; server: string; name: string }
   | { kind: 'dnsserver'; server: string; name: string }
+  /**
+   * `count` connections opened at once and held for `holdMs`: how many were still open then, and how many the
+   * proxy refused (reset or closed early). All are closed before it reports.
+   */
+  | { kind: 'flood'; host: string; port: number; count: number; holdMs: number }
   /** One A query over TCP (what a resolver library falls back to for a truncated answer). */
   | { kind: 'dnstcp'; server: string; name: string }
   /** Raw bytes (hex) as one datagram to server:53; the result's data is the reply in hex ('' when none came). */
@@ -39,7 +45,8 @@ function finish(t0: number, ok: boolean, code: string | null, data: string): Pro
 function stream(
   p: Probe & { host: string; port: number },
   connect: () => net.Socket,
-  send: string | null,
+  send: string | Buffer | null,
+  firstData = false,
 ): Promise<ProbeResult> {
   const t0 = performance.now();
   return new Promise((resolve) => {
@@ -57,7 +64,10 @@ function stream(
     s.on(p.kind === 'tls' ? 'secureConnect' : 'connect', () => {
       if (send !== null) s.write(send);
     });
-    s.on('data', (d: Buffer) => (data += d.toString()));
+    s.on('data', (d: Buffer) => {
+      data += d.toString('latin1');
+      if (firstData) done(finish(t0, true, null, data));
+    });
     s.on('error', (e: NodeJS.ErrnoException) => done(finish(t0, false, e.code ?? 'ERR', data)));
     s.on('end', () => done(finish(t0, data.length > 0, data.length > 0 ? null : 'EOF', data)));
   });
@@ -182,8 +192,37 @@ function dnsTcp(server: string, name: string): Promise<ProbeResult> {
   });
 }
 
+function flood(p: { host: string; port: number; count: number; holdMs: number }): Promise<ProbeResult> {
+  const t0 = performance.now();
+  return new Promise((resolve) => {
+    const socks: net.Socket[] = [];
+    let refused = 0;
+    let errors = 0;
+    for (let i = 0; i < p.count; i++) {
+      const s = net.connect(p.port, p.host);
+      let gone = false;
+      const fail = (e?: NodeJS.ErrnoException) => {
+        if (gone) return;
+        gone = true;
+        if (e && e.code !== 'ECONNRESET' && e.code !== 'EPIPE') errors++;
+        else refused++;
+      };
+      s.on('error', fail);
+      s.on('close', () => fail());
+      socks.push(s);
+    }
+    setTimeout(() => {
+      const open = socks.filter((s) => !s.destroyed && s.readyState === 'open').length;
+      for (const s of socks) s.destroy();
+      resolve(finish(t0, true, null, JSON.stringify({ open, refused, errors })));
+    }, p.holdMs);
+  });
+}
+
 export async function runProbe(p: Probe): Promise<ProbeResult> {
   switch (p.kind) {
+    case 'flood':
+      return flood(p);
     case 'tls':
       return stream(
         p,
@@ -197,7 +236,12 @@ export async function runProbe(p: Probe): Promise<ProbeResult> {
         `GET / HTTP/1.1\r\nHost: ${p.hostHeader}\r\nConnection: close\r\n\r\n`,
       );
     case 'tcp':
-      return stream(p, () => net.connect(p.port, p.host), p.send ?? '');
+      return stream(
+        p,
+        () => net.connect(p.port, p.host),
+        p.hex !== undefined ? Buffer.from(p.hex, 'hex') : (p.send ?? ''),
+        p.firstData,
+      );
     case 'udp':
       return udp(p);
     case 'dns':

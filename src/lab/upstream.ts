@@ -21,6 +21,8 @@ export interface UpstreamConfig {
   dnsLog?: string;
   /** name -> addresses (A and AAAA answers). */
   names: Record<string, string[]>;
+  /** Soak: a TLS port whose connections stay open and echo what they receive. */
+  holdTls?: number;
   /** Bench source: on each connection, after the first bytes arrive, send `bytes` and close. */
   bulk?: { port: number; bytes: number };
 }
@@ -123,6 +125,14 @@ async function main(): Promise<void> {
     });
     srv.on('tlsClientError', () => {});
     listen(srv, port);
+  }
+  if (cfg.holdTls) {
+    const srv = tls.createServer({ key, cert }, (s) => {
+      s.on('error', () => {});
+      s.pipe(s);
+    });
+    srv.on('tlsClientError', () => {});
+    listen(srv, cfg.holdTls);
   }
   if (cfg.bulk) {
     const { bytes } = cfg.bulk;

@@ -112,6 +112,16 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
       out.push(l(`enforcers.${k}`, 'false', `${k} enforcer off: the surface is not enforced at all`));
     }
   }
+  // Only an explicit ech: allow (whitelist -> blacklist implies it, and is a loosening of its own).
+  if (effectiveEch(before.network) === 'refuse' && after.network.ech === 'allow') {
+    out.push(
+      l(
+        'network.ech',
+        'allow',
+        'network ech refuse -> allow: an encrypted ClientHello is judged by its outer name only',
+      ),
+    );
+  }
   if (before.network.udp === 'drop' && after.network.udp === 'allow') {
     out.push(l('network.udp', 'allow', 'network udp drop -> allow: UDP leaves the subject without a decision'));
   }
@@ -293,4 +303,9 @@ export function parseAgentAck(t: string): { account: string; token: string } | n
   const m = /^agent:([^=]+)=(.+)$/.exec(t);
   if (!m || !parseToken(m[2] ?? '')) return null;
   return { account: m[1] ?? '', token: m[2] ?? '' };
+}
+
+/** `network.ech` as enforced: absent means refuse in whitelist mode, allow in blacklist mode. */
+export function effectiveEch(n: { mode: string; ech?: 'refuse' | 'allow' }): 'refuse' | 'allow' {
+  return n.ech ?? (n.mode === 'whitelist' ? 'refuse' : 'allow');
 }

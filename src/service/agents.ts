@@ -149,6 +149,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
               logger,
               expectedSubjects: Math.max(1, first.subjects.length),
               failMode: () => current.config.fail_mode,
+              proxyLogger: ctx.logger.child({ component: 'proxy' }),
             }),
           );
         if (c.enforcers.tools)

@@ -37,6 +37,8 @@ export interface NetworkSubjectSpec<P> {
   udp?: 'drop' | 'allow';
   /** Where this subject's forwarder sends allowed queries (default: the enforcer's). */
   resolvers?: string[];
+  /** This subject's `network.ech` (default refuse). */
+  ech?: 'refuse' | 'allow';
   /** The subject's DNS forwarder port (default: the other half of its port pair, dnsPortFor(port)). */
   dnsPort?: number;
 }
@@ -53,7 +55,18 @@ export interface NetworkEnforcerOptions<P> {
   expectedSubjects: number;
   warn?: (msg: string) => void;
   proxy?: Partial<
-    Pick<ProxyOptions<P>, 'peekTimeoutMs' | 'peekBytes' | 'connectTimeoutMs' | 'onError' | 'hosts' | 'failMode'>
+    Pick<
+      ProxyOptions<P>,
+      | 'peekTimeoutMs'
+      | 'peekBytes'
+      | 'connectTimeoutMs'
+      | 'onError'
+      | 'hosts'
+      | 'failMode'
+      | 'maxConnections'
+      | 'maxPerSubject'
+      | 'errorWindowMs'
+    >
   >;
   dns?: Partial<
     Pick<DnsForwarderOptions<P>, 'refuse' | 'timeoutMs' | 'allowLinesPerSec' | 'onError' | 'hosts' | 'failMode'>

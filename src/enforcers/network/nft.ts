@@ -14,7 +14,7 @@ import type { Runner } from './run.js';
  * another subject is applied, because that would silently disarm the others.
  */
 
-/** Ports 18000-18999 on loopback are Leash's: never exempt, so an attempt at any of them lands on the UID's own listener. */
+/** Ports 18000-18999 on loopback are Leash's: an attempt at any of them is refused by the UID's own listener. */
 export const PROXY_PORT_MIN = 18000;
 export const PROXY_PORT_MAX = 18999;
 /** The single-subject listener port (inside the reserved range, so a direct attempt is refused at the attempter's own listener). */
@@ -70,14 +70,15 @@ function validate(s: SubjectRules): void {
 /** Renders one subject's chain contents (pure; the unit tests pin the exact rules). */
 export function renderSubject(s: SubjectRules): RenderedSubject {
   validate(s);
-  const range = `${PROXY_PORT_MIN}-${PROXY_PORT_MAX}`;
   // DNS first: every UDP and TCP query to port 53, whatever the destination (a resolver, 127.0.0.53, an attacker's
   // server), goes to this subject's own forwarder, which judges the name; nothing on port 53 leaves unjudged.
   const dns = [`udp dport 53 redirect to :${s.dnsPort}`, `tcp dport 53 redirect to :${s.dnsPort}`];
-  // Loopback stays exempt (local model backends, broker sockets) except the proxy range: an attempt there falls
-  // through to this UID's own redirect and is refused by its own listener, never crossing to another subject.
-  const ip = [...dns, `ip daddr 127.0.0.0/8 tcp dport != ${range} return`, `meta l4proto tcp redirect to :${s.port}`];
-  const ip6 = [...dns, `ip6 daddr ::1 tcp dport != ${range} return`, `meta l4proto tcp redirect to :${s.port}`];
+  // Then every other TCP connection, loopback included, goes to this UID's own listener: a local service (a forward
+  // proxy, an SSH SOCKS tunnel, a container API, a database) is judged by the subject's policy like any destination
+  // (`localhost:3000`, `127.0.0.1:5432`, `[::1]:8080`). An attempt at a proxy port lands on the UID's own listener
+  // and is refused there as not redirected, never crossing to another subject.
+  const ip = [...dns, `meta l4proto tcp redirect to :${s.port}`];
+  const ip6 = [...dns, `meta l4proto tcp redirect to :${s.port}`];
   const filter: string[] = [];
   if (s.udp === 'allow') {
     filter.push('meta l4proto udp return');
@@ -353,17 +354,14 @@ export async function nftAvailable(runner: Runner): Promise<boolean> {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// iptables fallback: IPv4 TCP for ONE UID. It appends into the built-in nat OUTPUT chain, which cannot express a
+// iptables fallback: IPv4 TCP for ONE UID (loopback included, as with nft). It appends into the built-in nat OUTPUT chain, which cannot express a
 // per-UID dispatch, so several subjects are refused rather than one policy silently applied to all.
 
 /** The `iptables -S` lines the fallback keeps in nat OUTPUT for one subject (the exact canonical form). */
 export function renderIptables(s: SubjectRules): string[] {
   validate(s);
   const c = `-m comment --comment "${dispatchComment(s.uid)}"`;
-  return [
-    `-A OUTPUT -d 127.0.0.0/8 -p tcp -m owner --uid-owner ${s.uid} -m tcp ! --dport ${PROXY_PORT_MIN}:${PROXY_PORT_MAX} ${c} -j RETURN`,
-    `-A OUTPUT -p tcp -m owner --uid-owner ${s.uid} ${c} -j REDIRECT --to-ports ${s.port}`,
-  ];
+  return [`-A OUTPUT -p tcp -m owner --uid-owner ${s.uid} ${c} -j REDIRECT --to-ports ${s.port}`];
 }
 
 async function iptablesLeashLines(runner: Runner): Promise<string[]> {

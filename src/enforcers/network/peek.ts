@@ -7,8 +7,11 @@
 export type PeekResult =
   /** The bytes so far are a prefix of something parseable: read more (within the size/time bounds). */
   | { kind: 'more' }
-  /** A ClientHello; `sni` null when it carries no (valid) host_name. */
-  | { kind: 'tls'; sni: string | null }
+  /**
+   * A ClientHello; `sni` null when it carries no (valid) host_name. `ech` when it carries an
+   * encrypted_client_hello extension (0xfe0d): `sni` is then only the outer (public) name.
+   */
+  | { kind: 'tls'; sni: string | null; ech?: true }
   /** An HTTP/1.x request head; `host` null when absent or invalid. `conflict` when two names disagree. */
   | { kind: 'http'; host: string | null; conflict: boolean }
   /** Neither TLS nor HTTP (or malformed): judge by address only. */
@@ -70,6 +73,9 @@ export function parseClientHello(buf: Uint8Array): PeekResult {
   }
 }
 
+/** encrypted_client_hello (draft-ietf-tls-esni): its presence means the real name is encrypted. */
+export const TLS_EXT_ECH = 0xfe0d;
+
 function parseHelloBody(b: Uint8Array): PeekResult {
   // legacy_version(2) random(32) session_id<1> cipher_suites<2> compression<1> extensions<2>
   let p = 34;
@@ -86,6 +92,7 @@ function parseHelloBody(b: Uint8Array): PeekResult {
   p += 2;
   let sni: string | null = null;
   let seen = false;
+  let ech = false;
   while (p + 4 <= extEnd) {
     const type = (b[p]! << 8) | b[p + 1]!;
     const len = (b[p + 2]! << 8) | b[p + 3]!;
@@ -99,9 +106,10 @@ function parseHelloBody(b: Uint8Array): PeekResult {
       if (parsed === undefined) return { kind: 'other', why: 'tls_bad_sni' };
       sni = parsed;
     }
+    if (type === TLS_EXT_ECH) ech = true;
     p += len;
   }
-  return { kind: 'tls', sni };
+  return ech ? { kind: 'tls', sni, ech: true } : { kind: 'tls', sni };
 }
 
 /** server_name_list: one host_name entry (type 0). undefined when malformed, null when no usable name. */

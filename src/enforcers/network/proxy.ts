@@ -6,6 +6,7 @@ import { loadNative, type OriginalDst } from '../../native.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket } from './peek.js';
 import { createListenerTable } from './listeners.js';
+import { HttpRequestGate } from './http-gate.js';
 import { createRelay, type RelayOwner } from './relay.js';
 import { createNameResolver, plainIp, type Resolved } from './resolve.js';
 
@@ -18,6 +19,44 @@ import { createNameResolver, plainIp, type Resolved } from './resolve.js';
 /** The engine's decide, narrowed to the network surface; `P` is the compiled policy type. */
 export type NetworkDecide<P> = (surface: 'network', subject: NetworkSubject, policy: P | null) => Verdict;
 
+export interface ErrorContext {
+  uid: number;
+  stage: string;
+  /** Calls like this one held back in the window that just ended. */
+  suppressed?: number;
+}
+
+export const DEFAULT_MAX_CONNECTIONS = 16384;
+export const DEFAULT_MAX_PER_SUBJECT = 8192;
+
+/**
+ * Rate-limits an error sink per stage and code: the first call in a window passes, later ones are counted and
+ * reported once, with their count, when the window ends. Keys are bounded (stages x codes), never per connection.
+ */
+export function rateLimitErrors(
+  sink: (err: Error, ctx: ErrorContext) => void,
+  windowMs: number,
+): (err: Error, ctx: ErrorContext) => void {
+  const held = new Map<string, { until: number; suppressed: number; last: [Error, ErrorContext] | null }>();
+  return (err, ctx) => {
+    const key = `${ctx.stage}:${(err as NodeJS.ErrnoException).code ?? err.message}`;
+    const now = Date.now();
+    const h = held.get(key);
+    if (!h) {
+      const entry = { until: now + windowMs, suppressed: 0, last: null as [Error, ErrorContext] | null };
+      held.set(key, entry);
+      setTimeout(() => {
+        held.delete(key);
+        if (entry.suppressed > 0 && entry.last) sink(entry.last[0], { ...entry.last[1], suppressed: entry.suppressed });
+      }, windowMs).unref();
+      sink(err, ctx);
+      return;
+    }
+    h.suppressed++;
+    h.last = [err, ctx];
+  };
+}
+
 /** Reason codes the proxy writes itself (catalogued in src/errors.ts PROXY_REASONS, documented in docs/errors.md). */
 export type ProxyReason = keyof typeof PROXY_REASONS;
 
@@ -26,6 +65,11 @@ export interface ProxySubject<P> {
   port: number;
   /** The subject's compiled policy; null = no resolved policy: the listener stays open and refuses everything. */
   policy: P | null;
+  /**
+   * `network.ech`: refuse (default) resets a ClientHello carrying encrypted_client_hello, whose outer name says
+   * nothing of the real destination; allow judges it by that outer name.
+   */
+  ech?: 'refuse' | 'allow';
 }
 
 export interface ProxyOptions<P> {
@@ -46,8 +90,17 @@ export interface ProxyOptions<P> {
   connectTimeoutMs?: number;
   /** Move allowed bytes with splice(2) on the addon's pump thread (default true; false = a Node pipe). */
   splice?: boolean;
-  /** Operational errors (upstream unreachable and the like), for the service's own log. */
-  onError?: (err: Error, ctx: { uid: number; stage: string }) => void;
+  /**
+   * Operational errors (upstream unreachable, out of descriptors, a cap reached), for the service's own log.
+   * Rate-limited per stage and error code: at most one call per `errorWindowMs`; the calls held back are counted
+   * and reported as `suppressed` on one call at the end of the window.
+   */
+  onError?: (err: Error, ctx: ErrorContext) => void;
+  errorWindowMs?: number;
+  /** Connections open at once, all subjects together (default 16384: two descriptors each, see docs/network.md). */
+  maxConnections?: number;
+  /** Connections open at once per subject (default 8192). */
+  maxPerSubject?: number;
   /**
    * The fail_mode a listener without a policy answers under, read at each connection (the service: the floor's
    * fail_mode as it is now). closed (default): reset `no_policy`; open: allowed to the original destination.
@@ -67,7 +120,10 @@ export interface Proxy<P> {
 
 interface Entry<P> extends RelayOwner {
   port: number;
+  /** Client connections open now. */
+  active: number;
   policy: P | null;
+  ech: 'refuse' | 'allow';
   servers: net.Server[];
 }
 
@@ -81,6 +137,23 @@ export function isAddressRule(rule: string | null): boolean {
   return !!m && net.isIPv4(m[1]!);
 }
 
+/** 127.0.0.0/8 and ::1 (already plain: no ::ffff: prefix). */
+export function isLoopback(ip: string): boolean {
+  return ip.startsWith('127.') || ip === '::1';
+}
+
+/** `localhost` and names under it (RFC 6761): always loopback, never asked of a resolver. */
+function isLocalhostName(name: string): boolean {
+  return name === 'localhost' || name.endsWith('.localhost');
+}
+
+const LOCALHOST: Resolved = { v4: ['127.0.0.1'], v6: ['::1'], expires: 0 };
+
+/** An entry naming localhost (`localhost`, `localhost:3000`): on a loopback destination it decides by address. */
+function isLocalhostRule(rule: string): boolean {
+  return /^localhost(:\d+)?$/i.test(rule);
+}
+
 function fdOf(s: net.Socket): number {
   return (s as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
 }
@@ -91,19 +164,25 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const originalDst = opts.originalDst ?? ((fd: number) => loadNative().originalDst(fd));
   const peekBytes = opts.peekBytes ?? PEEK_MAX_BYTES;
   const peekTimeout = opts.peekTimeoutMs ?? PEEK_TIMEOUT_MS;
-  const onError = opts.onError ?? (() => {});
+  const onError = rateLimitErrors(opts.onError ?? (() => {}), opts.errorWindowMs ?? 10_000);
+  const maxTotal = opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
+  const maxPerSubject = opts.maxPerSubject ?? DEFAULT_MAX_PER_SUBJECT;
+  let active = 0;
   const failMode = opts.failMode ?? (() => 'closed' as const);
   const table = createListenerTable<Entry<P>, ProxySubject<P>>({
     create: (s) => ({
       uid: s.uid,
       port: s.port,
       policy: s.policy,
+      ech: s.ech ?? 'refuse',
+      active: 0,
       servers: [],
       sockets: new Set(),
       spliced: new Set(),
     }),
     update: (cur, s) => {
       cur.policy = s.policy;
+      cur.ech = s.ech ?? 'refuse';
     },
     open,
     close: closeEntry,
@@ -164,7 +243,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       return;
     }
     const ip = plainIp(dst.address);
-    const isLoop = ip.startsWith('127.') || ip === '::1';
+    const isLoop = isLoopback(ip);
     if (
       (plainIp(local.address) === ip && local.port === dst.port) ||
       isListenerAddress(dst) ||
@@ -181,18 +260,104 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       return;
     }
 
+    // First, the address alone (a loopback address is also the name `localhost`): when that already allows, the
+    // name cannot widen it, so the upstream is connected at once and a server that speaks first (SSH, SMTP, a
+    // database) gets its banner through without waiting for the peek. The peek still runs, for deny entries on a
+    // name, ECH, and the plain-HTTP gate.
+    const bare: NetworkSubject = { domain: isLoop ? 'localhost' : null, ip, port: dst.port };
+    const early = judge(e, bare);
+    // A loopback destination is judged as localhost and its address only: a name the agent sends cannot carry it
+    // anywhere else, so a refusal needs no peek either.
+    if (early.action === 'block' && (isLoop || early.reason === 'deny_entry' || early.reason === 'no_policy')) {
+      refuse(e, sock, { reason: early.reason, subject: bare, rule: early.rule });
+      return;
+    }
+    const byAddress =
+      early.action === 'allow' &&
+      (early.rule === null || isAddressRule(early.rule) || (isLoop && isLocalhostRule(early.rule)));
+    const up = byAddress ? relay.connect(e, sock, ip, dst.port) : null;
+
     const { bytes, result } = await peekSocket(sock, peekBytes, peekTimeout);
-    if (sock.destroyed) return;
+    if (sock.destroyed) {
+      // Gone before naming anything; an early-connected one was allowed (and used): its line is still written.
+      if (up) {
+        opts.log.write({
+          uid: e.uid,
+          surface: 'network',
+          action: 'allow',
+          reason: early.reason,
+          subject: bare,
+          rule: early.rule,
+        });
+        up.destroy();
+      }
+      return;
+    }
+    const drop = (rec: Parameters<typeof refuse>[2]) => {
+      up?.resetAndDestroy();
+      refuse(e, sock, rec);
+    };
     let domain: string | null = null;
-    if (result.kind === 'tls') domain = result.sni;
-    else if (result.kind === 'http') {
+    if (result.kind === 'tls') {
+      domain = result.sni;
+      if (result.ech && e.ech === 'refuse') {
+        drop({ reason: 'ech_refused', subject: { domain, ip, port: dst.port, ech: true }, rule: null });
+        return;
+      }
+    } else if (result.kind === 'http') {
       if (result.conflict) {
-        refuse(e, sock, { reason: 'ambiguous_host', subject: { domain: result.host, ip, port: dst.port }, rule: null });
+        drop({ reason: 'ambiguous_host', subject: { domain: result.host, ip, port: dst.port }, rule: null });
         return;
       }
       domain = result.host;
     }
-    const subject: NetworkSubject = { domain, ip, port: dst.port };
+    const subject: NetworkSubject = { domain: domain ?? bare.domain, ip, port: dst.port };
+    const ech = result.kind === 'tls' && result.ech ? { ech: true } : {};
+    const httpHost = result.kind === 'http' ? result.host : undefined;
+    const allowAndRelay = (target: string, verdict: Verdict, upstream: net.Socket | null) => {
+      opts.log.write({
+        uid: e.uid,
+        surface: 'network',
+        action: 'allow',
+        reason: verdict.reason,
+        subject: { ...subject, ...ech, ...(target === ip ? {} : { upstream: target }) },
+        rule: verdict.rule,
+      });
+      const u = upstream ?? relay.connect(e, sock, target, dst.port);
+      if (httpHost !== undefined) {
+        const gate = new HttpRequestGate(httpHost);
+        relay.http(e, sock, u, bytes, gate, (r) =>
+          opts.log.write({
+            uid: e.uid,
+            surface: 'network',
+            action: 'block',
+            reason: r.reason,
+            subject: {
+              domain: r.reason === 'http_host_changed' ? r.host : httpHost,
+              ip,
+              port: dst.port,
+              request: gate.count + 1,
+              ...(r.reason === 'http_malformed' ? { why: r.why } : {}),
+            },
+            rule: null,
+          }),
+        );
+      } else relay.splice(e, sock, u, bytes);
+    };
+
+    if (up) {
+      // Connected by address already: a name can only add a deny.
+      if (domain !== null) {
+        const named = judge(e, subject);
+        if (named.action === 'block' && named.reason === 'deny_entry') {
+          drop({ reason: named.reason, subject, rule: named.rule });
+          return;
+        }
+      }
+      allowAndRelay(ip, early, up);
+      return;
+    }
+
     const verdict = judge(e, subject);
     if (verdict.action === 'block') {
       refuse(e, sock, { reason: verdict.reason, subject, rule: verdict.rule });
@@ -207,8 +372,13 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       let r: Resolved;
       const told = opts.seen?.(e.uid, domain) ?? [];
       try {
-        // An address the subject's own answers gave for this name is where it may go; else our own resolution.
-        r = told.includes(ip) ? { v4: [ip], v6: [], expires: 0 } : await resolve(domain);
+        // An address the subject's own answers gave for this name is where it may go; else our own resolution
+        // (`localhost` names are loopback, never asked of a resolver).
+        r = told.includes(ip)
+          ? { v4: [ip], v6: [], expires: 0 }
+          : isLocalhostName(domain)
+            ? LOCALHOST
+            : await resolve(domain);
       } catch {
         r = { v4: [], v6: [], expires: 0 };
       }
@@ -231,22 +401,31 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       }
     }
     if (sock.destroyed) return;
-    opts.log.write({
-      uid: e.uid,
-      surface: 'network',
-      action: 'allow',
-      reason: verdict.reason,
-      subject: target === ip ? subject : { ...subject, upstream: target },
-      rule: verdict.rule,
-    });
-    relay.start(e, sock, target, dst.port, bytes);
+    allowAndRelay(target, verdict, null);
   }
 
   async function open(e: Entry<P>): Promise<void> {
     for (const host of hosts) {
       const srv = net.createServer({ allowHalfOpen: true, pauseOnConnect: true, noDelay: true }, (sock) => {
+        sock.on('error', () => {});
+        if (active >= maxTotal || e.active >= maxPerSubject) {
+          // Over a cap: this connection is refused (a reset, as any block), the others and the service go on.
+          const which = active >= maxTotal ? 'total' : 'subject';
+          onError(Object.assign(new Error(`connection cap reached (${which})`), { code: `cap_${which}` }), {
+            uid: e.uid,
+            stage: 'capacity',
+          });
+          sock.resetAndDestroy();
+          return;
+        }
+        active++;
+        e.active++;
         e.sockets.add(sock);
-        sock.on('close', () => e.sockets.delete(sock));
+        sock.on('close', () => {
+          active--;
+          e.active--;
+          e.sockets.delete(sock);
+        });
         handle(e, sock).catch((err: Error) => {
           onError(err, { uid: e.uid, stage: 'handle' });
           sock.resetAndDestroy();
@@ -269,6 +448,9 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
         }
         throw err;
       }
+      // After listen: an accept that fails (EMFILE, ENFILE, ENOMEM) is that connection's failure, logged
+      // rate-limited; an unhandled 'error' would end the service (libuv keeps accepting once descriptors free).
+      srv.on('error', (err) => onError(err, { uid: e.uid, stage: 'accept' }));
       e.servers.push(srv);
     }
   }

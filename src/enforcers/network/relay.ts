@@ -1,10 +1,13 @@
 /**
  * After an allow: connect upstream and move the bytes, with splice(2) on the addon's pump thread (the default) or a
- * Node pipe. Owns the upstream socket's lifetime and how an end or a reset on one side reaches the other; knows
- * nothing of policy. The first bytes the proxy peeked are written upstream before anything else.
+ * Node pipe; plain HTTP through the request gate (http-gate.ts). Owns the upstream socket's lifetime and how an end
+ * or a reset on one side reaches the other; knows nothing of policy. The first bytes the proxy peeked are written
+ * upstream before anything else; anything the upstream already sent (a server that speaks first) reaches the agent
+ * before the pump takes over.
  */
 import net from 'node:net';
-import { createSplicePump, stopReading } from './splice.js';
+import { HttpRequestGate, refusalResponse, upgradeAgreed, type GateRefusal, type GateStep } from './http-gate.js';
+import { createSplicePump, stopReading, type SplicePump } from './splice.js';
 
 /** What a relay tracks for one subject's listener, so closing the subject can end its connections. */
 export interface RelayOwner {
@@ -17,6 +20,25 @@ export interface RelayOwner {
 export interface Relay {
   /** Connects to host:port, writes `head`, then relays both directions until both end (or either resets). */
   start(owner: RelayOwner, client: net.Socket, host: string, port: number, head: Buffer): void;
+  /**
+   * Starts connecting upstream for `client` (tracked under `owner`); a failure resets the client. Until `splice` or
+   * `http` takes over, what the upstream sends is passed to the client at once (a server that speaks first).
+   */
+  connect(owner: RelayOwner, client: net.Socket, host: string, port: number): net.Socket;
+  /** Once `up` is connected (waits for it): writes `head`, then splices (or pipes) both directions. */
+  splice(owner: RelayOwner, client: net.Socket, up: net.Socket, head: Buffer): void;
+  /**
+   * Plain HTTP: every request from the client goes through `gate` (its own Host judged); a refused one is answered
+   * (403/400) after the responses before it, and the connection closed. `onRefused` writes the decision line.
+   */
+  http(
+    owner: RelayOwner,
+    client: net.Socket,
+    up: net.Socket,
+    head: Buffer,
+    gate: HttpRequestGate,
+    onRefused: (r: GateRefusal) => void,
+  ): void;
   /** Ends an owner's connections: spliced pairs are aborted (the pump's report destroys them), the rest destroyed. */
   end(owner: RelayOwner): void;
   /** Waits for aborted pairs to report, then stops the pump thread. */
@@ -30,10 +52,27 @@ export function createRelay(o: {
 }): Relay {
   const pump = o.splice ? createSplicePump() : null;
   const pumped = new WeakSet<net.Socket>();
+  /** Upstream sockets still in their early phase (bytes passed straight to the client), with that listener. */
+  const early = new WeakMap<net.Socket, (d: Buffer) => void>();
+
+  function whenConnected(up: net.Socket, fn: () => void): void {
+    if (up.connecting) up.once('connect', fn);
+    else if (!up.destroyed) fn();
+  }
+
+  /** Ends the early phase: no more bytes are passed by the early listener. */
+  function endEarly(up: net.Socket): void {
+    const l = early.get(up);
+    if (l) {
+      up.off('data', l);
+      early.delete(up);
+    }
+    up.pause();
+  }
 
   function spliced(e: RelayOwner, client: net.Socket, up: net.Socket, head: Buffer): void {
     // Nothing more is read by Node from here on: the pump thread owns both directions.
-    up.pause();
+    endEarly(up);
     const rest = stopReading(client);
     const first = rest.length ? Buffer.concat([head, rest]) : head;
     const go = () => {
@@ -42,36 +81,63 @@ export function createRelay(o: {
         up.destroy();
         return;
       }
-      stopReading(up);
-      pumped.add(client);
-      pumped.add(up);
-      const { id, done } = pump!.start(client, up);
-      e.spliced.add(id);
-      void done.then((r) => {
-        e.spliced.delete(id);
-        pumped.delete(client);
-        pumped.delete(up);
-        // A reset on either side is passed on as a reset on both.
-        if (r.error && r.error !== 'ECANCELED') {
-          client.resetAndDestroy();
-          up.resetAndDestroy();
-        } else {
+      // What the upstream sent that Node already read goes to the client before the pump writes after it.
+      const back = stopReading(up);
+      const start = () => {
+        if (client.destroyed || up.destroyed) {
           client.destroy();
           up.destroy();
+          return;
         }
-      });
+        let started: ReturnType<SplicePump['start']>;
+        try {
+          started = pump!.start(client, up);
+        } catch (err) {
+          // Out of descriptors or memory for this one (epoll_ctl ENOMEM, ...): it is refused, the rest go on.
+          o.onError(err as Error, { uid: e.uid, stage: 'splice' });
+          client.resetAndDestroy();
+          up.resetAndDestroy();
+          return;
+        }
+        pumped.add(client);
+        pumped.add(up);
+        const { id, done } = started;
+        e.spliced.add(id);
+        void done.then((r) => {
+          e.spliced.delete(id);
+          pumped.delete(client);
+          pumped.delete(up);
+          // A reset on either side is passed on as a reset on both.
+          if (r.error && r.error !== 'ECANCELED') {
+            if (r.error === 'EMFILE' || r.error === 'ENFILE' || r.error === 'ENOMEM')
+              o.onError(Object.assign(new Error(`splice: ${r.error}`), { code: r.error }), {
+                uid: e.uid,
+                stage: 'splice',
+              });
+            client.resetAndDestroy();
+            up.resetAndDestroy();
+          } else {
+            client.destroy();
+            up.destroy();
+          }
+        });
+      };
+      if (back.length) client.write(back, start);
+      else start();
     };
     if (first.length) up.write(first, go);
     else go();
   }
 
   function piped(client: net.Socket, up: net.Socket, head: Buffer): void {
+    endEarly(up);
     if (head.length) up.write(head);
     // pipe() ends the destination when the source ends: a half-close is passed on, the other direction
     // keeps flowing (allowHalfOpen on both sockets).
     client.pipe(up);
     up.pipe(client);
     client.resume();
+    up.resume();
     let ended = 0;
     const both = () => {
       if (++ended === 2) {
@@ -87,30 +153,141 @@ export function createRelay(o: {
     });
   }
 
+  function connect(e: RelayOwner, client: net.Socket, host: string, port: number): net.Socket {
+    const up = net.connect({ host, port, allowHalfOpen: true, noDelay: true });
+    e.sockets.add(up);
+    up.on('close', () => e.sockets.delete(up));
+    const timer = setTimeout(() => up.destroy(new Error('connect timeout')), o.connectTimeoutMs);
+    up.on('error', (err) => {
+      clearTimeout(timer);
+      o.onError(err, { uid: e.uid, stage: 'upstream' });
+      if (!pumped.has(client)) client.resetAndDestroy();
+    });
+    client.on('error', () => {
+      if (!pumped.has(up)) up.destroy();
+    });
+    client.on('close', () => {
+      if (!pumped.has(up) && early.has(up)) up.destroy();
+    });
+    up.once('connect', () => {
+      clearTimeout(timer);
+      if (client.destroyed) up.destroy();
+    });
+    // Early phase: a server that speaks first reaches the agent at once (with back-pressure).
+    const onData = (d: Buffer) => {
+      if (!client.write(d)) {
+        up.pause();
+        client.once('drain', () => {
+          if (early.has(up)) up.resume();
+        });
+      }
+    };
+    early.set(up, onData);
+    up.on('data', onData);
+    up.once('end', () => {
+      if (early.has(up) && !client.destroyed) client.end();
+    });
+    return up;
+  }
+
+  function http(
+    e: RelayOwner,
+    client: net.Socket,
+    up: net.Socket,
+    head: Buffer,
+    gate: HttpRequestGate,
+    onRefused: (r: GateRefusal) => void,
+  ): void {
+    whenConnected(up, () => {
+      endEarly(up);
+      if (client.destroyed) {
+        up.destroy();
+        return;
+      }
+      // Anything the client sent that Node already read (its stream buffer) follows the head; read before a
+      // 'data' listener is attached (read() would emit it there too).
+      const rest = stopReadingSoft(client);
+      let refusal: GateRefusal | null = null;
+      let upEnded = false;
+      let waitingUpgrade = false;
+      let firstBack = Buffer.alloc(0);
+      let timer: NodeJS.Timeout | null = null;
+      const finishRefusal = () => {
+        if (timer) clearTimeout(timer);
+        if (!client.destroyed) client.end(refusalResponse(refusal!), () => client.destroy());
+        up.destroy();
+      };
+      const apply = (step: GateStep) => {
+        for (const b of step.forward) if (b.length && !up.write(b)) client.pause();
+        if (step.awaitUpgrade) waitingUpgrade = true;
+        if (step.refused && !refusal) {
+          refusal = step.refused;
+          onRefused(refusal);
+          client.pause();
+          // The responses to the requests before it come first: the server finishes them after our FIN, then
+          // closes; the refusal is the last response. A server that lingers gets two seconds.
+          if (upEnded) finishRefusal();
+          else {
+            up.end();
+            timer = setTimeout(finishRefusal, 2000);
+          }
+        }
+      };
+      up.on('drain', () => {
+        if (!refusal) client.resume();
+      });
+      client.on('drain', () => up.resume());
+      client.on('data', (d: Buffer) => {
+        if (!refusal) apply(gate.push(d));
+      });
+      client.on('end', () => {
+        if (!refusal) up.end();
+      });
+      up.on('data', (d: Buffer) => {
+        if (waitingUpgrade) {
+          firstBack = Buffer.concat([firstBack, d]);
+          const agreed = upgradeAgreed(firstBack, gate.connect);
+          if (agreed !== null) {
+            waitingUpgrade = false;
+            apply(gate.upgraded(agreed));
+          }
+        }
+        if (!client.write(d)) up.pause();
+      });
+      up.on('end', () => {
+        upEnded = true;
+        if (refusal) finishRefusal();
+        else client.end();
+      });
+      up.on('close', () => {
+        if (!refusal) client.destroy();
+      });
+      client.on('close', () => up.destroy());
+      apply(gate.push(head));
+      if (rest.length && !refusal) apply(gate.push(rest));
+      client.resume();
+      up.resume();
+    });
+  }
+
   return {
     start(e, client, host, port, head) {
-      const up = net.connect({ host, port, allowHalfOpen: true, noDelay: true });
-      e.sockets.add(up);
-      up.on('close', () => e.sockets.delete(up));
-      const timer = setTimeout(() => up.destroy(new Error('connect timeout')), o.connectTimeoutMs);
-      up.on('error', (err) => {
-        clearTimeout(timer);
-        o.onError(err, { uid: e.uid, stage: 'upstream' });
-        if (!pumped.has(client)) client.resetAndDestroy();
-      });
-      client.on('error', () => {
-        if (!pumped.has(up)) up.destroy();
-      });
-      up.once('connect', () => {
-        clearTimeout(timer);
-        if (client.destroyed) {
-          up.destroy();
-          return;
-        }
+      const up = connect(e, client, host, port);
+      whenConnected(up, () => {
+        if (client.destroyed) return;
         if (pump) spliced(e, client, up, head);
         else piped(client, up, head);
       });
     },
+    connect,
+    splice(e, client, up, head) {
+      whenConnected(up, () => {
+        if (client.destroyed) return;
+        if (pump) spliced(e, client, up, head);
+        else piped(client, up, head);
+      });
+    },
+    http,
     end(e) {
       for (const id of e.spliced) pump?.abort(id);
       for (const s of e.sockets) if (!pumped.has(s)) s.destroy();
@@ -121,4 +298,11 @@ export function createRelay(o: {
       pump?.close();
     },
   };
+}
+
+/** What a paused socket's stream buffer holds (libuv keeps reading; the bytes are returned, not lost). */
+function stopReadingSoft(s: net.Socket): Buffer {
+  const parts: Buffer[] = [];
+  for (let chunk = s.read() as Buffer | null; chunk !== null; chunk = s.read() as Buffer | null) parts.push(chunk);
+  return Buffer.concat(parts);
 }

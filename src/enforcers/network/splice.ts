@@ -52,7 +52,15 @@ export function stopReading(s: net.Socket): Buffer {
   return Buffer.concat(parts);
 }
 
-const ERRNO: Record<number, string> = { 104: 'ECONNRESET', 32: 'EPIPE', 125: 'ECANCELED', 110: 'ETIMEDOUT' };
+const ERRNO: Record<number, string> = {
+  104: 'ECONNRESET',
+  32: 'EPIPE',
+  125: 'ECANCELED',
+  110: 'ETIMEDOUT',
+  24: 'EMFILE',
+  23: 'ENFILE',
+  12: 'ENOMEM',
+};
 
 /** The pump, or null when the addon (or its Splicer) is not available: the caller then pipes in JavaScript. */
 export function createSplicePump(): SplicePump | null {

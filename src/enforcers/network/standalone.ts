@@ -11,16 +11,18 @@ import { startNetworkEnforcer, type NetworkEnforcer } from './enforcer.js';
 import { hostRunner } from './run.js';
 
 export interface StandaloneSpec {
-  subjects: { uid: number; port: number; policy: PolicyInput | null }[];
+  subjects: { uid: number; port: number; policy: PolicyInput | null; ech?: 'refuse' | 'allow' }[];
   resolvers: string[];
   udp?: 'drop' | 'allow';
   /** Decision log sink: an absolute file path (stdout carries this process's own "ready"/"reloaded"). */
   decisions: string;
   peekTimeoutMs?: number;
-  /** What a refused DNS name gets (default refused). */
-  dnsRefuse?: 'refused' | 'nxdomain';
   /** What a subject without a policy answers under (default closed). */
   failMode?: 'closed' | 'open';
+  maxConnections?: number;
+  maxPerSubject?: number;
+  /** What a refused DNS name gets (default refused). */
+  dnsRefuse?: 'refused' | 'nxdomain';
 }
 
 async function main(): Promise<void> {
@@ -44,7 +46,12 @@ async function main(): Promise<void> {
     proxy: {
       peekTimeoutMs: spec.peekTimeoutMs,
       failMode: () => spec.failMode ?? 'closed',
-      onError: (err, ctx) => process.stderr.write(`proxy uid=${ctx.uid} ${ctx.stage}: ${err.message}\n`),
+      ...(spec.maxConnections ? { maxConnections: spec.maxConnections } : {}),
+      ...(spec.maxPerSubject ? { maxPerSubject: spec.maxPerSubject } : {}),
+      onError: (err, ctx) =>
+        process.stderr.write(
+          `proxy uid=${ctx.uid} ${ctx.stage}: ${err.message}${ctx.suppressed ? ` (+${ctx.suppressed} suppressed)` : ''}\n`,
+        ),
     },
   });
   const current = new Map<number, string>();
@@ -53,7 +60,12 @@ async function main(): Promise<void> {
       const key = JSON.stringify(sub);
       if (current.get(sub.uid) === key) continue;
       const policy = sub.policy ? compilePolicy(sub.policy) : null;
-      const outcome = await enf.setSubject({ uid: sub.uid, port: sub.port, policy });
+      const outcome = await enf.setSubject({
+        uid: sub.uid,
+        port: sub.port,
+        policy,
+        ...(sub.ech ? { ech: sub.ech } : {}),
+      });
       current.set(sub.uid, key);
       process.stderr.write(`subject ${sub.uid} port ${sub.port}: ${outcome}\n`);
     }

@@ -16,8 +16,10 @@ import {
 } from '../../enforcers/network/enforcer.js';
 import { dropLegacyShape } from '../../enforcers/network/nft.js';
 import type { Runner } from '../../enforcers/network/run.js';
+import { LeashError } from '../../errors.js';
 import type { DecisionLog } from '../../log/decisions.js';
 import type { Logger } from '../../log/logger.js';
+import { effectiveEch } from '../../policy/loosen.js';
 import type { ApplyAction, FailAction, OrphanAction } from '../plan.js';
 import { enforcedSet, type SurfaceAdapter } from './contract.js';
 
@@ -41,6 +43,7 @@ export function networkPlanHooks(enf: NetworkEnforcer<CompiledPolicy>): NetworkP
       port: a.port,
       policy: compilePolicy(toPolicyInput(a.policy)),
       udp: n.udp,
+      ech: effectiveEch(n),
       ...(n.dns_resolvers.length ? { resolvers: n.dns_resolvers } : {}),
     };
   };
@@ -72,10 +75,33 @@ export interface NetworkSurfaceOptions {
   expectedSubjects: number;
   /** The floor's fail_mode as it is now (after any reload): what a listener without a policy answers under. */
   failMode: () => 'closed' | 'open';
+  /** The proxy's own operational log (component `proxy`); default `logger`. */
+  proxyLogger?: Logger;
+}
+
+/**
+ * The proxy's connection caps from the environment (the unit sets none: the defaults fit its LimitNOFILE):
+ * LEASH_PROXY_MAX_CONNECTIONS (all subjects) and LEASH_PROXY_MAX_PER_AGENT.
+ */
+export function proxyLimits(env: NodeJS.ProcessEnv): { maxConnections?: number; maxPerSubject?: number } {
+  const n = (v: string | undefined, name: string): number | undefined => {
+    if (v === undefined || v === '') return undefined;
+    const x = Number(v);
+    if (!Number.isInteger(x) || x < 1)
+      throw new LeashError('config_invalid', `${name} must be a positive integer, not ${JSON.stringify(v)}`);
+    return x;
+  };
+  const maxConnections = n(env.LEASH_PROXY_MAX_CONNECTIONS, 'LEASH_PROXY_MAX_CONNECTIONS');
+  const maxPerSubject = n(env.LEASH_PROXY_MAX_PER_AGENT, 'LEASH_PROXY_MAX_PER_AGENT');
+  return {
+    ...(maxConnections !== undefined ? { maxConnections } : {}),
+    ...(maxPerSubject !== undefined ? { maxPerSubject } : {}),
+  };
 }
 
 export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<SurfaceAdapter> {
   const { config: c, runner, logger } = o;
+  const proxyLog = o.proxyLogger ?? logger;
   await dropLegacyShape(runner, (m) => logger.warn(m));
   const resolvers = hostResolvers(c.network.dns_resolvers);
   if (resolvers.length === 0)
@@ -95,8 +121,20 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
       onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message),
     },
     proxy: {
-      onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message),
+      // Under its own component, rate-limited per stage and code (a failing upstream is one line per window,
+      // with the count of the ones held back).
+      onError: (err, info) =>
+        proxyLog.warn(
+          {
+            uid: info.uid,
+            stage: info.stage,
+            code: (err as NodeJS.ErrnoException).code,
+            ...(info.suppressed ? { suppressed: info.suppressed } : {}),
+          },
+          info.suppressed ? `${err.message} (and ${info.suppressed} more like it in the window)` : err.message,
+        ),
       failMode: o.failMode,
+      ...proxyLimits(process.env),
     },
   });
   const hooks = networkPlanHooks(net);

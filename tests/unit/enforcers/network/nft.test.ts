@@ -32,19 +32,17 @@ function stateWith(r: ReturnType<typeof renderSubject>, dispatchHandles = [7]): 
 }
 
 describe('nft rendering', () => {
-  it('sends all port-53 UDP and TCP to the forwarder first, exempts loopback except the proxy range, then redirects TCP', () => {
+  it('sends all port-53 UDP and TCP to the forwarder first, then all other TCP, loopback included (nothing exempt)', () => {
     const r = renderSubject(base);
     expect(r.chain).toBe('agent_1001');
     expect(r.ip).toEqual([
       'udp dport 53 redirect to :18501',
       'tcp dport 53 redirect to :18501',
-      'ip daddr 127.0.0.0/8 tcp dport != 18000-18999 return',
       'meta l4proto tcp redirect to :18001',
     ]);
     expect(r.ip6).toEqual([
       'udp dport 53 redirect to :18501',
       'tcp dport 53 redirect to :18501',
-      'ip6 daddr ::1 tcp dport != 18000-18999 return',
       'meta l4proto tcp redirect to :18001',
     ]);
   });
@@ -140,7 +138,6 @@ describe('nft rendering', () => {
 
   it('renders the iptables fallback in iptables -S canonical form', () => {
     expect(renderIptables({ ...base, port: 18443 })).toEqual([
-      '-A OUTPUT -d 127.0.0.0/8 -p tcp -m owner --uid-owner 1001 -m tcp ! --dport 18000:18999 -m comment --comment "leash:1001" -j RETURN',
       '-A OUTPUT -p tcp -m owner --uid-owner 1001 -m comment --comment "leash:1001" -j REDIRECT --to-ports 18443',
     ]);
   });

@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { parseHttpHost, peekDestination, type PeekResult } from '../../../../src/enforcers/network/peek.js';
-import { captureHello } from '../../../../src/lab/client-hello.js';
+import { captureHello, withExtension } from '../../../../src/lab/client-hello.js';
 
 /** Re-frames a single-record ClientHello into records of the given fragment sizes. */
 function reframe(hello: Buffer, sizes: number[]): Buffer {
@@ -50,6 +50,14 @@ describe('ClientHello SNI', () => {
 
   it('reports no SNI for a hello without server_name, and for an IP literal', async () => {
     expect(peekDestination(await captureHello(undefined))).toEqual({ kind: 'tls', sni: null });
+  });
+
+  it('reports an encrypted_client_hello extension (0xfe0d) with the outer name', async () => {
+    const ech = withExtension(await captureHello('public.example'), 0xfe0d, Buffer.alloc(40, 7));
+    expect(peekDestination(ech)).toEqual({ kind: 'tls', sni: 'public.example', ech: true });
+    // Another unknown extension is not ECH.
+    const other = withExtension(await captureHello('public.example'), 0xfe0c, Buffer.alloc(4));
+    expect(peekDestination(other)).toEqual({ kind: 'tls', sni: 'public.example' });
   });
 
   it('refuses a non-handshake record and a non-ClientHello handshake', () => {

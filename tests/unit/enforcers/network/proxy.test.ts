@@ -4,6 +4,7 @@ import net from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createProxy, isAddressRule, type Proxy } from '../../../../src/enforcers/network/proxy.js';
 import type { DecisionRecord } from '../../../../src/log/decisions.js';
+import { captureHello, withExtension } from '../../../../src/lab/client-hello.js';
 import { answerDns } from '../../../../src/lab/upstream.js';
 import type { OriginalDst } from '../../../../src/native.js';
 import { compilePolicy, decide, type CompiledPolicy } from '../../../../src/engine/index.js';
@@ -16,6 +17,9 @@ let upstream: http.Server;
 let upPort: number;
 let echo: net.Server;
 let echoPort: number;
+let banner: net.Server;
+let bannerPort: number;
+let failOpen = false;
 let dnsSock: dgram.Socket;
 let dnsPort: number;
 let proxy: Proxy<CompiledPolicy>;
@@ -42,11 +46,20 @@ beforeAll(async () => {
   // Replies only after the client's FIN: proves a half-close is passed on and the other direction still flows.
   echo = net.createServer({ allowHalfOpen: true }, (s) => {
     const got: Buffer[] = [];
+    s.on('error', () => {}); // an early-connected upstream is reset when the name is refused after the peek
     s.on('data', (d: Buffer) => got.push(d));
     s.on('end', () => s.end('got:' + Buffer.concat(got).toString()));
   });
   await new Promise<void>((r) => echo.listen(0, '127.0.0.1', r));
   echoPort = (echo.address() as net.AddressInfo).port;
+  // Speaks first (an SMTP/SSH-like banner), then answers one line and closes.
+  banner = net.createServer((s) => {
+    s.on('error', () => {});
+    s.write('220 banner\r\n');
+    s.once('data', () => s.end('221 bye\r\n'));
+  });
+  await new Promise<void>((r) => banner.listen(0, '127.0.0.1', r));
+  bannerPort = (banner.address() as net.AddressInfo).port;
   dnsSock = dgram.createSocket('udp4');
   dnsSock.on('message', (m, r) => {
     const a = answerDns(m, { 'good.test': ['127.0.0.1'], 'other.test': ['127.0.0.3'] });
@@ -59,6 +72,7 @@ beforeAll(async () => {
 afterAll(async () => {
   upstream?.close();
   echo?.close();
+  banner?.close();
   dnsSock?.close();
 });
 
@@ -104,6 +118,7 @@ describe.each([
       hosts: ['127.0.0.1'],
       peekTimeoutMs: 300,
       splice,
+      failMode: () => (failOpen ? 'open' : 'closed'),
       originalDst: () => {
         if (fakeDst instanceof Error) throw fakeDst;
         return fakeDst;
@@ -191,7 +206,8 @@ describe.each([
     expect(lines[0]).toMatchObject({
       action: 'allow',
       rule: '127.0.0.0/30',
-      subject: { domain: null, ip: '127.0.0.1' },
+      // A loopback destination is the name localhost too (an entry `localhost:PORT` decides it by address).
+      subject: { domain: 'localhost', ip: '127.0.0.1' },
     });
   });
 
@@ -298,6 +314,100 @@ describe.each([
       expect((await through('x')).err).toBe('ECONNRESET');
       expect(lines[0]).toMatchObject({ reason: 'no_policy', action: 'block' });
     } finally {
+      await proxy.setSubject({
+        uid: 4242,
+        port: proxyPort,
+        policy: compilePolicy(netPolicy({ allow: ['good.test', '127.0.0.0/30'], deny: ['127.0.0.2'] })),
+      });
+    }
+  });
+
+  it('a server that speaks first and is allowed by address gets its banner through at once (no peek wait)', async () => {
+    fakeDst = { family: 4, address: '127.0.0.1', port: bannerPort };
+    const t0 = Date.now();
+    const got = await new Promise<{ banner: number; data: string }>((resolve) => {
+      const c = net.connect(proxyPort, '127.0.0.1');
+      let data = '';
+      let at = -1;
+      c.on('data', (d) => {
+        if (at < 0) {
+          at = Date.now() - t0;
+          c.write('QUIT\r\n');
+        }
+        data += d.toString();
+      });
+      c.on('close', () => resolve({ banner: at, data }));
+    });
+    expect(got.data).toBe('220 banner\r\n221 bye\r\n');
+    expect(got.banner).toBeGreaterThanOrEqual(0);
+    expect(got.banner).toBeLessThan(150); // the peek time-out is 300 ms here
+    expect(lines).toEqual([expect.objectContaining({ action: 'allow', rule: '127.0.0.0/30' })]);
+  });
+
+  it('plain HTTP: a second request for another host on the kept-alive connection is answered 403 and closed', async () => {
+    fakeDst = { family: 4, address: '127.0.0.1', port: upPort };
+    const ka = (h: string) => `GET / HTTP/1.1\r\nHost: ${h}\r\n\r\n`;
+    const r = await new Promise<string>((resolve) => {
+      const c = net.connect(proxyPort, '127.0.0.1', () => c.write(ka('good.test')));
+      let data = '';
+      c.on('data', (d) => {
+        data += d.toString();
+        if ((data.match(/HTTP\/1\.1 200/g) ?? []).length === 1 && data.includes('"host":"good.test"')) {
+          if (!data.includes('sent2')) {
+            data += 'sent2';
+            c.write(ka('good.test') + ka('evil.test'));
+          }
+        }
+      });
+      c.on('close', () => resolve(data));
+    });
+    expect((r.match(/HTTP\/1\.1 200/g) ?? []).length).toBe(2);
+    expect(r).toMatch(/HTTP\/1\.1 403 Forbidden[^]*$/);
+    expect(r.indexOf('403')).toBeGreaterThan(r.lastIndexOf('HTTP/1.1 200'));
+    expect(lines.map((l) => [l.action, l.reason])).toEqual([
+      ['allow', 'allow_entry'],
+      ['block', 'http_host_changed'],
+    ]);
+    expect(lines[1]).toMatchObject({ subject: { domain: 'evil.test', request: 3 } });
+  });
+
+  it('ECH: refused by default, judged by the outer name under network.ech: allow', async () => {
+    const hello = withExtension(await captureHello('good.test'), 0xfe0d, Buffer.alloc(32, 1));
+    fakeDst = { family: 4, address: '127.0.0.1', port: echoPort };
+    expect((await through(hello, { end: true })).err).toBe('ECONNRESET');
+    expect(lines[0]).toMatchObject({
+      action: 'block',
+      reason: 'ech_refused',
+      subject: { domain: 'good.test', ech: true },
+    });
+    const policy = compilePolicy(netPolicy({ allow: ['good.test', '127.0.0.0/30'], deny: ['127.0.0.2'] }));
+    await proxy.setSubject({ uid: 4242, port: proxyPort, policy, ech: 'allow' });
+    try {
+      lines.length = 0;
+      const r = await through(hello, { end: true });
+      expect(r.err).toBeNull();
+      expect(r.data).toBe('got:' + hello.toString());
+      expect(lines[0]).toMatchObject({ action: 'allow', subject: { domain: 'good.test', ech: true } });
+      // The outer name is still judged: a denied outer name is refused.
+      fakeDst = { family: 4, address: '10.9.9.9', port: echoPort };
+      const evil = withExtension(await captureHello('evil.test'), 0xfe0d, Buffer.alloc(32, 1));
+      expect((await through(evil, { end: true })).err).toBe('ECONNRESET');
+      expect(lines[1]).toMatchObject({ action: 'block', reason: 'not_allowed', subject: { domain: 'evil.test' } });
+    } finally {
+      await proxy.setSubject({ uid: 4242, port: proxyPort, policy });
+    }
+  });
+
+  it('a subject with no policy lets connections through under fail_mode open', async () => {
+    await proxy.setSubject({ uid: 4242, port: proxyPort, policy: null });
+    failOpen = true;
+    try {
+      fakeDst = { family: 4, address: '127.0.0.1', port: echoPort };
+      const r = await through('hi', { end: true });
+      expect(r.data).toBe('got:hi');
+      expect(lines[0]).toMatchObject({ action: 'allow', reason: 'no_policy' });
+    } finally {
+      failOpen = false;
       await proxy.setSubject({
         uid: 4242,
         port: proxyPort,
