@@ -28,6 +28,8 @@ export interface WatcherCoreOptions {
   /** How often new filesystems under a root are looked for. */
   rescanMs?: number;
   readMountinfo?: () => string;
+  /** Be the standby of another watcher process (see NativeWatcher's standbyOf). */
+  standbyOf?: { pid: number; groupFd: number; tableFd: number };
 }
 
 export interface WatcherCore {
@@ -69,6 +71,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     nice: opts.nice ?? 0,
     identity: opts.identity ?? 'pidfd-cache',
     queueAllows: opts.queueAllows ?? 4096,
+    ...(opts.standbyOf ? { standbyOf: opts.standbyOf } : {}),
   });
 
   const apply = (): void => {
@@ -140,6 +143,9 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     status() {
       return {
         pid: process.pid,
+        role: w.standby ? 'standby' : 'active',
+        groupFd: w.fd,
+        tableFd: w.tableFd,
         marks: [...marked.values()].sort(),
         markErrors: [...markErrors].map(([p, code]) => ({ path: p, code })),
         subjects: subjects.size,
