@@ -192,32 +192,30 @@ void AppendJsonString(std::string* out, const char* str, size_t n) {
   out->push_back('"');
 }
 
-void AppendDecisionLine(std::string* out, IsoTime* iso, int64_t tsMs, const char ref[8], uint32_t uid, bool exec,
-                        bool allow, Reason reason, const char* subject, size_t subjectLen, const std::string* rule,
-                        const std::string* program) {
+void AppendDecisionLine(std::string* out, IsoTime* iso, const DecisionRecord& d) {
   out->append("{\"ts\":\"", 7);
-  iso->Append(out, tsMs);
+  iso->Append(out, d.tsMs);
   out->append("\",\"ref\":\"", 9);
-  out->append(ref, 8);
+  out->append(d.ref, 8);
   out->append("\",\"uid\":", 8);
-  AppendUint(out, uid);
-  if (exec) {
+  AppendUint(out, d.uid);
+  if (d.exec) {
     out->append(",\"surface\":\"commands\",\"action\":\"");
   } else {
     out->append(",\"surface\":\"filesystem\",\"action\":\"");
   }
-  out->append(allow ? "allow" : "block", 5);
+  out->append(d.allow ? "allow" : "block", 5);
   out->append("\",\"reason\":\"", 12);
-  out->append(ReasonName(reason));
-  out->append(exec ? "\",\"subject\":{\"binary\":" : "\",\"subject\":{\"path\":");
-  AppendJsonString(out, subject, subjectLen);
-  if (exec && program) {
+  out->append(ReasonName(d.reason));
+  out->append(d.exec ? "\",\"subject\":{\"binary\":" : "\",\"subject\":{\"path\":");
+  AppendJsonString(out, d.subject.data(), d.subject.size());
+  if (d.exec && d.program) {
     out->append(",\"interpreterOf\":", 17);
-    AppendJsonString(out, program->data(), program->size());
+    AppendJsonString(out, d.program->data(), d.program->size());
   }
   out->append("},\"rule\":", 9);
-  if (rule) {
-    AppendJsonString(out, rule->data(), rule->size());
+  if (d.rule) {
+    AppendJsonString(out, d.rule->data(), d.rule->size());
   } else {
     out->append("null", 4);
   }
@@ -257,10 +255,17 @@ Napi::Value FormatDecisionLines(const Napi::CallbackInfo& info) {
     std::string program;
     bool hasProgram = pv.IsBuffer();
     if (hasProgram) program.assign(pv.As<Napi::Buffer<char>>().Data(), pv.As<Napi::Buffer<char>>().Length());
-    AppendDecisionLine(&text, &iso, c.Get("ts").As<Napi::Number>().Int64Value(), ref.data(),
-                       c.Get("uid").As<Napi::Number>().Uint32Value(), c.Get("exec").ToBoolean().Value(),
-                       c.Get("allow").ToBoolean().Value(), reason, buf.Data(), buf.Length(), hasRule ? &rule : nullptr,
-                       hasProgram ? &program : nullptr);
+    DecisionRecord d;
+    d.tsMs = c.Get("ts").As<Napi::Number>().Int64Value();
+    d.ref = ref.data();
+    d.uid = c.Get("uid").As<Napi::Number>().Uint32Value();
+    d.exec = c.Get("exec").ToBoolean().Value();
+    d.allow = c.Get("allow").ToBoolean().Value();
+    d.reason = reason;
+    d.subject = std::string_view(buf.Data(), buf.Length());
+    d.rule = hasRule ? &rule : nullptr;
+    d.program = hasProgram ? &program : nullptr;
+    AppendDecisionLine(&text, &iso, d);
     subjects.Set(i, Napi::String::New(env, buf.Data(), buf.Length()));
     rules.Set(i, hasRule ? Napi::Value(Napi::String::New(env, rule)) : env.Null());
   }

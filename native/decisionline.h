@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "fsmatch.h"
 
@@ -49,14 +50,25 @@ class RefPool {
  */
 void AppendJsonString(std::string* out, const char* s, size_t n);
 
+/** One decision as the log states it. */
+struct DecisionRecord {
+  int64_t tsMs = 0;
+  const char* ref = nullptr;  // 8 characters (RefPool::Next)
+  uint32_t uid = 0;
+  bool exec = false;  // the commands surface (an exec), else the filesystem surface (an open)
+  bool allow = false;
+  Reason reason = Reason::kEngineError;
+  std::string_view subject;               // the path or binary, raw bytes from readlink
+  const std::string* rule = nullptr;      // the entry that decided; null for a mode default
+  const std::string* program = nullptr;   // exec only: the program whose interpreter this exec loads
+};
+
 /**
- * One decision as its log line (with the newline), key order ts, ref, uid, surface, action, reason, subject, rule.
- * `program` (exec only, may be null): the program whose interpreter this exec loads, written as the
- * subject's `interpreterOf`.
+ * Appends one decision as its log line (with the newline), key order ts, ref, uid, surface,
+ * action, reason, subject, rule; `program`, when set on an exec, is written as the subject's
+ * `interpreterOf`.
  */
-void AppendDecisionLine(std::string* out, IsoTime* iso, int64_t tsMs, const char ref[8], uint32_t uid, bool exec,
-                        bool allow, Reason reason, const char* subject, size_t subjectLen, const std::string* rule,
-                        const std::string* program = nullptr);
+void AppendDecisionLine(std::string* out, IsoTime* iso, const DecisionRecord& d);
 
 /**
  * formatDecisionLines(cases) -> {text: Buffer, subjects, rules}: the test hook for the differential

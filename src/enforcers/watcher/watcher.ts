@@ -16,7 +16,7 @@ export interface WatcherCoreOptions {
   log: { writeLines(lines: Buffer): void };
   /** Structured warnings (the journal). */
   warn: (obj: Record<string, unknown>) => void;
-  /** Stay awake this long after an event of a burst, yielding, before sleeping (default 20; see native/fanotify.cc). */
+  /** Stay awake this long after an event of a burst, yielding, before sleeping (default 20; see native/fanotify_loop.cc). */
   spinUs?: number;
   nice?: number;
   watchdogMs?: number;

@@ -1,0 +1,248 @@
+// The fanotify read loop (native thread): reads a batch of events, identifies each opener,
+// judges a subject's open or exec against the policy snapshot (fsmatch.h) with the exec state
+// of its process (exec_state.h), answers the kernel, and queues the decision-log lines for
+// JavaScript without ever waiting for it. Nothing here takes a lock JavaScript holds for
+// longer than a swap.
+#include <poll.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "clock.h"
+#include "watcher.h"
+
+namespace leash {
+
+void Watcher::Loop() {
+  if (nice_ != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice_);
+  std::vector<char> storage(64 * 1024 + alignof(fanotify_event_metadata));
+  char* buf = storage.data();
+  int64_t lastEvent = 0;
+  int64_t spinOffUntil = 0;
+  int64_t lastBatch = 0;  // when the previous batch was done
+  bool burst = false;     // the last two batches came close together: spin after this one
+  while (!stop_.load(std::memory_order_relaxed)) {
+    dog_.SetPhase(kReading);
+    ssize_t n = read(fd_, buf, 64 * 1024);
+    if (n > 0) {
+      Process(buf, n);
+      int64_t t = NowNs();
+      burst = t - lastBatch < kBurstGapFactor * spinNs_;
+      lastBatch = lastEvent = t;
+      dog_.BeatLoop(t / 1000000);
+      continue;
+    }
+    if (n == 0) break;  // a test pipe reached EOF
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) {
+      loopErrno_ = errno;
+      break;
+    }
+    if (spinNs_ > 0 && burst) {
+      // Stay awake briefly after an event of a burst: the next event of a busy opener then
+      // finds this thread running instead of paying a sleep and a wake-up of an idle vCPU,
+      // which costs more than the spin (measured: docs/filesystem.md). Only in a burst (the
+      // previous batch less than kBurstGapFactor spins ago): after an isolated event the
+      // spin would be CPU for nothing. The spin yields rather than pauses: a process just
+      // answered may be waiting for this very CPU, and it is what produces the next event.
+      // A yield that takes long means other work shares this CPU, and the loop would then
+      // wait out its time slice instead of being woken at once by the next event: spinning
+      // is off for kSpinBackoffNs.
+      int64_t t = NowNs();
+      if (t - lastEvent < spinNs_ && t >= spinOffUntil) {
+        sched_yield();
+        int64_t t2 = NowNs();
+        if (t2 - t > kYieldContendedNs) spinOffUntil = t2 + kSpinBackoffNs;
+        continue;
+      }
+    }
+    dog_.SetPhase(kIdle);
+    pollfd p[2] = {{fd_, POLLIN, 0}, {stopFd_, POLLIN, 0}};
+    int r = poll(p, 2, 1000);
+    int64_t t = NowNs();
+    dog_.BeatLoop(t / 1000000);
+    if (r > 0 && (p[0].revents & POLLIN)) lastEvent = t;
+    if (r > 0 && (p[0].revents & (POLLHUP | POLLERR)) && !(p[0].revents & POLLIN)) break;
+  }
+  dog_.LoopDone();
+}
+
+void Watcher::Process(char* buf, ssize_t len) {
+  // One clock read per batch of events: the decisions' time (ms) and the wake-up coalescing's.
+  timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  batchWallMs_ = static_cast<int64_t>(wall.tv_sec) * 1000 + wall.tv_nsec / 1000000;
+  batchMonoNs_ = NowNs();
+  auto* m = reinterpret_cast<fanotify_event_metadata*>(buf);
+  while (FAN_EVENT_OK(m, len)) {
+    if (m->vers == FANOTIFY_METADATA_VERSION) HandleEvent(m);
+    m = FAN_EVENT_NEXT(m, len);
+  }
+}
+
+void Watcher::HandleEvent(const fanotify_event_metadata* m) {
+  int pidfd = -1;
+  if (m->event_len > m->metadata_len) {
+    const char* p = reinterpret_cast<const char*>(m) + m->metadata_len;
+    const char* end = reinterpret_cast<const char*>(m) + m->event_len;
+    while (p + sizeof(fanotify_event_info_header) <= end) {
+      auto* h = reinterpret_cast<const fanotify_event_info_header*>(p);
+      if (h->len < sizeof(fanotify_event_info_header) || p + h->len > end) break;
+      if (h->info_type == FAN_EVENT_INFO_TYPE_PIDFD && h->len >= sizeof(fanotify_event_info_pidfd))
+        pidfd = reinterpret_cast<const fanotify_event_info_pidfd*>(p)->pidfd;
+      p += h->len;
+    }
+  }
+  bool perm = (m->mask & kPermMask) != 0;
+  bool allow = true;
+  DecisionRecord decs[8];
+  int ndec = 0;
+  std::shared_ptr<const Snapshot> snap;  // held until the decisions (which point into it) are queued
+  if (perm) {
+    events_.fetch_add(1, std::memory_order_relaxed);
+    snap = std::atomic_load(&snap_);
+    if (m->pid == selfPid_) {
+      // Our own open: answering it from here is what keeps the watcher from deadlocking on itself.
+      self_.fetch_add(1, std::memory_order_relaxed);
+    } else if (snap->subjects.empty()) {
+      nonSubject_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      dog_.SetPhase(kJudging);
+      dog_.SetPid(m->pid);
+      Creds c;
+      if (!identity_.CredsOf(pidfd, m->pid, &c)) {
+        // Only a process that no longer exists has no credentials; its open cannot complete.
+        allow = false;
+        unknown_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        ndec = Judge(*snap, c, m, &allow, decs);
+        if (ndec == 0) nonSubject_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    dog_.SetPhase(kAnswering);
+    fanotify_response r{m->fd, static_cast<__u32>(allow ? FAN_ALLOW : FAN_DENY)};
+    if (write(respFd_, &r, sizeof r) != static_cast<ssize_t>(sizeof r))
+      writeErrors_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (m->fd >= 0) close(m->fd);
+  if (pidfd >= 0) close(pidfd);
+  if (ndec > 0) Enqueue(decs, ndec);
+}
+
+// Judges the event under every subject UID the process carries (real, effective,
+// saved, fs): a setuid helper started by an agent stays the agent's. Deny if any denies.
+int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_metadata* m, bool* allow,
+                   DecisionRecord* decs) {
+  const SubjectEntry* hits[4];
+  uint32_t uids[4];
+  int nh = 0;
+  for (int i = 0; i < 4; i++) {
+    bool dup = false;
+    for (int j = 0; j < nh; j++) dup = dup || uids[j] == c.uid[i];
+    if (dup) continue;
+    auto it = snap.subjects.find(c.uid[i]);
+    if (it == snap.subjects.end()) continue;
+    hits[nh] = &it->second;
+    uids[nh++] = c.uid[i];
+  }
+  if (nh == 0) return 0;
+  bool havePath = paths_.PathOf(m->fd);
+  std::string_view subject = paths_.path();
+  bool isExec = (m->mask & FAN_OPEN_EXEC_PERM) != 0;
+  // Exec state: is this exec the kernel loading the interpreter of the program this process
+  // just had allowed? Any exec event of the process ends its entry (used, or stale).
+  bool asInterp = false;
+  if (isExec) asInterp = execs_.Take(m->pid, m->fd, batchMonoNs_);
+  bool wantInterp = false;
+  int n = 0;
+  for (int h = 0; h < nh; h++) {
+    const SubjectEntry& se = *hits[h];
+    const FsPolicy* pol = se.policy.get();
+    bool failOpen = pol ? pol->failOpen : se.failOpen;
+    wantInterp = wantInterp || (pol && pol->cmdWhitelist && pol->hasInterpreters);
+    for (int k = 0; k < 2; k++) {
+      bool exec = k == 0;
+      if (!(m->mask & (exec ? FAN_OPEN_EXEC_PERM : FAN_OPEN_PERM))) continue;
+      MatchVerdict v;
+      if (!havePath) {
+        v = {failOpen, Reason::kEngineError, nullptr};
+      } else {
+        v = exec ? MatchCommandPolicy(pol, se.failOpen, subject, asInterp) : MatchPathPolicy(pol, se.failOpen, subject);
+      }
+      if (!v.allow) *allow = false;
+      bool served = exec && v.reason == Reason::kInterpreterOf;
+      if (served) interpreterOf_.fetch_add(1, std::memory_order_relaxed);
+      DecisionRecord& d = decs[n++];
+      d.uid = uids[h];
+      d.exec = exec;
+      d.allow = v.allow;
+      d.reason = v.reason;
+      d.rule = v.rule;
+      d.program = served ? &execs_.program() : nullptr;
+    }
+  }
+  // An allowed exec under a whitelist with interpreters: remember what the kernel will load
+  // next for it. A header that cannot be read as the kernel reads it is never an allow.
+  if (isExec && *allow && wantInterp && havePath && !execs_.Remember(m->pid, m->fd, subject, batchMonoNs_)) {
+    *allow = false;
+    for (int i = 0; i < n; i++) {
+      if (!decs[i].exec) continue;
+      decs[i].allow = false;
+      decs[i].reason = Reason::kEngineError;
+      decs[i].rule = nullptr;
+      decs[i].program = nullptr;
+    }
+  }
+  (*allow ? subjectAllow_ : subjectDeny_).fetch_add(1, std::memory_order_relaxed);
+  return n;
+}
+
+// Denies are always queued; allows beyond queueAllows_ are counted instead and the
+// count reaches the log with the next drain. The loop never waits for JavaScript: the
+// lock is held by Drain only for a swap. Each decision is queued as its finished log line
+// (decisionline.h), so JavaScript only writes a drain's bytes.
+// Waking JavaScript costs the loop an eventfd write and a futex per wake, so wakes are
+// coalesced: a deny or a full batch wakes at once, otherwise at most one wake per
+// kWakeEveryNs; JavaScript also drains on a short timer, which picks up the rest.
+void Watcher::Enqueue(DecisionRecord* d, int n) {
+  refs_.Reserve(static_cast<size_t>(n));  // any getrandom happens outside the lock
+  bool wake = false;
+  bool deny = false;
+  std::string_view subject = paths_.path();
+  {
+    std::lock_guard<std::mutex> g(qmu_);
+    for (int i = 0; i < n; i++) {
+      if (!d[i].allow) {
+        deny = true;
+        qDenies_++;
+      } else if (qAllows_ >= queueAllows_) {
+        dropped_++;
+        continue;
+      } else {
+        qAllows_++;
+      }
+      char ref[8];
+      refs_.Next(ref);
+      d[i].tsMs = batchWallMs_;
+      d[i].ref = ref;
+      d[i].subject = subject;
+      AppendDecisionLine(&q_, &iso_, d[i]);
+      qCount_++;
+    }
+    if (!wakePending_) {
+      if (deny || qCount_ >= kWakeBatch || batchMonoNs_ - lastWakeNs_ >= kWakeEveryNs) {
+        wakePending_ = true;
+        lastWakeNs_ = batchMonoNs_;
+        wake = true;
+      }
+    }
+  }
+  if (wake) tsfn_.NonBlockingCall();
+}
+
+}  // namespace leash

@@ -1,0 +1,129 @@
+// The Watcher object shared by the watcher's files (internal to native/): its JavaScript surface
+// (fanotify.cc), its read loop and judging (fanotify_loop.cc), and the parts it is made of:
+// identity of the opener (identity.h), the path judged (paths.h), the exec state of each process
+// (exec_state.h), the watchdog (watchdog.h), the decision-log lines (decisionline.h).
+#pragma once
+#include <napi.h>
+#include <sys/fanotify.h>
+#include <v8.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "decisionline.h"
+#include "exec_state.h"
+#include "fsmatch.h"
+#include "identity.h"
+#include "paths.h"
+#include "watchdog.h"
+
+#ifndef FAN_REPORT_PIDFD
+#define FAN_REPORT_PIDFD 0x00000080
+#endif
+#ifndef FAN_EVENT_INFO_TYPE_PIDFD
+#define FAN_EVENT_INFO_TYPE_PIDFD 4
+struct fanotify_event_info_pidfd {
+  struct fanotify_event_info_header hdr;
+  __s32 pidfd;
+};
+#endif
+
+namespace leash {
+
+constexpr uint64_t kPermMask = FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM;
+
+struct SubjectEntry {
+  std::shared_ptr<const FsPolicy> policy;  // null = subject with no policy
+  bool failOpen;
+};
+
+/** One immutable generation of the UID -> policy map. */
+struct Snapshot {
+  std::unordered_map<uint32_t, SubjectEntry> subjects;
+};
+
+class Watcher : public Napi::ObjectWrap<Watcher> {
+ public:
+  static Napi::Function Define(Napi::Env env);
+  explicit Watcher(const Napi::CallbackInfo& info);
+  ~Watcher() override { StopThreads(); }
+
+ private:
+  // ---- JavaScript surface (fanotify.cc) ----
+  Napi::Value Start(const Napi::CallbackInfo& info);
+  Napi::Value Mark(const Napi::CallbackInfo& info);
+  Napi::Value SetSubjects(const Napi::CallbackInfo& info);
+  Napi::Value Drain(const Napi::CallbackInfo& info);
+  Napi::Value Heartbeat(const Napi::CallbackInfo& info);
+  Napi::Value Stats(const Napi::CallbackInfo& info);
+  Napi::Value Close(const Napi::CallbackInfo& info);
+  Napi::Value Fd(const Napi::CallbackInfo& info);
+  Napi::Value ReportsPidfd(const Napi::CallbackInfo& info);
+  void StopThreads();
+
+  // ---- the read loop (fanotify_loop.cc; native thread) ----
+  void Loop();
+  void Process(char* buf, ssize_t len);
+  void HandleEvent(const fanotify_event_metadata* m);
+  int Judge(const Snapshot& snap, const Creds& c, const fanotify_event_metadata* m, bool* allow,
+            DecisionRecord* decs);
+  void Enqueue(DecisionRecord* d, int n);
+
+  // The loop's timing and the queue's wake-up coalescing (fanotify_loop.cc explains them).
+  static constexpr int64_t kWakeEveryNs = 20 * 1000 * 1000;
+  static constexpr int64_t kYieldContendedNs = 500 * 1000;
+  static constexpr int64_t kBurstGapFactor = 5;
+  static constexpr int64_t kSpinBackoffNs = 100 * 1000 * 1000;
+  static constexpr size_t kWakeBatch = 512;
+  static constexpr size_t kKeepQueueBytes = 4 << 20;
+
+  int fd_ = -1;
+  int respFd_ = -1;
+  int stopFd_ = -1;
+  bool ownsFd_ = false;
+  bool pidfd_ = false;
+  bool started_ = false;
+  int32_t selfPid_ = 0;
+  int nice_ = 0;
+  int64_t spinNs_ = 0;
+  int64_t watchdogMs_ = 10000;
+  size_t queueAllows_ = 4096;
+  std::thread loop_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> loopErrno_{0};
+  std::shared_ptr<const Snapshot> snap_;
+
+  Identity identity_;  // loop thread only
+  PathResolver paths_;  // loop thread, and Mark (its mounts, under its lock)
+  ExecState execs_;     // loop thread only
+  Watchdog dog_;
+  v8::Isolate* isolate_ = nullptr;
+
+  // Loop thread only: the batch's clocks, the line formatter's clock and refs.
+  int64_t batchWallMs_ = 0;
+  int64_t batchMonoNs_ = 0;
+  IsoTime iso_;
+  RefPool refs_;
+
+  // The decision-log queue: the loop appends, Drain swaps.
+  std::mutex qmu_;
+  std::string q_;         // finished decision-log lines, in decision order
+  std::string drainBuf_;  // JavaScript thread only (Drain)
+  uint64_t qCount_ = 0, qDenies_ = 0;
+  size_t qAllows_ = 0;
+  uint64_t dropped_ = 0;
+  bool wakePending_ = false;
+  int64_t lastWakeNs_ = 0;
+  Napi::ThreadSafeFunction tsfn_;
+  bool haveTsfn_ = false;
+
+  std::atomic<uint64_t> events_{0}, self_{0}, nonSubject_{0}, subjectAllow_{0}, subjectDeny_{0}, unknown_{0},
+      writeErrors_{0}, interpreterOf_{0};
+};
+
+}  // namespace leash
