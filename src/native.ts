@@ -145,6 +145,8 @@ export interface NativeWatcher {
   readonly tableFd: number;
   /** A standby that has not taken over yet. */
   readonly standby: boolean;
+  /** What the takeover answered (returned once): subject events by PID, and unrecorded ones (pid 0). */
+  takeoverRecords(): { pid: number; uid: number; exec: boolean; allow: boolean; recorded: boolean }[];
   readonly reportsPidfd: boolean;
   start(): void;
   mark(path: string, scope?: 'filesystem' | 'mount'): void;
