@@ -164,7 +164,6 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
     const argv = [
       ...(opts.wrap ?? []),
       process.execPath,
-      ...(process.env.LEASH_DEBUG_NAPI ? ['--force-node-api-uncaught-exceptions-policy=true'] : []),
       script,
       '--decisions',
       opts.decisions,
