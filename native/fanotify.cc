@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -35,6 +36,9 @@ Napi::Function Watcher::Define(Napi::Env env) {
                          InstanceMethod("close", &Watcher::Close),
                          InstanceAccessor("fd", &Watcher::Fd, nullptr),
                          InstanceAccessor("reportsPidfd", &Watcher::ReportsPidfd, nullptr),
+                         InstanceAccessor("tableFd", &Watcher::TableFd, nullptr),
+                         InstanceAccessor("standby", &Watcher::Standby, nullptr),
+                         InstanceMethod("takeoverRecords", &Watcher::TakeoverRecords),
                      });
 }
 
@@ -79,6 +83,32 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
       ErrnoError(env, errno, "fcntl").ThrowAsJavaScriptException();
       return;
     }
+  } else if (o.Get("standbyOf").IsObject()) {
+    // A standby: the active watcher's group and in-flight table, taken from it by number.
+    Napi::Object so = o.Get("standbyOf").As<Napi::Object>();
+    auto snum = [&](const char* k) -> int {
+      Napi::Value v = so.Get(k);
+      return v.IsNumber() ? v.As<Napi::Number>().Int32Value() : -1;
+    };
+    int apid = snum("pid"), gfd = snum("groupFd"), tfd = snum("tableFd");
+    if (apid <= 0 || gfd < 0 || tfd < 0) {
+      Usage(env, "Watcher: standbyOf needs {pid, groupFd, tableFd}");
+      return;
+    }
+    activePidfd_ = static_cast<int>(syscall(SYS_pidfd_open, apid, 0));
+    if (activePidfd_ < 0) {
+      ErrnoError(env, errno, "pidfd_open (the active watcher)").ThrowAsJavaScriptException();
+      return;
+    }
+    fcntl(activePidfd_, F_SETFD, FD_CLOEXEC);
+    fd_ = static_cast<int>(syscall(SYS_pidfd_getfd, activePidfd_, gfd, 0));
+    int t = fd_ >= 0 ? static_cast<int>(syscall(SYS_pidfd_getfd, activePidfd_, tfd, 0)) : -1;
+    if (fd_ < 0 || t < 0 || !inflight_.Adopt(t)) {
+      ErrnoError(env, errno, "pidfd_getfd (the active watcher's group and table)").ThrowAsJavaScriptException();
+      return;
+    }
+    ownsFd_ = true;
+    standby_.store(true);
   } else {
     unsigned base = FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK;
     unsigned ev = O_RDONLY | O_LARGEFILE | O_CLOEXEC;
@@ -94,8 +124,15 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
       return;
     }
     ownsFd_ = true;
+    if (!inflight_.Create()) {
+      ErrnoError(env, errno, "memfd_create (the in-flight table)").ThrowAsJavaScriptException();
+      return;
+    }
   }
   respFd_ = responseFd >= 0 ? responseFd : fd_;
+  // One event per read (watcher.h); a crafted-event test descriptor is read in whole batches.
+  readLen_ = eventFd >= 0 ? kReadBytes
+                          : sizeof(fanotify_event_metadata) + (pidfd_ ? sizeof(fanotify_event_info_pidfd) : 0);
   stopFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stopFd_ < 0) {
     ErrnoError(env, errno, "eventfd").ThrowAsJavaScriptException();
@@ -230,6 +267,10 @@ Napi::Value Watcher::Stats(const Napi::CallbackInfo& info) {
   a("interpreterOf", interpreterOf_);
   n("execStateRefused", execs_.refused());
   n("execStateDropped", execs_.dropped());
+  a("takeovers", takeovers_);
+  a("takeoverAllowed", takeoverAllowed_);
+  a("takeoverDenied", takeoverDenied_);
+  a("takeoverUnrecorded", takeoverUnrecorded_);
   o.Set("loopError", Napi::Number::New(env, loopErrno_.load()));
   o.Set("running", Napi::Boolean::New(env, started_ && !dog_.loop_done()));
   return o;
@@ -256,8 +297,11 @@ void Watcher::StopThreads() {
   }
   dog_.Stop();
   if (loop_.joinable()) loop_.join();
-  // Closing the group answers every pending event allow: the host is released.
+  // Closing the group answers every pending event allow once no standby holds it: the host is released.
   if (ownsFd_ && fd_ >= 0) close(fd_);
+  inflight_.Close();
+  if (activePidfd_ >= 0) close(activePidfd_);
+  activePidfd_ = -1;
   fd_ = -1;
   if (stopFd_ >= 0) close(stopFd_);
   stopFd_ = -1;

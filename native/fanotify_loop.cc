@@ -20,7 +20,15 @@ namespace leash {
 
 void Watcher::Loop() {
   if (nice_ != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice_);
-  std::vector<char> storage(64 * 1024 + alignof(fanotify_event_metadata));
+  // A standby reads nothing while the active watcher lives; then it takes over (takeover.cc).
+  if (standby_.load()) {
+    if (!WaitForActive()) {
+      dog_.LoopDone();
+      return;
+    }
+    TakeOver();
+  }
+  std::vector<char> storage(kReadBytes + alignof(fanotify_event_metadata));
   char* buf = storage.data();
   int64_t lastEvent = 0;
   int64_t spinOffUntil = 0;
@@ -28,7 +36,7 @@ void Watcher::Loop() {
   bool burst = false;     // the last two batches came close together: spin after this one
   while (!stop_.load(std::memory_order_relaxed)) {
     dog_.SetPhase(kReading);
-    ssize_t n = read(fd_, buf, 64 * 1024);
+    ssize_t n = read(fd_, buf, readLen_);
     if (n > 0) {
       Process(buf, n);
       int64_t t = NowNs();
@@ -79,6 +87,11 @@ void Watcher::Process(char* buf, ssize_t len) {
   batchWallMs_ = static_cast<int64_t>(wall.tv_sec) * 1000 + wall.tv_nsec / 1000000;
   batchMonoNs_ = NowNs();
   auto* m = reinterpret_cast<fanotify_event_metadata*>(buf);
+  // First, every permission event of the batch goes into the in-flight table: if this process
+  // dies before answering one, its standby answers it (takeover.h).
+  ssize_t left = len;  // FAN_EVENT_NEXT consumes its length argument
+  for (auto* r = m; FAN_EVENT_OK(r, left); r = FAN_EVENT_NEXT(r, left))
+    if ((r->mask & kPermMask) && r->fd >= 0) inflight_.Record(r->fd, r->pid, static_cast<uint32_t>(r->mask));
   while (FAN_EVENT_OK(m, len)) {
     if (m->vers == FANOTIFY_METADATA_VERSION) HandleEvent(m);
     m = FAN_EVENT_NEXT(m, len);
@@ -128,6 +141,8 @@ void Watcher::HandleEvent(const fanotify_event_metadata* m) {
     fanotify_response r{m->fd, static_cast<__u32>(allow ? FAN_ALLOW : FAN_DENY)};
     if (write(respFd_, &r, sizeof r) != static_cast<ssize_t>(sizeof r))
       writeErrors_.fetch_add(1, std::memory_order_relaxed);
+    inflight_.Clear(m->fd);
+    if (seen_) seen_->insert(m->pid);
     execs_.AfterAnswer(batchMonoNs_);  // the rest of the exec state's work, off the opener's wait
   }
   if (m->fd >= 0) close(m->fd);

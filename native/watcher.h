@@ -14,12 +14,15 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "decisionline.h"
 #include "exec_state.h"
 #include "fsmatch.h"
 #include "identity.h"
 #include "paths.h"
+#include "takeover.h"
 #include "watchdog.h"
 
 #ifndef FAN_REPORT_PIDFD
@@ -64,7 +67,16 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   Napi::Value Close(const Napi::CallbackInfo& info);
   Napi::Value Fd(const Napi::CallbackInfo& info);
   Napi::Value ReportsPidfd(const Napi::CallbackInfo& info);
+  Napi::Value TableFd(const Napi::CallbackInfo& info);
+  Napi::Value Standby(const Napi::CallbackInfo& info);
+  Napi::Value TakeoverRecords(const Napi::CallbackInfo& info);
   void StopThreads();
+
+  // ---- the standby's takeover (takeover.cc; loop thread) ----
+  /** Waits until the active watcher has exited (true) or this one is stopped (false). */
+  bool WaitForActive();
+  /** Answers the dead watcher's pending events, drains the queue, then the loop reads on. */
+  void TakeOver();
 
   // ---- the read loop (fanotify_loop.cc; native thread) ----
   void Loop();
@@ -81,6 +93,13 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   static constexpr int64_t kSpinBackoffNs = 100 * 1000 * 1000;
   static constexpr size_t kWakeBatch = 512;
   static constexpr size_t kKeepQueueBytes = 4 << 20;
+  static constexpr size_t kReadBytes = 64 * 1024;
+  /**
+   * How much one read(2) asks for: exactly one event. A watcher killed inside read(2) then loses
+   * at most one event that its standby cannot attribute from the in-flight table (takeover.h);
+   * a batch could mix a subject's event with root's, and both would have to be denied.
+   */
+  size_t readLen_ = sizeof(fanotify_event_metadata);
 
   int fd_ = -1;
   int respFd_ = -1;
@@ -97,6 +116,15 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   std::atomic<bool> stop_{false};
   std::atomic<int> loopErrno_{0};
   std::shared_ptr<const Snapshot> snap_;
+
+  // The in-flight table (takeover.h) and, in a standby, the active watcher it will succeed.
+  InflightTable inflight_;
+  int activePidfd_ = -1;
+  std::atomic<bool> standby_{false};
+  std::unordered_set<int32_t>* seen_ = nullptr;  // during a takeover's drain: the openers answered
+  std::mutex tmu_;
+  std::vector<TakeoverRecord> takeoverRecs_;
+  std::atomic<uint64_t> takeovers_{0}, takeoverAllowed_{0}, takeoverDenied_{0}, takeoverUnrecorded_{0};
 
   Identity identity_;  // loop thread only
   PathResolver paths_;  // loop thread, and Mark (its mounts, under its lock)

@@ -205,6 +205,15 @@ export const DNS_REASONS = {
 } as const;
 
 /**
+ * Reasons the filesystem watcher writes itself, outside the engine's: events it answers without a
+ * policy match (see docs/filesystem.md, "When the watcher dies").
+ */
+export const WATCHER_REASONS = {
+  watcher_takeover:
+    "a subject's open or exec the dead watcher had read and not answered, denied unjudged by the standby that took over",
+} as const;
+
+/**
  * Reason codes the tools gate (`leash mcp`) adds to the engine's: argument rules, method policy,
  * protocol refusals and server failures. They appear in decision log lines with surface `tools`
  * and in the `data.reason` of the JSON-RPC error the gate answers with.
@@ -273,6 +282,7 @@ export function allCodes(): string[] {
       ...Object.keys(ENTRY_PROBLEMS),
       ...Object.keys(PROXY_REASONS),
       ...Object.keys(DNS_REASONS),
+      ...Object.keys(WATCHER_REASONS),
       ...Object.keys(TOOLS_GATE_REASONS),
     ]),
   ];

@@ -106,6 +106,12 @@ export interface WatcherOptions {
   identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
   /** The PID whose events are always allowed (default: this process). */
   selfPid?: number;
+  /**
+   * Be the standby of the watcher process `pid`: take its group (`groupFd`) and in-flight table
+   * (`tableFd`) with pidfd_getfd, and after start() read nothing until that process has exited;
+   * then answer the events it had read and not answered (its table), and read on.
+   */
+  standbyOf?: { pid: number; groupFd: number; tableFd: number };
 }
 export interface WatcherStats {
   events: number;
@@ -124,11 +130,23 @@ export interface WatcherStats {
   execStateRefused: number;
   /** Exec-state entries dropped because the table was full. */
   execStateDropped: number;
+  /** Takeovers done (0 or 1), and the dead watcher's unanswered events this watcher answered then. */
+  takeovers: number;
+  takeoverAllowed: number;
+  takeoverDenied: number;
+  /** Of those, events read by the dead watcher but never recorded (it was killed inside read). */
+  takeoverUnrecorded: number;
   loopError: number;
   running: boolean;
 }
 export interface NativeWatcher {
   readonly fd: number;
+  /** The in-flight table (a memfd: one slot per event descriptor number, the PID of each unanswered event). */
+  readonly tableFd: number;
+  /** A standby that has not taken over yet. */
+  readonly standby: boolean;
+  /** What the takeover answered (returned once): subject events by PID, and unrecorded ones (pid 0). */
+  takeoverRecords(): { pid: number; uid: number; exec: boolean; allow: boolean; recorded: boolean }[];
   readonly reportsPidfd: boolean;
   start(): void;
   mark(path: string, scope?: 'filesystem' | 'mount'): void;

@@ -16,6 +16,11 @@ export type ToWatcher =
 
 export interface WatcherStatus {
   pid: number;
+  /** 'standby': holds the group, reads nothing until the active watcher is gone. */
+  role: 'active' | 'standby';
+  /** The group's and the in-flight table's descriptor numbers in this process (a standby takes them by pidfd_getfd). */
+  groupFd?: number;
+  tableFd?: number;
   /** Paths a FAN_MARK_FILESYSTEM mark was put on (one per filesystem). */
   marks: string[];
   /** Roots whose filesystem could not be marked, with the errno code. */

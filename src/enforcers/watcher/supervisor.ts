@@ -1,7 +1,12 @@
 // The service's side of the watcher: spawns it with the current map, forwards every
-// change over the map protocol and waits for the acknowledgement, respawns it when it
-// dies (from the current map, touching nothing else), and gives up — a fatal error for
-// the service to exit on — when it dies more than `maxDeaths` times in `windowMs`.
+// change over the map protocol and waits for the acknowledgement, and keeps a STANDBY
+// watcher beside it: a second process that holds the same fanotify group (taken from the
+// active one with pidfd_getfd) and the active's in-flight table, and takes over reading the
+// moment the active dies — so the group never closes and no event is let through unjudged
+// (docs/filesystem.md, "When the watcher dies"). With no standby ready, a dead watcher is
+// respawned from the current map (the group closed with it: the kernel let pending events
+// through). It gives up — a fatal error for the service to exit on — when watchers die more
+// than `maxDeaths` times in `windowMs`.
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import type net from 'node:net';
@@ -34,8 +39,10 @@ export interface FsSupervisorOptions {
   readyTimeoutMs?: number;
   /** Called once when the supervisor gives up; the service should exit so systemd restarts it. */
   onFatal?: (err: LeashError) => void;
-  /** Called after each respawn (the new watcher has acknowledged the map). */
-  onRespawn?: (info: { pid: number; deaths: number }) => void;
+  /** Called after each respawn or takeover (the new active watcher has the map). */
+  onRespawn?: (info: { pid: number; deaths: number; takeover: boolean }) => void;
+  /** Keep a standby watcher on the same group (default true). */
+  standby?: boolean;
 }
 
 export interface FsSupervisor {
@@ -51,6 +58,10 @@ export interface FsSupervisor {
   reopenLog(): Promise<void>;
   /** PID of the watcher process itself (not of a wrapper), once it reported. */
   watcherPid(): number | null;
+  /** PID of the standby watcher once it holds the group, else null. */
+  standbyPid(): number | null;
+  /** Resolves once a standby holds the group (test hook; rejects when standby is off or the supervisor ends). */
+  standbyReady(): Promise<number>;
   deaths(): number;
   /** Test hook: blocks the watcher's JavaScript side (needs LEASH_TEST_WEDGE_JS=1 in env). */
   wedgeForTest(): Promise<void>;
@@ -81,54 +92,106 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
   const maxDeaths = opts.maxDeaths ?? 3;
   const windowMs = opts.windowMs ?? 10 * 60_000;
   const script = opts.script ?? defaultScript();
+  const useStandby = opts.standby ?? true;
   const deathTimes: number[] = [];
   let deathCount = 0;
-  let child: ChildProcess | null = null;
-  let chan: net.Socket | null = null;
-  let pending = new Map<number, Pending>();
-  let nextId = 1;
-  let pid: number | null = null;
   let closing = false;
   let fatal: LeashError | null = null;
-  let current!: Promise<WatcherStatus>;
 
-  const request = (msg: DistributiveOmit<ToWatcher, 'id'>): Promise<FromWatcher> =>
+  /** One watcher process: its channel, its pending requests, and whether it has acknowledged its map. */
+  interface Proc {
+    c: ChildProcess;
+    chan: net.Socket | null;
+    pending: Map<number, Pending>;
+    pid: number | null;
+    status: WatcherStatus | null;
+    ready: Promise<WatcherStatus>;
+    role: 'active' | 'standby';
+  }
+  let act: Proc | null = null;
+  let sb: Proc | null = null;
+  let nextId = 1;
+  let current!: Promise<WatcherStatus>;
+  let standbyWaiters: { resolve: (pid: number) => void; reject: (e: Error) => void }[] = [];
+
+  const request = (p: Proc | null, msg: DistributiveOmit<ToWatcher, 'id'>): Promise<FromWatcher> =>
     new Promise((resolve, reject) => {
-      if (!chan || fatal) {
+      if (!p || !p.chan || fatal) {
         reject(fatal ?? new Error('watcher not running'));
         return;
       }
       const id = nextId++;
-      pending.set(id, { resolve, reject });
-      chan.write(`${JSON.stringify({ ...msg, id })}\n`);
+      p.pending.set(id, { resolve, reject });
+      p.chan.write(`${JSON.stringify({ ...msg, id })}\n`);
     });
 
   const giveUp = (err: LeashError): void => {
     if (fatal) return;
     fatal = err;
+    for (const w of standbyWaiters) w.reject(err);
+    standbyWaiters = [];
     opts.onFatal?.(err);
   };
 
-  const spawnWatcher = (): Promise<WatcherStatus> => {
-    const argv = [...(opts.wrap ?? []), process.execPath, script, '--decisions', opts.decisions, ...(opts.args ?? [])];
+  const endProc = (p: Proc): void => {
+    p.chan?.destroy();
+    p.c.kill('SIGTERM');
+  };
+
+  const countDeath = (): boolean => {
+    const now = Date.now();
+    deathCount++;
+    deathTimes.push(now);
+    while (deathTimes.length && deathTimes[0]! < now - windowMs) deathTimes.shift();
+    if (deathTimes.length > maxDeaths) {
+      giveUp(
+        new LeashError(
+          'watcher_failed',
+          `the filesystem watcher died ${deathTimes.length} times in ${Math.round(windowMs / 1000)} s`,
+          { deaths: deathTimes.length },
+        ),
+      );
+      return false;
+    }
+    return true;
+  };
+
+  const spawnProc = (role: 'active' | 'standby', of?: WatcherStatus): Proc => {
+    const extra =
+      role === 'standby' && of
+        ? ['--standby-of', String(of.pid), '--group-fd', String(of.groupFd), '--table-fd', String(of.tableFd)]
+        : [];
+    const argv = [
+      ...(opts.wrap ?? []),
+      process.execPath,
+      script,
+      '--decisions',
+      opts.decisions,
+      ...(opts.args ?? []),
+      ...extra,
+    ];
     const stderrMode = opts.stderr === undefined || opts.stderr === 'inherit' ? 'inherit' : 'pipe';
     const c = spawn(argv[0]!, argv.slice(1), {
       stdio: ['ignore', 'inherit', stderrMode, 'pipe'],
       env: opts.env ?? process.env,
     });
-    child = c;
-    pid = null;
-    const myPending = new Map<number, Pending>();
-    pending = myPending;
-    const s = c.stdio[3] as net.Socket;
-    chan = s;
+    const proc: Proc = {
+      c,
+      chan: c.stdio[3] as net.Socket,
+      pending: new Map(),
+      pid: null,
+      status: null,
+      ready: Promise.resolve(null as unknown as WatcherStatus),
+      role,
+    };
+    const s = proc.chan!;
     s.on(
       'data',
       lineReader<FromWatcher>(
         (m) => {
-          const p = myPending.get(m.id);
+          const p = proc.pending.get(m.id);
           if (!p) return;
-          myPending.delete(m.id);
+          proc.pending.delete(m.id);
           p.resolve(m);
         },
         () => {},
@@ -139,54 +202,25 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
       const cb = opts.stderr;
       c.stderr!.on('data', (b: Buffer) => cb(b.toString()));
     }
-    c.on('exit', () => {
-      if (child === c) {
-        child = null;
-        chan = null;
-      }
-      for (const p of myPending.values()) p.reject(new Error('watcher exited'));
-      myPending.clear();
-      if (closing || fatal) return;
-      const now = Date.now();
-      deathCount++;
-      deathTimes.push(now);
-      while (deathTimes.length && deathTimes[0]! < now - windowMs) deathTimes.shift();
-      if (deathTimes.length > maxDeaths) {
-        giveUp(
-          new LeashError(
-            'watcher_failed',
-            `the filesystem watcher died ${deathTimes.length} times in ${Math.round(windowMs / 1000)} s`,
-            { deaths: deathTimes.length },
-          ),
-        );
-        return;
-      }
-      // Respawn from the current map; chains and listeners are not ours to touch.
-      current = spawnWatcher();
-      current.then(
-        (st) => opts.onRespawn?.({ pid: st.pid, deaths: deathCount }),
-        () => {},
-      );
-    });
+    c.on('exit', () => onExit(proc));
     const timeoutMs = opts.readyTimeoutMs ?? 10_000;
-    const init = request({ op: 'init', subjects: [...map.values()], watch: opts.watch ?? [] });
-    const p = new Promise<WatcherStatus>((resolve, reject) => {
+    const init = request(proc, { op: 'init', subjects: [...map.values()], watch: opts.watch ?? [] });
+    proc.ready = new Promise<WatcherStatus>((resolve, reject) => {
       const t = setTimeout(() => {
         // A watcher that never acknowledges is as good as dead: end it (closing its channel makes
         // it exit; SIGTERM reaches it through a timeout(1) wrapper) and let the exit path decide.
-        s.destroy();
-        c.kill('SIGTERM');
+        endProc(proc);
         reject(new Error('watcher did not acknowledge its map in time'));
       }, timeoutMs);
       init.then(
         (m) => {
           clearTimeout(t);
           if (m.ok && m.status) {
-            pid = m.status.pid;
+            proc.pid = m.status.pid;
+            proc.status = m.status;
             resolve(m.status);
           } else {
-            s.destroy();
-            c.kill('SIGTERM');
+            endProc(proc);
             reject(new Error(m.ok ? 'no status' : m.error));
           }
         },
@@ -196,8 +230,76 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
         },
       );
     });
-    p.catch(() => {});
-    return p;
+    proc.ready.catch(() => {});
+    return proc;
+  };
+
+  /** A standby for the active watcher, once the active has its map and its group. */
+  const startStandby = (): void => {
+    if (!useStandby || closing || fatal || sb) return;
+    const a = act;
+    if (!a?.status || a.status.groupFd === undefined || a.status.tableFd === undefined) return;
+    const p = spawnProc('standby', a.status);
+    sb = p;
+    p.ready.then(
+      () => {
+        if (sb !== p) return;
+        for (const w of standbyWaiters) w.resolve(p.pid!);
+        standbyWaiters = [];
+      },
+      () => {},
+    );
+  };
+
+  const startActive = (): Promise<WatcherStatus> => {
+    const p = spawnProc('active');
+    act = p;
+    p.ready.then(
+      () => {
+        if (act === p) startStandby();
+      },
+      () => {},
+    );
+    return p.ready;
+  };
+
+  const onExit = (p: Proc): void => {
+    for (const q of p.pending.values()) q.reject(new Error('watcher exited'));
+    p.pending.clear();
+    p.chan = null;
+    if (p === sb) {
+      sb = null;
+      if (closing || fatal) return;
+      // A standby that dies is a death like any other (a crash loop must end), then replaced.
+      if (countDeath()) startStandby();
+      return;
+    }
+    if (p !== act) return;
+    act = null;
+    if (closing || fatal) return;
+    if (!countDeath()) return;
+    const heir = sb;
+    if (heir?.status) {
+      // The standby's native thread saw the active's pidfd become readable and took over reading
+      // the same group (answering the dead watcher's in-flight events first): promote it.
+      sb = null;
+      act = heir;
+      current = Promise.resolve(heir.status);
+      opts.onRespawn?.({ pid: heir.pid!, deaths: deathCount, takeover: true });
+      startStandby();
+      return;
+    }
+    // No standby held the group: it closed with the watcher (the kernel let pending events
+    // through). Respawn from the current map; chains and listeners are not ours to touch.
+    if (heir) {
+      sb = null;
+      endProc(heir);
+    }
+    current = startActive();
+    current.then(
+      (st) => opts.onRespawn?.({ pid: st.pid, deaths: deathCount, takeover: false }),
+      () => {},
+    );
   };
 
   // Waits for a watcher that has the current map (the running one, or the next respawn).
@@ -212,7 +314,7 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
         if (c === current) {
           // The failed spawn's exit handler has not run yet; give it a moment.
           await new Promise((r) => setTimeout(r, 50));
-          if (c === current && (fatal || closing || !child)) throw fatal ?? e;
+          if (c === current && (fatal || closing || !act)) throw fatal ?? e;
         }
       }
     }
@@ -222,27 +324,65 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
   const call = async (msg: DistributiveOmit<ToWatcher, 'id'>): Promise<FromWatcher> => {
     for (;;) {
       await settle();
-      const c = child;
+      const a = act;
       try {
-        return await request(msg);
+        return await request(a, msg);
       } catch (e) {
         if (fatal || closing) throw fatal ?? e;
-        // Wait for the exit handler to install the respawn before retrying.
+        // Wait for the exit handler to install the successor before retrying.
         const t0 = Date.now();
-        while (child === c && c !== null && Date.now() - t0 < 2000) await new Promise((r) => setTimeout(r, 20));
+        while (act === a && a !== null && Date.now() - t0 < 2000) await new Promise((r) => setTimeout(r, 20));
       }
     }
   };
 
-  current = spawnWatcher();
+  /** A map change reaches the standby too (it must judge with the current map the moment it takes over). */
+  const toStandby = async (msg: DistributiveOmit<ToWatcher, 'id'>): Promise<void> => {
+    const p = sb;
+    if (!p) return;
+    try {
+      await p.ready;
+      const m = await request(p, msg);
+      if (!m.ok) throw new Error(m.error);
+    } catch {
+      // A standby that missed a change must not take over with a stale map: replace it.
+      if (sb === p) {
+        sb = null;
+        endProc(p);
+      }
+    }
+  };
+
+  current = startActive();
   const ready = current;
+
+  const stopProc = async (p: Proc | null): Promise<void> => {
+    if (!p || p.c.exitCode !== null || p.c.signalCode !== null) return;
+    const exited = new Promise<void>((r) => p.c.once('exit', () => r()));
+    p.chan?.end();
+    p.c.kill('SIGTERM');
+    const wpid = p.pid;
+    const t = setTimeout(() => {
+      // The watcher is our grandchild under a wrapper: kill it by its own PID, then the wrapper.
+      if (wpid)
+        try {
+          process.kill(wpid, 'SIGKILL');
+        } catch {
+          /* already gone */
+        }
+      p.c.kill('SIGKILL');
+    }, 3000);
+    await exited;
+    clearTimeout(t);
+  };
 
   return {
     ready,
     async set(uid, policy, failMode = policy?.fail_mode ?? 'closed') {
       const subject: WatcherSubject = { uid, policy, failMode };
       map.set(uid, subject);
-      // A watcher that dies with this in flight is respawned from the map, which has it.
+      // A watcher that dies with this in flight is followed by one that has the map.
+      await toStandby({ op: 'set', subject });
       const m = await call({ op: 'set', subject });
       if (!m.ok) throw new LeashError('watcher_failed', `the watcher refused the map change: ${m.error}`);
     },
@@ -252,10 +392,18 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
       return m.status;
     },
     async reopenLog() {
+      await toStandby({ op: 'reopen' });
       const m = await call({ op: 'reopen' });
       if (!m.ok) throw new LeashError('watcher_failed', `the watcher could not reopen its decision log: ${m.error}`);
     },
-    watcherPid: () => pid,
+    watcherPid: () => act?.pid ?? null,
+    standbyPid: () => (sb?.status ? sb.pid : null),
+    standbyReady() {
+      if (!useStandby) return Promise.reject(new Error('standby is off'));
+      if (fatal) return Promise.reject(fatal);
+      if (sb?.status) return Promise.resolve(sb.pid!);
+      return new Promise((resolve, reject) => standbyWaiters.push({ resolve, reject }));
+    },
     deaths: () => deathCount,
     async wedgeForTest() {
       const m = await call({ op: 'wedge' });
@@ -268,24 +416,11 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
     },
     async close() {
       closing = true;
-      const c = child;
-      if (!c || c.exitCode !== null || c.signalCode !== null) return;
-      const exited = new Promise<void>((r) => c.once('exit', () => r()));
-      chan?.end();
-      c.kill('SIGTERM');
-      const wpid = pid;
-      const t = setTimeout(() => {
-        // The watcher is our grandchild under a wrapper: kill it by its own PID, then the wrapper.
-        if (wpid)
-          try {
-            process.kill(wpid, 'SIGKILL');
-          } catch {
-            /* already gone */
-          }
-        c.kill('SIGKILL');
-      }, 3000);
-      await exited;
-      clearTimeout(t);
+      for (const w of standbyWaiters) w.reject(new Error('supervisor closed'));
+      standbyWaiters = [];
+      // The standby first: with the active gone it would take over.
+      await stopProc(sb);
+      await stopProc(act);
     },
   };
 }

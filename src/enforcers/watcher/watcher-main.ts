@@ -1,6 +1,6 @@
 // The watcher process: `node watcher-main.js --decisions <sink>`, spawned by the
-// service (supervisor.ts) with the map protocol on fd 3. It is the only holder of the
-// fanotify group. Everything it will ever need is imported here, before any mark goes
+// service (supervisor.ts) with the map protocol on fd 3. It and its standby (a second
+// watcher process, `--standby-of PID`) are the only holders of the fanotify group. Everything it will ever need is imported here, before any mark goes
 // on: once marks exist, loading a module would open files on a marked filesystem.
 import fs from 'node:fs';
 import net from 'node:net';
@@ -22,6 +22,11 @@ const { values } = parseArgs({
     'rescan-ms': { type: 'string', default: '3000' },
     identity: { type: 'string', default: 'pidfd-cache' },
     'queue-allows': { type: 'string', default: '4096' },
+    // A standby: takes the group and the in-flight table from this active watcher (pidfd_getfd) and
+    // reads nothing until that process is gone (supervisor.ts).
+    'standby-of': { type: 'string' },
+    'group-fd': { type: 'string' },
+    'table-fd': { type: 'string' },
   },
 });
 
@@ -51,6 +56,15 @@ const core = createWatcherCore({
   rescanMs: Number(values['rescan-ms']),
   identity: values.identity as 'pidfd-cache' | 'report-pidfd' | 'proc',
   queueAllows: Number(values['queue-allows']),
+  ...(values['standby-of'] !== undefined
+    ? {
+        standbyOf: {
+          pid: Number(values['standby-of']),
+          groupFd: Number(values['group-fd']),
+          tableFd: Number(values['table-fd']),
+        },
+      }
+    : {}),
 });
 
 const chan = new net.Socket({ fd: 3, readable: true, writable: true });

@@ -3,6 +3,7 @@
 // for new ones), and writes the decision-log lines the loop formatted to the log.
 import fs from 'node:fs';
 import path from 'node:path';
+import type { DecisionRecord } from '../../log/decisions.js';
 import type { NativeAddon, NativeWatcher, WatcherSubject } from '../../native.js';
 import { parseMountinfo, policyRoots } from './policy.js';
 import type { WatcherStatus } from './protocol.js';
@@ -13,7 +14,7 @@ export interface WatcherCoreOptions {
    * The decision log: `writeLines` gets a drain's whole lines (formatted by the native loop exactly
    * as `formatDecision` would, see native/decisionline.cc) for one write(2).
    */
-  log: { writeLines(lines: Buffer): void };
+  log: { writeLines(lines: Buffer): void; write?(rec: DecisionRecord): string };
   /** Structured warnings (the journal). */
   warn: (obj: Record<string, unknown>) => void;
   /** Stay awake this long after an event of a burst, yielding, before sleeping (default 20; see native/fanotify_loop.cc). */
@@ -28,6 +29,8 @@ export interface WatcherCoreOptions {
   /** How often new filesystems under a root are looked for. */
   rescanMs?: number;
   readMountinfo?: () => string;
+  /** Be the standby of another watcher process (see NativeWatcher's standbyOf). */
+  standbyOf?: { pid: number; groupFd: number; tableFd: number };
 }
 
 export interface WatcherCore {
@@ -53,7 +56,34 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
   let timers: NodeJS.Timeout[] = [];
   const readMountinfo = opts.readMountinfo ?? (() => fs.readFileSync('/proc/self/mountinfo', 'utf8'));
 
+  let standby = false;
+  /** Once, after a takeover: the dead watcher's pending events this one answered, to the log. */
+  const tookOver = (): void => {
+    standby = false;
+    const recs = w.takeoverRecords();
+    const st = w.stats();
+    for (const r of recs) {
+      // A subject's event the dead watcher never answered: denied unjudged (its file is not known).
+      if (r.recorded)
+        opts.log.write?.({
+          uid: r.uid,
+          surface: r.exec ? 'commands' : 'filesystem',
+          action: r.allow ? 'allow' : 'block',
+          reason: 'watcher_takeover',
+          subject: { pid: r.pid },
+          rule: null,
+        });
+    }
+    opts.warn({
+      msg: 'took over from the watcher that died: its unanswered events are answered',
+      allowed: st.takeoverAllowed,
+      denied: st.takeoverDenied,
+      unrecorded: st.takeoverUnrecorded,
+    });
+  };
+
   const drain = (): void => {
+    if (standby && !w.standby) tookOver();
     const { lines, droppedAllows: dropped } = w.drain();
     if (lines.length > 0) opts.log.writeLines(lines);
     if (dropped > 0) {
@@ -69,7 +99,9 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     nice: opts.nice ?? 0,
     identity: opts.identity ?? 'pidfd-cache',
     queueAllows: opts.queueAllows ?? 4096,
+    ...(opts.standbyOf ? { standbyOf: opts.standbyOf } : {}),
   });
+  standby = w.standby;
 
   const apply = (): void => {
     w.setSubjects([...subjects.values()]);
@@ -140,6 +172,9 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     status() {
       return {
         pid: process.pid,
+        role: w.standby ? 'standby' : 'active',
+        groupFd: w.fd,
+        tableFd: w.tableFd,
         marks: [...marked.values()].sort(),
         markErrors: [...markErrors].map(([p, code]) => ({ path: p, code })),
         subjects: subjects.size,

@@ -1,0 +1,84 @@
+// The in-flight table and the standby's takeover: what keeps the fanotify group, and every
+// event in it, alive while a watcher process dies.
+//
+// The kernel matches a permission response to a pending event by the event's descriptor
+// NUMBER alone (fanotify_user.c: process_access_response walks the group's access list for
+// event->fd == response.fd). An event read by a watcher that then dies stays pending for as
+// long as anybody holds the group — and the standby does. So the active watcher records, for
+// each permission event it has read and not yet answered, the opener's PID in a slot indexed
+// by that number, in a memfd its standby maps too; the standby, once the active is gone,
+// answers each recorded event (a subject's is denied: it was never judged; anyone else's is
+// allowed) and then reads on. Events the dead watcher had dequeued but not yet recorded (it
+// was killed inside read(2)) are answered by number too, after the queue is drained, with a
+// verdict from the processes still blocked in a permission wait (watcher-takeover in
+// docs/filesystem.md). Owned by the Watcher; the loop thread writes it, only a standby reads it.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace leash {
+
+class InflightTable {
+ public:
+  /** Event descriptor numbers beyond this are not recorded (answered like unrecorded ones at a takeover). */
+  static constexpr uint32_t kSlots = 1 << 16;
+
+  InflightTable() = default;
+  InflightTable(const InflightTable&) = delete;
+  InflightTable& operator=(const InflightTable&) = delete;
+  ~InflightTable() { Close(); }
+
+  /** A new table (memfd, sealed at its size). False with errno set. */
+  bool Create();
+  /** Maps the table of another watcher (`fd` is ours now). False with errno set. */
+  bool Adopt(int fd);
+  void Close();
+  int fd() const { return fd_; }
+  bool ok() const { return slots_ != nullptr; }
+
+  void Record(int evfd, int32_t pid, uint32_t mask) {
+    if (!slots_ || evfd < 0 || static_cast<uint32_t>(evfd) >= kSlots) return;
+    slots_[evfd].mask.store(mask, std::memory_order_relaxed);
+    slots_[evfd].pid.store(pid, std::memory_order_release);
+    if (evfd > hdr_->maxFd.load(std::memory_order_relaxed)) hdr_->maxFd.store(evfd, std::memory_order_relaxed);
+  }
+  void Clear(int evfd) {
+    if (!slots_ || evfd < 0 || static_cast<uint32_t>(evfd) >= kSlots) return;
+    slots_[evfd].pid.store(0, std::memory_order_release);
+  }
+  int32_t PidAt(int evfd) const { return slots_[evfd].pid.load(std::memory_order_acquire); }
+  uint32_t MaskAt(int evfd) const { return slots_[evfd].mask.load(std::memory_order_relaxed); }
+  /** The highest event descriptor number ever recorded (by any watcher on this table). */
+  int MaxFd() const { return slots_ ? hdr_->maxFd.load(std::memory_order_relaxed) : 0; }
+
+ private:
+  struct Header {
+    uint32_t magic;
+    uint32_t slots;
+    std::atomic<int32_t> maxFd;
+    uint32_t pad;
+  };
+  struct Slot {
+    std::atomic<int32_t> pid;
+    std::atomic<uint32_t> mask;
+  };
+  static constexpr uint32_t kMagic = 0x4c534831;  // "LSH1"
+  static size_t Bytes() { return sizeof(Header) + sizeof(Slot) * kSlots; }
+
+  int fd_ = -1;
+  void* map_ = nullptr;
+  Header* hdr_ = nullptr;
+  Slot* slots_ = nullptr;
+};
+
+/** What a takeover answered, for the decision log (drained by JavaScript: takeoverRecords()). */
+struct TakeoverRecord {
+  int32_t pid;
+  uint32_t uid;
+  bool exec;
+  bool allow;
+  bool recorded;  // false: dequeued by the dead watcher but never recorded (the verdict from the blocked processes)
+};
+
+}  // namespace leash
