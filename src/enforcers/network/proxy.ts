@@ -1,4 +1,5 @@
 import net from 'node:net';
+import os from 'node:os';
 import type { FailMode, NetworkSubject, Reason, Verdict } from '../../engine/types.js';
 import type { PROXY_REASONS } from '../../errors.js';
 import type { DecisionRecord, DecisionWriter } from '../../log/decisions.js';
@@ -137,9 +138,26 @@ export function isAddressRule(rule: string | null): boolean {
   return !!m && net.isIPv4(m[1]!);
 }
 
-/** 127.0.0.0/8 and ::1 (already plain: no ::ffff: prefix). */
+let ownAddrs: { at: number; set: Set<string> } = { at: 0, set: new Set() };
+/** This host's own interface addresses (a connection to one is delivered locally), re-read at most every 5 s. */
+function ownAddresses(): Set<string> {
+  const now = Date.now();
+  if (now - ownAddrs.at > 5000) {
+    const set = new Set<string>();
+    for (const list of Object.values(os.networkInterfaces()))
+      for (const a of list ?? []) set.add(a.address.replace(/%.*$/, ''));
+    ownAddrs = { at: now, set };
+  }
+  return ownAddrs.set;
+}
+
+/**
+ * A destination on this host, whatever it is called (already plain: no ::ffff: prefix): 127.0.0.0/8 and ::1,
+ * the unspecified 0.0.0.0 and :: (a connect there reaches a local service), and the host's own interface
+ * addresses. All are judged as `localhost`: a local service is not reached under another name.
+ */
 export function isLoopback(ip: string): boolean {
-  return ip.startsWith('127.') || ip === '::1';
+  return ip.startsWith('127.') || ip === '::1' || ip === '0.0.0.0' || ip === '::' || ownAddresses().has(ip);
 }
 
 /** `localhost` and names under it (RFC 6761): always loopback, never asked of a resolver. */

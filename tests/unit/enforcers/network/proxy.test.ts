@@ -150,6 +150,22 @@ describe.each([
     ]);
   });
 
+  it('0.0.0.0 and :: (a connect there reaches a local service) are judged as localhost, by address', async () => {
+    for (const address of ['0.0.0.0', '::']) {
+      lines.length = 0;
+      fakeDst = { family: address === '::' ? 6 : 4, address, port: upPort };
+      const r = await through(get('good.test'));
+      expect(r.err).toBe('ECONNRESET');
+      expect(lines).toEqual([
+        expect.objectContaining({
+          action: 'block',
+          reason: 'not_allowed',
+          subject: expect.objectContaining({ domain: 'localhost', ip: address }),
+        }),
+      ]);
+    }
+  });
+
   it('resets a denied name at once and writes one block line', async () => {
     fakeDst = { family: 4, address: '10.9.9.9', port: upPort };
     const r = await through(get('evil.test'));
@@ -263,20 +279,21 @@ describe.each([
     }
   });
 
-  it("a name-decided connection to an address the subject's own DNS answers gave goes there as is", async () => {
+  it("the subject's own DNS answers never unlock loopback; a name they did not answer is resolved by the proxy", async () => {
     const port = await freePort();
     const asked: string[] = [];
     const mine: typeof lines = [];
+    let dst = { family: 4 as const, address: '127.0.0.1', port: upPort };
     const p2 = createProxy<CompiledPolicy>({
       decide,
       log: { write: (rec) => (mine.push(rec), 'r') },
       resolvers: [],
-      // The proxy's own resolution would say elsewhere; the forwarder told this subject 127.0.0.1.
-      resolve: async (name) => (asked.push(name), ['10.255.255.1']),
+      // The proxy's own resolution says 127.0.0.1 for other.up; the forwarder told this subject 127.0.0.1 for told.up.
+      resolve: async (name) => (asked.push(name), ['127.0.0.1']),
       seen: (uid, name) => (uid === 7 && name === 'told.up' ? ['127.0.0.1'] : []),
       hosts: ['127.0.0.1'],
       splice,
-      originalDst: () => ({ family: 4, address: '127.0.0.1', port: upPort }),
+      originalDst: () => dst,
     });
     await p2.setSubject({ uid: 7, port, policy: compilePolicy(netPolicy({ allow: ['told.up', 'other.up'] })) });
     const fetch = (host: string) =>
@@ -288,13 +305,19 @@ describe.each([
         c.on('close', () => resolve(data));
       });
     try {
-      expect(await fetch('told.up')).toContain('"host":"told.up"');
+      // A DNS answer that points an allowed name at loopback (rebinding) does not make loopback allowed: the
+      // destination is judged as localhost, by address, and refused before any name is read.
+      expect(await fetch('told.up')).toBe('');
       expect(asked).toEqual([]);
-      expect(mine[0]).toMatchObject({ action: 'allow', subject: { domain: 'told.up', ip: '127.0.0.1', port: upPort } });
+      expect(mine[0]).toMatchObject({
+        action: 'block',
+        subject: { domain: 'localhost', ip: '127.0.0.1', port: upPort },
+      });
       // Not told: the proxy's own resolution decides, and the agent's address is not used.
-      await fetch('other.up');
+      dst = { family: 4, address: '10.9.9.9', port: upPort };
+      expect(await fetch('other.up')).toContain('"host":"other.up"');
       expect(asked).toEqual(['other.up']);
-      expect(mine[1]?.subject).toMatchObject({ domain: 'other.up', upstream: '10.255.255.1' });
+      expect(mine[1]?.subject).toMatchObject({ domain: 'other.up', upstream: '127.0.0.1' });
     } finally {
       await p2.close();
     }
