@@ -164,8 +164,11 @@ describe.skipIf(!canRunLab)('leash service with several agent accounts (root, la
       },
     };
   };
+  // By the lab address with the name as SNI: the proxy's verdict, whatever the agent's DNS says (its forwarder
+  // refuses to resolve a name its policy does not allow, so a lookup by name would fail before the proxy).
   const tlsAs = async (u: LabUser, host: string) => {
-    const [res] = await lab.get().probe(u, [{ kind: 'tls', host, port: 443, servername: host }]);
+    const addr = LAB.hosts.find((h) => h.name === host)?.v4 ?? host;
+    const [res] = await lab.get().probe(u, [{ kind: 'tls', host: addr, port: 443, servername: host }]);
     return res!.ok ? 'ok' : (res!.code ?? 'fail');
   };
 
@@ -264,6 +267,11 @@ logging: { level: info, decisions: ${decisionsPath()} }
     expect(await tlsAs(u2, 'evil.lab')).toBe('ok');
     expect(await tlsAs(u2, 'good.lab')).toBe('ECONNRESET');
     expect(await tlsAs(u3, 'other.lab')).toBe('ok');
+    // Each agent's DNS answers by its own policy: u1 resolves good.lab, u2 is refused it.
+    const [d1] = await lab.get().probe(u1, [{ kind: 'dnsudp', server: LAB.dnsV4, name: 'good.lab' }]);
+    const [d2] = await lab.get().probe(u2, [{ kind: 'dnsudp', server: LAB.dnsV4, name: 'good.lab' }]);
+    expect(d1).toMatchObject({ ok: true, data: '198.18.1.10' });
+    expect(d2).toMatchObject({ ok: false, code: 'REFUSED' });
     expect(readAs(u1, `${mnt}/a1/f`)).toBe('ok');
     expect(readAs(u1, `${mnt}/a2/f`)).toBe('EPERM');
     expect(readAs(u2, `${mnt}/a2/f`)).toBe('ok');
