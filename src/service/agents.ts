@@ -137,7 +137,14 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
                 critical(`the watcher died too often: ${e.message}`, { code: e.code });
                 opts.onFatal?.(e);
               },
-              onRespawn: (i) => logger.warn({ pid: i.pid, deaths: i.deaths }, 'watcher respawned from the current map'),
+              onRespawn: (i) =>
+                logger.warn(
+                  { pid: i.pid, deaths: i.deaths, takeover: i.takeover },
+                  i.takeover
+                    ? 'watcher died: its standby took over the group'
+                    : 'watcher respawned from the current map',
+                ),
+              onStandbyUnavailable: (why) => logger.warn({}, `${why}: a watcher death reopens the respawn window`),
             }),
           );
         if (c.enforcers.network)

@@ -79,7 +79,7 @@ setInterval(() => {}, 1000);`,
     expect(out).not.toMatch(/child HUP/);
   });
 
-  analyzeTest('scores at most 3.5 in systemd-analyze security --offline (printed for CI)', () => {
+  analyzeTest('scores at most 3.6 in systemd-analyze security --offline (printed for CI)', () => {
     needAnalyze();
     const r = spawnSync('systemd-analyze', ['security', '--offline=yes', '--no-pager', unitPath], { encoding: 'utf8' });
     expect(r.stderr).toBe('');
@@ -87,7 +87,9 @@ setInterval(() => {}, 1000);`,
     expect(m, r.stdout).not.toBeNull();
     const score = Number(m![1]);
     console.log(`systemd-analyze security --offline=yes systemd/leash.service: ${score}`);
-    expect(score).toBeLessThanOrEqual(3.5);
+    // 3.5 until the standby watcher: pidfd_getfd (in @debug) is allowed so that it can take the active watcher's
+    // fanotify group (+0.2); @resources is now denied (-0.1).
+    expect(score).toBeLessThanOrEqual(3.6);
   });
 
   it('keeps the capability bounding set to what nft, fanotify and the watcher need', () => {

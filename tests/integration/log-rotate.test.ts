@@ -297,14 +297,17 @@ logging: { level: info, decisions: ${log()} }
   }, 120_000);
 
   it('a SIGHUP sent to the watcher process itself reopens its own descriptor (and only its own)', async () => {
-    // The watcher's PID: the one process running watcher-main.js for this test's decision log.
+    // The watcher's PID: the one process running watcher-main.js for this test's decision log that is not the
+    // standby (`--standby-of`, which holds the same group and reads nothing until the active one dies).
     const watchers = fs
       .readdirSync('/proc')
       .filter((p) => /^\d+$/.test(p))
       .filter((p) => {
         try {
           const argv = fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
-          return argv.some((a) => a.endsWith('watcher-main.js')) && argv.includes(log());
+          return (
+            argv.some((a) => a.endsWith('watcher-main.js')) && argv.includes(log()) && !argv.includes('--standby-of')
+          );
         } catch {
           return false;
         }

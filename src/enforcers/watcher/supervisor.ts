@@ -43,6 +43,8 @@ export interface FsSupervisorOptions {
   onRespawn?: (info: { pid: number; deaths: number; takeover: boolean }) => void;
   /** Keep a standby watcher on the same group (default true). */
   standby?: boolean;
+  /** Called once when standbys are given up (a standby could not take the group twice in a row). */
+  onStandbyUnavailable?: (why: string) => void;
 }
 
 export interface FsSupervisor {
@@ -235,8 +237,10 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
   };
 
   /** A standby for the active watcher, once the active has its map and its group. */
+  let standbyFailures = 0;
+  let standbyOff = false;
   const startStandby = (): void => {
-    if (!useStandby || closing || fatal || sb) return;
+    if (!useStandby || standbyOff || closing || fatal || sb) return;
     const a = act;
     if (!a?.status || a.status.groupFd === undefined || a.status.tableFd === undefined) return;
     const p = spawnProc('standby', a.status);
@@ -244,6 +248,7 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
     p.ready.then(
       () => {
         if (sb !== p) return;
+        standbyFailures = 0;
         for (const w of standbyWaiters) w.resolve(p.pid!);
         standbyWaiters = [];
       },
@@ -270,6 +275,18 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
     if (p === sb) {
       sb = null;
       if (closing || fatal) return;
+      if (!p.status) {
+        // It never held the group (e.g. pidfd_getfd refused by a system-call filter, or the active gone first):
+        // not a watcher death. Twice in a row and standbys are off; the active watcher is untouched.
+        standbyFailures++;
+        if (standbyFailures >= 2) {
+          standbyOff = true;
+          opts.onStandbyUnavailable?.(`the standby watcher could not take the group (${standbyFailures} tries)`);
+          return;
+        }
+        startStandby();
+        return;
+      }
       // A standby that dies is a death like any other (a crash loop must end), then replaced.
       if (countDeath()) startStandby();
       return;

@@ -19,7 +19,8 @@ export interface WatcherSurfaceOptions {
   wrap?: string[];
   args?: string[];
   onFatal: (e: LeashError) => void;
-  onRespawn: (info: { pid: number; deaths: number }) => void;
+  onRespawn: (info: { pid: number; deaths: number; takeover: boolean }) => void;
+  onStandbyUnavailable?: (why: string) => void;
 }
 
 export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<SurfaceAdapter> {
@@ -38,6 +39,7 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
     ...(o.args ? { args: o.args } : {}),
     onFatal: o.onFatal,
     onRespawn: o.onRespawn,
+    ...(o.onStandbyUnavailable ? { onStandbyUnavailable: o.onStandbyUnavailable } : {}),
   });
   await sup.ready;
   const hooks = watcherMapHooks(sup, {

@@ -45,6 +45,10 @@ def main():
     calls = set()
     for n in deny.group(1).split():
         calls |= expand(n, set())
+    # A later allow entry (`SystemCallFilter=name`, no ~) deletes its calls from the deny list, as systemd does.
+    for allow in re.findall(r"^SystemCallFilter=([^~\n].*)$", text, re.M):
+        for n in allow.split():
+            calls -= expand(n, set())
     f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
     action = seccomp.ERRNO(code) if code is not None else seccomp.KILL_PROCESS
     added = 0
