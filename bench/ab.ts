@@ -153,6 +153,44 @@ function runBench(wt: string, name: string): Map<string, number> {
   return flatten(data);
 }
 
+/** The table of medians so far (after `done` rounds): printed after every round, so a run cut short still reports. */
+function report(
+  got: Record<string, { A: Map<string, number[]>; B: Map<string, number[]> }>,
+  names: string[],
+  a: string,
+  b: string,
+  done: number,
+  rounds: number,
+): { bench: string; figure: string; A: number; B: number; 'B/A': string }[] {
+  const only = opt('--only') ? new RegExp(opt('--only')!) : null;
+  const table: { bench: string; figure: string; A: number; B: number; 'B/A': string }[] = [];
+  for (const n of names) {
+    if (!got[n]) continue;
+    const { A, B } = got[n]!;
+    for (const [k, av] of A) {
+      const bv = B.get(k);
+      if (!bv || (only && !only.test(`${n}.${k}`))) continue;
+      const am = median(av);
+      const bm = median(bv);
+      table.push({
+        bench: n,
+        figure: k,
+        A: +am.toPrecision(4),
+        B: +bm.toPrecision(4),
+        'B/A': am ? (bm / am).toFixed(2) : '-',
+      });
+    }
+  }
+  console.log(
+    `bench/ab: A=${a} B=${b}, ${done} of ${rounds} interleaved rounds, ${os.cpus().length} vCPU, load ${os
+      .loadavg()
+      .map((x) => x.toFixed(2))
+      .join(' ')}`,
+  );
+  console.table(table);
+  return table;
+}
+
 function main(): void {
   const a = opt('--a');
   const b = opt('--b');
@@ -170,6 +208,15 @@ function main(): void {
   const dir = opt('--dir', '/var/tmp/leash-ab')!;
   const wts = { A: prepare(dir, a), B: prepare(dir, b) };
   const got: Record<string, { A: Map<string, number[]>; B: Map<string, number[]> }> = {};
+  // The table and every round's figure (A and B), written after each round.
+  const save = (table: unknown, g: typeof got, done: number): void => {
+    const j = opt('--json');
+    if (!j) return;
+    const perRound = Object.fromEntries(
+      Object.entries(g).map(([n, { A, B }]) => [n, { A: Object.fromEntries(A), B: Object.fromEntries(B) }]),
+    );
+    fs.writeFileSync(j, JSON.stringify({ a, b, rounds, done, table, perRound }, null, 2));
+  };
   for (let r = 0; r < rounds; r++) {
     for (const n of names) {
       got[n] ??= { A: new Map(), B: new Map() };
@@ -182,34 +229,9 @@ function main(): void {
         }
       }
     }
+    if (r + 1 < rounds) save(report(got, names, a, b, r + 1, rounds), got, r + 1);
   }
-  const only = opt('--only') ? new RegExp(opt('--only')!) : null;
-  const table: { bench: string; figure: string; A: number; B: number; 'B/A': string }[] = [];
-  for (const n of names) {
-    const { A, B } = got[n]!;
-    for (const [k, av] of A) {
-      const bv = B.get(k);
-      if (!bv || (only && !only.test(`${n}.${k}`))) continue;
-      const am = median(av);
-      const bm = median(bv);
-      table.push({
-        bench: n,
-        figure: k,
-        A: +am.toPrecision(4),
-        B: +bm.toPrecision(4),
-        'B/A': am ? (bm / am).toFixed(2) : '-',
-      });
-    }
-  }
-  console.log(
-    `bench/ab: A=${a} B=${b}, ${rounds} interleaved rounds, ${os.cpus().length} vCPU, load ${os
-      .loadavg()
-      .map((x) => x.toFixed(2))
-      .join(' ')}`,
-  );
-  console.table(table);
-  const j = opt('--json');
-  if (j) fs.writeFileSync(j, JSON.stringify({ a, b, rounds, table }, null, 2));
+  save(report(got, names, a, b, rounds, rounds), got, rounds);
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) main();
