@@ -20,6 +20,7 @@
 
 #include "clock.h"
 #include "errors.h"
+#include "hardlinks.h"
 #include "watcher.h"
 
 namespace leash {
@@ -130,6 +131,7 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
     }
   }
   respFd_ = responseFd >= 0 ? responseFd : fd_;
+  protectedHardlinks_ = ReadProtectedHardlinks();
   // One event per read (watcher.h); a crafted-event test descriptor is read in whole batches.
   readLen_ = eventFd >= 0 ? kReadBytes
                           : sizeof(fanotify_event_metadata) + (pidfd_ ? sizeof(fanotify_event_info_pidfd) : 0);
@@ -265,6 +267,7 @@ Napi::Value Watcher::Stats(const Napi::CallbackInfo& info) {
   a("writeErrors", writeErrors_);
   n("foreignMount", paths_.foreign_mounts());
   a("interpreterOf", interpreterOf_);
+  a("hardlinked", hardlinked_);
   n("execStateRefused", execs_.refused());
   n("execStateDropped", execs_.dropped());
   a("takeovers", takeovers_);

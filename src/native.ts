@@ -71,13 +71,16 @@ export interface DecisionLineCase {
   uid: number;
   exec: boolean;
   allow: boolean;
-  reason: NativeVerdict['reason'];
+  reason: NativeVerdict['reason'] | 'hardlinked';
   /** The path's raw bytes, as readlink gives them. */
   subject: Buffer;
   rule: string | null;
   ref: string;
   /** interpreter_of: the served program's raw bytes (written as the subject's `interpreterOf`). */
   interpreterOf?: Buffer;
+  /** hardlinked: the file's inode and link count (written after the path, both or neither). */
+  inode?: number;
+  nlink?: number;
 }
 export interface WatcherOptions {
   /** Called (no arguments) from the event loop when records are waiting; call drain(). */
@@ -126,6 +129,8 @@ export interface WatcherStats {
   foreignMount: number;
   /** Execs allowed as the interpreter of an allowed program. */
   interpreterOf: number;
+  /** Decisions turned into a block because the file has other names (`hardlinked`: native/hardlinks.h). */
+  hardlinked: number;
   /** Execs of a remembered interpreter refused the implication (the process was not in a binfmt loader). */
   execStateRefused: number;
   /** Exec-state entries dropped because the table was full. */
