@@ -46,9 +46,12 @@ const { values } = parseArgs({
     explore: { type: 'boolean', default: false },
     /** Only the exec rows (for profiling the exec state); the opens table is then empty. */
     'exec-only': { type: 'boolean', default: false },
+    /** Openers at once in the concurrent rows (where a batch read could take several events). */
+    parallel: { type: 'string', default: '4' },
   },
 });
 const OPENS = Number(values.opens);
+const PARALLEL = Number(values.parallel);
 const EXECS = Number(values.execs);
 const ROUNDS = Number(values.rounds);
 
@@ -110,6 +113,26 @@ function opener(u: { uid: number; gid: number }, count = OPENS): number {
     { encoding: 'utf8', timeout: 120_000 },
   );
   return Number(out.trim());
+}
+
+/** `k` openers at once as `u`, each `count` opens: total opens per second of wall time. */
+async function openers(u: { uid: number; gid: number }, k: number, count: number): Promise<number> {
+  const t0 = process.hrtime.bigint();
+  await Promise.all(
+    Array.from(
+      { length: k },
+      () =>
+        new Promise<void>((resolve, reject) => {
+          const c = spawn(
+            'setpriv',
+            [`--reuid=${u.uid}`, `--regid=${u.gid}`, '--clear-groups', openerBin, target, String(count)],
+            { stdio: 'ignore', timeout: 120_000 },
+          );
+          c.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`opener exited ${code}`))));
+        }),
+    ),
+  );
+  return (k * count) / (Number(process.hrtime.bigint() - t0) / 1e9);
 }
 
 // A dynamic program whose loader and libc are copies on the ramfs: its exec raises the
@@ -272,7 +295,14 @@ async function main(): Promise<void> {
     measure('minimal C listener', N, childOf(l.pid!));
     await stop(l);
 
-    const variants: [string, string[]][] = [['', []]];
+    // Today's checks against the watcher without them, in the same round: '(no link check)' is the
+    // hard-link check off (statx for the mount ID alone, as before it); '(batch read)' reads up to
+    // 64 KiB of events per read(2) instead of one event (native/watcher.h).
+    const variants: [string, string[]][] = [
+      ['', []],
+      [' (no link check)', ['--link-check=off']],
+      [' (batch read)', ['--read=batch']],
+    ];
     if (spin !== null) variants.push([` (spin ${spin} µs)`, [`--spin-us=${spin}`]]);
     if (values.explore) variants.push([' (no spin)', ['--spin-us=0']]);
     for (const [tag, args] of variants) {
@@ -282,6 +312,11 @@ async function main(): Promise<void> {
       measure(`Leash, non-subject${tag}`, N, wpid);
       opener(S, 2000);
       measure(`Leash, subject, 1,000 entries${tag}`, S, wpid);
+      if (PARALLEL > 1) {
+        const c0 = cpuNs(wpid);
+        const per = Math.ceil(OPENS / PARALLEL);
+        add(`Leash, subject, ${PARALLEL} openers at once${tag}`, await openers(S, PARALLEL, per), cpuNs(wpid) - c0);
+      }
       const st = await sup.status();
       extra[`leash${tag}`] = { droppedAllows: st.droppedAllows, stats: st.stats };
       await sup.close();
@@ -366,6 +401,30 @@ async function main(): Promise<void> {
     `loadavg before ${load0.map((x) => x.toFixed(2)).join(' ')}, after ${load1.map((x) => x.toFixed(2)).join(' ')}`,
   );
   console.table(table);
+  // The checks against the watcher without them, round by round (the same round's rows).
+  const vs = (a: string, b: string): { row: string; 'median ratio': string; 'per round': string } | null => {
+    const xa = rows[a];
+    const xb = rows[b];
+    if (!xa || !xb) return null;
+    const per = xa.map((x, i) => x / xb[i]!);
+    return {
+      row: `${a} / ${b}`,
+      'median ratio': median(per).toFixed(3) + 'x',
+      'per round': per.map((r) => r.toFixed(2)).join(' '),
+    };
+  };
+  const ratios = [
+    vs('Leash, non-subject', 'Leash, non-subject (no link check)'),
+    vs('Leash, subject, 1,000 entries', 'Leash, subject, 1,000 entries (no link check)'),
+    vs(`Leash, subject, ${PARALLEL} openers at once`, `Leash, subject, ${PARALLEL} openers at once (no link check)`),
+    vs('Leash, non-subject (batch read)', 'Leash, non-subject'),
+    vs('Leash, subject, 1,000 entries (batch read)', 'Leash, subject, 1,000 entries'),
+    vs(`Leash, subject, ${PARALLEL} openers at once (batch read)`, `Leash, subject, ${PARALLEL} openers at once`),
+  ].filter((x) => x !== null);
+  if (ratios.length) {
+    console.log('the checks (hard links) against none, and a batch read against one event per read(2), same rounds:');
+    console.table(ratios);
+  }
   const before = median(execRows['Leash, subject execs, loader allowed by name'] ?? []);
   const execTable = Object.entries(execRows).map(([name, xs]) => ({
     row: name,
@@ -389,6 +448,7 @@ async function main(): Promise<void> {
         rows,
         cpus,
         table,
+        ratios,
         execRows,
         execCpus,
         execTable,

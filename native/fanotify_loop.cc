@@ -173,7 +173,7 @@ int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_me
   // A file with more than one name that the process could have linked itself: an allow by this
   // name also needs its other names (hardlinks.h). One compare for the common nlink == 1 file.
   const FileFacts& facts = paths_.facts();
-  bool linked = havePath && facts.nlink > 1 && CouldHaveLinked(facts, c, protectedHardlinks_);
+  bool linked = linkCheck_ && havePath && facts.nlink > 1 && CouldHaveLinked(facts, c, protectedHardlinks_);
   bool isExec = (m->mask & FAN_OPEN_EXEC_PERM) != 0;
   // Exec state: is this exec the kernel loading the interpreter of the program this process
   // just had allowed? Any exec event of the process ends its entry (used, or stale).

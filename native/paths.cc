@@ -144,9 +144,9 @@ bool PathResolver::PathOf(int fd) {
   // The file's type, owner, mode, inode and link count come with the same call (the hard-link
   // check: hardlinks.h); the common case pays nothing for them.
   constexpr unsigned kFacts = STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_GID | STATX_INO;
-  unsigned want = STATX_MNT_ID | kFacts | (listmountOk_ ? kMntIdUnique : 0u);  // an old kernel ignores the new bit
+  unsigned want = STATX_MNT_ID | (wantFacts_ ? kFacts : 0u) | (listmountOk_ ? kMntIdUnique : 0u);  // an old kernel ignores the new bit
   if (statx(fd, "", AT_EMPTY_PATH, want, &sx) != 0) return false;
-  if ((sx.stx_mask & kFacts) == kFacts) {
+  if (wantFacts_ && (sx.stx_mask & kFacts) == kFacts) {
     facts_.dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
     facts_.ino = sx.stx_ino;
     facts_.nlink = sx.stx_nlink;

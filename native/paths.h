@@ -47,6 +47,8 @@ class PathResolver {
 
   /** The file behind the last PathOf's descriptor (mode 0 when its statx failed). */
   const FileFacts& facts() const { return facts_; }
+  /** false: statx asks for the mount ID alone and facts() stays unknown (measurement only). */
+  void set_facts(bool on) { wantFacts_ = on; }
 
   /** The last name PathOf found (empty after a failure or Clear()). */
   std::string_view path() const { return std::string_view(path_, pathLen_); }
@@ -64,6 +66,7 @@ class PathResolver {
   bool ListOurMounts();
 
   FileFacts facts_;
+  bool wantFacts_ = true;
   char path_[PATH_MAX + 1];
   size_t pathLen_ = 0;
   int procFd_ = -1;

@@ -109,7 +109,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   bool started_ = false;
   int32_t selfPid_ = 0;
   int nice_ = 0;
-  bool protectedHardlinks_ = false;  // fs.protected_hardlinks, read at construction (hardlinks.h)
+  bool protectedHardlinks_ = false;
+  bool linkCheck_ = true;  // false: measurement only (bench/fanotify)  // fs.protected_hardlinks, read at construction (hardlinks.h)
   int64_t spinNs_ = 0;
   int64_t watchdogMs_ = 10000;
   size_t queueAllows_ = 4096;

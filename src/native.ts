@@ -107,6 +107,16 @@ export interface WatcherOptions {
    * on every event), 'proc' (/proc/<pid>/status). The last two are for measurement.
    */
   identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
+  /**
+   * Measurement only (bench/fanotify): false skips the hard-link check (native/hardlinks.h) and asks
+   * statx for the mount ID alone, as before the check; the default is true.
+   */
+  linkCheck?: boolean;
+  /**
+   * Measurement only (bench/fanotify): read up to 64 KiB of events per read(2) instead of one event
+   * (watcher.h says why one: a watcher killed inside read(2) then loses at most one event).
+   */
+  readBatch?: boolean;
   /** The PID whose events are always allowed (default: this process). */
   selfPid?: number;
   /**
