@@ -196,6 +196,15 @@ function cpuNs(pid: number): number {
   return s;
 }
 
+/** CPU time (ns) of the watcher's loop thread alone (named leash-loop): the answer path's work. */
+function loopCpuNs(pid: number): number {
+  for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
+    if (fs.readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim() === 'leash-loop')
+      return Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+  }
+  return NaN;
+}
+
 /** The PID of timeout(1)'s child. */
 function childOf(pid: number): number {
   const kids = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/);
@@ -272,22 +281,25 @@ async function main(): Promise<void> {
   const spin = values['spin-us'] ? Number(values['spin-us']) : null;
   const rows: Record<string, number[]> = {};
   const cpus: Record<string, number[]> = {};
-  const add = (k: string, v: number | null, cpu?: number): void => {
+  const loopCpus: Record<string, number[]> = {};
+  const add = (k: string, v: number | null, cpu?: number, loopCpu?: number): void => {
     if (v !== null && Number.isFinite(v)) (rows[k] ??= []).push(v);
     if (cpu !== undefined && Number.isFinite(cpu)) (cpus[k] ??= []).push(cpu / OPENS / 1000);
+    if (loopCpu !== undefined && Number.isFinite(loopCpu)) (loopCpus[k] ??= []).push(loopCpu / OPENS / 1000);
   };
-  // Runs the opener and measures the listener's CPU over exactly those opens.
-  const measure = (k: string, u: { uid: number; gid: number }, pid: number): void => {
+  // Runs the opener and measures the listener's CPU (and a Leash watcher's loop thread's) over exactly those opens.
+  const measure = (k: string, u: { uid: number; gid: number }, pid: number, leashLoop = false): void => {
     const c0 = cpuNs(pid);
+    const l0 = leashLoop ? loopCpuNs(pid) : NaN;
     const rate = opener(u);
-    add(k, rate, cpuNs(pid) - c0);
+    add(k, rate, cpuNs(pid) - c0, leashLoop ? loopCpuNs(pid) - l0 : undefined);
   };
   const load0 = os.loadavg();
   const extra: Record<string, unknown> = {};
   const execRows: Record<string, number[]> = {};
   const execCpus: Record<string, number[]> = {};
   buildDynamic();
-  async function openRows(): Promise<void> {
+  async function openRows(round: number): Promise<void> {
     add('no listener', opener(N));
 
     const l = await startListener();
@@ -305,17 +317,21 @@ async function main(): Promise<void> {
     ];
     if (spin !== null) variants.push([` (spin ${spin} µs)`, [`--spin-us=${spin}`]]);
     if (values.explore) variants.push([' (no spin)', ['--spin-us=0']]);
+    // Alternate the order round by round, so that a drift in load falls on every variant alike.
+    if (round % 2 === 1) variants.reverse();
     for (const [tag, args] of variants) {
       const sup = await leash(tag, args);
       const wpid = sup.watcherPid()!;
       opener(N, 2000);
-      measure(`Leash, non-subject${tag}`, N, wpid);
+      measure(`Leash, non-subject${tag}`, N, wpid, true);
       opener(S, 2000);
-      measure(`Leash, subject, 1,000 entries${tag}`, S, wpid);
+      measure(`Leash, subject, 1,000 entries${tag}`, S, wpid, true);
       if (PARALLEL > 1) {
         const c0 = cpuNs(wpid);
+        const l0 = loopCpuNs(wpid);
         const per = Math.ceil(OPENS / PARALLEL);
-        add(`Leash, subject, ${PARALLEL} openers at once${tag}`, await openers(S, PARALLEL, per), cpuNs(wpid) - c0);
+        const rate = await openers(S, PARALLEL, per);
+        add(`Leash, subject, ${PARALLEL} openers at once${tag}`, rate, cpuNs(wpid) - c0, loopCpuNs(wpid) - l0);
       }
       const st = await sup.status();
       extra[`leash${tag}`] = { droppedAllows: st.droppedAllows, stats: st.stats };
@@ -343,7 +359,7 @@ async function main(): Promise<void> {
   }
   const execOnly = values['exec-only'];
   for (let round = 0; round < ROUNDS; round++) {
-    if (!execOnly) await openRows();
+    if (!execOnly) await openRows(round);
 
     // Execs of a dynamic program: the loader allowed by name (before) against implied (after).
     for (const [name, implied] of [
@@ -392,6 +408,7 @@ async function main(): Promise<void> {
     'vs C listener': (median(xs) / c).toFixed(2) + 'x',
     'vs fapolicyd': Number.isFinite(f) ? (median(xs) / f).toFixed(2) + 'x' : 'n/a',
     'listener CPU µs/open': cpus[name] ? median(cpus[name]!).toFixed(2) : '-',
+    'loop thread µs/open': loopCpus[name] ? median(loopCpus[name]!).toFixed(2) : '-',
   }));
   console.log(
     `bench/fanotify: ${OPENS} open+close per run, ${ROUNDS} interleaved rounds, ramfs, ` +
@@ -402,15 +419,30 @@ async function main(): Promise<void> {
   );
   console.table(table);
   // The checks against the watcher without them, round by round (the same round's rows).
-  const vs = (a: string, b: string): { row: string; 'median ratio': string; 'per round': string } | null => {
+  // opens/s: a over b; the loop thread's CPU per open: b over a (so above 1x is a faster a either way).
+  const vs = (
+    a: string,
+    b: string,
+  ): {
+    row: string;
+    'opens/s ratio': string;
+    'per round': string;
+    'loop CPU ratio': string;
+    'CPU per round': string;
+  } | null => {
     const xa = rows[a];
     const xb = rows[b];
     if (!xa || !xb) return null;
     const per = xa.map((x, i) => x / xb[i]!);
+    const ca = loopCpus[a] ?? [];
+    const cb = loopCpus[b] ?? [];
+    const perCpu = ca.map((x, i) => cb[i]! / x);
     return {
       row: `${a} / ${b}`,
-      'median ratio': median(per).toFixed(3) + 'x',
+      'opens/s ratio': median(per).toFixed(3) + 'x',
       'per round': per.map((r) => r.toFixed(2)).join(' '),
+      'loop CPU ratio': perCpu.length ? median(perCpu).toFixed(3) + 'x' : '-',
+      'CPU per round': perCpu.map((r) => r.toFixed(2)).join(' '),
     };
   };
   const ratios = [
@@ -447,6 +479,7 @@ async function main(): Promise<void> {
         load1,
         rows,
         cpus,
+        loopCpus,
         table,
         ratios,
         execRows,

@@ -4,6 +4,7 @@
 // JavaScript without ever waiting for it. Nothing here takes a lock JavaScript holds for
 // longer than a swap.
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -20,6 +21,8 @@
 namespace leash {
 
 void Watcher::Loop() {
+  // Named, so that a stack dump and bench/fanotify (its CPU per open, answer path only) find it.
+  pthread_setname_np(pthread_self(), "leash-loop");
   if (nice_ != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice_);
   // A standby reads nothing while the active watcher lives; then it takes over (takeover.cc).
   if (standby_.load()) {

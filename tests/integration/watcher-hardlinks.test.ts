@@ -155,4 +155,23 @@ describe.skipIf(!root)('watcher: hard links', () => {
     });
     expect(records.find((r) => r.subject === p('work', 'b'))).toMatchObject({ action: 'allow', reason: 'mode_allow' });
   });
+  it('exec: a link the agent makes, named like an allowed command, to a program it may write is EPERM at exec', async () => {
+    const prog = copyBinaries(p('secret'), ['true']).true!;
+    fs.chmodSync(prog, 0o777); // root-owned, writable by anyone: the agent may link it
+    start({ mode: 'whitelist', allow: [p('work'), p('bin'), p('secret')], deny: [] });
+    expect(asAgent(prog).code).not.toBe(0); // by its own name: not a whitelisted command
+    expect(asAgent('ln', prog, p('work', 'cat'))).toMatchObject({ code: 0 });
+    const r = asAgent(p('work', 'cat'));
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/Operation not permitted|EPERM/);
+    expect(asAgent(cat, p('bin', 'cat')).code).toBe(0); // the real cat, one name: still runs
+
+    await settle();
+    expect(records.find((x) => x.surface === 'commands' && x.subject === p('work', 'cat'))).toMatchObject({
+      action: 'block',
+      reason: 'hardlinked',
+      nlink: 2,
+      inode: fs.statSync(prog).ino,
+    });
+  });
 });
