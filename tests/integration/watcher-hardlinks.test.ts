@@ -41,7 +41,16 @@ describe.skipIf(!root)('watcher: hard links', () => {
   });
   afterEach(() => runCleanups(cleanups));
 
-  function start(filesystem: FsCmdPolicy['filesystem']): void {
+  function start(filesystem: FsCmdPolicy['filesystem'], linkCheck = true): void {
+    if (!linkCheck) {
+      // The measurement switch (bench/fanotify): the watcher as it was before the check.
+      w.close();
+      w = new (loadNative().Watcher)({
+        onRecords: () => records.push(...parseDrain(w.drain())),
+        watchdogMs: 0,
+        linkCheck: false,
+      });
+    }
     w.setSubjects([
       {
         uid: user.uid,
@@ -80,6 +89,20 @@ describe.skipIf(!root)('watcher: hard links', () => {
     });
     expect(blocksOf(p('secret', 'shared'))[0]).toMatchObject({ reason: 'not_allowed' });
     expect(w.stats().hardlinked).toBe(1);
+  });
+
+  it('without the check (the measurement switch) the same link reads the denied file: the hole it closes', async () => {
+    fs.writeFileSync(p('secret', 'shared'), 'root data', { mode: 0o666 });
+    fs.chmodSync(p('secret', 'shared'), 0o666);
+    start({ mode: 'whitelist', allow: [p('work'), p('bin')], deny: [] }, false);
+    expect(asAgent('ln', p('secret', 'shared'), p('work', 'link'))).toMatchObject({ code: 0 });
+    expect(isEperm(asAgent(cat, p('secret', 'shared')))).toBe(true);
+    expect(asAgent(cat, p('work', 'link'))).toMatchObject({ code: 0, stdout: 'root data' });
+    await settle();
+    expect(records.find((r) => r.subject === p('work', 'link'))).toMatchObject({
+      action: 'allow',
+      reason: 'allow_entry',
+    });
   });
 
   it('a root-owned hard link the agent cannot write stays readable; a file with one name is judged by its name', async () => {
