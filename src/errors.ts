@@ -213,6 +213,8 @@ export const DNS_REASONS = {
 export const WATCHER_REASONS = {
   watcher_takeover:
     "a subject's open or exec the dead watcher had read and not answered, denied unjudged by the standby that took over",
+  hardlinked:
+    'an open or exec of a file with more than one name that the subject could have linked itself, when not every name is known to be allowed (whitelist) or a name is a deny entry (blacklist); the line carries the inode and link count',
 } as const;
 
 /**
