@@ -24,7 +24,9 @@ enum class Reason : uint8_t {
   kEngineError,
   kInterpreterOf,
   kInterpreterDirect,
-  kLast = kInterpreterDirect
+  /** A file on a filesystem the agent mounted in a namespace of its own, under a whitelist (never matched). */
+  kNamespaceDenied,
+  kLast = kNamespaceDenied
 };
 
 /** The snake_case name of a reason, as the engine and the decision log spell it. */

@@ -211,6 +211,8 @@ export const DNS_REASONS = {
 export const WATCHER_REASONS = {
   watcher_takeover:
     "a subject's open or exec the dead watcher had read and not answered, denied unjudged by the standby that took over",
+  namespace_denied:
+    'a subject acted from a namespace of its own: a process in its own user namespace killed (filesystem.namespaces: deny), or, under a whitelist, an open or exec of a file on a filesystem it mounted there',
 } as const;
 
 /**

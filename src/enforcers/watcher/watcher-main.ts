@@ -20,6 +20,7 @@ const { values } = parseArgs({
     nice: { type: 'string', default: '0' },
     'watchdog-ms': { type: 'string', default: '10000' },
     'rescan-ms': { type: 'string', default: '3000' },
+    'ns-scan-ms': { type: 'string', default: '200' },
     identity: { type: 'string', default: 'pidfd-cache' },
     'queue-allows': { type: 'string', default: '4096' },
     // A standby: takes the group and the in-flight table from this active watcher (pidfd_getfd) and
@@ -54,6 +55,7 @@ const core = createWatcherCore({
   nice: Number(values.nice),
   watchdogMs: Number(values['watchdog-ms']),
   rescanMs: Number(values['rescan-ms']),
+  nsScanMs: Number(values['ns-scan-ms']),
   identity: values.identity as 'pidfd-cache' | 'report-pidfd' | 'proc',
   queueAllows: Number(values['queue-allows']),
   ...(values['standby-of'] !== undefined
