@@ -5,6 +5,7 @@
 #include "fanotify.h"
 #include "fsmatch.h"
 #include "jsonscan.h"
+#include "mntns.h"
 #include "notify.h"
 #include "sockopt.h"
 #include "splice.h"
@@ -21,6 +22,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("nativeMatchBatch", Napi::Function::New(env, leash::NativeMatchBatch, "nativeMatchBatch"));
   exports.Set("formatDecisionLines", Napi::Function::New(env, leash::FormatDecisionLines, "formatDecisionLines"));
   leash::InitWatcher(env, exports);
+  leash::InitMntns(env, exports);
   exports.Set("createJsonScanner", Napi::Function::New(env, leash::CreateJsonScanner, "createJsonScanner"));
   return exports;
 }

@@ -215,6 +215,8 @@ export const WATCHER_REASONS = {
     "a subject's open or exec the dead watcher had read and not answered, denied unjudged by the standby that took over",
   hardlinked:
     'an open or exec of a file with more than one name that the subject could have linked itself, when not every name is known to be allowed (whitelist) or a name is a deny entry (blacklist); the line carries the inode and link count',
+  namespace_denied:
+    'a subject acted from a namespace of its own: a process in its own user namespace killed (filesystem.namespaces: deny), or, under a whitelist, an open or exec of a file on a filesystem it mounted there',
 } as const;
 
 /**

@@ -131,6 +131,12 @@ function build<F extends boolean>(fragment: F) {
     {
       ...surfaceShape('an absolute path: exact or directory prefix, or a glob with * ** ? ['),
       watch: opt(absPathList('extra absolute paths whose filesystems are marked even when no entry names them'), []),
+      namespaces: z
+        .enum(['deny', 'allow'], { error: 'must be deny or allow' })
+        .optional()
+        .describe(
+          'a process of the subject found in a user namespace of its own (unshare -U): deny = killed and logged (namespace_denied); allow = left running. Either way the filesystems it mounts there are marked, and under a whitelist their files are namespace_denied. Absent: deny when filesystem or commands is a whitelist',
+        ),
     },
     'the filesystem surface: file opens of the leashed UID (fanotify FAN_OPEN_PERM)',
   );
@@ -252,6 +258,12 @@ function build<F extends boolean>(fragment: F) {
       memfd_noexec: opt(
         bool(
           'set vm.memfd_noexec = 2 (kernel 6.3+) for the host while the service runs, restored at stop: no memfd is executable, so memfd_create + fexecve (an exec fanotify cannot see) fails with EACCES; breaks programs that exec from a memfd (container runtimes such as runc, some self-extracting tools)',
+        ),
+        false,
+      ),
+      max_user_namespaces: opt(
+        bool(
+          'set user.max_user_namespaces = 0 for the host while the service runs, restored at stop: no process can make a user namespace, so no agent can mount a filesystem of its own; needs CAP_SYS_RESOURCE (a unit drop-in, docs/policy.md); breaks rootless containers, browser and Flatpak sandboxes, unshare -U',
         ),
         false,
       ),

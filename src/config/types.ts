@@ -25,6 +25,8 @@ export interface Config {
   filesystem: SurfacePolicy & {
     /** Extra paths whose filesystems are marked even when no entry names them. */
     watch: string[];
+    /** A subject process in a user namespace of its own: absent = deny under a filesystem or commands whitelist. */
+    namespaces?: 'deny' | 'allow';
   };
   commands: SurfacePolicy & {
     /** `leash terminal`'s argument rules, keyed by a command entry (docs/terminal.md). */
@@ -37,5 +39,5 @@ export interface Config {
   logging: { level: 'debug' | 'info' | 'warn' | 'error'; decisions: string };
   enforcers: { network: boolean; filesystem: boolean; tools: boolean };
   /** Host-wide settings the service applies at start and restores at stop (src/service/host.ts). */
-  host: { memfd_noexec: boolean };
+  host: { memfd_noexec: boolean; max_user_namespaces: boolean };
 }

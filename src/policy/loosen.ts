@@ -1,3 +1,4 @@
+import { effectiveNamespaces } from '../enforcers/watcher/policy.js';
 import { compilePolicy, decide, isGlob, type CompiledPolicy } from '../engine/index.js';
 import { SURFACES, type Surface } from '../engine/types.js';
 import type { InspectAction } from '../engine/types.js';
@@ -119,6 +120,18 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
         'network.ech',
         'allow',
         'network ech refuse -> allow: an encrypted ClientHello is judged by its outer name only',
+      ),
+    );
+  }
+  // filesystem.namespaces as enforced: deny -> allow leaves a subject process in a user namespace of its own running
+  // (so it can mount a filesystem of its own there before the watcher marks it). Whitelist -> blacklist on both
+  // filesystem and commands implies it, and is a loosening of its own; only an explicit allow is reported here.
+  if (effectiveNamespaces(before) === 'deny' && after.filesystem.namespaces === 'allow') {
+    out.push(
+      l(
+        'filesystem.namespaces',
+        'allow',
+        'filesystem namespaces deny -> allow: a subject process in a user namespace of its own is no longer killed',
       ),
     );
   }

@@ -32,6 +32,11 @@ describe('loosening judge', () => {
     ['an enforcer switched off', { enforcers: { filesystem: false } }, ['enforcers.filesystem:false']],
     ['udp drop -> allow', { network: { udp: 'allow' } }, ['network.udp:allow']],
     [
+      'namespaces deny (the whitelist default) -> allow',
+      { filesystem: { namespaces: 'allow' } },
+      ['filesystem.namespaces:allow'],
+    ],
+    [
       'a DNS resolver added',
       { network: { dns_resolvers: ['10.0.0.53', '1.1.1.1'] } },
       ['network.dns_resolvers:1.1.1.1'],
