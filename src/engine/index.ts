@@ -24,3 +24,5 @@ export {
   redactSecrets,
   mayHoldSecret,
 } from './inspect.js';
+export { findSecrets, SECRET_KINDS } from './secrets.js';
+export type { SecretSpan } from './secrets.js';
