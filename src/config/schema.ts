@@ -218,6 +218,12 @@ function build<F extends boolean>(fragment: F) {
       deny_methods: opt(toolsGateSpecs.deny_methods, GATE_DEFAULTS.deny_methods),
       hide_denied: opt(toolsGateSpecs.hide_denied, GATE_DEFAULTS.hide_denied),
       log_args: opt(toolsGateSpecs.log_args, GATE_DEFAULTS.log_args),
+      rules: opt(toolsGateSpecs.rules, GATE_DEFAULTS.rules),
+      default: opt(toolsGateSpecs.default, GATE_DEFAULTS.default),
+      workspace: opt(toolsGateSpecs.workspace, GATE_DEFAULTS.workspace),
+      mapping: opt(toolsGateSpecs.mapping, GATE_DEFAULTS.mapping),
+      redact_output: opt(toolsGateSpecs.redact_output, GATE_DEFAULTS.redact_output),
+      audit: opt(toolsGateSpecs.audit, GATE_DEFAULTS.audit),
     },
     'the tools surface: calls checked by the harness or the MCP gate (cooperative)',
   );

@@ -213,6 +213,7 @@ function gateLoosenings(b: Effective['tools'], a: Effective['tools']): Loosening
         l('tools.unset.policed_methods', m, `tools policed_methods ${m} removed: its selector is no longer judged`),
       );
   }
+  out.push(...ruleLoosenings(b, a));
   const bt = argsByTool(b.args);
   const at = argsByTool(a.args);
   for (const [tool, bs] of bt) {
@@ -255,6 +256,57 @@ function gateLoosenings(b: Effective['tools'], a: Effective['tools']): Loosening
       );
     }
   }
+  return out;
+}
+
+const EFFECT_RANK = { deny: 0, ask: 1, allow: 2 } as const;
+
+/**
+ * Rules over operations: an allow or ask rule that is new or changed (a widened rule is a new
+ * one), a deny rule removed or changed, the default moved toward allow, output redaction switched
+ * off, the workspace or the mapping table changed (the same rules then read other resources).
+ */
+function ruleLoosenings(b: Effective['tools'], a: Effective['tools']): Loosening[] {
+  const out: Loosening[] = [];
+  const text = (r: unknown) => canonicalJson(r);
+  const before = new Set(b.rules.map(text));
+  const after = new Set(a.rules.map(text));
+  for (const r of a.rules) {
+    if (r.effect !== 'deny' && !before.has(text(r)))
+      out.push(
+        l('tools.rules', r.id, `tools rules ${r.id} (${r.effect}) added or widened: calls it matches now pass or ask`),
+      );
+  }
+  for (const r of b.rules) {
+    if (r.effect === 'deny' && !after.has(text(r)))
+      out.push(
+        l(
+          'tools.unset.rules',
+          r.id,
+          `tools rules ${r.id} (deny) removed or changed: operation_denied no longer blocks what it matched`,
+        ),
+      );
+  }
+  if (EFFECT_RANK[a.default] > EFFECT_RANK[b.default])
+    out.push(
+      l('tools.default', a.default, `tools default ${b.default} -> ${a.default}: calls no rule matches get more`),
+    );
+  if (b.redact_output && !a.redact_output)
+    out.push(
+      l('tools.redact_output', 'false', 'tools redact_output true -> false: secrets in results reach the agent'),
+    );
+  if (b.rules.length > 0 && a.workspace !== b.workspace)
+    out.push(
+      l(
+        'tools.workspace',
+        String(a.workspace),
+        `tools workspace ${String(b.workspace)} -> ${String(a.workspace)}: \${workspace} rules cover other paths`,
+      ),
+    );
+  if (b.rules.length > 0 && a.mapping !== b.mapping)
+    out.push(
+      l('tools.mapping', a.mapping, `tools mapping ${b.mapping} -> ${a.mapping}: calls are read by another table`),
+    );
   return out;
 }
 

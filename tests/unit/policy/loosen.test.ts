@@ -231,3 +231,37 @@ describe('loosening judge: the MCP gate fields and leash terminal argument rules
     }
   });
 });
+
+describe('loosening judge: rules over operations', () => {
+  const ruled = floor({
+    tools: {
+      default: 'deny',
+      workspace: '/work',
+      rules: [
+        { id: 'no-env', effect: 'deny', operations: ['fs.*'], resources: ['**/.env'] },
+        { id: 'read', effect: 'allow', operations: ['fs.read'], resources: ['${workspace}/**'] },
+      ],
+    },
+  });
+  const [noEnv, read] = ruled.tools.rules as [never, never];
+
+  it.each<[string, Fragment, string[]]>([
+    [
+      'an allow rule widened',
+      { tools: { rules: [noEnv, { id: 'read', effect: 'allow', operations: ['fs.read'], resources: ['/**'] }] } },
+      ['tools.rules:read'],
+    ],
+    ['a deny rule removed', { tools: { rules: [read] } }, ['tools.unset.rules:no-env']],
+    ['default deny -> ask', { tools: { default: 'ask' } }, ['tools.default:ask']],
+    ['redaction off', { tools: { redact_output: false } }, ['tools.redact_output:false']],
+    ['the workspace moved', { tools: { workspace: '/' } }, ['tools.workspace:/']],
+    [
+      'an extra deny rule tightens',
+      { tools: { rules: [noEnv, read, { id: 'x', effect: 'deny', operations: ['fs.write'] }] } },
+      [],
+    ],
+    ['default deny stays', { tools: { default: 'deny' } }, []],
+  ])('%s', (_name, fragment, tokens) => {
+    expect(judgeOverlay(ruled, fragment).map((l) => l.token)).toEqual(tokens);
+  });
+});
