@@ -66,7 +66,8 @@ function coveredByBase(surface: Surface, entry: string, base: CompiledPolicy): b
 
 /**
  * Every loosening from `before` to `after`, not the first: the mode flipped to default-allow,
- * an allow entry a whitelist did not have, a deny entry dropped (`<surface>.unset.deny`),
+ * an allow entry a whitelist did not have, a deny entry dropped (`<surface>.unset.deny`), an ask
+ * entry a whitelist did not have (`<surface>.ask`), an ask entry a blacklist dropped (`<surface>.unset.ask`),
  * fail_mode opened, inspection lowered, an enforcer switched off, UDP allowed, a DNS resolver
  * added, a watched path dropped. Tightenings are not reported.
  */
@@ -94,6 +95,25 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
         base ??= allowOnly(before);
         if (!coveredByBase(s, e, base))
           out.push(l(`${s}.allow`, e, `${s} whitelist allows ${e}: allow_entry where it was not_allowed`));
+      }
+    }
+    // ask (docs/approvals.md): in a whitelist a new ask entry lets an approver pass what was blocked
+    // (so an ask replacing a deny needs consent twice: the deny dropped and the ask added); in a
+    // blacklist a dropped ask entry lets pass unasked what a human was asked about.
+    const bAsk = b.ask ?? [];
+    const aAsk = a.ask ?? [];
+    if (b.mode === 'whitelist' && a.mode === 'whitelist') {
+      for (const e of aAsk) {
+        if (bAsk.includes(e) || b.allow.includes(e)) continue;
+        base ??= allowOnly(before);
+        if (!coveredByBase(s, e, base))
+          out.push(l(`${s}.ask`, e, `${s} whitelist asks about ${e}: an approver may pass what was not_allowed`));
+      }
+    }
+    if (b.mode === 'blacklist' && a.mode === 'blacklist') {
+      for (const e of bAsk) {
+        if (!aAsk.includes(e))
+          out.push(l(`${s}.unset.ask`, e, `${s} ask ${e} removed: blacklist mode passes it without asking`));
       }
     }
     for (const e of b.deny) {
