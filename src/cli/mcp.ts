@@ -32,6 +32,8 @@ import {
 import { loadGatePolicyFile } from '../enforcers/tools/schema.js';
 import { connectToolsJudge, DEFAULT_TOOLS_SOCKET } from '../enforcers/tools/socket.js';
 import { createDecisionLog, formatDecision, newRef, type DecisionWriter } from '../log/decisions.js';
+import { createJournal, findJournalSocket, teeDecisionsToJournal } from '../log/journal.js';
+import { loadNative } from '../native.js';
 
 /** The engine as the gate uses it. */
 export const toolsEngine: ToolsEngine = { compilePolicy, decide: decide as ToolsEngine['decide'] };
@@ -151,6 +153,18 @@ function openLog(sink: string | null): DecisionWriter & { close(): Promise<void>
   return createDecisionLog({ sink, coalesceAllows: true });
 }
 
+/** The gate's decisions also go to the journal when there is one (blocks; allows are left out and counted). */
+function withJournal<L extends DecisionWriter>(log: L): L {
+  const socket = findJournalSocket('auto');
+  if (socket === null) return log;
+  const journal = createJournal({
+    socket,
+    send: (p, e) => loadNative().journalSend(p, e),
+    identifier: 'leash-mcp',
+  });
+  return teeDecisionsToJournal(log, journal, 'mcp');
+}
+
 function loadPolicy(file: string): { policy: CompiledGatePolicy; decisions: string | null } {
   try {
     const p = loadGatePolicyFile(file);
@@ -268,7 +282,7 @@ export function register(program: Command): void {
         let judge: GateJudge;
         if (opts.policy !== undefined) {
           const { policy, decisions } = loadPolicy(opts.policy);
-          const log = openLog(opts.log ?? decisions);
+          const log = withJournal(openLog(opts.log ?? decisions));
           judge = createLocalJudge({ policy, log, uid: process.getuid?.() ?? -1, mask: maskString });
         } else {
           try {

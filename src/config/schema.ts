@@ -234,8 +234,27 @@ function build<F extends boolean>(fragment: F) {
           ),
         '/var/log/leash/decisions.jsonl',
       ),
+      journal: opt(
+        z
+          .enum(['auto', 'on', 'off'], { error: 'must be auto, on or off' })
+          .describe(
+            'send operational lines and decisions to the journal with fields of their own (LEASH_UID, LEASH_ACTION, …): auto = when $JOURNAL_STREAM is set or journald\'s socket exists; otherwise stderr as plain JSON lines',
+          ),
+        'auto',
+      ),
+      journal_allows: opt(
+        z
+          .number({ error: 'must be a number' })
+          .int({ error: 'must be a whole number' })
+          .min(0, { error: 'must be 0 or more' })
+          .max(1_000_000, { error: 'must be at most 1000000' })
+          .describe(
+            'allow decisions in the journal: 0 = none (counted), 1 = every one, n = one in n; blocks always go (the decision log keeps every line)',
+          ),
+        0,
+      ),
     },
-    'logging: operational level and the decision sink',
+    'logging: operational level, the decision sink and the journal',
   );
 
   const enforcers = obj(

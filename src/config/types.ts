@@ -34,7 +34,12 @@ export interface Config {
   };
   /** The engine's tools surface plus the MCP gate's fields (docs/tools.md). */
   tools: ToolsSurfacePolicy & ToolsGateFields;
-  logging: { level: 'debug' | 'info' | 'warn' | 'error'; decisions: string };
+  logging: {
+    level: 'debug' | 'info' | 'warn' | 'error';
+    decisions: string;
+    journal: 'auto' | 'on' | 'off';
+    journal_allows: number;
+  };
   enforcers: { network: boolean; filesystem: boolean; tools: boolean };
   /** Host-wide settings the service applies at start and restores at stop (src/service/host.ts). */
   host: { memfd_noexec: boolean };

@@ -6,6 +6,13 @@ import { LeashError } from '../errors.js';
 import { SURFACES } from '../engine/types.js';
 import { createDecisionLog, type DecisionLog } from '../log/decisions.js';
 import { createLogger, type Logger } from '../log/logger.js';
+import {
+  createJournal,
+  findJournalSocket,
+  journalDestination,
+  teeDecisionsToJournal,
+  type Journal,
+} from '../log/journal.js';
 import { loadNative } from '../native.js';
 import { applyHostSettings, type HostPaths, type HostSettings } from './host.js';
 
@@ -76,6 +83,13 @@ function describe(loaded: LoadedConfig, running: string[]): string {
   return `${who}: ${modes}; enforcers running: ${running.length ? running.join(', ') : 'none'}`;
 }
 
+/** The component a service-side decision comes from, for its journal entry. */
+function decisionComponent(rec: { surface: string; subject: unknown }): string {
+  if (rec.surface === 'tools') return 'tools';
+  const s = rec.subject as { dns?: unknown } | null;
+  return s !== null && typeof s === 'object' && 'dns' in s ? 'dns' : 'proxy';
+}
+
 /**
  * Starts the service: loads and validates the config with the same loader as `leash validate`
  * (a refused config throws LeashError, exit 2), opens the decision log, starts the enabled
@@ -93,13 +107,31 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     );
   }
   const notify = opts.notify ?? defaultNotify();
-  const root = opts.logger ?? createLogger({ level: loaded.config.logging.level });
+  // The journal, when there is one (config logging.journal): operational lines and decisions go
+  // there with fields of their own; otherwise stderr as plain JSON lines, as before.
+  const journalSocket = findJournalSocket(loaded.config.logging.journal);
+  const journal: Journal | null =
+    journalSocket === null
+      ? null
+      : createJournal({
+          socket: journalSocket,
+          send: (p, e) => loadNative().journalSend(p, e),
+          allowSample: loaded.config.logging.journal_allows,
+          identifier: 'leash',
+        });
+  const root =
+    opts.logger ??
+    createLogger({
+      level: loaded.config.logging.level,
+      ...(journal ? { destination: journalDestination(journal, process.stderr) } : {}),
+    });
   const logger = root.child({ component: 'service' });
   for (const f of loaded.findings) logger.warn({ code: f.code, path: f.path, severity: f.severity }, f.message);
 
   let decisions: DecisionLog;
   try {
     decisions = createDecisionLog({ sink: loaded.config.logging.decisions });
+    if (journal) decisions = teeDecisionsToJournal(decisions, journal, decisionComponent);
   } catch (e) {
     throw new LeashError(
       'service_failed',

@@ -6,6 +6,7 @@
 import type { Config } from '../../config/types.js';
 import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks } from '../../enforcers/watcher/index.js';
 import type { LeashError } from '../../errors.js';
+import { findJournalSocket } from '../../log/journal.js';
 import type { WatcherSubject } from '../../native.js';
 import type { Action } from '../plan.js';
 import { enforcedSet, type SurfaceAdapter } from './contract.js';
@@ -31,12 +32,16 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
     if (a.kind === 'fail' || a.kind === 'orphan') return [{ uid: a.uid, policy: null, failMode: c.fail_mode }];
     return [];
   });
+  // The watcher sends to the journal the service found (config logging.journal), if any.
+  const journal = findJournalSocket(c.logging.journal);
+  const journalArgs =
+    journal === null ? [] : ['--journal', journal, '--journal-allows', String(c.logging.journal_allows)];
   const sup = createFsSupervisor({
     subjects,
     watch: c.filesystem.watch,
     decisions: c.logging.decisions,
     ...(o.wrap ? { wrap: o.wrap } : {}),
-    ...(o.args ? { args: o.args } : {}),
+    ...(o.args || journal !== null ? { args: [...(o.args ?? []), ...journalArgs] } : {}),
     onFatal: o.onFatal,
     onRespawn: o.onRespawn,
     ...(o.onStandbyUnavailable ? { onStandbyUnavailable: o.onStandbyUnavailable } : {}),
