@@ -9,6 +9,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { LAB, canRunLab, stopChild, useLab, type LabUser, waitForServiceReady } from '../lab/index.js';
+import { loadNative } from '../../src/native.js';
+import { serializeEntry } from '../../src/log/journal.js';
 import { JOURNALD, hasJournalctl, startJournald, type TestJournald } from './helpers/journald.js';
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
@@ -229,4 +231,19 @@ logging: { level: info, decisions: ${log()}, journal: auto, journal_allows: 0 }
     expect(jd!.query(['SYSLOG_IDENTIFIER=leash']).length).toBe(before);
     expect(jd!.query(['SYSLOG_IDENTIFIER=leash-watcher', 'LEASH_ACTION=block']).length).toBe(3);
   }, 120_000);
+
+  it('an entry too large for a datagram goes as a sealed memfd and arrives whole', () => {
+    const big = 'x'.repeat(1024 * 1024); // over the kernel's datagram limit (net.core.wmem_max)
+    const entry = serializeEntry([
+      ['MESSAGE', 'big entry'],
+      ['LEASH_TEST_BIG', big],
+      ['LEASH_TEST_ID', String(process.pid)],
+    ]);
+    expect(loadNative().journalSend(jd!.socket, entry)).toBe(0);
+    const got = jd!.query([`LEASH_TEST_ID=${process.pid}`, '--all']);
+    expect(got).toHaveLength(1);
+    expect(got[0]!.LEASH_TEST_BIG).toHaveLength(big.length);
+    // A socket with nobody behind it is an errno, not a throw.
+    expect(loadNative().journalSend(path.join(dir, 'no-such.sock'), entry.subarray(0, 100))).toBe(2);
+  });
 });
