@@ -84,6 +84,8 @@ export const ERROR_CODES = {
   watcher_failed: EXIT.failed,
   // host settings the service applies (config `host`, src/service/host.ts)
   host_setting_failed: EXIT.failed,
+  // the metrics endpoint (config logging.metrics_*): logged, the service runs on without it
+  metrics_unavailable: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 

@@ -138,6 +138,15 @@ export interface WatcherStats {
   takeoverUnrecorded: number;
   loopError: number;
   running: boolean;
+  /** Decisions by surface, action and reason since start (the ones counted instead of queued included). */
+  decisions: { surface: 'filesystem' | 'commands'; action: 'allow' | 'block'; reason: string; count: number }[];
+  /** Time from reading a subject-era event to its answer: `buckets[i]` are those <= bounds[i] seconds, the last +Inf. */
+  judge: { bounds: number[]; buckets: number[]; sum: number; count: number };
+  /** Decision lines waiting for JavaScript's next drain, and of those allows. */
+  queued: number;
+  queuedAllows: number;
+  /** Allow decisions counted instead of written since start (log pressure). */
+  allowsCounted: number;
 }
 export interface NativeWatcher {
   readonly fd: number;

@@ -61,6 +61,19 @@ function decisionsPathProblem(s: string): string | null {
 
 const bool = (description: string) => z.boolean({ error: 'must be true or false' }).describe(description);
 
+/** A `host:port` on loopback only (the metrics port is never offered beyond this host). */
+function loopbackListen(s: string): boolean {
+  const m = /^(?:\[([^\]]+)\]|([^:\[\]]+)):(\d{1,5})$/.exec(s);
+  if (!m) return false;
+  const host = m[1] ?? m[2]!;
+  const port = Number(m[3]);
+  return (
+    port >= 1 &&
+    port <= 65535 &&
+    (host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host))
+  );
+}
+
 function build<F extends boolean>(fragment: F) {
   // In the full schema a missing field takes its default; in a fragment it stays absent, because
   // every key a fragment carries is a deliberate value that overrides the floor.
@@ -238,7 +251,7 @@ function build<F extends boolean>(fragment: F) {
         z
           .enum(['auto', 'on', 'off'], { error: 'must be auto, on or off' })
           .describe(
-            'send operational lines and decisions to the journal with fields of their own (LEASH_UID, LEASH_ACTION, …): auto = when $JOURNAL_STREAM is set or journald\'s socket exists; otherwise stderr as plain JSON lines',
+            "send operational lines and decisions to the journal with fields of their own (LEASH_UID, LEASH_ACTION, …): auto = when $JOURNAL_STREAM is set or journald's socket exists; otherwise stderr as plain JSON lines",
           ),
         'auto',
       ),
@@ -253,8 +266,28 @@ function build<F extends boolean>(fragment: F) {
           ),
         0,
       ),
+      metrics_socket: opt(
+        z
+          .string({ error: 'must be an absolute path or null' })
+          .refine((s) => s.startsWith('/') && !s.endsWith('/') && !s.includes('\0'), 'must be an absolute file path')
+          .nullable()
+          .describe(
+            'the metrics endpoint (GET /metrics, OpenMetrics text) on a unix socket, 0600: what `leash status` reads; null = none',
+          ),
+        '/run/leash/metrics.sock',
+      ),
+      metrics_listen: opt(
+        z
+          .string({ error: 'must be host:port or null' })
+          .refine((s) => loopbackListen(s), 'must be a loopback host:port (127.0.0.1:9464, [::1]:9464, localhost:9464)')
+          .nullable()
+          .describe(
+            'also serve the metrics on this loopback TCP address for a scraper (never another address); null = no port',
+          ),
+        null,
+      ),
     },
-    'logging: operational level, the decision sink and the journal',
+    'logging: operational level, the decision sink, the journal and the metrics endpoint',
   );
 
   const enforcers = obj(

@@ -39,6 +39,8 @@ export interface Config {
     decisions: string;
     journal: 'auto' | 'on' | 'off';
     journal_allows: number;
+    metrics_socket: string | null;
+    metrics_listen: string | null;
   };
   enforcers: { network: boolean; filesystem: boolean; tools: boolean };
   /** Host-wide settings the service applies at start and restores at stop (src/service/host.ts). */

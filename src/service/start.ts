@@ -14,13 +14,17 @@ import {
   type Journal,
 } from '../log/journal.js';
 import { loadNative } from '../native.js';
-import { applyHostSettings, type HostPaths, type HostSettings } from './host.js';
+import { countDecisions, createMetrics, type Metrics, type MetricFamily } from '../metrics/metrics.js';
+import { startMetricsServer, type MetricsServer } from '../metrics/server.js';
+import { applyHostSettings, memfdNoexecStatus, type HostPaths, type HostSettings } from './host.js';
 
 /** What every enforcer is started with. */
 export interface ServiceContext {
   loaded: LoadedConfig;
   decisions: DecisionLog;
   logger: Logger;
+  /** The service's metrics: enforcers count stages and register collectors here. */
+  metrics?: Metrics;
 }
 
 /** A running enforcer. `reload` receives a config that already validated; throwing keeps the old one. */
@@ -128,17 +132,36 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   const logger = root.child({ component: 'service' });
   for (const f of loaded.findings) logger.warn({ code: f.code, path: f.path, severity: f.severity }, f.message);
 
+  const metrics = createMetrics();
+  if (journal)
+    metrics.collect(() => {
+      const st = journal.stats();
+      const dropped = Object.values(st.dropped).reduce((a, b) => a + b, 0);
+      return [
+        {
+          name: 'leash_journal_entries',
+          help: 'journal entries: sent, dropped (journald refused or did not keep up), allows_skipped (logging.journal_allows)',
+          type: 'counter',
+          values: [
+            { value: st.sent, labels: { outcome: 'sent' } },
+            { value: dropped, labels: { outcome: 'dropped' } },
+            { value: st.allowsSkipped, labels: { outcome: 'allows_skipped' } },
+          ],
+        },
+      ];
+    });
   let decisions: DecisionLog;
   try {
     decisions = createDecisionLog({ sink: loaded.config.logging.decisions });
     if (journal) decisions = teeDecisionsToJournal(decisions, journal, decisionComponent);
+    decisions = countDecisions(decisions, metrics);
   } catch (e) {
     throw new LeashError(
       'service_failed',
       `cannot open decision log ${loaded.config.logging.decisions}: ${(e as Error).message}`,
     );
   }
-  let ctx: ServiceContext = { loaded, decisions, logger: root };
+  let ctx: ServiceContext = { loaded, decisions, logger: root, metrics };
   const running: Enforcer[] = [];
   const factories = opts.enforcers;
   // Host settings (config `host`) first: no agent process runs under the policy before they hold.
@@ -150,6 +173,19 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     throw e;
   }
   if (loaded.config.host.memfd_noexec) logger.info({ setting: 'memfd_noexec', value: 2 }, 'host setting applied');
+  metrics.collect((): MetricFamily[] => [
+    {
+      name: 'leash_host_setting',
+      help: 'host hardening settings (config host): 1 in force now, 0 not',
+      type: 'gauge',
+      values: [
+        {
+          value: memfdNoexecStatus(ctx.loaded.config, opts.hostPaths?.memfdNoexec).enforced ? 1 : 0,
+          labels: { setting: 'memfd_noexec' },
+        },
+      ],
+    },
+  ]);
   const restoreHost = () => {
     for (const p of host.restore()) logger.error({ code: 'host_setting_failed' }, p);
   };
@@ -164,6 +200,22 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     restoreHost();
     await decisions.close();
     throw new LeashError('service_failed', `an enforcer failed to start: ${(e as Error).message}`);
+  }
+
+  // The metrics endpoint: a failure to serve it is logged, never a reason not to enforce.
+  let metricsServer: MetricsServer | null = null;
+  const metricsSocket =
+    process.env.LEASH_METRICS_SOCKET !== undefined
+      ? process.env.LEASH_METRICS_SOCKET || null
+      : loaded.config.logging.metrics_socket;
+  try {
+    if (metricsSocket !== null || loaded.config.logging.metrics_listen !== null)
+      metricsServer = await startMetricsServer(metrics, {
+        socket: metricsSocket,
+        listen: loaded.config.logging.metrics_listen,
+      });
+  } catch (e) {
+    logger.error({ code: 'metrics_unavailable' }, `metrics endpoint not served: ${(e as Error).message}`);
   }
 
   const status = () =>
@@ -189,6 +241,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         await r.close().catch((e: unknown) => logger.error({ enforcer: r.name, err: e }, 'enforcer close failed'));
       }
       restoreHost();
+      await metricsServer?.close();
       await decisions.close();
       clearInterval(keepAlive);
       if (watchdog) clearInterval(watchdog);

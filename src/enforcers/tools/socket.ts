@@ -44,6 +44,8 @@ export interface ToolsSocketServerOptions {
   path?: string;
   /** Secret masking for logged arguments (the engine's maskSecrets). */
   mask?: (s: string) => string;
+  /** Each judge request's time from its line to the answer, in seconds: the metrics. */
+  onJudge?: (seconds: number) => void;
   /** The caller's UID from a connected socket (default: SO_PEERCRED through the addon). */
   peerUid?: (sock: net.Socket) => number;
   /** Mode of the socket file: every account may connect; the UID is what identifies it. */
@@ -120,6 +122,7 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
           send({ seq, ok: true, uid, hide_denied: policy ? policy.hideDenied : true, no_policy: policy === null });
           return;
         case 'judge': {
+          const t0 = o.onJudge ? performance.now() : 0;
           const method = typeof msg.method === 'string' ? msg.method : '';
           const params = msg.params;
           let j: GateJudgment;
@@ -148,6 +151,7 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
           }
           if (j.ref !== undefined) out.ref = j.ref;
           send({ seq, judgment: out });
+          o.onJudge?.((performance.now() - t0) / 1000);
           return;
         }
         case 'hidden': {

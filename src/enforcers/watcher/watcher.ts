@@ -179,7 +179,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
         markErrors: [...markErrors].map(([p, code]) => ({ path: p, code })),
         subjects: subjects.size,
         droppedAllows,
-        stats: w.stats() as unknown as Record<string, number | boolean>,
+        stats: w.stats(),
       };
     },
     close() {

@@ -7,7 +7,8 @@ import type { Config } from '../../config/types.js';
 import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks } from '../../enforcers/watcher/index.js';
 import type { LeashError } from '../../errors.js';
 import { findJournalSocket } from '../../log/journal.js';
-import type { WatcherSubject } from '../../native.js';
+import type { WatcherStats, WatcherSubject } from '../../native.js';
+import { histogramFamily, type MetricFamily } from '../../metrics/metrics.js';
 import type { Action } from '../plan.js';
 import { enforcedSet, type SurfaceAdapter } from './contract.js';
 
@@ -70,6 +71,41 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
     },
     ...withdraw,
     reopenLogs: () => sup.reopenLog(),
+    families: async () => watcherFamilies((await sup.status()).stats),
     close: () => sup.close(),
   };
+}
+
+/** The watcher's own counts as metric families (src/metrics/metrics.ts names them). */
+export function watcherFamilies(st: WatcherStats): MetricFamily[] {
+  return [
+    {
+      name: 'leash_decisions',
+      help: 'decisions by surface, action and reason',
+      type: 'counter',
+      aggregator: 'sum',
+      values: st.decisions.map((d) => ({
+        value: d.count,
+        labels: { surface: d.surface, action: d.action, reason: d.reason },
+      })),
+    },
+    histogramFamily(
+      'leash_watcher_judge_seconds',
+      "the watcher's time from reading a permission event to answering it, while subjects exist",
+      {},
+      st.judge,
+    ),
+    {
+      name: 'leash_watcher_queue_depth',
+      help: "decision lines waiting for the watcher's next drain",
+      type: 'gauge',
+      values: [{ value: st.queued, labels: {} }],
+    },
+    {
+      name: 'leash_watcher_allows_counted',
+      help: 'allow decisions counted instead of written to the decision log (log pressure)',
+      type: 'counter',
+      values: [{ value: st.allowsCounted, labels: {} }],
+    },
+  ];
 }

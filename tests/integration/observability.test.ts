@@ -1,8 +1,9 @@
 /**
- * The journal as a view (issue #19): the service, its watcher and the proxy send operational lines and decisions to
+ * The journal and the metrics (issue #19). The journal as a view: the service, its watcher and the proxy send operational lines and decisions to
  * a real systemd-journald (the test's own, helpers/journald.ts) with fields of their own, and `journalctl` finds
  * them by each field. Blocks always go; allows are left out under the default `journal_allows: 0`. Without a
- * journal, the service's stderr is the plain JSON lines it always was.
+ * journal, the service's stderr is the plain JSON lines it always was. The metrics endpoint (OpenMetrics on a 0600
+ * unix socket) is scraped before and after the test makes decisions: every family is there and moves.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -11,6 +12,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { LAB, canRunLab, stopChild, useLab, type LabUser, waitForServiceReady } from '../lab/index.js';
 import { loadNative } from '../../src/native.js';
 import { serializeEntry } from '../../src/log/journal.js';
+import { parseMetricsText, type Sample } from '../../src/metrics/metrics.js';
+import { fetchMetrics } from '../../src/metrics/server.js';
+import net from 'node:net';
 import { JOURNALD, hasJournalctl, startJournald, type TestJournald } from './helpers/journald.js';
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
@@ -40,6 +44,7 @@ describe.skipIf(!canRunLab)('the journal: decisions and operational lines with f
   let user!: LabUser;
   let jd: TestJournald | null = null;
   const services: ChildProcess[] = [];
+  let running: { c: ChildProcess; err: () => string } | null = null;
   const log = () => path.join(dir, 'decisions.jsonl');
 
   const startService = async (journal: boolean): Promise<{ c: ChildProcess; err: () => string }> => {
@@ -52,6 +57,7 @@ describe.skipIf(!canRunLab)('the journal: decisions and operational lines with f
       LEASH_TOOLS_SOCKET: path.join(dir, journal ? 'tools-j.sock' : 'tools-n.sock'),
       LEASH_PID_FILE: pidFile,
       LEASH_WATCHER_TIMEOUT_S: '120',
+      LEASH_METRICS_SOCKET: path.join(dir, journal ? 'metrics-j.sock' : 'metrics-n.sock'),
     };
     delete env.JOURNAL_STREAM;
     delete env.LEASH_JOURNAL_SOCKET;
@@ -213,12 +219,116 @@ logging: { level: info, decisions: ${log()}, journal: auto, journal_allows: 0 }
     expect(jd!.query([uid, 'LEASH_ACTION=allow'])).toEqual([]);
     // journalctl's field matches combine: one component's blocks only.
     expect(jd!.query([uid, 'LEASH_ACTION=block', 'LEASH_COMPONENT=watcher'])).toHaveLength(3);
+    running = { c, err };
+  }, 120_000);
 
-    expect(await stopChild(c, 10_000), err()).toBe(0);
+  it('the metrics endpoint: every family present, and each moves when the test makes decisions', async () => {
+    expect(running, 'the service of the first test').not.toBeNull();
+    const sock = path.join(dir, 'metrics-j.sock');
+    expect(fs.statSync(sock).mode & 0o777).toBe(0o600);
+    const scrape = async (): Promise<Sample[]> => {
+      const t = await fetchMetrics(sock);
+      expect(t, 'metrics answered').not.toBeNull();
+      expect(t!.trimEnd().endsWith('# EOF')).toBe(true); // OpenMetrics
+      return parseMetricsText(t!);
+    };
+    const val = (xs: Sample[], name: string, labels: Record<string, string> = {}) =>
+      xs
+        .filter((x) => x.name === name && Object.entries(labels).every(([k, v]) => x.labels[k] === v))
+        .reduce((a, x) => a + x.value, 0);
+    const has = (xs: Sample[], name: string) => xs.some((x) => x.name === name);
+    const before = await scrape();
+    for (const f of [
+      'leash_decisions_total',
+      'leash_stage_seconds_count',
+      'leash_watcher_judge_seconds_count',
+      'leash_watcher_queue_depth',
+      'leash_watcher_allows_counted_total',
+      'leash_subjects',
+      'leash_host_setting',
+      'leash_journal_entries_total',
+    ])
+      expect(has(before, f), f).toBe(true);
+    expect(val(before, 'leash_subjects', { state: 'active' })).toBeGreaterThanOrEqual(1);
+    expect(val(before, 'leash_host_setting', { setting: 'memfd_noexec' })).toBe(0);
+
+    // Decisions on every stage: opens (watcher), a blocked TLS connection (proxy), a DNS query (forwarder), a judge
+    // request on the tools socket (root has no gate policy: no_policy), a SIGHUP (a reconcile pass).
+    expect(openAs([path.join(mnt, 'no', 'f0'), path.join(mnt, 'ok', 'f0')])).toEqual({ EPERM: 1, ok: 1 });
+    const evil = LAB.hosts.find((h) => h.name === 'evil.lab')!.v4;
+    await lab.get().probe(user, [
+      { kind: 'tls', host: evil, port: 443, servername: 'y.evil.lab' },
+      { kind: 'dnsudp', server: LAB.dnsV4, name: 'good.lab' },
+    ]);
+    await new Promise<void>((resolve, reject) => {
+      const c = net.connect(path.join(dir, 'tools-j.sock'));
+      c.on('error', reject);
+      c.on('data', () => {
+        c.destroy();
+        resolve();
+      });
+      c.write(
+        `${JSON.stringify({ op: 'judge', seq: 1, method: 'tools/call', params: { name: 'x', arguments: {} } })}\n`,
+      );
+    });
+    process.kill(Number(fs.readFileSync(path.join(dir, 'j.pid'), 'utf8')), 'SIGHUP');
+    await new Promise((r) => setTimeout(r, 1500));
+    const after = await scrape();
+    const moved = (name: string, labels: Record<string, string> = {}) =>
+      expect(val(after, name, labels), `${name} ${JSON.stringify(labels)}`).toBeGreaterThan(val(before, name, labels));
+    moved('leash_decisions_total', { surface: 'filesystem', action: 'block', reason: 'not_allowed' });
+    moved('leash_decisions_total', { surface: 'filesystem', action: 'allow' });
+    moved('leash_decisions_total', { surface: 'network', action: 'block' });
+    moved('leash_decisions_total', { surface: 'tools', action: 'block', reason: 'no_policy' });
+    for (const stage of ['proxy_setup', 'dns', 'tools_judge', 'reconcile'])
+      moved('leash_stage_seconds_count', { stage });
+    moved('leash_watcher_judge_seconds_count');
+    moved('leash_journal_entries_total', { outcome: 'sent' });
+    moved('leash_journal_entries_total', { outcome: 'allows_skipped' });
+
+    // The socket is root's: the leashed account cannot read it.
+    const r = spawnSync(
+      'setpriv',
+      [
+        `--reuid=${user.uid}`,
+        `--regid=${user.gid}`,
+        '--clear-groups',
+        process.execPath,
+        '-e',
+        `require('node:net').connect(${JSON.stringify(sock)}).on('error', (e) => { console.log(e.code); }).on('connect', () => console.log('connected'))`,
+      ],
+      { encoding: 'utf8', timeout: 10_000 },
+    );
+    expect(r.stdout.trim()).toBe('EACCES');
+
+    // leash status reads the same figures.
+    const st = spawnSync(process.execPath, [CLI, '-c', path.join(dir, 'leash.yaml'), 'status', '--json'], {
+      encoding: 'utf8',
+      env: {
+        ...process.env,
+        LEASH_METRICS_SOCKET: sock,
+        LEASH_STATE_DIR: path.join(dir, 'state-j'),
+        LEASH_PASSWD: path.join(dir, 'passwd'),
+      },
+    });
+    expect(st.status, st.stderr).toBe(0);
+    const live = (
+      JSON.parse(st.stdout) as {
+        live: { decisions: Record<string, { block: number }>; subjects: Record<string, number> };
+      }
+    ).live;
+    expect(live.decisions.filesystem!.block).toBe(
+      val(after, 'leash_decisions_total', { surface: 'filesystem', action: 'block' }),
+    );
+    expect(live.subjects.active).toBeGreaterThanOrEqual(1);
+
+    expect(await stopChild(running!.c, 10_000), running!.err()).toBe(0);
+    running = null;
   }, 120_000);
 
   it('without a journal, the service writes its plain JSON lines to stderr and sends nothing', async () => {
     const before = jd!.query(['SYSLOG_IDENTIFIER=leash']).length;
+    const watcherBefore = jd!.query(['SYSLOG_IDENTIFIER=leash-watcher']).length;
     const { c, err } = await startService(false);
     expect(openAs([path.join(mnt, 'no', 'f0')])).toEqual({ EPERM: 1 });
     const ready = err()
@@ -229,7 +339,7 @@ logging: { level: info, decisions: ${log()}, journal: auto, journal_allows: 0 }
     expect(ready[0]).toMatchObject({ level: 30, component: 'service' });
     expect(await stopChild(c, 10_000), err()).toBe(0);
     expect(jd!.query(['SYSLOG_IDENTIFIER=leash']).length).toBe(before);
-    expect(jd!.query(['SYSLOG_IDENTIFIER=leash-watcher', 'LEASH_ACTION=block']).length).toBe(3);
+    expect(jd!.query(['SYSLOG_IDENTIFIER=leash-watcher']).length).toBe(watcherBefore);
   }, 120_000);
 
   it('an entry too large for a datagram goes as a sealed memfd and arrives whole', () => {
