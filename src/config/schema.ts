@@ -63,7 +63,7 @@ const bool = (description: string) => z.boolean({ error: 'must be true or false'
 
 /** A `host:port` on loopback only (the metrics port is never offered beyond this host). */
 function loopbackListen(s: string): boolean {
-  const m = /^(?:\[([^\]]+)\]|([^:\[\]]+)):(\d{1,5})$/.exec(s);
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(s);
   if (!m) return false;
   const host = m[1] ?? m[2]!;
   const port = Number(m[3]);
