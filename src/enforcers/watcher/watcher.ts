@@ -217,7 +217,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
         subjects: subjects.size,
         droppedAllows,
         ...(ns ? { namespaces: ns.status() } : {}),
-        stats: w.stats() as unknown as Record<string, number | boolean>,
+        stats: w.stats(),
       };
     },
     close() {
