@@ -129,6 +129,11 @@ export interface WatcherOptions {
    * (watcher.h says why one: a watcher killed inside read(2) then loses at most one event).
    */
   readBatch?: boolean;
+  /**
+   * Measurement only (bench/fanotify): false skips the judge-time histogram's two clock reads per
+   * subject-era event (the metrics' leash_watcher_judge_seconds); the default is true.
+   */
+  metrics?: boolean;
   /** The PID whose events are always allowed (default: this process). */
   selfPid?: number;
   /**

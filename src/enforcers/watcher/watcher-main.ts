@@ -26,6 +26,8 @@ const { values } = parseArgs({
     'queue-allows': { type: 'string', default: '4096' },
     // Measurement only (bench/fanotify): 'off' skips the hard-link check; 'batch' reads many events per read(2).
     'link-check': { type: 'string', default: 'on' },
+    // Measurement only (bench/fanotify): off skips the judge-time histogram's clock reads.
+    metrics: { type: 'string', default: 'on' },
     read: { type: 'string', default: 'one' },
     // A standby: takes the group and the in-flight table from this active watcher (pidfd_getfd) and
     // reads nothing until that process is gone (supervisor.ts).
@@ -79,6 +81,7 @@ const core = createWatcherCore({
   queueAllows: Number(values['queue-allows']),
   linkCheck: values['link-check'] !== 'off',
   readBatch: values.read === 'batch',
+  metrics: values.metrics !== 'off',
   ...(values['standby-of'] !== undefined
     ? {
         standbyOf: {
