@@ -9,10 +9,11 @@ import type { Config } from './types.js';
 export function toPolicyInput(
   c: Pick<Config, 'fail_mode' | 'network' | 'filesystem' | 'commands' | 'tools'>,
 ): PolicyInput {
-  const sp = (s: { mode: Config['network']['mode']; allow: string[]; deny: string[] }) => ({
+  const sp = (s: { mode: Config['network']['mode']; allow: string[]; deny: string[]; ask?: string[] }) => ({
     mode: s.mode,
     allow: [...s.allow],
     deny: [...s.deny],
+    ask: [...(s.ask ?? [])],
   });
   return {
     fail_mode: c.fail_mode,
@@ -24,4 +25,17 @@ export function toPolicyInput(
     },
     tools: { ...sp(c.tools), inspect: { ...c.tools.inspect } },
   };
+}
+
+/**
+ * `filesystem.namespaces` as enforced: absent means deny when the filesystem or the commands surface is a
+ * whitelist (an agent's own namespace is where it can mount what no mark covers yet), allow otherwise.
+ */
+export function effectiveNamespaces(p: {
+  filesystem: { mode: string; namespaces?: 'deny' | 'allow' };
+  commands: { mode: string };
+}): 'deny' | 'allow' {
+  return (
+    p.filesystem.namespaces ?? (p.filesystem.mode !== 'blacklist' || p.commands.mode !== 'blacklist' ? 'deny' : 'allow')
+  );
 }
