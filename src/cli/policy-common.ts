@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import type { Account } from '../config/accounts.js';
 import { DEFAULT_CONFIG_PATH, loadConfig } from '../validate/load.js';
 import { LeashError, isLeashError } from '../errors.js';
-import type { StoreContext } from '../policy/bindings.js';
+import type { StoreContext } from '../policy/consent.js';
 import { floorOf } from '../policy/fragment.js';
 import { ackFlags, shellQuote } from '../policy/loosen.js';
 import { discoverFrom, readPasswd, defaultPasswdSource } from '../subjects/discovery.js';

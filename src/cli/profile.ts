@@ -2,7 +2,8 @@ import type { Command } from 'commander';
 import { readPolicyFile } from '../config/strict-yaml.js';
 import { LeashError } from '../errors.js';
 import type { Binding, Scope } from '../policy/bindings.js';
-import { deleteProfile, readBindings, saveProfile } from '../policy/bindings.js';
+import { readBindings } from '../policy/bindings.js';
+import { deleteProfile, saveProfile } from '../policy/commands.js';
 import { checkProfileName, listProfiles, loadProfile } from '../policy/profiles.js';
 import { afterWrite, impactLines, loadContext, policyOptions, run, stateDirOf } from './policy-common.js';
 

@@ -4,7 +4,7 @@ import { SURFACES } from '../engine/types.js';
 import { systemLoaders } from '../enforcers/watcher/loaders.js';
 import { bpfLsmStatus } from '../service/bpf-lsm.js';
 import { maxUserNamespacesStatus, memfdNoexecStatus } from '../service/host.js';
-import { effectiveNamespaces } from '../config/namespaces.js';
+import { effectiveNamespaces } from '../config/policy-input.js';
 import { configPath, print, printJson } from './context.js';
 import { parseMetricsText, summarize } from '../metrics/metrics.js';
 import { fetchMetrics } from '../metrics/server.js';

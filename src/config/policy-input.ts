@@ -26,3 +26,16 @@ export function toPolicyInput(
     tools: { ...sp(c.tools), inspect: { ...c.tools.inspect } },
   };
 }
+
+/**
+ * `filesystem.namespaces` as enforced: absent means deny when the filesystem or the commands surface is a
+ * whitelist (an agent's own namespace is where it can mount what no mark covers yet), allow otherwise.
+ */
+export function effectiveNamespaces(p: {
+  filesystem: { mode: string; namespaces?: 'deny' | 'allow' };
+  commands: { mode: string };
+}): 'deny' | 'allow' {
+  return (
+    p.filesystem.namespaces ?? (p.filesystem.mode !== 'blacklist' || p.commands.mode !== 'blacklist' ? 'deny' : 'allow')
+  );
+}

@@ -4,7 +4,6 @@ import path from 'node:path';
 import { parseFragment } from '../validate/load.js';
 import { readPolicyFile } from '../config/strict-yaml.js';
 import { LeashError } from '../errors.js';
-import { PolicyError } from './errors.js';
 import type { Fragment } from './fragment.js';
 import { atomicWriteFileSync } from '../store/files.js';
 
@@ -13,7 +12,7 @@ export const PROFILE_NAME = /^[a-z0-9][a-z0-9._-]*$/;
 
 export function checkProfileName(name: string): void {
   if (!PROFILE_NAME.test(name) || name.length > 64 || name.includes('..')) {
-    throw new PolicyError(
+    throw new LeashError(
       'profile_name_invalid',
       `profile name ${JSON.stringify(name)} must match [a-z0-9][a-z0-9._-]* (at most 64)`,
       {
@@ -54,7 +53,7 @@ export function parseProfileText(text: string, source: string): Fragment {
     parsed = parseFragment(text, source);
   } catch (e) {
     if (e instanceof LeashError) {
-      throw new PolicyError(
+      throw new LeashError(
         'profile_invalid',
         `${source} is not a valid profile fragment (${e.code})`,
         { source, cause: e.code, issues: e.details?.issues ?? [] },
@@ -72,7 +71,7 @@ export function parseProfileText(text: string, source: string): Fragment {
     if (f.code === 'fail_mode_invalid' || f.code === 'entry_lookalike')
       issues.push({ path: f.path, message: f.message });
   if (issues.length)
-    throw new PolicyError('profile_invalid', `${source} is not a valid profile fragment`, { source, issues });
+    throw new LeashError('profile_invalid', `${source} is not a valid profile fragment`, { source, issues });
   const { user: _u, logging: _l, host: _h, approvals: _a, ...fragment } = parsed.fragment;
   return fragment;
 }

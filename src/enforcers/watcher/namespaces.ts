@@ -10,7 +10,8 @@
 import fs from 'node:fs';
 import type { DecisionRecord } from '../../log/decisions.js';
 import type { NativeAddon, NativeMountWatch, NativeWatcher, WatcherSubject } from '../../native.js';
-import { effectiveNamespaces, parseMountinfo } from './policy.js';
+import { effectiveNamespaces } from '../../config/policy-input.js';
+import { parseMountinfo } from './policy.js';
 
 /** Filesystems whose files an agent cannot fill with a program of its own: not marked from a namespace. */
 const NOT_MARKED = new Set([

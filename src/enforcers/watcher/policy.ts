@@ -4,8 +4,8 @@
 import { isGlob, normalizePath } from '../../engine/path.js';
 import type { PolicyInput, SurfacePolicy } from '../../engine/types.js';
 import type { FsCmdPolicy } from '../../native.js';
+import { effectiveNamespaces } from '../../config/policy-input.js';
 import { systemLoaders } from './loaders.js';
-import { effectiveNamespaces } from '../../config/namespaces.js';
 
 export { effectiveNamespaces };
 

@@ -17,7 +17,8 @@ vi.mock('../../../src/policy/profiles.js', async (importOriginal) => {
 });
 
 const { configSchema } = await import('../../../src/config/schema.js');
-const { bind, bindingsFile, readBindings, saveProfile } = await import('../../../src/policy/bindings.js');
+const { bindingsFile, readBindings } = await import('../../../src/policy/bindings.js');
+const { bind, saveProfile } = await import('../../../src/policy/commands.js');
 const { floorOf } = await import('../../../src/policy/fragment.js');
 const { loadProfile } = await import('../../../src/policy/profiles.js');
 const { discoverFrom, parsePasswd } = await import('../../../src/subjects/discovery.js');

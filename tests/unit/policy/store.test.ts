@@ -3,16 +3,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { configSchema } from '../../../src/config/schema.js';
-import type { StoreContext } from '../../../src/policy/bindings.js';
-import {
-  bind,
-  deleteProfile,
-  ledgerFile,
-  parseScope,
-  readBindings,
-  saveProfile,
-  unbind,
-} from '../../../src/policy/bindings.js';
+import { ledgerFile, parseScope, readBindings } from '../../../src/policy/bindings.js';
+import { bind, deleteProfile, saveProfile, unbind } from '../../../src/policy/commands.js';
+import type { StoreContext } from '../../../src/policy/consent.js';
 import { floorOf } from '../../../src/policy/fragment.js';
 import { loadProfile, parseProfileText } from '../../../src/policy/profiles.js';
 import { validateStore } from '../../../src/policy/validate.js';
