@@ -21,6 +21,7 @@
 
 #include "clock.h"
 #include "errors.h"
+#include "hardlinks.h"
 #include "watcher.h"
 
 namespace leash {
@@ -66,6 +67,9 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
   queueAllows_ = static_cast<size_t>(num("queueAllows", 4096));
   selfPid_ = static_cast<int32_t>(num("selfPid", getpid()));
   int eventFd = static_cast<int>(num("eventFd", -1));
+  linkCheck_ = !o.Get("linkCheck").IsBoolean() || o.Get("linkCheck").As<Napi::Boolean>().Value();
+  paths_.set_facts(linkCheck_);
+  bool readBatch = o.Get("readBatch").IsBoolean() && o.Get("readBatch").As<Napi::Boolean>().Value();
   int responseFd = static_cast<int>(num("responseFd", -1));
 
   // identity: how the opener's credentials are read (identity.h): 'pidfd-cache' (default),
@@ -131,8 +135,9 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
     }
   }
   respFd_ = responseFd >= 0 ? responseFd : fd_;
+  protectedHardlinks_ = ReadProtectedHardlinks();
   // One event per read (watcher.h); a crafted-event test descriptor is read in whole batches.
-  readLen_ = eventFd >= 0 ? kReadBytes
+  readLen_ = eventFd >= 0 || readBatch ? kReadBytes
                           : sizeof(fanotify_event_metadata) + (pidfd_ ? sizeof(fanotify_event_info_pidfd) : 0);
   stopFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stopFd_ < 0) {
@@ -290,6 +295,7 @@ Napi::Value Watcher::Stats(const Napi::CallbackInfo& info) {
   a("writeErrors", writeErrors_);
   n("foreignMount", paths_.foreign_mounts());
   a("interpreterOf", interpreterOf_);
+  a("hardlinked", hardlinked_);
   n("execStateRefused", execs_.refused());
   n("execStateDropped", execs_.dropped());
   a("takeovers", takeovers_);

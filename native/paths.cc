@@ -145,10 +145,22 @@ bool PathResolver::ListOurMounts() {
 bool PathResolver::PathOf(int fd) {
   pathLen_ = 0;  // set only by a successful lookup: no name is logged as ""
   agentFs_ = false;
+  facts_.mode = 0;
   struct statx sx;
   constexpr unsigned kMntIdUnique = 0x4000;  // STATX_MNT_ID_UNIQUE (Linux 6.8)
-  unsigned want = STATX_MNT_ID | (listmountOk_ ? kMntIdUnique : 0u);  // an old kernel ignores the new bit
+  // The file's type, owner, mode, inode and link count come with the same call (the hard-link
+  // check: hardlinks.h); the common case pays nothing for them.
+  constexpr unsigned kFacts = STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_GID | STATX_INO;
+  unsigned want = STATX_MNT_ID | (wantFacts_ ? kFacts : 0u) | (listmountOk_ ? kMntIdUnique : 0u);  // an old kernel ignores the new bit
   if (statx(fd, "", AT_EMPTY_PATH, want, &sx) != 0) return false;
+  if (wantFacts_ && (sx.stx_mask & kFacts) == kFacts) {
+    facts_.dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    facts_.ino = sx.stx_ino;
+    facts_.nlink = sx.stx_nlink;
+    facts_.uid = sx.stx_uid;
+    facts_.gid = sx.stx_gid;
+    facts_.mode = sx.stx_mode;
+  }
   bool unique = (sx.stx_mask & kMntIdUnique) != 0;
   if (!unique && !(sx.stx_mask & STATX_MNT_ID)) return false;
   if (OurMount(sx.stx_mnt_id, unique && listmountOk_)) return ReadLinkFd(fd);

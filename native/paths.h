@@ -15,6 +15,16 @@
 
 namespace leash {
 
+/** What the statx PathOf makes anyway says about the file behind the event (no syscall more). */
+struct FileFacts {
+  uint64_t dev = 0;  // makedev(major, minor)
+  uint64_t ino = 0;
+  uint32_t nlink = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t mode = 0;  // 0: not known
+};
+
 class PathResolver {
  public:
   PathResolver();
@@ -44,6 +54,11 @@ class PathResolver {
    */
   bool PathOf(int fd);
 
+  /** The file behind the last PathOf's descriptor (mode 0 when its statx failed). */
+  const FileFacts& facts() const { return facts_; }
+  /** false: statx asks for the mount ID alone and facts() stays unknown (measurement only). */
+  void set_facts(bool on) { wantFacts_ = on; }
+
   /** The last name PathOf found (empty after a failure or Clear()). */
   std::string_view path() const { return std::string_view(path_, pathLen_); }
   void Clear() { pathLen_ = 0; }
@@ -59,6 +74,8 @@ class PathResolver {
   bool OurMount(uint64_t id, bool unique);
   bool ListOurMounts();
 
+  FileFacts facts_;
+  bool wantFacts_ = true;
   char path_[PATH_MAX + 1];
   size_t pathLen_ = 0;
   int procFd_ = -1;

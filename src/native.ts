@@ -83,13 +83,16 @@ export interface DecisionLineCase {
   uid: number;
   exec: boolean;
   allow: boolean;
-  reason: NativeVerdict['reason'];
+  reason: NativeVerdict['reason'] | 'hardlinked';
   /** The path's raw bytes, as readlink gives them. */
   subject: Buffer;
   rule: string | null;
   ref: string;
   /** interpreter_of: the served program's raw bytes (written as the subject's `interpreterOf`). */
   interpreterOf?: Buffer;
+  /** hardlinked: the file's inode and link count (written after the path, both or neither). */
+  inode?: number;
+  nlink?: number;
 }
 export interface WatcherOptions {
   /** Called (no arguments) from the event loop when records are waiting; call drain(). */
@@ -116,6 +119,16 @@ export interface WatcherOptions {
    * on every event), 'proc' (/proc/<pid>/status). The last two are for measurement.
    */
   identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
+  /**
+   * Measurement only (bench/fanotify): false skips the hard-link check (native/hardlinks.h) and asks
+   * statx for the mount ID alone, as before the check; the default is true.
+   */
+  linkCheck?: boolean;
+  /**
+   * Measurement only (bench/fanotify): read up to 64 KiB of events per read(2) instead of one event
+   * (watcher.h says why one: a watcher killed inside read(2) then loses at most one event).
+   */
+  readBatch?: boolean;
   /** The PID whose events are always allowed (default: this process). */
   selfPid?: number;
   /**
@@ -138,6 +151,8 @@ export interface WatcherStats {
   foreignMount: number;
   /** Execs allowed as the interpreter of an allowed program. */
   interpreterOf: number;
+  /** Decisions turned into a block because the file has other names (`hardlinked`: native/hardlinks.h). */
+  hardlinked: number;
   /** Execs of a remembered interpreter refused the implication (the process was not in a binfmt loader). */
   execStateRefused: number;
   /** Exec-state entries dropped because the table was full. */

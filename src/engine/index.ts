@@ -16,3 +16,5 @@ export { commandEntryMatches, commandEntryProblem } from './command.js';
 export { toolEntryProblem, normalizeToolName } from './tool.js';
 export { entryProblem, forEachListEntry, inertEntries } from './inert.js';
 export { inspectInputs, maskSecrets, maskInputs, maskValue } from './inspect.js';
+export { findSecrets, SECRET_KINDS } from './secrets.js';
+export type { SecretSpan } from './secrets.js';

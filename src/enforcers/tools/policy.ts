@@ -3,7 +3,7 @@
  * mcp-leash features (argument rules, strict_args, policed_methods, deny_methods, hide_denied,
  * log_args), and the pure judgment of one JSON-RPC request against it.
  */
-import type { TOOLS_GATE_REASONS } from '../../errors.js';
+import { LeashError, type TOOLS_GATE_REASONS } from '../../errors.js';
 import type { PolicyInput, ToolSubject, ToolsSurfacePolicy, Verdict, FailMode } from '../../engine/types.js';
 import { ArgRuleError, checkArgs, compileToolArgs, type ArgsReason, type CompiledToolArgs } from './args.js';
 import type { ToolsGateFields } from '../../config/tools.js';
@@ -30,9 +30,10 @@ export interface CompiledGatePolicy {
   failMode: FailMode;
 }
 
-export class GatePolicyError extends Error {
+/** A gate policy that does not validate (config_invalid); `problems` are `path: message` lines. */
+export class GatePolicyError extends LeashError {
   constructor(readonly problems: string[]) {
-    super(problems.join('\n'));
+    super('config_invalid', problems.join('\n'));
   }
 }
 

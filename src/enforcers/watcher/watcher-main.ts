@@ -23,6 +23,9 @@ const { values } = parseArgs({
     'ns-scan-ms': { type: 'string', default: '200' },
     identity: { type: 'string', default: 'pidfd-cache' },
     'queue-allows': { type: 'string', default: '4096' },
+    // Measurement only (bench/fanotify): 'off' skips the hard-link check; 'batch' reads many events per read(2).
+    'link-check': { type: 'string', default: 'on' },
+    read: { type: 'string', default: 'one' },
     // A standby: takes the group and the in-flight table from this active watcher (pidfd_getfd) and
     // reads nothing until that process is gone (supervisor.ts).
     'standby-of': { type: 'string' },
@@ -58,6 +61,8 @@ const core = createWatcherCore({
   nsScanMs: Number(values['ns-scan-ms']),
   identity: values.identity as 'pidfd-cache' | 'report-pidfd' | 'proc',
   queueAllows: Number(values['queue-allows']),
+  linkCheck: values['link-check'] !== 'off',
+  readBatch: values.read === 'batch',
   ...(values['standby-of'] !== undefined
     ? {
         standbyOf: {

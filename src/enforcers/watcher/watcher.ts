@@ -23,6 +23,9 @@ export interface WatcherCoreOptions {
   nice?: number;
   watchdogMs?: number;
   identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
+  /** Measurement only (bench/fanotify): see NativeWatcher's linkCheck and readBatch. */
+  linkCheck?: boolean;
+  readBatch?: boolean;
   /** Pending allow records beyond this are counted, not written (denies always are). */
   queueAllows?: number;
   /** How often queued records are drained when the loop has not woken JavaScript (default 100 ms). */
@@ -105,6 +108,8 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     nice: opts.nice ?? 0,
     identity: opts.identity ?? 'pidfd-cache',
     queueAllows: opts.queueAllows ?? 4096,
+    ...(opts.linkCheck === false ? { linkCheck: false } : {}),
+    ...(opts.readBatch ? { readBatch: true } : {}),
     ...(opts.standbyOf ? { standbyOf: opts.standbyOf } : {}),
   });
   standby = w.standby;
