@@ -4,6 +4,7 @@
 import { isGlob, normalizePath } from '../../engine/path.js';
 import type { PolicyInput, SurfacePolicy } from '../../engine/types.js';
 import type { FsCmdPolicy } from '../../native.js';
+import { effectiveNamespaces } from '../../config/namespaces.js';
 import { systemLoaders } from './loaders.js';
 
 /**
@@ -36,18 +37,7 @@ export function fsCmdPolicyOf(
   };
 }
 
-/**
- * `filesystem.namespaces` as enforced: absent means deny when the filesystem or the commands surface is a
- * whitelist (an agent's own namespace is where it can mount what no mark covers yet), allow otherwise.
- */
-export function effectiveNamespaces(p: {
-  filesystem: { mode: string; namespaces?: 'deny' | 'allow' };
-  commands: { mode: string };
-}): 'deny' | 'allow' {
-  return (
-    p.filesystem.namespaces ?? (p.filesystem.mode !== 'blacklist' || p.commands.mode !== 'blacklist' ? 'deny' : 'allow')
-  );
-}
+export { effectiveNamespaces };
 
 /** The longest non-glob directory prefix of a path entry (`/srv/*.log` -> `/srv`), or null when inert. */
 export function nonGlobPrefix(entry: string): string | null {
