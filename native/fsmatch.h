@@ -26,7 +26,7 @@ enum class Reason : uint8_t {
   kInterpreterDirect,
   // The watcher's own (not the engine's): a multi-linked file whose names cannot all be judged (hardlinks.h).
   kHardlinked,
-  /** The watcher's own: a file on a filesystem the agent mounted in a namespace of its own, under a whitelist. */
+  /** A file on a filesystem the agent mounted in a namespace of its own, under a whitelist (never matched). */
   kNamespaceDenied,
   kLast = kNamespaceDenied
 };

@@ -144,8 +144,8 @@ bool PathResolver::ListOurMounts() {
 // same filesystem and named from there. No such mount, no name: engine_error.
 bool PathResolver::PathOf(int fd) {
   pathLen_ = 0;  // set only by a successful lookup: no name is logged as ""
-  agentFs_ = false;
   facts_.mode = 0;
+  agentFs_ = false;
   struct statx sx;
   constexpr unsigned kMntIdUnique = 0x4000;  // STATX_MNT_ID_UNIQUE (Linux 6.8)
   // The file's type, owner, mode, inode and link count come with the same call (the hard-link

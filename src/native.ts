@@ -196,6 +196,8 @@ export interface NativeAddon {
   originalDst(fd: number): OriginalDst;
   peerCred(fd: number): PeerCred;
   sdNotify(state: string): boolean;
+  /** malloc_trim(0): freed heap pages back to the kernel; true when some were returned. */
+  mallocTrim(): boolean;
   compileFsPolicy(policy: FsCmdPolicy): NativeFsPolicyHandle;
   nativeMatch(
     handle: NativeFsPolicyHandle | null,

@@ -24,20 +24,29 @@ export function fsCmdPolicyOf(
     filesystem: {
       mode: p.filesystem.mode,
       allow: [...p.filesystem.allow],
-      deny: [...p.filesystem.deny],
+      deny: [...p.filesystem.deny, ...askedAsDenied(p.filesystem)],
       ...(watch && watch.length ? { watch: [...watch] } : {}),
       namespaces: effectiveNamespaces(p),
     },
     commands: {
       mode: p.commands.mode,
       allow: [...p.commands.allow],
-      deny: [...p.commands.deny],
+      deny: [...p.commands.deny, ...askedAsDenied(p.commands)],
       interpreters: [...interpreters],
     },
   };
 }
 
 export { effectiveNamespaces };
+
+/**
+ * The watcher does not hold events for a human yet (docs/approvals.md): an ask entry is answered as
+ * a block. In a whitelist that is what leaving it out gives (not_allowed, and an allow entry still
+ * wins as in the engine); in a blacklist the entry must be denied, or it would pass unasked.
+ */
+function askedAsDenied(sp: SurfacePolicy): string[] {
+  return sp.mode === 'blacklist' ? [...(sp.ask ?? [])] : [];
+}
 
 /** The longest non-glob directory prefix of a path entry (`/srv/*.log` -> `/srv`), or null when inert. */
 export function nonGlobPrefix(entry: string): string | null {
