@@ -116,9 +116,37 @@ describe('leash status', () => {
     ] as const) {
       const r = await leash(['-c', configFile(POLICY('stdout') + text), 'status', '--json']);
       expect(r.code).toBe(0);
+      const users = Number(fs.readFileSync('/proc/sys/user/max_user_namespaces', 'utf8').trim());
       expect(JSON.parse(r.stdout).host).toEqual({
         memfd_noexec: { configured, current: kernel, enforced: kernel !== null && kernel >= 2 },
+        max_user_namespaces: { configured: false, current: users, enforced: users === 0 },
       });
+    }
+  });
+
+  it('--json: filesystem.namespaces as enforced (deny under a whitelist, unless set), and the BPF LSM probe', async () => {
+    const r = await leash(['-c', configFile(POLICY('stdout')), 'status', '--json']);
+    expect(r.code).toBe(0);
+    const s = JSON.parse(r.stdout) as {
+      namespaces: string;
+      bpf_lsm: { probed: boolean; loadable: boolean; code: string | null; control: boolean | null };
+    };
+    expect(s.namespaces).toBe('deny');
+    const allow = await leash([
+      '-c',
+      configFile(POLICY('stdout').replace('filesystem:', 'filesystem:\n  namespaces: allow')),
+      'status',
+      '--json',
+    ]);
+    expect(JSON.parse(allow.stdout).namespaces).toBe('allow');
+    if (process.getuid?.() === 0) {
+      // The probe ran, and the loader itself works (the socket filter control loads): a refusal is the kernel's
+      // answer for LSM programs (EPERM on the machines this is tested on), never the probe's own failure.
+      expect(s.bpf_lsm.probed).toBe(true);
+      expect(s.bpf_lsm.control).toBe(true);
+      if (!s.bpf_lsm.loadable) expect(s.bpf_lsm.code).toMatch(/^E[A-Z0-9]+$/);
+      const text = await leash(['-c', configFile(POLICY('stdout')), 'status']);
+      expect(text.stdout).toMatch(/^bpf lsm +(refused \(E[A-Z0-9]+\)|an LSM program loads)/m);
     }
   });
 

@@ -19,6 +19,7 @@ const REASONS = [
   'interpreter_of',
   'interpreter_direct',
   'hardlinked',
+  'namespace_denied',
 ] as const;
 const B32 = 'abcdefghijklmnopqrstuvwxyz234567';
 

@@ -43,6 +43,8 @@ export interface NamespaceStatus {
   killed: number;
   /** Whether mount notifications (FAN_MARK_MNTNS) drive the re-reading. */
   mountEvents: boolean;
+  /** Mounts attached in the namespaces watched, as notified (ever). */
+  notified: number;
   /** Marks refused (errno code), by device. */
   markErrors: { dev: string; code: string }[];
 }
@@ -91,10 +93,14 @@ export function createNamespaceScanner(o: NamespaceScannerOptions): NamespaceSca
   const markedDevs = new Set<string>();
   const markErrors = new Map<string, string>();
   let killed = 0;
+  let notified = 0;
   let round = 0;
   let mountWatch: NativeMountWatch | null = null;
   try {
-    const mw = new o.native.MountWatch(() => rereadAll());
+    const mw = new o.native.MountWatch((n) => {
+      notified += n;
+      rereadAll();
+    });
     if (mw.supported) mountWatch = mw;
     else mw.close();
   } catch {
@@ -218,6 +224,7 @@ export function createNamespaceScanner(o: NamespaceScannerOptions): NamespaceSca
       markedDevs: [...markedDevs].sort(),
       killed,
       mountEvents: mountWatch !== null,
+      notified,
       markErrors: [...markErrors].map(([dev, code]) => ({ dev, code })),
     }),
     close() {
