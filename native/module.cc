@@ -6,6 +6,7 @@
 #include "fsmatch.h"
 #include "jsonscan.h"
 #include "memory.h"
+#include "mntns.h"
 #include "notify.h"
 #include "sockopt.h"
 #include "splice.h"
@@ -23,6 +24,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("nativeMatchBatch", Napi::Function::New(env, leash::NativeMatchBatch, "nativeMatchBatch"));
   exports.Set("formatDecisionLines", Napi::Function::New(env, leash::FormatDecisionLines, "formatDecisionLines"));
   leash::InitWatcher(env, exports);
+  leash::InitMntns(env, exports);
   exports.Set("createJsonScanner", Napi::Function::New(env, leash::CreateJsonScanner, "createJsonScanner"));
   return exports;
 }
