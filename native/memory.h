@@ -2,6 +2,7 @@
 #include <napi.h>
 
 namespace leash {
-// mallocTrim() -> true when memory was returned to the kernel.
-Napi::Value MallocTrim(const Napi::CallbackInfo& info);
+// releaseMemory() -> true when malloc_trim returned pages to the kernel. A full, memory-reducing V8 collection
+// (critical memory pressure), then malloc_trim(0). Main thread only.
+Napi::Value ReleaseMemory(const Napi::CallbackInfo& info);
 }  // namespace leash

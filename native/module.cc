@@ -17,7 +17,7 @@ namespace {
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("originalDst", Napi::Function::New(env, leash::OriginalDst, "originalDst"));
   exports.Set("peerCred", Napi::Function::New(env, leash::PeerCred, "peerCred"));
-  exports.Set("mallocTrim", Napi::Function::New(env, leash::MallocTrim, "mallocTrim"));
+  exports.Set("releaseMemory", Napi::Function::New(env, leash::ReleaseMemory, "releaseMemory"));
   exports.Set("journalSend", Napi::Function::New(env, leash::JournalSend, "journalSend"));
   exports.Set("sdNotify", Napi::Function::New(env, leash::SdNotify, "sdNotify"));
   leash::InitSplice(env, exports);

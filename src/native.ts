@@ -210,8 +210,11 @@ export interface NativeAddon {
   originalDst(fd: number): OriginalDst;
   peerCred(fd: number): PeerCred;
   sdNotify(state: string): boolean;
-  /** malloc_trim(0): freed heap pages back to the kernel; true when some were returned. */
-  mallocTrim(): boolean;
+  /**
+   * A full, memory-reducing V8 collection (critical memory pressure: the young generation shrinks too), then
+   * malloc_trim(0); true when malloc_trim returned pages to the kernel.
+   */
+  releaseMemory(): boolean;
   /** Sends one serialised journal entry (src/log/journal.ts) to journald's socket: 0, or the errno that refused it. */
   journalSend(socketPath: string, entry: Buffer): number;
   compileFsPolicy(policy: FsCmdPolicy): NativeFsPolicyHandle;

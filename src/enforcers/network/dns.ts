@@ -112,41 +112,17 @@ function fdOf(s: net.Socket): number {
   return (s as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
 }
 
-/** Creates the forwarder; no listener opens until setSubject. */
-export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarder<P> {
-  const hosts = opts.hosts ?? ['127.0.0.1', '::1'];
-  const timeoutMs = opts.timeoutMs ?? 2000;
-  const refuseRcode = opts.refuse === 'nxdomain' ? RCODE.NXDOMAIN : RCODE.REFUSED;
-  const allowPerSec = opts.allowLinesPerSec ?? 100;
-  const onError = opts.onError ?? (() => {});
-  const originalDst = opts.originalDst ?? ((fd: number) => loadNative().originalDst(fd));
-  const table = createListenerTable<Entry<P>, DnsSubject<P>>({
-    create: (s) => ({
-      uid: s.uid,
-      port: s.port,
-      policy: s.policy,
-      upstreams: upstreamsOf(s.resolvers),
-      udp: [],
-      tcp: [],
-      sockets: new Set(),
-      seen: new Map(),
-      lines: { second: 0, count: 0, suppressed: 0 },
-    }),
-    update: (cur, s) => {
-      cur.policy = s.policy;
-      cur.upstreams = upstreamsOf(s.resolvers);
-      cur.seen.clear(); // a new policy: answers given under the old one are not carried over
-    },
-    open,
-    close: closeEntry,
-  });
-  const subjects = table.entries;
+type Got = { msg: Buffer; answer: Answer } | null;
 
+/** The forwarder's side towards the resolvers (UDP, TCP on truncation), shared by every subject. */
+function createUpstream(
+  timeoutMs: number,
+  onError: (err: Error, ctx: { uid: number; stage: string }) => void,
+): { forward: (ups: Upstream[], q: Query, done: (r: Got) => void) => void; close: () => void } {
   // --- upstream over UDP: a few CONNECTED sockets per resolver (the kernel then accepts datagrams from that resolver
   // only, and routes once per socket rather than once per send), random ids, answers matched by id, socket and
   // question. No promise, timer or allocation beyond the messages themselves per query: one sweep expires what the
   // resolver never answered.
-  type Got = { msg: Buffer; answer: Answer } | null;
   interface Pending {
     id: number;
     sock: UpSock;
@@ -291,6 +267,52 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
       );
     });
   }
+
+  return {
+    forward: (ups, q, done) => forward(ups, q, done),
+    close() {
+      clearInterval(sweep);
+      const left = [...pending.values()];
+      pending.clear();
+      for (const p of left) p.done(null);
+      for (const list of upSockets.values()) for (const u of list) u.s.close();
+      upSockets.clear();
+    },
+  };
+}
+
+/** Creates the forwarder; no listener opens until setSubject. */
+export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarder<P> {
+  const hosts = opts.hosts ?? ['127.0.0.1', '::1'];
+  const timeoutMs = opts.timeoutMs ?? 2000;
+  const refuseRcode = opts.refuse === 'nxdomain' ? RCODE.NXDOMAIN : RCODE.REFUSED;
+  const allowPerSec = opts.allowLinesPerSec ?? 100;
+  const onError = opts.onError ?? (() => {});
+  const originalDst = opts.originalDst ?? ((fd: number) => loadNative().originalDst(fd));
+  const table = createListenerTable<Entry<P>, DnsSubject<P>>({
+    create: (s) => ({
+      uid: s.uid,
+      port: s.port,
+      policy: s.policy,
+      upstreams: upstreamsOf(s.resolvers),
+      udp: [],
+      tcp: [],
+      sockets: new Set(),
+      seen: new Map(),
+      lines: { second: 0, count: 0, suppressed: 0 },
+    }),
+    update: (cur, s) => {
+      cur.policy = s.policy;
+      cur.upstreams = upstreamsOf(s.resolvers);
+      cur.seen.clear(); // a new policy: answers given under the old one are not carried over
+    },
+    open,
+    close: closeEntry,
+  });
+  const subjects = table.entries;
+
+  const upstream = createUpstream(timeoutMs, onError);
+  const forward = upstream.forward;
 
   function remember(e: Entry<P>, name: string, a: Answer): void {
     if (a.addresses.length === 0) return;
@@ -503,12 +525,7 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
       const all = [...subjects.values()];
       subjects.clear();
       await Promise.all(all.map(closeEntry));
-      clearInterval(sweep);
-      const left = [...pending.values()];
-      pending.clear();
-      for (const p of left) p.done(null);
-      for (const list of upSockets.values()) for (const u of list) u.s.close();
-      upSockets.clear();
+      upstream.close();
     },
   };
 }

@@ -1,12 +1,10 @@
 /**
  * Memory after a load peak. A burst of thousands of connections grows the V8 heap and glibc's arenas; when the
  * connections are gone, V8 keeps the pages it grew until a full collection and glibc keeps its freed pages mapped,
- * so RSS stays near the peak for good. The settler watches the number of open connections and, once it has
- * fallen well below a peak worth the bother, runs one full collection and `malloc_trim`, so RSS follows the load
- * back down. It costs nothing while the load is steady (one comparison a tick).
+ * so RSS stays near the peak for good. The settler watches the connections and, once a burst or a flood is over,
+ * asks for one memory-reducing collection and `malloc_trim`, so RSS follows the load back down. It costs nothing
+ * while the load is steady (a few comparisons a tick).
  */
-import v8 from 'node:v8';
-import vm from 'node:vm';
 import { loadNative } from '../../native.js';
 
 export interface SettleOptions {
@@ -14,7 +12,7 @@ export interface SettleOptions {
   active: () => number;
   /** Connections opened so far (a counter that only grows). */
   opened: () => number;
-  /** What gives memory back (default: a full collection, then malloc_trim). */
+  /** What gives memory back (default: releaseMemory). */
   release?: () => void;
   /** Work since the last release worth giving memory back after: this many opened, or a peak this far above now. */
   minWork?: number;
@@ -24,37 +22,19 @@ export interface SettleOptions {
   everyMs?: number;
 }
 
-let gcFn: (() => void) | null | undefined;
-/** A full collection: `--expose-gc`'s gc() if the process has it, else the same function made available now. */
-function fullGc(): void {
-  if (gcFn === undefined) {
-    const g = (globalThis as { gc?: () => void }).gc;
-    if (typeof g === 'function') gcFn = g;
-    else
-      try {
-        v8.setFlagsFromString('--expose-gc');
-        gcFn = vm.runInNewContext('gc') as () => void;
-      } catch {
-        gcFn = null;
-      }
-  }
-  gcFn?.();
-}
-
 let released = 0;
 /** How many times this process gave memory back (bench/soak prints it). */
 export function releases(): number {
   return released;
 }
 
+/**
+ * A full, memory-reducing collection (V8's critical memory pressure: the young generation it grew shrinks too,
+ * which a plain full collection leaves at its largest) and `malloc_trim`, in the addon (native/memory.cc).
+ */
 export function releaseMemory(): void {
   released++;
-  fullGc();
-  try {
-    loadNative().mallocTrim();
-  } catch {
-    // An addon without it (an older build): the collection alone still returns V8's pages.
-  }
+  loadNative().releaseMemory();
 }
 
 /**
