@@ -10,6 +10,7 @@ import { createListenerTable } from './listeners.js';
 import { HttpRequestGate } from './http-gate.js';
 import { createRelay, type RelayOwner } from './relay.js';
 import { createNameResolver, plainIp, type Resolved } from './resolve.js';
+import { approvalOf, type Asker, type AskOutcome } from '../../approvals/contract.js';
 
 /**
  * The transparent proxy: one listener per subject (on 127.0.0.1 and ::1, where `redirect` sends IPv4 and IPv6),
@@ -107,6 +108,11 @@ export interface ProxyOptions<P> {
    * fail_mode as it is now). closed (default): reset `no_policy`; open: allowed to the original destination.
    */
   failMode?: () => FailMode;
+  /**
+   * The approvals queue (docs/approvals.md): a connection the engine answers `ask` is held, nothing sent upstream,
+   * until an approver decides or the deadline passes. Absent: an ask is refused at once (`approval_unavailable`).
+   */
+  ask?: Asker;
 }
 
 export interface Proxy<P> {
@@ -223,7 +229,9 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   function refuse(
     e: Entry<P>,
     sock: net.Socket,
-    rec: Omit<DecisionRecord, 'uid' | 'surface' | 'action' | 'reason'> & { reason: ProxyReason | Reason },
+    rec: Omit<DecisionRecord, 'uid' | 'surface' | 'action' | 'reason'> & {
+      reason: ProxyReason | Reason | AskOutcome['reason'];
+    },
   ): void {
     opts.log.write({ uid: e.uid, surface: 'network', action: 'block', ...rec });
     sock.resetAndDestroy();
@@ -240,6 +248,33 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       return opts.decide('network', subject, e.policy);
     } catch {
       return { action: 'block', reason: 'engine_error', source: 'fail_mode', rule: null };
+    }
+  }
+
+  /** An `ask` verdict: the connection is held (paused, nothing upstream) until the queue answers. */
+  async function hold(e: Entry<P>, sock: net.Socket, subject: NetworkSubject, v: Verdict): Promise<AskOutcome> {
+    if (!opts.ask) return { action: 'block', reason: 'approval_unavailable', request: null };
+    const ac = new AbortController();
+    const gone = () => ac.abort();
+    sock.once('close', gone);
+    const ip = subject.ip ?? '';
+    const where = subject.domain ?? (net.isIPv6(ip) ? `[${ip}]` : ip);
+    const key = `${where}:${subject.port}`;
+    try {
+      return await opts.ask({
+        uid: e.uid,
+        surface: 'network',
+        what: { domain: subject.domain ?? null, ip: subject.ip ?? null, port: subject.port },
+        rule: v.rule,
+        reason: 'ask_entry',
+        sessionKey: key,
+        persistEntry: key,
+        signal: ac.signal,
+      });
+    } catch {
+      return { action: 'block', reason: 'approval_unavailable', request: null };
+    } finally {
+      sock.off('close', gone);
     }
   }
 
@@ -332,6 +367,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     const subject: NetworkSubject = { domain: domain ?? bare.domain, ip, port: dst.port };
     const ech = result.kind === 'tls' && result.ech ? { ech: true } : {};
     const httpHost = result.kind === 'http' ? result.host : undefined;
+    let approval: DecisionRecord['approval'];
     const allowAndRelay = (target: string, verdict: Verdict, upstream: net.Socket | null) => {
       opts.log.write({
         uid: e.uid,
@@ -340,6 +376,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
         reason: verdict.reason,
         subject: { ...subject, ...ech, ...(target === ip ? {} : { upstream: target }) },
         rule: verdict.rule,
+        ...(approval ? { approval } : {}),
       });
       const u = upstream ?? relay.connect(e, sock, target, dst.port);
       if (httpHost !== undefined) {
@@ -363,20 +400,34 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       } else relay.splice(e, sock, u, bytes);
     };
 
+    let verdict: Verdict | null = null;
     if (up) {
-      // Connected by address already: a name can only add a deny.
-      if (domain !== null) {
-        const named = judge(e, subject);
-        if (named.action === 'block' && named.reason === 'deny_entry') {
-          drop({ reason: named.reason, subject, rule: named.rule });
-          return;
-        }
+      // Connected by address already: a name can only add a deny, or (a blacklist's ask entry) a question.
+      const named = domain !== null ? judge(e, subject) : null;
+      if (named?.action === 'block' && named.reason === 'deny_entry') {
+        drop({ reason: named.reason, subject, rule: named.rule });
+        return;
       }
-      allowAndRelay(ip, early, up);
-      return;
+      if (named?.action !== 'ask') {
+        allowAndRelay(ip, early, up);
+        return;
+      }
+      // Nothing was sent on it; the held connection gets a fresh upstream if it is allowed.
+      up.resetAndDestroy();
+      verdict = named;
     }
 
-    const verdict = judge(e, subject);
+    verdict ??= judge(e, subject);
+    if (verdict.action === 'ask') {
+      const o = await hold(e, sock, subject, verdict);
+      approval = approvalOf(o);
+      if (o.action !== 'allow') {
+        refuse(e, sock, { reason: o.reason, subject, rule: verdict.rule, approval });
+        return;
+      }
+      if (sock.destroyed) return;
+      verdict = { action: 'allow', reason: o.reason as Reason, source: 'ask', rule: verdict.rule };
+    }
     if (verdict.action === 'block') {
       refuse(e, sock, { reason: verdict.reason, subject, rule: verdict.rule });
       return;
