@@ -109,6 +109,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   bool started_ = false;
   int32_t selfPid_ = 0;
   int nice_ = 0;
+  bool protectedHardlinks_ = false;
+  bool linkCheck_ = true;  // false: measurement only (bench/fanotify)  // fs.protected_hardlinks, read at construction (hardlinks.h)
   int64_t spinNs_ = 0;
   int64_t watchdogMs_ = 10000;
   size_t queueAllows_ = 4096;
@@ -151,7 +153,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   bool haveTsfn_ = false;
 
   std::atomic<uint64_t> events_{0}, self_{0}, nonSubject_{0}, subjectAllow_{0}, subjectDeny_{0}, unknown_{0},
-      writeErrors_{0}, interpreterOf_{0};
+      writeErrors_{0}, interpreterOf_{0}, hardlinked_{0};
 };
 
 }  // namespace leash

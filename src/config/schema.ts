@@ -61,6 +61,24 @@ function decisionsPathProblem(s: string): string | null {
 
 const bool = (description: string) => z.boolean({ error: 'must be true or false' }).describe(description);
 
+const seconds = (d: string, max: number) =>
+  z
+    .number({ error: 'must be a number of seconds' })
+    .int('must be a whole number of seconds')
+    .min(1, 'must be at least 1 second')
+    .max(max, `must be at most ${max} seconds`)
+    .describe(d);
+const count = (d: string) =>
+  z
+    .number({ error: 'must be a number' })
+    .int('must be a whole number')
+    .min(1, 'must be at least 1')
+    .max(100_000, 'must be at most 100000')
+    .describe(d);
+
+const askDescription = (grammar: string) =>
+  `entries held for a human to decide (deny wins over ask; in whitelist mode an allow entry wins over ask, in blacklist mode ask is what would otherwise pass; docs/approvals.md); each is ${grammar}; with no approver reachable, or its deadline passed, the action is blocked`;
+
 function build<F extends boolean>(fragment: F) {
   // In the full schema a missing field takes its default; in a fragment it stays absent, because
   // every key a fragment carries is a deliberate value that overrides the floor.
@@ -90,12 +108,7 @@ function build<F extends boolean>(fragment: F) {
       ),
       [],
     ),
-    ask: opt(
-      entryList(
-        `entries held for a human to decide (deny wins over ask; in whitelist mode an allow entry wins over ask, in blacklist mode ask is what would otherwise pass; docs/approvals.md); each is ${grammar}; with no approver reachable, or its deadline passed, the action is blocked`,
-      ),
-      [],
-    ),
+    ask: opt(entryList(askDescription(grammar)), []),
   });
 
   const network = obj(
@@ -137,6 +150,12 @@ function build<F extends boolean>(fragment: F) {
     {
       ...surfaceShape('an absolute path: exact or directory prefix, or a glob with * ** ? ['),
       watch: opt(absPathList('extra absolute paths whose filesystems are marked even when no entry names them'), []),
+      namespaces: z
+        .enum(['deny', 'allow'], { error: 'must be deny or allow' })
+        .optional()
+        .describe(
+          'a process of the subject found in a user namespace of its own (unshare -U): deny = killed and logged (namespace_denied); allow = left running. Either way the filesystems it mounts there are marked, and under a whitelist their files are namespace_denied. Absent: deny when filesystem or commands is a whitelist',
+        ),
     },
     'the filesystem surface: file opens of the leashed UID (fanotify FAN_OPEN_PERM)',
   );
@@ -218,6 +237,12 @@ function build<F extends boolean>(fragment: F) {
       deny_methods: opt(toolsGateSpecs.deny_methods, GATE_DEFAULTS.deny_methods),
       hide_denied: opt(toolsGateSpecs.hide_denied, GATE_DEFAULTS.hide_denied),
       log_args: opt(toolsGateSpecs.log_args, GATE_DEFAULTS.log_args),
+      rules: opt(toolsGateSpecs.rules, GATE_DEFAULTS.rules),
+      default: opt(toolsGateSpecs.default, GATE_DEFAULTS.default),
+      workspace: opt(toolsGateSpecs.workspace, GATE_DEFAULTS.workspace),
+      mapping: opt(toolsGateSpecs.mapping, GATE_DEFAULTS.mapping),
+      redact_output: opt(toolsGateSpecs.redact_output, GATE_DEFAULTS.redact_output),
+      audit: opt(toolsGateSpecs.audit, GATE_DEFAULTS.audit),
     },
     'the tools surface: calls checked by the harness or the MCP gate (cooperative)',
   );
@@ -261,24 +286,16 @@ function build<F extends boolean>(fragment: F) {
         ),
         false,
       ),
+      max_user_namespaces: opt(
+        bool(
+          'set user.max_user_namespaces = 0 for the host while the service runs, restored at stop: no process can make a user namespace, so no agent can mount a filesystem of its own; needs CAP_SYS_RESOURCE (a unit drop-in, docs/policy.md); breaks rootless containers, browser and Flatpak sandboxes, unshare -U',
+        ),
+        false,
+      ),
     },
     'host-wide settings the service applies at start and restores at stop (the floor only; a profile cannot set them)',
   );
 
-  const seconds = (d: string, max: number) =>
-    z
-      .number({ error: 'must be a number of seconds' })
-      .int('must be a whole number of seconds')
-      .min(1, 'must be at least 1 second')
-      .max(max, `must be at most ${max} seconds`)
-      .describe(d);
-  const count = (d: string) =>
-    z
-      .number({ error: 'must be a number' })
-      .int('must be a whole number')
-      .min(1, 'must be at least 1')
-      .max(100_000, 'must be at most 100000')
-      .describe(d);
   const approvals = obj(
     {
       operator: opt(

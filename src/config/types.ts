@@ -28,6 +28,8 @@ export interface Config {
     ask: string[];
     /** Extra paths whose filesystems are marked even when no entry names them. */
     watch: string[];
+    /** A subject process in a user namespace of its own: absent = deny under a filesystem or commands whitelist. */
+    namespaces?: 'deny' | 'allow';
   };
   commands: SurfacePolicy & {
     ask: string[];
@@ -41,7 +43,7 @@ export interface Config {
   logging: { level: 'debug' | 'info' | 'warn' | 'error'; decisions: string };
   enforcers: { network: boolean; filesystem: boolean; tools: boolean };
   /** Host-wide settings the service applies at start and restores at stop (src/service/host.ts). */
-  host: { memfd_noexec: boolean };
+  host: { memfd_noexec: boolean; max_user_namespaces: boolean };
   /** The approvals queue (docs/approvals.md); the floor only. */
   approvals: {
     operator: string | null;

@@ -4,6 +4,7 @@ import type { FailMode, NetworkSubject, Reason, Verdict } from '../../engine/typ
 import type { PROXY_REASONS } from '../../errors.js';
 import type { DecisionRecord, DecisionWriter } from '../../log/decisions.js';
 import { loadNative, type OriginalDst } from '../../native.js';
+import { startSettler } from './settle.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket } from './peek.js';
 import { createListenerTable } from './listeners.js';
@@ -57,6 +58,53 @@ export function rateLimitErrors(
     h.suppressed++;
     h.last = [err, ctx];
   };
+}
+
+/** An `ask` verdict: the connection is held (paused, nothing upstream) until the queue answers. */
+async function holdConnection(
+  ask: Asker | undefined,
+  uid: number,
+  sock: net.Socket,
+  subject: NetworkSubject,
+  v: Verdict,
+): Promise<{ verdict: Verdict; approval: DecisionRecord['approval'] }> {
+  const o = await askFor(ask, uid, sock, subject, v);
+  // The outcome decides as a verdict of the ask entry: an allow is relayed like any allow, a block reset.
+  return {
+    verdict: { action: o.action, reason: o.reason as Reason, source: 'ask', rule: v.rule },
+    approval: approvalOf(o),
+  };
+}
+
+async function askFor(
+  ask: Asker | undefined,
+  uid: number,
+  sock: net.Socket,
+  subject: NetworkSubject,
+  v: Verdict,
+): Promise<AskOutcome> {
+  if (!ask) return { action: 'block', reason: 'approval_unavailable', request: null };
+  const ac = new AbortController();
+  const gone = () => ac.abort();
+  sock.once('close', gone);
+  const ip = subject.ip ?? '';
+  const key = `${subject.domain ?? (net.isIPv6(ip) ? `[${ip}]` : ip)}:${subject.port}`;
+  try {
+    return await ask({
+      uid,
+      surface: 'network',
+      what: { domain: subject.domain ?? null, ip: subject.ip ?? null, port: subject.port },
+      rule: v.rule,
+      reason: 'ask_entry',
+      sessionKey: key,
+      persistEntry: key,
+      signal: ac.signal,
+    });
+  } catch {
+    return { action: 'block', reason: 'approval_unavailable', request: null };
+  } finally {
+    sock.off('close', gone);
+  }
 }
 
 /** Reason codes the proxy writes itself (catalogued in src/errors.ts PROXY_REASONS, documented in docs/errors.md). */
@@ -113,6 +161,8 @@ export interface ProxyOptions<P> {
    * until an approver decides or the deadline passes. Absent: an ask is refused at once (`approval_unavailable`).
    */
   ask?: Asker;
+  /** Give memory back after a load peak (default true; see settle.ts). */
+  settle?: boolean;
 }
 
 export interface Proxy<P> {
@@ -192,6 +242,9 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const maxTotal = opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
   const maxPerSubject = opts.maxPerSubject ?? DEFAULT_MAX_PER_SUBJECT;
   let active = 0;
+  let opened = 0;
+  // After a burst, memory goes back once the connections have (see settle.ts).
+  const stopSettler = opts.settle === false ? () => {} : startSettler({ active: () => active, opened: () => opened });
   const failMode = opts.failMode ?? (() => 'closed' as const);
   const table = createListenerTable<Entry<P>, ProxySubject<P>>({
     create: (s) => ({
@@ -248,33 +301,6 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       return opts.decide('network', subject, e.policy);
     } catch {
       return { action: 'block', reason: 'engine_error', source: 'fail_mode', rule: null };
-    }
-  }
-
-  /** An `ask` verdict: the connection is held (paused, nothing upstream) until the queue answers. */
-  async function hold(e: Entry<P>, sock: net.Socket, subject: NetworkSubject, v: Verdict): Promise<AskOutcome> {
-    if (!opts.ask) return { action: 'block', reason: 'approval_unavailable', request: null };
-    const ac = new AbortController();
-    const gone = () => ac.abort();
-    sock.once('close', gone);
-    const ip = subject.ip ?? '';
-    const where = subject.domain ?? (net.isIPv6(ip) ? `[${ip}]` : ip);
-    const key = `${where}:${subject.port}`;
-    try {
-      return await opts.ask({
-        uid: e.uid,
-        surface: 'network',
-        what: { domain: subject.domain ?? null, ip: subject.ip ?? null, port: subject.port },
-        rule: v.rule,
-        reason: 'ask_entry',
-        sessionKey: key,
-        persistEntry: key,
-        signal: ac.signal,
-      });
-    } catch {
-      return { action: 'block', reason: 'approval_unavailable', request: null };
-    } finally {
-      sock.off('close', gone);
     }
   }
 
@@ -400,36 +426,17 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       } else relay.splice(e, sock, u, bytes);
     };
 
-    let verdict: Verdict | null = null;
-    if (up) {
-      // Connected by address already: a name can only add a deny, or (a blacklist's ask entry) a question.
-      const named = domain !== null ? judge(e, subject) : null;
-      if (named?.action === 'block' && named.reason === 'deny_entry') {
-        drop({ reason: named.reason, subject, rule: named.rule });
-        return;
-      }
-      if (named?.action !== 'ask') {
-        allowAndRelay(ip, early, up);
-        return;
-      }
-      // Nothing was sent on it; the held connection gets a fresh upstream if it is allowed.
-      up.resetAndDestroy();
-      verdict = named;
-    }
-
-    verdict ??= judge(e, subject);
-    if (verdict.action === 'ask') {
-      const o = await hold(e, sock, subject, verdict);
-      approval = approvalOf(o);
-      if (o.action !== 'allow') {
-        refuse(e, sock, { reason: o.reason, subject, rule: verdict.rule, approval });
-        return;
-      }
-      if (sock.destroyed) return;
-      verdict = { action: 'allow', reason: o.reason as Reason, source: 'ask', rule: verdict.rule };
-    }
+    // Connected by address already: a name can only add a deny, or (a blacklist's ask entry) a question, for which
+    // that upstream (nothing sent on it) is dropped and a fresh one made if it is approved.
+    let verdict = up && domain === null ? early : judge(e, subject);
+    if (up && verdict.action === 'block' && verdict.reason === 'deny_entry')
+      return drop({ reason: verdict.reason, subject, rule: verdict.rule });
+    if (up && verdict.action !== 'ask') return allowAndRelay(ip, early, up);
+    up?.resetAndDestroy();
+    if (verdict.action === 'ask')
+      ({ verdict, approval } = await holdConnection(opts.ask, e.uid, sock, subject, verdict));
     if (verdict.action === 'block') {
-      refuse(e, sock, { reason: verdict.reason, subject, rule: verdict.rule });
+      refuse(e, sock, { reason: verdict.reason, subject, rule: verdict.rule, ...(approval ? { approval } : {}) });
       return;
     }
 
@@ -488,6 +495,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
           return;
         }
         active++;
+        opened++;
         e.active++;
         e.sockets.add(sock);
         sock.on('close', () => {
@@ -503,7 +511,9 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       try {
         await new Promise<void>((resolve, reject) => {
           srv.once('error', reject);
-          srv.listen({ host, port: e.port, exclusive: true, backlog: 1024 }, () => {
+          // The kernel's cap (net.core.somaxconn, 4096 by default): a burst of thousands of connects waits in the
+          // accept queue instead of having its SYNs dropped (a second's retransmit each).
+          srv.listen({ host, port: e.port, exclusive: true, backlog: 4096 }, () => {
             srv.off('error', reject);
             resolve();
           });
@@ -537,6 +547,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       return new Map([...subjects.values()].map((e) => [e.uid, e.port]));
     },
     async close() {
+      stopSettler();
       const all = [...subjects.values()];
       subjects.clear();
       await Promise.all(all.map(closeEntry));

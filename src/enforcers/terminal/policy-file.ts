@@ -3,13 +3,13 @@ import { LeashError } from '../../errors.js';
 import { commandEntryProblem } from '../../engine/index.js';
 import type { TerminalPolicy } from './types.js';
 
-/** A policy that failed validation; `problems` are `path: message` lines. */
-export class TerminalPolicyError extends Error {
+/** A policy that failed validation (config_invalid) or cannot be read (config_missing); `problems` are `path: message` lines. */
+export class TerminalPolicyError extends LeashError {
   constructor(
     readonly problems: string[],
     readonly kind: 'missing' | 'invalid',
   ) {
-    super(problems.join('\n'));
+    super(kind === 'missing' ? 'config_missing' : 'config_invalid', problems.join('\n'));
   }
 }
 

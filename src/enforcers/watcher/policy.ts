@@ -11,7 +11,9 @@ import { systemLoaders } from './loaders.js';
  * watcher. An absent commands.interpreters is `defaultInterpreters` (the system's dynamic loaders).
  */
 export function fsCmdPolicyOf(
-  p: Pick<PolicyInput, 'fail_mode' | 'commands'> & { filesystem: SurfacePolicy & { watch?: string[] } },
+  p: Pick<PolicyInput, 'fail_mode' | 'commands'> & {
+    filesystem: SurfacePolicy & { watch?: string[]; namespaces?: 'deny' | 'allow' };
+  },
   defaultInterpreters: () => string[] = systemLoaders,
 ): FsCmdPolicy {
   const watch = p.filesystem.watch;
@@ -23,6 +25,7 @@ export function fsCmdPolicyOf(
       allow: [...p.filesystem.allow],
       deny: [...p.filesystem.deny, ...askedAsDenied(p.filesystem)],
       ...(watch && watch.length ? { watch: [...watch] } : {}),
+      namespaces: effectiveNamespaces(p),
     },
     commands: {
       mode: p.commands.mode,
@@ -31,6 +34,19 @@ export function fsCmdPolicyOf(
       interpreters: [...interpreters],
     },
   };
+}
+
+/**
+ * `filesystem.namespaces` as enforced: absent means deny when the filesystem or the commands surface is a
+ * whitelist (an agent's own namespace is where it can mount what no mark covers yet), allow otherwise.
+ */
+export function effectiveNamespaces(p: {
+  filesystem: { mode: string; namespaces?: 'deny' | 'allow' };
+  commands: { mode: string };
+}): 'deny' | 'allow' {
+  return (
+    p.filesystem.namespaces ?? (p.filesystem.mode !== 'blacklist' || p.commands.mode !== 'blacklist' ? 'deny' : 'allow')
+  );
 }
 
 /**

@@ -32,6 +32,11 @@ describe('loosening judge', () => {
     ['an enforcer switched off', { enforcers: { filesystem: false } }, ['enforcers.filesystem:false']],
     ['udp drop -> allow', { network: { udp: 'allow' } }, ['network.udp:allow']],
     [
+      'namespaces deny (the whitelist default) -> allow',
+      { filesystem: { namespaces: 'allow' } },
+      ['filesystem.namespaces:allow'],
+    ],
+    [
       'a DNS resolver added',
       { network: { dns_resolvers: ['10.0.0.53', '1.1.1.1'] } },
       ['network.dns_resolvers:1.1.1.1'],
@@ -224,6 +229,40 @@ describe('loosening judge: the MCP gate fields and leash terminal argument rules
     for (const f of judgeOverlay(gated, { tools: { strict_args: false, args: {} }, commands: { args: {} } })) {
       expect(parseToken(f.token)).toEqual({ field: f.field, value: f.value });
     }
+  });
+});
+
+describe('loosening judge: rules over operations', () => {
+  const ruled = floor({
+    tools: {
+      default: 'deny',
+      workspace: '/work',
+      rules: [
+        { id: 'no-env', effect: 'deny', operations: ['fs.*'], resources: ['**/.env'] },
+        { id: 'read', effect: 'allow', operations: ['fs.read'], resources: ['${workspace}/**'] },
+      ],
+    },
+  });
+  const [noEnv, read] = ruled.tools.rules as [never, never];
+
+  it.each<[string, Fragment, string[]]>([
+    [
+      'an allow rule widened',
+      { tools: { rules: [noEnv, { id: 'read', effect: 'allow', operations: ['fs.read'], resources: ['/**'] }] } },
+      ['tools.rules:read'],
+    ],
+    ['a deny rule removed', { tools: { rules: [read] } }, ['tools.unset.rules:no-env']],
+    ['default deny -> ask', { tools: { default: 'ask' } }, ['tools.default:ask']],
+    ['redaction off', { tools: { redact_output: false } }, ['tools.redact_output:false']],
+    ['the workspace moved', { tools: { workspace: '/' } }, ['tools.workspace:/']],
+    [
+      'an extra deny rule tightens',
+      { tools: { rules: [noEnv, read, { id: 'x', effect: 'deny', operations: ['fs.write'] }] } },
+      [],
+    ],
+    ['default deny stays', { tools: { default: 'deny' } }, []],
+  ])('%s', (_name, fragment, tokens) => {
+    expect(judgeOverlay(ruled, fragment).map((l) => l.token)).toEqual(tokens);
   });
 });
 
