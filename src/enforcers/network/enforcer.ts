@@ -67,10 +67,14 @@ export interface NetworkEnforcerOptions<P> {
       | 'maxPerSubject'
       | 'errorWindowMs'
       | 'ask'
+      | 'onSetup'
     >
   >;
   dns?: Partial<
-    Pick<DnsForwarderOptions<P>, 'refuse' | 'timeoutMs' | 'allowLinesPerSec' | 'onError' | 'hosts' | 'failMode'>
+    Pick<
+      DnsForwarderOptions<P>,
+      'refuse' | 'timeoutMs' | 'allowLinesPerSec' | 'onError' | 'hosts' | 'failMode' | 'onAnswer'
+    >
   >;
 }
 

@@ -80,6 +80,8 @@ export interface NetworkSurfaceOptions {
   proxyLogger?: Logger;
   /** The approvals queue: connections the engine asks about are held for it. */
   ask?: Asker;
+  /** Stage timings for the metrics (proxy_setup, dns). */
+  observe?: (stage: 'proxy_setup' | 'dns', seconds: number) => void;
 }
 
 /**
@@ -122,6 +124,7 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
       refuse: c.network.dns_refuse,
       failMode: o.failMode,
       onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message),
+      ...(o.observe ? { onAnswer: (s: number) => o.observe!('dns', s) } : {}),
     },
     proxy: {
       // Under its own component, rate-limited per stage and code (a failing upstream is one line per window,
@@ -139,6 +142,7 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
       failMode: o.failMode,
       ...(o.ask ? { ask: o.ask } : {}),
       ...proxyLimits(process.env),
+      ...(o.observe ? { onSetup: (s: number) => o.observe!('proxy_setup', s) } : {}),
     },
   });
   const hooks = networkPlanHooks(net);
