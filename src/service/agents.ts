@@ -26,6 +26,7 @@ import type { SurfaceAdapter, SurfaceName } from './surfaces/contract.js';
 import { startNetworkSurface } from './surfaces/network.js';
 import { startToolsSurface } from './surfaces/tools.js';
 import { startWatcherSurface } from './surfaces/watcher.js';
+import { startApprovals, type Approvals } from './approvals/service.js';
 
 export interface AgentsEnforcerOptions {
   /** Where nft runs (default: this process's own network namespace). */
@@ -40,6 +41,8 @@ export interface AgentsEnforcerOptions {
   toolsSocket?: string;
   /** Called when the watcher died too often: the service must exit for systemd to restart it. */
   onFatal?: (e: LeashError) => void;
+  /** Approvals socket path (default LEASH_APPROVALS_SOCKET or /run/leash/approvals.sock). */
+  approvalsSocket?: string;
 }
 
 /** Everything dumped when a reconcile pass runs past 30 s: the JS stack and the native one. */
@@ -117,10 +120,23 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
       // The surfaces, in the order a subject is applied: its watcher map entry (acknowledged) first, so a new
       // subject is denied on the filesystem before it is redirected; then its listener and chain; then its gate
       // policy. Each surface is an adapter (surfaces/contract.ts).
+      let triggerReconcile: () => void = () => {};
+      const approvals: Approvals = await startApprovals({
+        config: () => current.config,
+        stateDir,
+        decisions: ctx.decisions,
+        logger: ctx.logger.child({ component: 'approvals' }),
+        subjects: first.subjects.map((s) => s.subject),
+        ...(opts.approvalsSocket ? { socket: opts.approvalsSocket } : {}),
+        onPersisted: () => triggerReconcile(),
+      });
+
       const surfaces: SurfaceAdapter[] = [];
       const inOrder = (names: SurfaceName[]) => names.flatMap((n) => surfaces.filter((s) => s.surface === n));
       // Closing releases the chains first: no UID is left redirected to a listener that is gone.
       const closeAll = async () => {
+        // Pending requests first: each held action is answered with a block (approval_cancelled), never an allow.
+        await approvals.close().catch((e: unknown) => logger.error({ err: e }, 'approvals close failed'));
         for (const s of inOrder(['network', 'tools', 'filesystem']))
           await s.close().catch((e: unknown) => logger.error({ err: e, surface: s.surface }, 'surface close failed'));
       };
@@ -158,6 +174,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
               expectedSubjects: Math.max(1, first.subjects.length),
               failMode: () => current.config.fail_mode,
               proxyLogger: ctx.logger.child({ component: 'proxy' }),
+              ask: approvals.queue.ask,
               ...(ctx.metrics ? { observe: (stage, s) => ctx.metrics!.observe(stage, s) } : {}),
             }),
           );
@@ -203,6 +220,8 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           for (const [uid, e] of await s.apply(standing)) errors.set(uid, e);
           standing = standing.filter((a) => !errors.has(a.uid));
         }
+        // A subject's policy changed: its session approvals end (docs/approvals.md).
+        for (const a of actions) approvals.queue.endSessions(a.uid);
         return errors;
       };
       const hooks: PlanHooks = {
@@ -212,9 +231,11 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         },
         applyBatch: applyAll,
         async deny(a) {
+          approvals.forget(a.uid);
           for (const s of withdrawOrder) await s.deny(a);
         },
         async orphan(a) {
+          approvals.forget(a.uid);
           for (const s of withdrawOrder) await s.orphan(a);
         },
         critical,
@@ -257,6 +278,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           const t0 = performance.now();
           const obs = await observe({ config: () => current.config, stateDir });
           if (obs.ok) for (const w of obs.warnings) logger.warn(w);
+          if (obs.ok) approvals.setSubjects(obs.subjects.map((s) => s.subject));
           const plan = planReconcile(prev, obs);
           const done = await executePlan(plan, hooks);
           prev = done.state;
@@ -266,6 +288,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         onSlow: () => dumpStacks((m) => logger.error({ severity: 'critical' }, m)),
         onError: (e) => critical(`reconcile pass failed: ${(e as Error).message}`, {}),
       });
+      triggerReconcile = () => void reconciler.trigger();
 
       return {
         name: 'agents',

@@ -66,6 +66,7 @@ export interface NetworkEnforcerOptions<P> {
       | 'maxConnections'
       | 'maxPerSubject'
       | 'errorWindowMs'
+      | 'ask'
       | 'onSetup'
     >
   >;

@@ -11,6 +11,7 @@ import { createListenerTable } from './listeners.js';
 import { HttpRequestGate } from './http-gate.js';
 import { createRelay, type RelayOwner } from './relay.js';
 import { createNameResolver, plainIp, type Resolved } from './resolve.js';
+import { approvalOf, type Asker, type AskOutcome } from '../../approvals/contract.js';
 
 /**
  * The transparent proxy: one listener per subject (on 127.0.0.1 and ::1, where `redirect` sends IPv4 and IPv6),
@@ -57,6 +58,53 @@ export function rateLimitErrors(
     h.suppressed++;
     h.last = [err, ctx];
   };
+}
+
+/** An `ask` verdict: the connection is held (paused, nothing upstream) until the queue answers. */
+async function holdConnection(
+  ask: Asker | undefined,
+  uid: number,
+  sock: net.Socket,
+  subject: NetworkSubject,
+  v: Verdict,
+): Promise<{ verdict: Verdict; approval: DecisionRecord['approval'] }> {
+  const o = await askFor(ask, uid, sock, subject, v);
+  // The outcome decides as a verdict of the ask entry: an allow is relayed like any allow, a block reset.
+  return {
+    verdict: { action: o.action, reason: o.reason as Reason, source: 'ask', rule: v.rule },
+    approval: approvalOf(o),
+  };
+}
+
+async function askFor(
+  ask: Asker | undefined,
+  uid: number,
+  sock: net.Socket,
+  subject: NetworkSubject,
+  v: Verdict,
+): Promise<AskOutcome> {
+  if (!ask) return { action: 'block', reason: 'approval_unavailable', request: null };
+  const ac = new AbortController();
+  const gone = () => ac.abort();
+  sock.once('close', gone);
+  const ip = subject.ip ?? '';
+  const key = `${subject.domain ?? (net.isIPv6(ip) ? `[${ip}]` : ip)}:${subject.port}`;
+  try {
+    return await ask({
+      uid,
+      surface: 'network',
+      what: { domain: subject.domain ?? null, ip: subject.ip ?? null, port: subject.port },
+      rule: v.rule,
+      reason: 'ask_entry',
+      sessionKey: key,
+      persistEntry: key,
+      signal: ac.signal,
+    });
+  } catch {
+    return { action: 'block', reason: 'approval_unavailable', request: null };
+  } finally {
+    sock.off('close', gone);
+  }
 }
 
 /** Reason codes the proxy writes itself (catalogued in src/errors.ts PROXY_REASONS, documented in docs/errors.md). */
@@ -110,6 +158,11 @@ export interface ProxyOptions<P> {
    * fail_mode as it is now). closed (default): reset `no_policy`; open: allowed to the original destination.
    */
   failMode?: () => FailMode;
+  /**
+   * The approvals queue (docs/approvals.md): a connection the engine answers `ask` is held, nothing sent upstream,
+   * until an approver decides or the deadline passes. Absent: an ask is refused at once (`approval_unavailable`).
+   */
+  ask?: Asker;
   /** Give memory back after a load peak (default true; see settle.ts). */
   settle?: boolean;
 }
@@ -231,7 +284,9 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   function refuse(
     e: Entry<P>,
     sock: net.Socket,
-    rec: Omit<DecisionRecord, 'uid' | 'surface' | 'action' | 'reason'> & { reason: ProxyReason | Reason },
+    rec: Omit<DecisionRecord, 'uid' | 'surface' | 'action' | 'reason'> & {
+      reason: ProxyReason | Reason | AskOutcome['reason'];
+    },
   ): void {
     opts.log.write({ uid: e.uid, surface: 'network', action: 'block', ...rec });
     sock.resetAndDestroy();
@@ -340,6 +395,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     const subject: NetworkSubject = { domain: domain ?? bare.domain, ip, port: dst.port };
     const ech = result.kind === 'tls' && result.ech ? { ech: true } : {};
     const httpHost = result.kind === 'http' ? result.host : undefined;
+    let approval: DecisionRecord['approval'];
     const allowAndRelay = (target: string, verdict: Verdict, upstream: net.Socket | null) => {
       opts.log.write({
         uid: e.uid,
@@ -348,6 +404,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
         reason: verdict.reason,
         subject: { ...subject, ...ech, ...(target === ip ? {} : { upstream: target }) },
         rule: verdict.rule,
+        ...(approval ? { approval } : {}),
       });
       const u = upstream ?? relay.connect(e, sock, target, dst.port);
       if (httpHost !== undefined) {
@@ -371,22 +428,17 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       } else relay.splice(e, sock, u, bytes);
     };
 
-    if (up) {
-      // Connected by address already: a name can only add a deny.
-      if (domain !== null) {
-        const named = judge(e, subject);
-        if (named.action === 'block' && named.reason === 'deny_entry') {
-          drop({ reason: named.reason, subject, rule: named.rule });
-          return;
-        }
-      }
-      allowAndRelay(ip, early, up);
-      return;
-    }
-
-    const verdict = judge(e, subject);
+    // Connected by address already: a name can only add a deny, or (a blacklist's ask entry) a question, for which
+    // that upstream (nothing sent on it) is dropped and a fresh one made if it is approved.
+    let verdict = up && domain === null ? early : judge(e, subject);
+    if (up && verdict.action === 'block' && verdict.reason === 'deny_entry')
+      return drop({ reason: verdict.reason, subject, rule: verdict.rule });
+    if (up && verdict.action !== 'ask') return allowAndRelay(ip, early, up);
+    up?.resetAndDestroy();
+    if (verdict.action === 'ask')
+      ({ verdict, approval } = await holdConnection(opts.ask, e.uid, sock, subject, verdict));
     if (verdict.action === 'block') {
-      refuse(e, sock, { reason: verdict.reason, subject, rule: verdict.rule });
+      refuse(e, sock, { reason: verdict.reason, subject, rule: verdict.rule, ...(approval ? { approval } : {}) });
       return;
     }
 

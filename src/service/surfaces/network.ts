@@ -22,6 +22,7 @@ import type { Logger } from '../../log/logger.js';
 import { effectiveEch } from '../../policy/loosen.js';
 import type { ApplyAction, FailAction, OrphanAction } from '../plan.js';
 import { enforcedSet, type SurfaceAdapter } from './contract.js';
+import type { Asker } from '../../approvals/contract.js';
 
 /** The network's side of a reconcile, for an enforcer already running. */
 export interface NetworkPlanHooks {
@@ -77,6 +78,8 @@ export interface NetworkSurfaceOptions {
   failMode: () => 'closed' | 'open';
   /** The proxy's own operational log (component `proxy`); default `logger`. */
   proxyLogger?: Logger;
+  /** The approvals queue: connections the engine asks about are held for it. */
+  ask?: Asker;
   /** Stage timings for the metrics (proxy_setup, dns). */
   observe?: (stage: 'proxy_setup' | 'dns', seconds: number) => void;
 }
@@ -137,6 +140,7 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
           info.suppressed ? `${err.message} (and ${info.suppressed} more like it in the window)` : err.message,
         ),
       failMode: o.failMode,
+      ...(o.ask ? { ask: o.ask } : {}),
       ...proxyLimits(process.env),
       ...(o.observe ? { onSetup: (s: number) => o.observe!('proxy_setup', s) } : {}),
     },

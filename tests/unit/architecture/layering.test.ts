@@ -165,6 +165,7 @@ const LAYERS: { layer: string; may: string[] }[] = [
   { layer: 'store', may: ['errors.ts'] },
   { layer: 'log', may: ['errors.ts', 'engine'] },
   { layer: 'config', may: ['errors.ts', 'engine'] },
+  { layer: 'approvals', may: ['engine'] },
   { layer: 'subjects', may: ['errors.ts', 'store'] },
 ];
 

@@ -1,0 +1,229 @@
+/**
+ * `leash approvals`: a client of the service's approvals socket (src/service/approvals/socket.ts).
+ *   leash approvals [--json] [--follow]          list pending requests (and stream new ones / outcomes)
+ *   leash approvals allow ID --once|--session|--persist
+ *   leash approvals deny ID
+ *   leash approvals --watch                      interactive: each request as it arrives, a key decides
+ * The socket decides who may act (root or approvals.operator, never a subject's UID); this side only talks.
+ */
+import net from 'node:net';
+import readline from 'node:readline';
+import { Command, Option } from 'commander';
+import { LeashError, type ErrorCode } from '../errors.js';
+import { LineReader } from '../jsonl/lines.js';
+import { DEFAULT_APPROVALS_SOCKET } from '../service/approvals/socket.js';
+import type { PendingView, QueueEvent } from '../service/approvals/queue.js';
+
+interface Reply {
+  seq?: number;
+  ok?: boolean;
+  requests?: PendingView[];
+  outcome?: { action: string; reason: string };
+  error?: { code: string; message: string };
+  event?: string;
+}
+
+/** One connection: `call` sends a request and resolves with the reply of the same seq; events go to `onEvent`. */
+async function connect(path: string, onEvent?: (ev: QueueEvent) => void) {
+  const sock = net.createConnection(path);
+  await new Promise<void>((resolve, reject) => {
+    sock.once('connect', resolve);
+    sock.once('error', (e: NodeJS.ErrnoException) =>
+      reject(
+        new LeashError('approvals_unreachable', `cannot reach the approvals socket ${path}: ${e.code ?? e.message}`, {
+          socket: path,
+        }),
+      ),
+    );
+  });
+  let seq = 0;
+  const waiting = new Map<number, (r: Reply) => void>();
+  let closedWith: LeashError | null = null;
+  const reader = new LineReader(
+    (line) => {
+      let r: Reply;
+      try {
+        r = JSON.parse(line.toString('utf8')) as Reply;
+      } catch {
+        return;
+      }
+      if (typeof r.seq === 'number' && waiting.has(r.seq)) {
+        waiting.get(r.seq)!(r);
+        waiting.delete(r.seq);
+      } else if (r.event) onEvent?.(r as unknown as QueueEvent);
+    },
+    () => sock.destroy(),
+    { maxBytes: 16 * 1024 * 1024 },
+  );
+  sock.on('data', (c: Buffer) => reader.push(c));
+  const closed = new Promise<void>((resolve) => {
+    sock.on('close', () => {
+      closedWith ??= new LeashError('approvals_unreachable', 'the approvals socket closed the connection');
+      for (const w of waiting.values()) w({ ok: false, error: { code: closedWith.code, message: closedWith.message } });
+      waiting.clear();
+      resolve();
+    });
+  });
+  sock.on('error', () => {});
+  const call = (msg: Record<string, unknown>): Promise<Reply> => {
+    const s = ++seq;
+    return new Promise<Reply>((resolve) => {
+      waiting.set(s, resolve);
+      sock.write(JSON.stringify({ ...msg, seq: s }) + '\n');
+    });
+  };
+  return { call, closed, close: () => sock.end() };
+}
+
+function check(r: Reply): Reply {
+  if (r.ok) return r;
+  const code = (r.error?.code ?? 'internal') as ErrorCode;
+  throw new LeashError(code, r.error?.message ?? 'the approvals socket refused the request');
+}
+
+function describeWhat(v: PendingView): string {
+  const w = v.what as Record<string, unknown>;
+  switch (v.surface) {
+    case 'network':
+      return `${String(w.domain ?? w.ip)}:${String(w.port)}${w.domain && w.ip ? ` (${String(w.ip)})` : ''}`;
+    case 'filesystem':
+      return String(w.path);
+    case 'commands':
+      return String(w.binary);
+    case 'tools':
+      return `${String(w.name)} ${JSON.stringify(w.arguments ?? {})}`;
+  }
+}
+
+/** One request as a line for a human: ID, subject, surface, what, the rule that asked, deadline. */
+export function requestLine(v: PendingView): string {
+  const who = v.account ? `${v.account} (uid ${v.uid})` : `uid ${v.uid}`;
+  const proc = v.cmdline?.length ? `  process ${v.pid ?? '?'}: ${v.cmdline.join(' ')}` : '';
+  return `${v.id}  ${who}  ${v.surface}  ${describeWhat(v)}  rule ${JSON.stringify(v.rule)}  until ${v.deadline}${proc}`;
+}
+
+function socketOf(cmd: Command): string {
+  const o = cmd.optsWithGlobals() as { socket?: string };
+  return o.socket ?? process.env.LEASH_APPROVALS_SOCKET ?? DEFAULT_APPROVALS_SOCKET;
+}
+
+async function decide(cmd: Command, id: string, decision: string, json: boolean): Promise<void> {
+  const c = await connect(socketOf(cmd));
+  try {
+    const r = check(await c.call({ op: 'decide', id, decision }));
+    if (json) process.stdout.write(JSON.stringify({ id, decision, outcome: r.outcome }) + '\n');
+    else process.stdout.write(`${id}: ${r.outcome?.action} (${r.outcome?.reason})\n`);
+  } finally {
+    c.close();
+  }
+}
+
+async function watch(path: string): Promise<void> {
+  if (!process.stdin.isTTY)
+    throw new LeashError('usage', '--watch needs a terminal (use --follow --json from a script)');
+  const queue: PendingView[] = [];
+  let current: PendingView | null = null;
+  const c = await connect(path, (ev) => {
+    if (ev.event === 'request') {
+      queue.push(ev.request);
+      if (!current) next();
+    } else if (ev.event === 'decided') {
+      const i = queue.findIndex((q) => q.id === ev.id);
+      if (i >= 0) queue.splice(i, 1);
+      process.stdout.write(
+        `  ${ev.id}: ${ev.action} (${ev.reason}${ev.by ? ` by ${ev.by.account ?? ev.by.uid}` : ''})\n`,
+      );
+      if (current?.id === ev.id) {
+        current = null;
+        next();
+      }
+    }
+  });
+  const next = () => {
+    current = queue.shift() ?? null;
+    if (current)
+      process.stdout.write(`${requestLine(current)}\n  [a] once  [s] session  [p] persist  [d] deny  [q] quit > `);
+  };
+  const first = check(await c.call({ op: 'subscribe' }));
+  queue.push(...(first.requests ?? []));
+  next();
+  readline.emitKeypressEvents(process.stdin);
+  process.stdin.setRawMode(true);
+  await new Promise<void>((resolve) => {
+    const keys: Record<string, string> = { a: 'once', s: 'session', p: 'persist', d: 'deny' };
+    process.stdin.on('keypress', (_s: string, key: { name?: string; ctrl?: boolean }) => {
+      if (key.name === 'q' || (key.ctrl && key.name === 'c')) return resolve();
+      const d = key.name ? keys[key.name] : undefined;
+      if (!d || !current) return;
+      const id = current.id;
+      process.stdout.write(`${d}\n`);
+      void c.call({ op: 'decide', id, decision: d }).then((r) => {
+        if (!r.ok) process.stdout.write(`  ${id}: ${r.error?.message} [${r.error?.code}]\n`);
+      });
+    });
+    void c.closed.then(resolve);
+  });
+  process.stdin.setRawMode(false);
+  process.stdin.pause();
+  c.close();
+}
+
+export function register(program: Command): void {
+  const cmd = program
+    .command('approvals')
+    .description('list and decide the actions held for a human (docs/approvals.md)')
+    .option('--json', 'one JSON object per line')
+    .option('--follow', 'keep the connection: print each new request and each outcome as it happens')
+    .option('--watch', 'interactive: show each request as it arrives and take a key to decide')
+    .addOption(new Option('--socket <path>', 'the approvals socket').env('LEASH_APPROVALS_SOCKET'))
+    .action(async (o: { json?: boolean; follow?: boolean; watch?: boolean }, self: Command) => {
+      const path = socketOf(self);
+      if (o.watch) return watch(path);
+      const print = (v: PendingView) =>
+        process.stdout.write(o.json ? JSON.stringify({ event: 'request', request: v }) + '\n' : requestLine(v) + '\n');
+      const c = await connect(path, (ev) => {
+        if (ev.event === 'request') print(ev.request);
+        else if (o.json) process.stdout.write(JSON.stringify(ev) + '\n');
+        else
+          process.stdout.write(
+            `${ev.id}: ${ev.action} (${ev.reason}${ev.by ? ` by ${ev.by.account ?? ev.by.uid}` : ''}${ev.how ? `, ${ev.how}` : ''})\n`,
+          );
+      });
+      const r = check(await c.call({ op: o.follow ? 'subscribe' : 'list' }));
+      const list = r.requests ?? [];
+      if (o.json && !o.follow) process.stdout.write(JSON.stringify({ requests: list }) + '\n');
+      else for (const v of list) print(v);
+      if (!o.follow) return void c.close();
+      await c.closed;
+      throw new LeashError(
+        'approvals_unreachable',
+        'the approvals socket closed the connection (the service stopped?)',
+      );
+    });
+
+  cmd
+    .command('allow <id>')
+    .description('allow a pending request: --once (this action), --session, or --persist (an allow entry)')
+    .option('--once', 'this action only')
+    .option('--session', 'tools: until the gate exits or the tool changes; host surfaces: until the next reconcile')
+    .option('--persist', "for good: an allow entry in the subject's agent profile, recorded as its acknowledgement")
+    .option('--json', 'the outcome as JSON')
+    .action(
+      async (
+        id: string,
+        o: { once?: boolean; session?: boolean; persist?: boolean; json?: boolean },
+        self: Command,
+      ) => {
+        const picked = (['once', 'session', 'persist'] as const).filter((k) => o[k]);
+        if (picked.length !== 1)
+          throw new LeashError('usage', 'say how: exactly one of --once, --session, --persist', { given: picked });
+        await decide(self, id, picked[0]!, !!o.json);
+      },
+    );
+
+  cmd
+    .command('deny <id>')
+    .description('deny a pending request')
+    .option('--json', 'the outcome as JSON')
+    .action(async (id: string, o: { json?: boolean }, self: Command) => decide(self, id, 'deny', !!o.json));
+}
