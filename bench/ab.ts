@@ -6,7 +6,7 @@
  * table prints the median of each with the ratio B/A. Root only (the benches it runs are); it takes the test lock
  * (/tmp/leash-test.lock) around each bench run, since the benches build the lab with fixed names.
  *
- *   npm run build && node dist/bench/ab.js --a <commit> --b <commit> [--rounds 2] [--bench proxy,mcp,fanotify,engine]
+ *   npm run build && node dist/bench/ab.js --a <commit> --b <commit> [--rounds 2] [--bench proxy,mcp,fanotify,engine,reconcile]
  *       [--dir /var/tmp/leash-ab] [--only REGEX] [--json out.json] [-- extra args for every bench]
  * (--only keeps the figures whose `bench.path` matches REGEX, e.g. 'rates|calls_per_s|connsPerSec'.)
  *
@@ -31,8 +31,14 @@ const opt = (name: string, dflt?: string): string | undefined => {
   return i >= 0 ? own[i + 1] : dflt;
 };
 
-/** How each bench is run and where its JSON is. */
-const BENCHES: Record<string, { args: (json: string) => string[]; json: (out: string, file: string) => string }> = {
+/**
+ * How each bench is run and where its figures are: a JSON file (`json`), or read from what it prints (`parse`, for a
+ * bench that writes no JSON).
+ */
+const BENCHES: Record<
+  string,
+  { args: (json: string) => string[]; json?: (out: string, file: string) => string; parse?: (out: string) => unknown }
+> = {
   proxy: { args: (j) => ['--json', j], json: (_o, f) => f },
   mcp: { args: (j) => ['--json', j], json: (_o, f) => f },
   fanotify: {
@@ -44,7 +50,24 @@ const BENCHES: Record<string, { args: (json: string) => string[]; json: (out: st
     },
   },
   engine: { args: () => [], json: (_o, _f) => 'bench/results/engine.json' },
+  reconcile: { args: () => [], parse: (out) => reconcileFigures(out) },
 };
+
+/**
+ * bench/reconcile's figures from its table: each scenario's SIGHUP->reconciled passes (ms), the first start to
+ * ready and the restart baseline.
+ */
+export function reconcileFigures(out: string): Record<string, number | number[]> {
+  const figures: Record<string, number | number[]> = {};
+  for (const m of out.matchAll(/^ {2}(.+): passes ([\d, ]+) ms$/gm))
+    figures[`${m[1]!} ms`] = m[2]!.split(',').map((x) => Number(x.trim()));
+  const first = /^first start: ready after ([\d.]+) ms/m.exec(out);
+  if (first) figures['first start to ready ms'] = Number(first[1]);
+  const restart = /^restart \(baseline, 1 run\)\s+([\d.]+)/m.exec(out);
+  if (restart) figures['restart ms'] = Number(restart[1]);
+  if (Object.keys(figures).length === 0) throw new Error('bench/reconcile printed no passes');
+  return figures;
+}
 
 const SKIP = new Set(['load0', 'load1', 'loadavg', 'when', 'raw', 'runs', 'extra']);
 
@@ -124,9 +147,48 @@ function runBench(wt: string, name: string): Map<string, number> {
     ['/tmp/leash-test.lock', 'node', path.join('dist', 'bench', `${name}.js`), ...b.args(file), ...extra],
     wt,
   );
-  const jf = b.json(out, file);
+  if (b.parse) return flatten(b.parse(out));
+  const jf = b.json!(out, file);
   const data: unknown = JSON.parse(fs.readFileSync(path.resolve(wt, jf), 'utf8'));
   return flatten(data);
+}
+
+/** The table of medians so far (after `done` rounds): printed after every round, so a run cut short still reports. */
+function report(
+  got: Record<string, { A: Map<string, number[]>; B: Map<string, number[]> }>,
+  names: string[],
+  a: string,
+  b: string,
+  done: number,
+  rounds: number,
+): { bench: string; figure: string; A: number; B: number; 'B/A': string }[] {
+  const only = opt('--only') ? new RegExp(opt('--only')!) : null;
+  const table: { bench: string; figure: string; A: number; B: number; 'B/A': string }[] = [];
+  for (const n of names) {
+    if (!got[n]) continue;
+    const { A, B } = got[n]!;
+    for (const [k, av] of A) {
+      const bv = B.get(k);
+      if (!bv || (only && !only.test(`${n}.${k}`))) continue;
+      const am = median(av);
+      const bm = median(bv);
+      table.push({
+        bench: n,
+        figure: k,
+        A: +am.toPrecision(4),
+        B: +bm.toPrecision(4),
+        'B/A': am ? (bm / am).toFixed(2) : '-',
+      });
+    }
+  }
+  console.log(
+    `bench/ab: A=${a} B=${b}, ${done} of ${rounds} interleaved rounds, ${os.cpus().length} vCPU, load ${os
+      .loadavg()
+      .map((x) => x.toFixed(2))
+      .join(' ')}`,
+  );
+  console.table(table);
+  return table;
 }
 
 function main(): void {
@@ -146,6 +208,15 @@ function main(): void {
   const dir = opt('--dir', '/var/tmp/leash-ab')!;
   const wts = { A: prepare(dir, a), B: prepare(dir, b) };
   const got: Record<string, { A: Map<string, number[]>; B: Map<string, number[]> }> = {};
+  // The table and every round's figure (A and B), written after each round.
+  const save = (table: unknown, g: typeof got, done: number): void => {
+    const j = opt('--json');
+    if (!j) return;
+    const perRound = Object.fromEntries(
+      Object.entries(g).map(([n, { A, B }]) => [n, { A: Object.fromEntries(A), B: Object.fromEntries(B) }]),
+    );
+    fs.writeFileSync(j, JSON.stringify({ a, b, rounds, done, table, perRound }, null, 2));
+  };
   for (let r = 0; r < rounds; r++) {
     for (const n of names) {
       got[n] ??= { A: new Map(), B: new Map() };
@@ -158,34 +229,9 @@ function main(): void {
         }
       }
     }
+    if (r + 1 < rounds) save(report(got, names, a, b, r + 1, rounds), got, r + 1);
   }
-  const only = opt('--only') ? new RegExp(opt('--only')!) : null;
-  const table: { bench: string; figure: string; A: number; B: number; 'B/A': string }[] = [];
-  for (const n of names) {
-    const { A, B } = got[n]!;
-    for (const [k, av] of A) {
-      const bv = B.get(k);
-      if (!bv || (only && !only.test(`${n}.${k}`))) continue;
-      const am = median(av);
-      const bm = median(bv);
-      table.push({
-        bench: n,
-        figure: k,
-        A: +am.toPrecision(4),
-        B: +bm.toPrecision(4),
-        'B/A': am ? (bm / am).toFixed(2) : '-',
-      });
-    }
-  }
-  console.log(
-    `bench/ab: A=${a} B=${b}, ${rounds} interleaved rounds, ${os.cpus().length} vCPU, load ${os
-      .loadavg()
-      .map((x) => x.toFixed(2))
-      .join(' ')}`,
-  );
-  console.table(table);
-  const j = opt('--json');
-  if (j) fs.writeFileSync(j, JSON.stringify({ a, b, rounds, table }, null, 2));
+  save(report(got, names, a, b, rounds, rounds), got, rounds);
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) main();

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -161,28 +162,52 @@ Napi::Value Watcher::Start(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-/** mark(path, scope = 'filesystem'): FAN_MARK_FILESYSTEM (or FAN_MARK_MOUNT) for opens, execs and dirs. */
+/**
+ * mark(path, scope = 'filesystem'|'mount') : FAN_MARK_FILESYSTEM (or FAN_MARK_MOUNT) for opens, execs and dirs.
+ * mark(path, 'agent', major, minor): a filesystem an agent mounted in a namespace of its own, reached
+ * through /proc/PID/root/<mount point>: marked whole through the descriptor opened here, and only when
+ * that descriptor is on device major:minor (the one its namespace's mountinfo named, which JavaScript
+ * checked is in no mount of ours), so a mount swapped in between cannot put a mark on another
+ * filesystem. Its files' names are the agent's to choose (paths.h agent_fs()).
+ */
 Napi::Value Watcher::Mark(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() < 1 || !info[0].IsString()) return Usage(env, "mark(path: string, scope?: 'filesystem'|'mount')");
+  const char* usage = "mark(path: string, scope?: 'filesystem'|'mount') | mark(path, 'agent', major, minor)";
+  if (info.Length() < 1 || !info[0].IsString()) return Usage(env, usage);
   if (fd_ < 0 || !ownsFd_) return Usage(env, "mark: watcher has no fanotify group");
   std::string path = info[0].As<Napi::String>().Utf8Value();
   unsigned flags = FAN_MARK_ADD | FAN_MARK_FILESYSTEM;
-  if (info.Length() > 1 && info[1].IsString() && info[1].As<Napi::String>().Utf8Value() == "mount")
-    flags = FAN_MARK_ADD | FAN_MARK_MOUNT;
+  std::string scope = info.Length() > 1 && info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
+  if (scope == "mount") flags = FAN_MARK_ADD | FAN_MARK_MOUNT;
+  bool agent = scope == "agent";
+  if (agent && (info.Length() < 4 || !info[2].IsNumber() || !info[3].IsNumber())) return Usage(env, usage);
   // A descriptor on this filesystem through one of OUR mounts: events that arrive
   // through another namespace's mount are renamed through it (see paths.h). It is
   // opened before the mark (so this open raises no event) and not O_PATH, because
   // open_by_handle_at does not take an O_PATH mount descriptor.
-  int pfd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fanotify_mark(fd_, flags, kPermMask | FAN_ONDIR, AT_FDCWD, path.c_str()) != 0) {
+  int pfd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (agent ? O_DIRECTORY : 0));
+  struct stat st;
+  bool haveSt = pfd >= 0 && fstat(pfd, &st) == 0;
+  if (agent) {
+    unsigned wantMaj = info[2].As<Napi::Number>().Uint32Value(), wantMin = info[3].As<Napi::Number>().Uint32Value();
+    int err = pfd < 0 ? errno : !haveSt ? errno : 0;
+    if (!err && (major(st.st_dev) != wantMaj || minor(st.st_dev) != wantMin)) err = EXDEV;
+    if (err) {
+      if (pfd >= 0) close(pfd);
+      ErrnoError(env, err, "mark (an agent's filesystem)").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    paths_.AddAgentDev(st.st_dev);  // before the mark: its first event is already named as the agent's
+  }
+  int mr = agent ? fanotify_mark(fd_, flags, kPermMask | FAN_ONDIR, pfd, nullptr)
+                 : fanotify_mark(fd_, flags, kPermMask | FAN_ONDIR, AT_FDCWD, path.c_str());
+  if (mr != 0) {
     int err = errno;
     if (pfd >= 0) close(pfd);
     ErrnoError(env, err, "fanotify_mark").ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  struct stat st;
-  if (pfd >= 0 && fstat(pfd, &st) == 0) {
+  if (haveSt) {
     paths_.AddMount(st.st_dev, pfd);
   } else if (pfd >= 0) {
     close(pfd);

@@ -195,6 +195,11 @@ int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_me
       MatchVerdict v;
       if (!havePath) {
         v = {failOpen, Reason::kEngineError, nullptr};
+      } else if (paths_.agent_fs() && pol && (exec ? pol->cmdWhitelist : pol->fsWhitelist)) {
+        // A file on a filesystem the agent mounted itself: its name is the agent's choice (it
+        // can mount over any allowed directory in its own namespace), so no allow entry can
+        // vouch for it. A blacklist judges the agent's name: its deny entries still match it.
+        v = {false, Reason::kNamespaceDenied, nullptr};
       } else {
         v = exec ? MatchCommandPolicy(pol, se.failOpen, subject, asInterp) : MatchPathPolicy(pol, se.failOpen, subject);
         if (linked && v.allow && pol) {

@@ -11,7 +11,7 @@ namespace {
 
 const char* const kReasonNames[] = {"allow_entry", "mode_allow",   "deny_entry",        "not_allowed",
                                     "no_policy",   "engine_error", "interpreter_of", "interpreter_direct",
-                                    "hardlinked"};
+                                    "hardlinked",  "namespace_denied"};
 
 bool IsGlob(std::string_view s) { return s.find_first_of("*?[") != std::string_view::npos; }
 

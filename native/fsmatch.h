@@ -26,7 +26,9 @@ enum class Reason : uint8_t {
   kInterpreterDirect,
   // The watcher's own (not the engine's): a multi-linked file whose names cannot all be judged (hardlinks.h).
   kHardlinked,
-  kLast = kHardlinked
+  /** A file on a filesystem the agent mounted in a namespace of its own, under a whitelist (never matched). */
+  kNamespaceDenied,
+  kLast = kNamespaceDenied
 };
 
 /** The snake_case name of a reason, as the engine and the decision log spell it. */

@@ -28,12 +28,18 @@ void PathResolver::AddMount(dev_t dev, int fd) {
   if (!mountFds_.emplace(dev, fd).second) close(fd);
 }
 
+void PathResolver::AddAgentDev(dev_t dev) {
+  std::lock_guard<std::mutex> g(mountMu_);
+  agentDevs_.insert(dev);
+}
+
 void PathResolver::Close() {
   if (procFd_ >= 0) close(procFd_);
   procFd_ = -1;
   std::lock_guard<std::mutex> g(mountMu_);
   for (auto& kv : mountFds_) close(kv.second);
   mountFds_.clear();
+  agentDevs_.clear();
   if (mountinfoFd_ >= 0) close(mountinfoFd_);
   mountinfoFd_ = -1;
 }
@@ -139,6 +145,7 @@ bool PathResolver::ListOurMounts() {
 bool PathResolver::PathOf(int fd) {
   pathLen_ = 0;  // set only by a successful lookup: no name is logged as ""
   facts_.mode = 0;
+  agentFs_ = false;
   struct statx sx;
   constexpr unsigned kMntIdUnique = 0x4000;  // STATX_MNT_ID_UNIQUE (Linux 6.8)
   // The file's type, owner, mode, inode and link count come with the same call (the hard-link
@@ -167,6 +174,8 @@ bool PathResolver::PathOf(int fd) {
   if (name_to_handle_at(fd, "", &h.fh, &mntId, AT_EMPTY_PATH) != 0) return false;
   dev_t dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
   std::lock_guard<std::mutex> g(mountMu_);
+  // An agent's own filesystem is never mounted in our namespace: only this branch meets it.
+  agentFs_ = !agentDevs_.empty() && agentDevs_.count(dev) > 0;
   auto it = mountFds_.find(dev);
   if (it == mountFds_.end() || it->second < 0) return false;
   int nfd = open_by_handle_at(it->second, &h.fh, O_PATH | O_CLOEXEC);

@@ -39,6 +39,15 @@ class PathResolver {
   void AddMount(dev_t dev, int fd);
 
   /**
+   * Filesystem `dev` was mounted by an agent in a namespace of its own (it is in no mount of ours):
+   * the names of its files are the agent's to choose, so PathOf says so (agent_fs()).
+   */
+  void AddAgentDev(dev_t dev);
+
+  /** The last PathOf named a file on a filesystem an agent mounted (AddAgentDev). */
+  bool agent_fs() const { return agentFs_; }
+
+  /**
    * Names the file behind an event's descriptor, into path() (loop thread). Through a mount of
    * another namespace the file is re-opened by handle through our own mount of its filesystem.
    * False (and an empty path) when it cannot be named: the event is engine_error.
@@ -72,6 +81,8 @@ class PathResolver {
   int procFd_ = -1;
   std::mutex mountMu_;
   std::unordered_map<dev_t, int> mountFds_;
+  std::unordered_set<dev_t> agentDevs_;
+  bool agentFs_ = false;
   int mountinfoFd_ = -1;
   std::unordered_set<uint64_t> ourMounts_;
   std::unordered_set<uint64_t> ourUnique_;

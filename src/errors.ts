@@ -50,10 +50,12 @@ export const ERROR_CODES = {
   mcp_no_client: EXIT.refused,
   mcp_server_unrunnable: EXIT.refused,
   mcp_service_unreachable: EXIT.refused,
+  mcp_learn_failed: EXIT.refused,
   // leash terminal (docs/terminal.md)
   terminal_audit_unavailable: EXIT.failed,
   terminal_jail_invalid: EXIT.refused,
   terminal_log_in_jail: EXIT.refused,
+  terminal_params_invalid: EXIT.refused,
   terminal_service_unavailable: EXIT.failed,
   usage: EXIT.refused,
   user_invalid: EXIT.refused,
@@ -84,6 +86,11 @@ export const ERROR_CODES = {
   watcher_failed: EXIT.failed,
   // host settings the service applies (config `host`, src/service/host.ts)
   host_setting_failed: EXIT.failed,
+  // the approvals queue and `leash approvals` (docs/approvals.md)
+  approvals_unreachable: EXIT.failed,
+  approvals_refused: EXIT.refused,
+  approval_not_found: EXIT.refused,
+  approval_persist_failed: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 
@@ -101,6 +108,7 @@ export const FINDING_CODES = {
   fail_mode_invalid: 'warning',
   inert_allow: 'warning',
   inert_deny: 'critical',
+  inert_ask: 'critical',
   user_unknown: 'critical',
   user_unset: 'warning',
   // policy store (branch policy): what `leash validate` says about profiles and bindings
@@ -125,6 +133,8 @@ export type Severity = 'warning' | 'critical';
  */
 export const REASONS = {
   allow_entry: 'an allow entry matched',
+  ask_entry: 'an ask entry matched: the action is held and a human asked (docs/approvals.md)',
+  ask_rule: 'a tools operation rule with effect ask matched: the call is held and a human asked',
   deny_entry: 'a deny entry matched (deny wins in both modes)',
   engine_error: 'the engine threw; fail_mode decided',
   inspect_pii: 'tool input inspection found PII and the category is set to block',
@@ -213,6 +223,8 @@ export const WATCHER_REASONS = {
     "a subject's open or exec the dead watcher had read and not answered, denied unjudged by the standby that took over",
   hardlinked:
     'an open or exec of a file with more than one name that the subject could have linked itself, when not every name is known to be allowed (whitelist) or a name is a deny entry (blacklist); the line carries the inode and link count',
+  namespace_denied:
+    'a subject acted from a namespace of its own: a process in its own user namespace killed (filesystem.namespaces: deny), or, under a whitelist, an open or exec of a file on a filesystem it mounted there',
 } as const;
 
 /**
@@ -221,6 +233,17 @@ export const WATCHER_REASONS = {
  * and in the `data.reason` of the JSON-RPC error the gate answers with.
  */
 export const TOOLS_GATE_REASONS = {
+  ask_no_approver:
+    'the call needs approval (an ask rule, tools.default ask, or an unknown or ambiguous operation) and no approver is configured: denied',
+  operation_allowed:
+    'an allow rule of tools.rules matched every resource of the call (a decision line, never an error)',
+  operation_default_allowed:
+    'no rule of tools.rules matched and tools.default is allow (a decision line, never an error)',
+  operation_denied: 'a deny rule of tools.rules matched the call (one of its resources is enough)',
+  operation_default_denied: 'no rule of tools.rules matched the call and tools.default is deny',
+  operation_ask: 'an ask rule matched, or tools.default is ask (explain only; the gate answers ask_no_approver)',
+  operation_unsure:
+    'no rule matched an unknown or ambiguous call and tools.default is allow: it asks instead (explain only; the gate answers ask_no_approver)',
   arg_denied: 'an argument deny rule matched a value (or a space-joined array of scalars) at or below its path',
   arg_not_allowed: 'the tool has allow rules and a value is not admitted by a rule at exactly its path',
   args_not_object: 'the call arguments are not a JSON object (-32602)',
@@ -236,22 +259,73 @@ export const TOOLS_GATE_REASONS = {
   strict_args: 'tools.strict_args is on and a tool without allow rules was called with arguments',
 } as const;
 
+/**
+ * Why a line is not one strict JSON value (the reader in src/jsonl/json.ts). The gate and the
+ * terminal answer such a line with a JSON-RPC parse error naming the code, and the gate's decision
+ * line (`protocol_client` / `protocol_server`) carries it as `code`.
+ */
+export const JSON_PROBLEMS = {
+  syntax: 'not JSON at this byte (or more than one value on the line)',
+  control_char: 'a raw control character (TAB, CR, ...) inside or between tokens',
+  duplicate_key: 'an object names the same key twice (readers disagree on which one wins)',
+  bad_number: 'a number too large for a double (it would read as Infinity)',
+  number_too_long: 'an integer of more than 4,300 digits (or a float literal far longer)',
+  invalid_utf8: 'bytes that are not UTF-8',
+  lone_surrogate: 'a \\u escape of half a UTF-16 surrogate pair',
+  too_deep: 'nested more than 512 levels',
+  empty: 'an empty line',
+} as const;
+export type JsonProblem = keyof typeof JSON_PROBLEMS;
+
+/**
+ * How an asked action ended (docs/approvals.md): the outcome line that follows its `action: ask` line,
+ * with who decided and how. Only the three `approved_*` reasons are an allow.
+ */
+export const APPROVAL_REASONS = {
+  approved_once: 'an approver allowed this one action',
+  approved_session:
+    'an approver allowed it for the session (tools: until the gate exits or the tool schema changes; host surfaces: until the next reconcile of the subject or the session time-out)',
+  approved_persist: "an approver allowed it for good: an allow entry was written to the subject's agent profile",
+  approval_denied: 'an approver denied it',
+  approval_timeout: "the request's deadline passed before anyone decided: blocked, never allowed",
+  approval_unavailable:
+    'no approver was reachable (no authorised client subscribed to the approvals socket, or the gate could not reach the service): blocked at once',
+  approval_limit: 'the pending requests reached their bound (per subject or in total): blocked at once',
+  approval_cancelled:
+    'the service stopped (or the subject was removed) with the request pending: blocked, never allowed',
+} as const;
+
 /** One `path: message` line of an invalid config (path is dotted, e.g. `network.mode`). */
 export interface ConfigIssue {
   path: string;
   message: string;
 }
 
-/** A refusal or failure with a stable code; the CLI's top-level handler turns it into output and an exit code. */
-export class LeashError extends Error {
-  readonly code: ErrorCode;
+/**
+ * The base of every error Leash throws on purpose: `code` is from one of this catalogue's tables.
+ * LeashError (ERROR_CODES, with an exit status) is the one for what an operator asked; the strict
+ * JSON reader's JsonError (JSON_PROBLEMS) is the other, answered on the wire.
+ */
+export class CatalogueError<C extends string = string> extends Error {
+  readonly code: C;
+
+  constructor(code: C, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+  }
+}
+
+/**
+ * A refusal or failure with a stable code; the CLI's top-level handler turns it into output and an exit code.
+ * Subclasses (GatePolicyError, TerminalPolicyError, ArgRuleError, ...) only add what their catch sites read.
+ */
+export class LeashError extends CatalogueError<ErrorCode> {
   readonly exitCode: ExitCode;
   readonly details?: Record<string, unknown>;
 
   constructor(code: ErrorCode, message: string, details?: Record<string, unknown>, options?: { cause?: unknown }) {
-    super(message, options);
+    super(code, message, options);
     this.name = 'LeashError';
-    this.code = code;
     this.exitCode = ERROR_CODES[code];
     if (details !== undefined) this.details = details;
   }
@@ -286,6 +360,8 @@ export function allCodes(): string[] {
       ...Object.keys(DNS_REASONS),
       ...Object.keys(WATCHER_REASONS),
       ...Object.keys(TOOLS_GATE_REASONS),
+      ...Object.keys(JSON_PROBLEMS),
+      ...Object.keys(APPROVAL_REASONS),
     ]),
   ];
 }

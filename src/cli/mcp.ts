@@ -27,8 +27,10 @@ import {
   compileGatePolicy,
   GatePolicyError,
   type CompiledGatePolicy,
+  type CompileOptions,
   type ToolsEngine,
 } from '../enforcers/tools/policy.js';
+import { openAudit, readAudit, summarise, type AuditRecord } from '../enforcers/tools/audit.js';
 import { loadGatePolicyFile } from '../enforcers/tools/schema.js';
 import { connectToolsJudge, DEFAULT_TOOLS_SOCKET } from '../enforcers/tools/socket.js';
 import { createDecisionLog, formatDecision, newRef, type DecisionWriter } from '../log/decisions.js';
@@ -151,10 +153,13 @@ function openLog(sink: string | null): DecisionWriter & { close(): Promise<void>
   return createDecisionLog({ sink, coalesceAllows: true });
 }
 
-function loadPolicy(file: string): { policy: CompiledGatePolicy; decisions: string | null } {
+export function loadPolicy(
+  file: string,
+  opts: CompileOptions = {},
+): { policy: CompiledGatePolicy; decisions: string | null } {
   try {
     const p = loadGatePolicyFile(file);
-    return { policy: compileGatePolicy(p.tools, p.failMode, toolsEngine), decisions: p.decisions };
+    return { policy: compileGatePolicy(p.tools, p.failMode, toolsEngine, opts), decisions: p.decisions };
   } catch (e) {
     if (e instanceof GatePolicyError)
       throw new LeashError('config_invalid', `policy refused (${file})`, {
@@ -239,6 +244,8 @@ interface GateCliOptions {
   timeout: string;
   grace: string;
   log?: string;
+  audit?: string;
+  workspace?: string;
 }
 
 /** Registers `leash mcp` (and `learn`, `check`) on the program. */
@@ -258,6 +265,11 @@ export function register(program: Command): void {
       '--log <sink>',
       'decision log with --policy: an absolute file path or stderr (default: logging.decisions of the policy file, else stderr)',
     )
+    .option('--audit <file>', 'with --policy: append one audit line per tool call here (default: tools.audit)')
+    .option(
+      '--workspace <dir>',
+      'with --policy: the workspace of the operation rules (default: tools.workspace, else .)',
+    )
     .argument('[server...]', 'the server command, after --')
     .action(async (server: string[] | undefined, opts: GateCliOptions) => {
       await guarded(async () => {
@@ -267,9 +279,14 @@ export function register(program: Command): void {
         requireStdio();
         let judge: GateJudge;
         if (opts.policy !== undefined) {
-          const { policy, decisions } = loadPolicy(opts.policy);
+          const { policy, decisions } = loadPolicy(
+            opts.policy,
+            opts.workspace === undefined ? {} : { workspace: path.resolve(opts.workspace) },
+          );
           const log = openLog(opts.log ?? decisions);
-          judge = createLocalJudge({ policy, log, uid: process.getuid?.() ?? -1, mask: maskString });
+          const auditFile = opts.audit ?? policy.audit;
+          const audit = auditFile == null ? null : openAudit(path.resolve(auditFile));
+          judge = createLocalJudge({ policy, log, uid: process.getuid?.() ?? -1, mask: maskString, audit });
         } else {
           try {
             judge = await connectToolsJudge(opts.socket);
@@ -317,6 +334,68 @@ export function register(program: Command): void {
         const r = runCheckTool(name, opts.inputs, policy);
         process.stdout.write(`${JSON.stringify(r.verdict)}\n`);
         return r.code;
+      });
+    });
+
+  registerAudit(mcp);
+}
+
+/** `leash mcp audit summary|tail`: reads an audit file (tools.audit / --audit) without adding to it. */
+function registerAudit(mcp: Command): void {
+  const audit = mcp
+    .command('audit')
+    .description('read a tools audit file (one line per tool call, no raw arguments or results)');
+  const fileOf = (cmd: Command): string => {
+    const o = cmd.optsWithGlobals<{ audit?: string; policy?: string }>();
+    if (o.audit !== undefined) return path.resolve(o.audit);
+    if (o.policy !== undefined) {
+      const f = loadPolicy(o.policy).policy.audit;
+      if (f !== null) return f;
+    }
+    throw new LeashError('usage', 'which audit file? --audit FILE (or --policy FILE with tools.audit)');
+  };
+  audit
+    .command('summary')
+    .description('decisions, operations, outcomes, reasons and tools, counted')
+    .option('--json', 'one JSON object')
+    .action(async (_o: unknown, cmd: Command) => {
+      await guarded(async () => {
+        const { records, bad } = readAudit(fileOf(cmd));
+        const s = summarise(records, bad);
+        if (cmd.opts<{ json?: boolean }>().json) process.stdout.write(`${JSON.stringify(s)}\n`);
+        else {
+          const line = (k: string, o: Record<string, number>) =>
+            `${k.padEnd(11)}${Object.entries(o)
+              .sort((a, b) => b[1] - a[1])
+              .map(([n, c]) => `${n} ${c}`)
+              .join(', ')}\n`;
+          process.stdout.write(
+            `records    ${s.records} (${s.runs} runs, ${s.sessions} sessions, ${s.redacted} redacted, ${s.bad_lines} unreadable lines)\n` +
+              line('decisions', s.decisions) +
+              line('operations', s.operations) +
+              line('outcomes', s.outcomes) +
+              line('reasons', s.reasons) +
+              line('tools', s.tools),
+          );
+        }
+        return 0;
+      });
+    });
+  audit
+    .command('tail')
+    .description('the newest records')
+    .option('--lines <n>', 'how many', '20')
+    .option('--json', 'JSON lines')
+    .action(async (_o: unknown, cmd: Command) => {
+      await guarded(async () => {
+        const o = cmd.opts<{ lines: string; json?: boolean }>();
+        if (!/^\d+$/.test(o.lines)) throw new LeashError('usage', `--lines must be a whole number: ${o.lines}`);
+        const { records } = readAudit(fileOf(cmd));
+        const last = records.slice(-Number(o.lines));
+        const fmt = (r: AuditRecord) =>
+          `${r.ts} ${r.decision.padEnd(5)} ${(r.operation ?? '-').padEnd(11)} ${r.server ? `${r.server}/` : ''}${r.tool} ${r.reason}${r.rule ? ` (${r.rule})` : ''}${r.resources.length ? ` ${r.resources.join(' ')}` : ''}${r.hosts.length ? ` ${r.hosts.join(' ')}` : ''} ${r.outcome ?? r.dispatch}${r.result_sha256 ? ` sha256:${r.result_sha256.slice(0, 12)}` : ''}`;
+        for (const r of last) process.stdout.write(`${o.json ? JSON.stringify(r) : fmt(r)}\n`);
+        return 0;
       });
     });
 }

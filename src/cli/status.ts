@@ -2,7 +2,9 @@ import type { Command } from 'commander';
 import { loadConfig } from '../validate/load.js';
 import { SURFACES } from '../engine/types.js';
 import { systemLoaders } from '../enforcers/watcher/loaders.js';
-import { memfdNoexecStatus } from '../service/host.js';
+import { bpfLsmStatus } from '../service/bpf-lsm.js';
+import { maxUserNamespacesStatus, memfdNoexecStatus } from '../service/host.js';
+import { effectiveNamespaces } from '../enforcers/watcher/policy.js';
 import { configPath, print, printJson } from './context.js';
 import { layerOf, subjectOptions, subjectView } from './subject.js';
 
@@ -47,7 +49,11 @@ export function register(program: Command): void {
       entries: policy.commands.interpreters ?? systemLoaders(),
     };
     // Host settings (config `host`): what is configured, and what the kernel says now.
-    const host = { memfd_noexec: memfdNoexecStatus(config) };
+    const host = { memfd_noexec: memfdNoexecStatus(config), max_user_namespaces: maxUserNamespacesStatus(config) };
+    // filesystem.namespaces as enforced for this subject (absent: deny under a filesystem or commands whitelist).
+    const namespaces = effectiveNamespaces(policy);
+    // Whether the BPF LSM could be loaded here (Leash does not use it; docs/threat-model.md).
+    const bpf_lsm = bpfLsmStatus();
     const counts = {
       critical: findings.filter((f) => f.severity === 'critical').length,
       warning: findings.filter((f) => f.severity === 'warning').length,
@@ -67,8 +73,10 @@ export function register(program: Command): void {
         fail_mode: policy.fail_mode,
         surfaces,
         interpreters,
+        namespaces,
         enforcers: config.enforcers,
         host,
+        bpf_lsm,
         decisions: config.logging.decisions,
         findings: counts,
       });
@@ -103,6 +111,23 @@ export function register(program: Command): void {
     print(
       `memfd      host.memfd_noexec ${m.configured ? 'on' : 'off'}; vm.memfd_noexec ${m.current === null ? 'absent (kernel before 6.3)' : `= ${m.current}`}` +
         `${m.enforced ? ' (memfd exec refused)' : ' (memfd exec allowed)'}${m.configured && !m.enforced ? ' (not applied: is the service running?)' : ''}`,
+    );
+    const u = host.max_user_namespaces;
+    print(
+      `userns     host.max_user_namespaces ${u.configured ? 'on' : 'off'}; user.max_user_namespaces ${u.current === null ? 'absent' : `= ${u.current}`}` +
+        `${u.enforced ? ' (no user namespace can be made)' : ' (user namespaces can be made)'}${u.configured && !u.enforced ? ' (not applied: is the service running?)' : ''}`,
+    );
+    print(
+      `namespaces ${namespaces} (a subject process in a user namespace of its own is ${namespaces === 'deny' ? 'killed' : 'left running'}; filesystems it mounts are marked either way)`,
+    );
+    print(
+      `bpf lsm    ${
+        !bpf_lsm.probed
+          ? `not probed (${bpf_lsm.reason ?? 'unknown'})`
+          : bpf_lsm.loadable
+            ? 'an LSM program loads here (Leash does not use it: see docs/threat-model.md)'
+            : `refused (${bpf_lsm.code ?? '?'})${bpf_lsm.control ? '; a socket filter loads: the kernel refuses LSM programs' : ''}; Leash uses fanotify`
+      }${bpf_lsm.listed === null ? '' : bpf_lsm.listed ? '; bpf is an active LSM' : '; bpf is not an active LSM'}`,
     );
     print(`decisions  ${config.logging.decisions}`);
     if (counts.critical || counts.warning) {

@@ -90,6 +90,12 @@ function build<F extends boolean>(fragment: F) {
       ),
       [],
     ),
+    ask: opt(
+      entryList(
+        `entries held for a human to decide (deny wins over ask; in whitelist mode an allow entry wins over ask, in blacklist mode ask is what would otherwise pass; docs/approvals.md); each is ${grammar}; with no approver reachable, or its deadline passed, the action is blocked`,
+      ),
+      [],
+    ),
   });
 
   const network = obj(
@@ -131,6 +137,12 @@ function build<F extends boolean>(fragment: F) {
     {
       ...surfaceShape('an absolute path: exact or directory prefix, or a glob with * ** ? ['),
       watch: opt(absPathList('extra absolute paths whose filesystems are marked even when no entry names them'), []),
+      namespaces: z
+        .enum(['deny', 'allow'], { error: 'must be deny or allow' })
+        .optional()
+        .describe(
+          'a process of the subject found in a user namespace of its own (unshare -U): deny = killed and logged (namespace_denied); allow = left running. Either way the filesystems it mounts there are marked, and under a whitelist their files are namespace_denied. Absent: deny when filesystem or commands is a whitelist',
+        ),
     },
     'the filesystem surface: file opens of the leashed UID (fanotify FAN_OPEN_PERM)',
   );
@@ -212,6 +224,12 @@ function build<F extends boolean>(fragment: F) {
       deny_methods: opt(toolsGateSpecs.deny_methods, GATE_DEFAULTS.deny_methods),
       hide_denied: opt(toolsGateSpecs.hide_denied, GATE_DEFAULTS.hide_denied),
       log_args: opt(toolsGateSpecs.log_args, GATE_DEFAULTS.log_args),
+      rules: opt(toolsGateSpecs.rules, GATE_DEFAULTS.rules),
+      default: opt(toolsGateSpecs.default, GATE_DEFAULTS.default),
+      workspace: opt(toolsGateSpecs.workspace, GATE_DEFAULTS.workspace),
+      mapping: opt(toolsGateSpecs.mapping, GATE_DEFAULTS.mapping),
+      redact_output: opt(toolsGateSpecs.redact_output, GATE_DEFAULTS.redact_output),
+      audit: opt(toolsGateSpecs.audit, GATE_DEFAULTS.audit),
     },
     'the tools surface: calls checked by the harness or the MCP gate (cooperative)',
   );
@@ -255,8 +273,80 @@ function build<F extends boolean>(fragment: F) {
         ),
         false,
       ),
+      max_user_namespaces: opt(
+        bool(
+          'set user.max_user_namespaces = 0 for the host while the service runs, restored at stop: no process can make a user namespace, so no agent can mount a filesystem of its own; needs CAP_SYS_RESOURCE (a unit drop-in, docs/policy.md); breaks rootless containers, browser and Flatpak sandboxes, unshare -U',
+        ),
+        false,
+      ),
     },
     'host-wide settings the service applies at start and restores at stop (the floor only; a profile cannot set them)',
+  );
+
+  const seconds = (d: string, max: number) =>
+    z
+      .number({ error: 'must be a number of seconds' })
+      .int('must be a whole number of seconds')
+      .min(1, 'must be at least 1 second')
+      .max(max, `must be at most ${max} seconds`)
+      .describe(d);
+  const count = (d: string) =>
+    z
+      .number({ error: 'must be a number' })
+      .int('must be a whole number')
+      .min(1, 'must be at least 1')
+      .max(100_000, 'must be at most 100000')
+      .describe(d);
+  const approvals = obj(
+    {
+      operator: opt(
+        z
+          .string({ error: 'must be an account name' })
+          .regex(/^[a-z_][a-z0-9_-]{0,31}\$?$/, 'must be a Linux account name (lowercase, max 32 chars)')
+          .nullable()
+          .describe(
+            'the account that may list and decide approvals besides root (never a leashed subject: the socket refuses any process with a subject UID)',
+          ),
+        null,
+      ),
+      deadlines: opt(
+        obj(
+          {
+            network: opt(
+              seconds('how long a new connection is held (nothing sent upstream) before it is reset', 600),
+              30,
+            ),
+            filesystem: opt(
+              seconds("how long an open is held: the agent's process is blocked in open(2) meanwhile", 120),
+              10,
+            ),
+            commands: opt(
+              seconds("how long an exec is held: the agent's process is blocked in execve(2) meanwhile", 120),
+              10,
+            ),
+            tools: opt(seconds('how long a tool call is held (other calls flow meanwhile)', 3600), 120),
+          },
+          'per surface, seconds until an unanswered request is blocked (approval_timeout), never allowed',
+        ),
+        {},
+      ),
+      max_pending: opt(
+        count('pending requests at most, all subjects together; beyond it asks are blocked at once'),
+        1000,
+      ),
+      max_pending_per_subject: opt(
+        count('pending requests at most per subject; beyond it its asks are blocked at once'),
+        200,
+      ),
+      session_seconds: opt(
+        seconds(
+          "how long a session approval lasts on the host surfaces (also ended by the subject's next reconcile)",
+          86_400,
+        ),
+        3600,
+      ),
+    },
+    'the approvals queue: who may decide, deadlines and bounds (docs/approvals.md; the floor only, a profile cannot set it)',
   );
 
   return z.strictObject(
@@ -284,6 +374,7 @@ function build<F extends boolean>(fragment: F) {
       logging: opt(logging, {}),
       enforcers: opt(enforcers, {}),
       host: opt(host, {}),
+      approvals: opt(approvals, {}),
     },
     { error: 'must be a mapping' },
   );

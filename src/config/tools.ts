@@ -27,6 +27,33 @@ const toolArgsSpec = z.strictObject({
   deny: rulesSpec.optional(),
 });
 
+const operationRule = z.strictObject({
+  id: z.string().min(1).describe('a name for the rule, unique in the policy (the log and explain cite it)'),
+  effect: z.enum(['allow', 'deny', 'ask']).describe('what a call matching every field the rule sets gets'),
+  operations: z
+    .array(z.string().min(1))
+    .min(1)
+    .optional()
+    .describe(
+      'fs.read, fs.write, fs.delete, shell.exec, git.read, git.write, git.remote, net.request, unknown; fs.* and * allowed',
+    ),
+  resources: z
+    .array(z.string().min(1))
+    .min(1)
+    .optional()
+    .describe('absolute path globs (${workspace}, ${home}, ~), each covering what is below it'),
+  commands: z
+    .array(z.array(z.string()).min(1))
+    .min(1)
+    .optional()
+    .describe('exact argv patterns: * is one argument, a final ** the rest'),
+  hosts: z.array(z.string().min(1)).min(1).optional().describe('hosts of net.request: exact, *.domain (below it) or *'),
+  methods: z.array(z.string().min(1)).min(1).optional().describe('HTTP methods of net.request'),
+});
+
+/** One rule over operations as written. */
+export type OperationRuleSpec = z.output<typeof operationRule>;
+
 /** A rule as written: a regex, or a typed rule admitting only values of that JSON type. */
 export type ArgRuleSpec = z.output<typeof ruleSpec>;
 /** Path → rules. A plain list is shorthand for `{ "**": list }`. */
@@ -59,6 +86,34 @@ export const toolsGateSpecs = {
   hide_denied: z
     .boolean()
     .describe('strip tools denied by name from every tools/list page, so the agent never sees them'),
+  rules: z
+    .array(operationRule)
+    .describe(
+      'rules over operations: every matching deny wins, else the first matching rule, else tools.default (docs/tools.md)',
+    ),
+  default: z
+    .enum(['allow', 'deny', 'ask'])
+    .describe('what a tool call no operation rule matches gets (unknown and ambiguous calls never get allow)'),
+  workspace: z
+    .string()
+    .min(1)
+    .nullable()
+    .describe(
+      "the directory relative paths are resolved against and ${workspace} names (null: the gate's working directory)",
+    ),
+  mapping: z
+    .enum(['auto', 'none', 'filesystem', 'git', 'fetch', 'terminal'])
+    .describe("which built-in mapping table reads the server's calls (auto: by the server's serverInfo.name)"),
+  redact_output: z
+    .boolean()
+    .describe('mask secrets in tool results, structured content and errors before the client sees them'),
+  audit: z
+    .string()
+    .min(1)
+    .nullable()
+    .describe(
+      'an absolute path: one JSON line per tool call (tool, operation, resources, decision, rule, result SHA-256)',
+    ),
   log_args: z
     .enum(['denied', 'all', 'none'])
     .describe(
@@ -82,6 +137,12 @@ export const GATE_DEFAULTS: ToolsGateFields = {
   deny_methods: [],
   hide_denied: false,
   log_args: 'denied',
+  rules: [],
+  default: 'ask',
+  workspace: null,
+  mapping: 'auto',
+  redact_output: true,
+  audit: null,
 };
 
 /** The gate's fields with the gate's defaults (a `leash mcp --policy FILE`). */
@@ -92,6 +153,12 @@ export const toolsGateFields = {
   deny_methods: toolsGateSpecs.deny_methods.default(() => structuredClone(GATE_DEFAULTS.deny_methods)),
   hide_denied: toolsGateSpecs.hide_denied.default(GATE_DEFAULTS.hide_denied),
   log_args: toolsGateSpecs.log_args.default(GATE_DEFAULTS.log_args),
+  rules: toolsGateSpecs.rules.default(() => []),
+  default: toolsGateSpecs.default.default(GATE_DEFAULTS.default),
+  workspace: toolsGateSpecs.workspace.default(GATE_DEFAULTS.workspace),
+  mapping: toolsGateSpecs.mapping.default(GATE_DEFAULTS.mapping),
+  redact_output: toolsGateSpecs.redact_output.default(GATE_DEFAULTS.redact_output),
+  audit: toolsGateSpecs.audit.default(GATE_DEFAULTS.audit),
 };
 
 const inspectAction = z.enum(['block', 'log', 'allow']);

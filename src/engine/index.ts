@@ -15,4 +15,14 @@ export type { GlobToken } from './path.js';
 export { commandEntryMatches, commandEntryProblem } from './command.js';
 export { toolEntryProblem, normalizeToolName } from './tool.js';
 export { entryProblem, forEachListEntry, inertEntries } from './inert.js';
-export { inspectInputs, maskSecrets, maskInputs, maskValue } from './inspect.js';
+export {
+  inspectInputs,
+  maskSecrets,
+  maskInputs,
+  maskValue,
+  maskSecretsOnly,
+  redactSecrets,
+  mayHoldSecret,
+} from './inspect.js';
+export { findSecrets, SECRET_KINDS } from './secrets.js';
+export type { SecretSpan } from './secrets.js';

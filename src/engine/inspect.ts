@@ -1,10 +1,9 @@
 /**
  * Tool input inspection: secrets, PII and privilege escalation in the (nested) inputs of a tool
- * call, with masking so nothing sensitive leaves the engine.
+ * call, with masking so nothing sensitive leaves the engine. The secret detectors are the one set
+ * in secrets.ts (shared with output redaction); PII and privilege escalation are here.
  *
- * Leash's own detectors, not a library: the maintained JS scanners either need Node >= 22
- * (secretlint 10+), are asynchronous file/CLI scanners (secretlint 9, gitleaks wrappers) while
- * decide() is synchronous and pure, or call a cloud API (redact-pii). Every pattern here is
+ * Leash's own detectors, not a library (secrets.ts says why). Every pattern here is
  * linear in the input: a fixed literal or a bounded repetition starts each one, and emails are
  * found by scanning for "@" rather than with a backtracking regex, because tool inputs are
  * attacker-controlled and can be megabytes long.
@@ -13,217 +12,18 @@
  * (see docs/policy.md for the list) and miss novel or encoded ones. Inspection is a second
  * line behind the tool registry, not a replacement for it.
  */
+import { anyOf, hasDigits, maskValue, regexDetector } from './detect.js';
+import type { Detector, PreFilter, Span } from './detect.js';
 import { normalizePath } from './path.js';
+import { PLACEHOLDER, SECRET_DETECTORS } from './secrets.js';
 import type { InspectAction, InspectCategory, InspectFinding } from './types.js';
 
-/** One match inside a string. */
-interface Span {
-  start: number;
-  end: number;
-  detector: string;
-  category: InspectCategory;
-  /** The match with its sensitive part masked. */
-  masked: string;
-}
+export { maskValue } from './detect.js';
 
-interface Detector {
-  id: string;
-  category: InspectCategory;
-  find(text: string, out: Span[]): void;
-  /** Trigger bits (see TRIGGERS), set once at load. */
-  need?: number;
-}
-
-/**
- * A necessary condition for a detector to match: false only when no match can exist in the text.
- * Most tool inputs are short paths and words, and a regex whose pattern opens with a look-behind
- * is tried at every position; one `includes` of a literal that every match contains rules most
- * detectors out at a fraction of that cost. Findings are unchanged: a pre-filter never says false
- * for a text the regex matches (inspect-differential.test.ts compares against the unfiltered code).
- */
-type PreFilter = (text: string) => boolean;
-
-/** Every match contains one of these literals (case-sensitive: only for patterns without the i flag,
- * or literals with no letters in them). */
-function anyOf(...lits: string[]): PreFilter {
-  if (lits.length === 1) {
-    const l = lits[0]!;
-    return (t) => t.includes(l);
-  }
-  return (t) => {
-    for (let i = 0; i < lits.length; i++) if (t.includes(lits[i]!)) return true;
-    return false;
-  };
-}
-
-/** At least `n` ASCII digits in the text. */
-const hasDigits =
-  (n: number): PreFilter =>
-  (t) => {
-    if (t.length < n) return false;
-    let c = 0;
-    for (let i = 0; i < t.length; i++) {
-      const d = t.charCodeAt(i) - 48;
-      if (d >= 0 && d <= 9 && ++c >= n) return true;
-    }
-    return false;
-  };
-
-/**
- * Masks a sensitive string: at most its first 4 characters survive (fewer for short values, none
- * under 8), followed by `****`. Known token prefixes (AKIA, ghp_, sk-a, xoxb, eyJh) are what
- * the kept characters usually show, which is enough to tell an operator what kind of secret it was.
- */
-export function maskValue(s: string): string {
-  const keep = s.length >= 16 ? 4 : s.length >= 8 ? 2 : 0;
-  return s.slice(0, keep) + '****';
-}
-
-function regexDetector(
-  id: string,
-  category: InspectCategory,
-  re: RegExp,
-  pre: PreFilter,
-  opts: { validate?: (m: RegExpExecArray) => boolean; mask?: (m: RegExpExecArray) => string } = {},
-): Detector {
-  const flags = re.flags.includes('g') ? re.flags : re.flags + 'g';
-  const g = new RegExp(re.source, flags);
-  return {
-    id,
-    category,
-    find(text, out) {
-      if (!pre(text)) return;
-      g.lastIndex = 0;
-      let m: RegExpExecArray | null;
-      while ((m = g.exec(text)) !== null) {
-        if (m[0].length === 0) {
-          g.lastIndex++;
-          continue;
-        }
-        if (opts.validate && !opts.validate(m)) continue;
-        out.push({
-          start: m.index,
-          end: m.index + m[0].length,
-          detector: id,
-          category,
-          masked: opts.mask ? opts.mask(m) : maskValue(m[0]),
-        });
-      }
-    },
-  };
-}
-
-// ---------------------------------------------------------------- secrets
-
-/** `scheme://user:password@`: "://" and "@" (case-free literals, so fine under the i flag). */
-const CONTAINS_URL_CREDENTIALS: PreFilter = (t) => t.includes('@') && t.includes('://');
 /** `+` then at least 8 digits. */
 const PHONE_PRE: PreFilter = (t) => t.includes('+') && hasDigits(8)(t);
 /** `ddd-dd-dddd`. */
 const SSN_PRE: PreFilter = (t) => t.includes('-') && hasDigits(9)(t);
-
-const PLACEHOLDER =
-  /^(?:[$%<{*]|x{4,}$|\.{3})|^(?:null|none|nil|true|false|undefined|empty|changeme|redacted|secret|password|\*+)$/i;
-
-/** A credential assignment: `password=...`, `api_key: ...`, `"client_secret": "..."`, `AWS_SECRET_ACCESS_KEY=...`. */
-const CREDENTIAL_ASSIGNMENT =
-  /(?<![A-Za-z0-9_])((?:[A-Za-z0-9]{1,24}[_.-]){0,3}(?:password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credentials?)[A-Za-z0-9]{0,24}(?:[_.-][A-Za-z0-9]{1,24}){0,2})["']?[ \t]{0,4}(?::=|=|:)[ \t]{0,4}(["'`]?)([^\s"'`,;()[\]{}<>]{4,256})/gi;
-
-const SECRET_DETECTORS: Detector[] = [
-  regexDetector(
-    'private_key',
-    'secrets',
-    /-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----|$)/,
-    anyOf('-----BEGIN'),
-    { mask: () => '-----BEGIN PRIVATE KEY-----****' },
-  ),
-  regexDetector(
-    'aws_access_key',
-    'secrets',
-    /(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])/,
-    anyOf('AKIA', 'ASIA', 'ABIA', 'ACCA'),
-  ),
-  regexDetector(
-    'github_token',
-    'secrets',
-    /(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{22,255})(?![A-Za-z0-9_])/,
-    anyOf('gh', 'github_pat_'),
-  ),
-  regexDetector('gitlab_token', 'secrets', /(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,255}/, anyOf('glpat-')),
-  regexDetector('slack_token', 'secrets', /(?<![A-Za-z0-9])xox[abposre]-[A-Za-z0-9-]{10,250}/, anyOf('xox')),
-  regexDetector(
-    'slack_webhook',
-    'secrets',
-    /https:\/\/hooks\.slack\.com\/services\/[A-Za-z0-9_/]{20,200}/,
-    anyOf('https://hooks.slack.com/services/'),
-    {
-      mask: () => 'https://hooks.slack.com/services/****',
-    },
-  ),
-  regexDetector(
-    'stripe_key',
-    'secrets',
-    /(?<![A-Za-z0-9_])[sr]k_live_[A-Za-z0-9]{16,247}(?![A-Za-z0-9])/,
-    anyOf('k_live_'),
-  ),
-  regexDetector('anthropic_key', 'secrets', /(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,250}/, anyOf('sk-ant-')),
-  regexDetector(
-    'openai_key',
-    'secrets',
-    /(?<![A-Za-z0-9_-])sk-(?!ant-)(?:proj-|svcacct-|admin-)?([A-Za-z0-9_-]{20,250})/,
-    anyOf('sk-'),
-    {
-      // Real keys mix digits and both cases; "sk-this-is-a-long-word" does not.
-      validate: (m) => /[0-9]/.test(m[1]!) && /[A-Z]/.test(m[1]!) && /[a-z]/.test(m[1]!),
-    },
-  ),
-  regexDetector('google_api_key', 'secrets', /(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])/, anyOf('AIza')),
-  regexDetector('npm_token', 'secrets', /(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])/, anyOf('npm_')),
-  regexDetector('huggingface_token', 'secrets', /(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{34,40}(?![A-Za-z0-9])/, anyOf('hf_')),
-  regexDetector(
-    'sendgrid_key',
-    'secrets',
-    /(?<![A-Za-z0-9_])SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])/,
-    anyOf('SG.'),
-  ),
-  regexDetector(
-    'jwt',
-    'secrets',
-    /(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*/,
-    anyOf('eyJ'),
-  ),
-  regexDetector('bearer_token', 'secrets', /\bBearer[ \t]+([A-Za-z0-9._~+/-]{16,1024}=*)/, anyOf('Bearer'), {
-    mask: (m) => 'Bearer ' + maskValue(m[1]!),
-  }),
-  regexDetector(
-    'basic_auth',
-    'secrets',
-    /\bBasic[ \t]+([A-Za-z0-9+/]{12,1024}={0,2})(?![A-Za-z0-9+/=])/,
-    anyOf('Basic'),
-    {
-      mask: () => 'Basic ****',
-    },
-  ),
-  regexDetector(
-    'url_credentials',
-    'secrets',
-    /\b([a-z][a-z0-9+.-]{1,20}:\/\/[^\s:@/]{1,64}):[^\s@/]{1,128}@/i,
-    CONTAINS_URL_CREDENTIALS,
-    {
-      mask: (m) => `${m[1]!}:****@`,
-    },
-  ),
-  regexDetector('credential_assignment', 'secrets', CREDENTIAL_ASSIGNMENT, anyOf('=', ':'), {
-    validate: (m) => {
-      const value = m[3]!;
-      if (PLACEHOLDER.test(value)) return false;
-      // `password = get_password(...)`: a call, not a value (the class stops the value at "(").
-      const next = m.input.charCodeAt(m.index + m[0].length);
-      return next !== 40 /* ( */ && next !== 46; /* . */
-    },
-    mask: (m) => `${m[1]!}=****`,
-  }),
-];
 
 // ---------------------------------------------------------------- PII
 
@@ -704,3 +504,99 @@ export function inspectInputs(
 
 /** Order in which a blocking category names the verdict's reason when several block. */
 export const CATEGORY_PRIORITY: readonly InspectCategory[] = ['secrets', 'priv_esc', 'pii'];
+
+// ---------------------------------------------------------------- output redaction
+
+/** The secret detectors alone: what the tools gate masks in what a server answers. */
+const SECRET_MASKING = DETECTORS.filter((d) => d.category === 'secrets');
+
+/** Masks every secret match in a string (the secrets category of the one detector set). */
+export function maskSecretsOnly(text: string): string {
+  return applyMasks(text, spansOf(text, SECRET_MASKING));
+}
+
+/**
+ * A deep copy of a value with every secret masked in every string and key, and the whole string
+ * value of a sensitively named key (`password`, `token`, `api_key`, `authorization`, ...) masked
+ * unless it is a placeholder. `skip(key, parent)` leaves a string as it is (binary payloads).
+ */
+export function redactSecrets(
+  value: unknown,
+  skip?: (key: string, parent: Record<string, unknown>) => boolean,
+  depth = 0,
+): unknown {
+  if (depth > MAX_DEPTH) return '****';
+  if (typeof value === 'string') return maskSecretsOnly(value);
+  if (Array.isArray(value)) return value.map((v) => redactSecrets(v, skip, depth + 1));
+  if (value !== null && typeof value === 'object') {
+    // Only plain objects are walked: a class instance (a big number kept exactly) is a scalar.
+    const proto: unknown = Object.getPrototypeOf(value);
+    if (proto !== Object.prototype && proto !== null) return value;
+    const src = value as Record<string, unknown>;
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(src)) {
+      let r: unknown;
+      if (typeof v === 'string' && skip?.(k, src)) r = v;
+      else if (typeof v === 'string' && SENSITIVE_KEY.test(k) && v.trim().length >= 4 && !PLACEHOLDER.test(v.trim()))
+        r = maskValue(v);
+      else r = redactSecrets(v, skip, depth + 1);
+      Object.defineProperty(out, maskSecretsOnly(k), {
+        value: r,
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    }
+    return out;
+  }
+  return value;
+}
+
+/**
+ * Literals one of which every secret match (and every sensitively named key) contains, lower case.
+ * A text whose lower-case form holds none of them holds no secret: the gate forwards such an
+ * answer as it came. Sound for the gate's canonical lines, whose escapes never touch an ASCII
+ * letter, digit or these punctuation marks (tests/unit/enforcers/tools/redact.test.ts holds it to
+ * the detectors; the literals are those of ./secrets.ts, recall forms included).
+ */
+const SECRET_LITERALS = [
+  '-----begin',
+  'akia',
+  'asia',
+  'abia',
+  'acca',
+  'agpa',
+  'aida',
+  'aroa',
+  'anpa',
+  'k_test_',
+  'gh',
+  'glpat-',
+  'xox',
+  'hooks.slack.com',
+  'k_live_',
+  'sk-',
+  'aiza',
+  'npm_',
+  'hf_',
+  'sg.',
+  'eyj',
+  'bearer',
+  'basic',
+  '://',
+  'pass',
+  'pwd',
+  'secret',
+  'token',
+  'key',
+  'credential',
+  'authorization',
+  'cookie',
+];
+
+/** False only when no secret can be in the text (see SECRET_LITERALS). */
+export function mayHoldSecret(text: string): boolean {
+  const t = text.toLowerCase();
+  for (let i = 0; i < SECRET_LITERALS.length; i++) if (t.includes(SECRET_LITERALS[i]!)) return true;
+  return false;
+}

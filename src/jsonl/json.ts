@@ -7,6 +7,7 @@
  * message and forwards only what it re-wrote itself (compact, pure ASCII), so what it checked is
  * exactly what the other side parses.
  */
+import { CatalogueError, type JsonProblem } from '../errors.js';
 
 /** A number the gate must carry without a JS double losing it: a float literal or a big integer. */
 export class JsonNumber {
@@ -25,23 +26,15 @@ export interface JsonObject {
   [key: string]: JsonValue;
 }
 
-export type JsonErrorCode =
-  | 'syntax'
-  | 'control_char'
-  | 'duplicate_key'
-  | 'bad_number'
-  | 'number_too_long'
-  | 'invalid_utf8'
-  | 'lone_surrogate'
-  | 'too_deep'
-  | 'empty';
+/** Why a line was refused: the catalogue's JSON_PROBLEMS (src/errors.ts, docs/errors.md). */
+export type JsonErrorCode = JsonProblem;
 
-export class JsonError extends Error {
+export class JsonError extends CatalogueError<JsonProblem> {
   constructor(
-    readonly code: JsonErrorCode,
+    code: JsonProblem,
     readonly offset: number,
   ) {
-    super(`${code} at byte ${offset}`);
+    super(code, `${code} at byte ${offset}`);
   }
 }
 

@@ -1,3 +1,4 @@
+import { effectiveNamespaces } from '../enforcers/watcher/policy.js';
 import { compilePolicy, decide, isGlob, type CompiledPolicy } from '../engine/index.js';
 import { SURFACES, type Surface } from '../engine/types.js';
 import type { InspectAction } from '../engine/types.js';
@@ -65,7 +66,8 @@ function coveredByBase(surface: Surface, entry: string, base: CompiledPolicy): b
 
 /**
  * Every loosening from `before` to `after`, not the first: the mode flipped to default-allow,
- * an allow entry a whitelist did not have, a deny entry dropped (`<surface>.unset.deny`),
+ * an allow entry a whitelist did not have, a deny entry dropped (`<surface>.unset.deny`), an ask
+ * entry a whitelist did not have (`<surface>.ask`), an ask entry a blacklist dropped (`<surface>.unset.ask`),
  * fail_mode opened, inspection lowered, an enforcer switched off, UDP allowed, a DNS resolver
  * added, a watched path dropped. Tightenings are not reported.
  */
@@ -95,6 +97,25 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
           out.push(l(`${s}.allow`, e, `${s} whitelist allows ${e}: allow_entry where it was not_allowed`));
       }
     }
+    // ask (docs/approvals.md): in a whitelist a new ask entry lets an approver pass what was blocked
+    // (so an ask replacing a deny needs consent twice: the deny dropped and the ask added); in a
+    // blacklist a dropped ask entry lets pass unasked what a human was asked about.
+    const bAsk = b.ask ?? [];
+    const aAsk = a.ask ?? [];
+    if (b.mode === 'whitelist' && a.mode === 'whitelist') {
+      for (const e of aAsk) {
+        if (bAsk.includes(e) || b.allow.includes(e)) continue;
+        base ??= allowOnly(before);
+        if (!coveredByBase(s, e, base))
+          out.push(l(`${s}.ask`, e, `${s} whitelist asks about ${e}: an approver may pass what was not_allowed`));
+      }
+    }
+    if (b.mode === 'blacklist' && a.mode === 'blacklist') {
+      for (const e of bAsk) {
+        if (!aAsk.includes(e))
+          out.push(l(`${s}.unset.ask`, e, `${s} ask ${e} removed: blacklist mode passes it without asking`));
+      }
+    }
     for (const e of b.deny) {
       if (!a.deny.includes(e))
         out.push(l(`${s}.unset.deny`, e, `${s} deny ${e} removed: deny_entry no longer blocks it`));
@@ -119,6 +140,18 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
         'network.ech',
         'allow',
         'network ech refuse -> allow: an encrypted ClientHello is judged by its outer name only',
+      ),
+    );
+  }
+  // filesystem.namespaces as enforced: deny -> allow leaves a subject process in a user namespace of its own running
+  // (so it can mount a filesystem of its own there before the watcher marks it). Whitelist -> blacklist on both
+  // filesystem and commands implies it, and is a loosening of its own; only an explicit allow is reported here.
+  if (effectiveNamespaces(before) === 'deny' && after.filesystem.namespaces === 'allow') {
+    out.push(
+      l(
+        'filesystem.namespaces',
+        'allow',
+        'filesystem namespaces deny -> allow: a subject process in a user namespace of its own is no longer killed',
       ),
     );
   }
@@ -200,6 +233,7 @@ function gateLoosenings(b: Effective['tools'], a: Effective['tools']): Loosening
         l('tools.unset.policed_methods', m, `tools policed_methods ${m} removed: its selector is no longer judged`),
       );
   }
+  out.push(...ruleLoosenings(b, a));
   const bt = argsByTool(b.args);
   const at = argsByTool(a.args);
   for (const [tool, bs] of bt) {
@@ -242,6 +276,57 @@ function gateLoosenings(b: Effective['tools'], a: Effective['tools']): Loosening
       );
     }
   }
+  return out;
+}
+
+const EFFECT_RANK = { deny: 0, ask: 1, allow: 2 } as const;
+
+/**
+ * Rules over operations: an allow or ask rule that is new or changed (a widened rule is a new
+ * one), a deny rule removed or changed, the default moved toward allow, output redaction switched
+ * off, the workspace or the mapping table changed (the same rules then read other resources).
+ */
+function ruleLoosenings(b: Effective['tools'], a: Effective['tools']): Loosening[] {
+  const out: Loosening[] = [];
+  const text = (r: unknown) => canonicalJson(r);
+  const before = new Set(b.rules.map(text));
+  const after = new Set(a.rules.map(text));
+  for (const r of a.rules) {
+    if (r.effect !== 'deny' && !before.has(text(r)))
+      out.push(
+        l('tools.rules', r.id, `tools rules ${r.id} (${r.effect}) added or widened: calls it matches now pass or ask`),
+      );
+  }
+  for (const r of b.rules) {
+    if (r.effect === 'deny' && !after.has(text(r)))
+      out.push(
+        l(
+          'tools.unset.rules',
+          r.id,
+          `tools rules ${r.id} (deny) removed or changed: operation_denied no longer blocks what it matched`,
+        ),
+      );
+  }
+  if (EFFECT_RANK[a.default] > EFFECT_RANK[b.default])
+    out.push(
+      l('tools.default', a.default, `tools default ${b.default} -> ${a.default}: calls no rule matches get more`),
+    );
+  if (b.redact_output && !a.redact_output)
+    out.push(
+      l('tools.redact_output', 'false', 'tools redact_output true -> false: secrets in results reach the agent'),
+    );
+  if (b.rules.length > 0 && a.workspace !== b.workspace)
+    out.push(
+      l(
+        'tools.workspace',
+        String(a.workspace),
+        `tools workspace ${String(b.workspace)} -> ${String(a.workspace)}: \${workspace} rules cover other paths`,
+      ),
+    );
+  if (b.rules.length > 0 && a.mapping !== b.mapping)
+    out.push(
+      l('tools.mapping', a.mapping, `tools mapping ${b.mapping} -> ${a.mapping}: calls are read by another table`),
+    );
   return out;
 }
 

@@ -118,6 +118,8 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     throw e;
   }
   if (loaded.config.host.memfd_noexec) logger.info({ setting: 'memfd_noexec', value: 2 }, 'host setting applied');
+  if (loaded.config.host.max_user_namespaces)
+    logger.info({ setting: 'max_user_namespaces', value: 0 }, 'host setting applied');
   const restoreHost = () => {
     for (const p of host.restore()) logger.error({ code: 'host_setting_failed' }, p);
   };

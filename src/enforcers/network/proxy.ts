@@ -4,6 +4,7 @@ import type { FailMode, NetworkSubject, Reason, Verdict } from '../../engine/typ
 import type { PROXY_REASONS } from '../../errors.js';
 import type { DecisionRecord, DecisionWriter } from '../../log/decisions.js';
 import { loadNative, type OriginalDst } from '../../native.js';
+import { startSettler } from './settle.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket } from './peek.js';
 import { createListenerTable } from './listeners.js';
@@ -107,6 +108,8 @@ export interface ProxyOptions<P> {
    * fail_mode as it is now). closed (default): reset `no_policy`; open: allowed to the original destination.
    */
   failMode?: () => FailMode;
+  /** Give memory back after a load peak (default true; see settle.ts). */
+  settle?: boolean;
 }
 
 export interface Proxy<P> {
@@ -186,6 +189,9 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const maxTotal = opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
   const maxPerSubject = opts.maxPerSubject ?? DEFAULT_MAX_PER_SUBJECT;
   let active = 0;
+  let opened = 0;
+  // After a burst, memory goes back once the connections have (see settle.ts).
+  const stopSettler = opts.settle === false ? () => {} : startSettler({ active: () => active, opened: () => opened });
   const failMode = opts.failMode ?? (() => 'closed' as const);
   const table = createListenerTable<Entry<P>, ProxySubject<P>>({
     create: (s) => ({
@@ -437,6 +443,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
           return;
         }
         active++;
+        opened++;
         e.active++;
         e.sockets.add(sock);
         sock.on('close', () => {
@@ -452,7 +459,9 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       try {
         await new Promise<void>((resolve, reject) => {
           srv.once('error', reject);
-          srv.listen({ host, port: e.port, exclusive: true, backlog: 1024 }, () => {
+          // The kernel's cap (net.core.somaxconn, 4096 by default): a burst of thousands of connects waits in the
+          // accept queue instead of having its SYNs dropped (a second's retransmit each).
+          srv.listen({ host, port: e.port, exclusive: true, backlog: 4096 }, () => {
             srv.off('error', reject);
             resolve();
           });
@@ -486,6 +495,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       return new Map([...subjects.values()].map((e) => [e.uid, e.port]));
     },
     async close() {
+      stopSettler();
       const all = [...subjects.values()];
       subjects.clear();
       await Promise.all(all.map(closeEntry));

@@ -8,6 +8,7 @@ import {
   parseMessage,
   type JsonRpcId,
 } from './jsonrpc.js';
+import { LeashError } from '../../errors.js';
 import { fromPlain, stringifyAscii } from '../../jsonl/json.js';
 import { result, RESULT_CODES, type CommandResult } from './types.js';
 
@@ -77,7 +78,12 @@ export interface TerminalServerOptions {
   version?: string;
 }
 
-class ParamsError extends Error {}
+/** A tools/call whose params are not what the tool takes: answered -32602 with the message. */
+class ParamsError extends LeashError {
+  constructor(message: string) {
+    super('terminal_params_invalid', message);
+  }
+}
 
 function toolArgs(params: Record<string, unknown> | undefined): { name: string; command: string; cwd?: string } {
   const name = params?.name;

@@ -2,6 +2,7 @@
  * Argument rules for the tools surface (pure): rules keyed by argument path, deny checked against
  * every nested value, allow matching the exact shape, `..` never admitted by accident.
  */
+import { LeashError } from '../../errors.js';
 import { compileLinear, LinearRegexError, type LinearRegex } from './linear-regex.js';
 import { JsonNumber, isObject, jsonType, stringifyAscii, type JsonValue } from '../../jsonl/json.js';
 // The rules as written are the config's data (src/config/tools.ts); this file compiles and applies them.
@@ -39,12 +40,12 @@ export type ArgsVerdict = { ok: true } | { ok: false; reason: ArgsReason; rule: 
 export const MAX_ARG_DEPTH = 100;
 
 /** Thrown for a rule that cannot be read unambiguously; `path` says where in the policy. */
-export class ArgRuleError extends Error {
+export class ArgRuleError extends LeashError {
   constructor(
     readonly path: string,
     message: string,
   ) {
-    super(`${path}: ${message}`);
+    super('config_invalid', `${path}: ${message}`);
   }
 }
 

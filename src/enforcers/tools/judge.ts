@@ -5,10 +5,33 @@
  */
 import { formatDecisionTail, type DecisionWriter } from '../../log/decisions.js';
 import type { JsonValue } from '../../jsonl/json.js';
-import { deniedByName, judgeRequest, redactForLog, type CompiledGatePolicy, type Judgment } from './policy.js';
+import { randomUUID } from 'node:crypto';
+import { actionFields, type AuditRecord, type AuditWriter } from './audit.js';
+import {
+  deniedByName,
+  judgeRequest,
+  redactForLog,
+  type CompiledGatePolicy,
+  type GateSession,
+  type Judgment,
+} from './policy.js';
 
-/** A judgment as the gate uses it: the log line's ref travels in the error's data. */
-export type GateJudgment = Judgment & { ref?: string };
+/**
+ * A judgment as the gate uses it: the log line's ref travels in the error's data; `audit` is what
+ * the gate hands back to `answered` when the server's answer to an allowed call arrives.
+ */
+export type GateJudgment = Judgment & { ref?: string; audit?: PendingAudit };
+
+/** An allowed call's audit record, waiting for its outcome. */
+export type PendingAudit = Omit<AuditRecord, 'outcome' | 'result_sha256' | 'redacted'>;
+
+/** How an allowed call ended, for its audit record. */
+export interface CallOutcome {
+  outcome: 'ok' | 'error' | 'tool_error' | 'timeout' | 'closed';
+  /** SHA-256 of the result (or error) member as the client received it. */
+  sha256: string | null;
+  redacted: boolean;
+}
 
 export interface GateJudge {
   /** Strip tools denied by name from tools/list. */
@@ -20,6 +43,14 @@ export interface GateJudge {
   /** Called before the gate writes what it queued: held-back log lines go out first. */
   flush?(): void;
   close?(): void;
+  /** The server's initialize answer named it (selects the operations mapping table). */
+  serverInfo?(name: string, version: string | null): void;
+  /** Mask secrets in the server's answers (tools.redact_output). */
+  readonly redactOutput?: boolean;
+  /** Audit records wait for outcomes (the gate then reads every tools/call answer). */
+  readonly auditing?: boolean;
+  /** The outcome of an allowed call whose judgment carried `audit`. */
+  answered?(audit: PendingAudit, outcome: CallOutcome): void;
 }
 
 export interface GateEvent {
@@ -53,6 +84,7 @@ interface AllowTail {
   method: string;
   reason: string;
   rule: string | null;
+  operation: string | undefined;
   tail: string;
 }
 
@@ -83,6 +115,7 @@ export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: Log
       hit.method === j.method &&
       hit.reason === j.verdict.reason &&
       hit.rule === j.verdict.rule &&
+      hit.operation === j.op?.action.operation &&
       hit.named === (j.name !== undefined)
     )
       return ctx.log.writeTail('allow', hit.tail);
@@ -96,6 +129,7 @@ export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: Log
   // runs every detector. Any other name (denied, or passed by blacklist mode) is masked.
   if (j.name !== undefined) subject.name = cut(j.verdict?.reason === 'allow_entry' ? j.name : ctx.mask(j.name));
   if (args !== undefined) subject.inputs = redactForLog(args, ctx.mask);
+  if (j.op !== undefined) subject.operation = j.op.action.operation;
   if (j.verdict?.at) subject.at = cut(j.verdict.at);
   if (j.verdict?.findings?.length) subject.findings = j.verdict.findings;
   if (j.action === 'deny' && j.code !== -32001) subject.code = j.code;
@@ -110,7 +144,14 @@ export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: Log
   if (tailKey !== undefined) {
     const tail = formatDecisionTail(rec);
     if (tails!.size >= MAX_ALLOW_TAILS) tails!.clear();
-    tails!.set(tailKey, { named: j.name !== undefined, method: j.method, reason: rec.reason, rule: rec.rule, tail });
+    tails!.set(tailKey, {
+      named: j.name !== undefined,
+      method: j.method,
+      reason: rec.reason,
+      rule: rec.rule,
+      operation: j.op?.action.operation,
+      tail,
+    });
     return ctx.log.writeTail!('allow', tail);
   }
   return ctx.log.write(rec);
@@ -133,6 +174,8 @@ export interface LocalJudgeOptions {
   uid: number;
   /** Secret masking (the engine's maskSecrets); identity when absent. */
   mask?: (s: string) => string;
+  /** Where audit records go (the policy's tools.audit, or --audit), if anywhere. */
+  audit?: AuditWriter | null;
 }
 
 /** A judge over a compiled policy, logging every policed or denied call. */
@@ -144,13 +187,50 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
     mask: o.mask ?? ((s: string) => s),
     allowTails: new Map(),
   };
+  const session: GateSession & { id: string | null; version: string | null } = {
+    serverName: null,
+    version: null,
+    id: null,
+  };
+  const run = randomUUID();
+  const audit = o.audit ?? null;
   return {
     hideDenied: o.policy.hideDenied,
+    redactOutput: o.policy.redactOutput,
+    auditing: audit !== null,
     judge(method, params) {
-      const j = judgeRequest(method, params, o.policy) as GateJudgment;
+      if (method === 'initialize') session.id = randomUUID();
+      const j = judgeRequest(method, params, o.policy, session) as GateJudgment;
       const ref = logJudgment(j, params, ctx);
       if (ref !== undefined) j.ref = ref;
+      if (audit !== null && j.name !== undefined && j.method.toLowerCase() === 'tools/call') {
+        const rec: PendingAudit = {
+          v: 1,
+          ts: new Date().toISOString(),
+          run,
+          session: session.id,
+          uid: o.uid,
+          server: session.serverName,
+          server_version: session.version,
+          tool: ctx.mask(j.name),
+          ...actionFields(j.op?.action),
+          decision: j.action,
+          reason: j.action === 'allow' ? (j.verdict?.reason ?? 'allow_entry') : j.reason,
+          rule: j.action === 'allow' ? (j.verdict?.rule ?? null) : j.rule,
+          ref: ref ?? null,
+          dispatch: j.action === 'allow' ? 'forwarded' : 'not-forwarded',
+        };
+        if (j.action === 'deny') audit.write({ ...rec, outcome: null, result_sha256: null, redacted: false });
+        else j.audit = rec;
+      }
       return j;
+    },
+    serverInfo(name, version) {
+      session.serverName = name;
+      session.version = version;
+    },
+    answered(rec, out) {
+      audit?.write({ ...rec, outcome: out.outcome, result_sha256: out.sha256, redacted: out.redacted });
     },
     hidden(names) {
       return names.map((n) => deniedByName(n, o.policy));
@@ -163,6 +243,7 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
     },
     close() {
       o.log.flush?.();
+      audit?.close();
     },
   };
 }

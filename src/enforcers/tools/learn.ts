@@ -16,6 +16,7 @@ import {
   type JsonObject,
   type JsonValue,
 } from '../../jsonl/json.js';
+import { LeashError } from '../../errors.js';
 import { LineReader } from '../../jsonl/lines.js';
 import { MAX_LINE } from './gate/lines.js';
 import { normalizeToolName } from './names.js';
@@ -234,7 +235,12 @@ export function loadScript(file: string): LearnedCall[] {
   });
 }
 
-export class LearnError extends Error {}
+/** Scripted learning failed (mcp_learn_failed): the server refused, died or did not answer. */
+export class LearnError extends LeashError {
+  constructor(message: string) {
+    super('mcp_learn_failed', message);
+  }
+}
 
 /**
  * Scripted learning: leash is the MCP client. Performs the handshake, lists tools, runs each call,

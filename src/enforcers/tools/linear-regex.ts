@@ -12,6 +12,7 @@
  * as the start and end of the value.
  */
 import { RE2JS } from 're2js';
+import { LeashError } from '../../errors.js';
 
 export interface LinearRegex {
   /** True when the pattern matches anywhere in `text` (anchor with ^ and $). */
@@ -19,7 +20,12 @@ export interface LinearRegex {
   readonly source: string;
 }
 
-export class LinearRegexError extends Error {}
+/** A pattern that cannot be read as a linear-time regex (config_invalid: it comes from a policy). */
+export class LinearRegexError extends LeashError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('config_invalid', message, undefined, options);
+  }
+}
 
 /** Rewrites JS/Python-only escapes to RE2 syntax, leaving `\\` pairs alone. */
 function translate(p: string): string {

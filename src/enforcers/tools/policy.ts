@@ -3,12 +3,15 @@
  * mcp-leash features (argument rules, strict_args, policed_methods, deny_methods, hide_denied,
  * log_args), and the pure judgment of one JSON-RPC request against it.
  */
-import type { TOOLS_GATE_REASONS } from '../../errors.js';
+import { LeashError, type TOOLS_GATE_REASONS } from '../../errors.js';
 import type { PolicyInput, ToolSubject, ToolsSurfacePolicy, Verdict, FailMode } from '../../engine/types.js';
 import { ArgRuleError, checkArgs, compileToolArgs, type ArgsReason, type CompiledToolArgs } from './args.js';
 import type { ToolsGateFields } from '../../config/tools.js';
 import { asPlain, isObject, JsonNumber, type JsonObject, type JsonValue } from '../../jsonl/json.js';
 import { normalizeToolName, otherSpellingOf } from './names.js';
+import { MAPPINGS, mappingForServer, type MappingTable } from './operations/mappings.js';
+import { normalizeCall, type Action } from './operations/normalize.js';
+import { compileRules, decideAction, type CompiledRules, type OpDecision } from './operations/rules.js';
 
 export type ToolsGatePolicy = ToolsSurfacePolicy & ToolsGateFields;
 
@@ -28,11 +31,47 @@ export interface CompiledGatePolicy {
   hideDenied: boolean;
   logArgs: 'denied' | 'all' | 'none';
   failMode: FailMode;
+  /** Rules over operations, when the policy has any (null: names and arguments only). */
+  ops: CompiledOps | null;
+  /** Mask secrets in what the server answers (tools.redact_output). */
+  redactOutput: boolean;
+  /** The audit file (tools.audit), or null. */
+  audit: string | null;
 }
 
-export class GatePolicyError extends Error {
+/** The operation layer of a compiled policy. */
+export interface CompiledOps {
+  rules: CompiledRules;
+  workspace: string;
+  home: string;
+  /** A declared table (tools.mapping), null for none, 'auto' to select by the server's name. */
+  mapping: MappingTable | null | 'auto';
+}
+
+/** What a gate session knows about its server: the mapping table its initialize answer selected. */
+export interface GateSession {
+  serverName: string | null;
+}
+
+/** The table that reads a session's calls. */
+export function tableFor(ops: CompiledOps, session: GateSession | undefined): MappingTable | null {
+  if (ops.mapping !== 'auto') return ops.mapping;
+  const n = session?.serverName;
+  return n ? mappingForServer(n) : null;
+}
+
+/** Where relative paths and ${workspace} go, and what ~ is, for a compiled policy. */
+export interface CompileOptions {
+  /** Default: tools.workspace, else the process's working directory. */
+  workspace?: string;
+  /** Default: $HOME, else os.homedir() of the caller. */
+  home?: string;
+}
+
+/** A gate policy that does not validate (config_invalid); `problems` are `path: message` lines. */
+export class GatePolicyError extends LeashError {
   constructor(readonly problems: string[]) {
-    super(problems.join('\n'));
+    super('config_invalid', problems.join('\n'));
   }
 }
 
@@ -74,8 +113,29 @@ const EMPTY_SURFACE = { mode: 'whitelist' as const, allow: [], deny: [] };
  * Compiles a gate policy once (engine indexes, regexes, globs). Throws GatePolicyError listing
  * every problem (a bad regex, a `*` in an args key, two keys naming one tool once normalised).
  */
-export function compileGatePolicy(tools: ToolsGatePolicy, failMode: FailMode, engine: ToolsEngine): CompiledGatePolicy {
+export function compileGatePolicy(
+  tools: ToolsGatePolicy,
+  failMode: FailMode,
+  engine: ToolsEngine,
+  opts: CompileOptions = {},
+): CompiledGatePolicy {
   const problems: string[] = [];
+  let ops: CompiledOps | null = null;
+  const ruleSpecs = tools.rules ?? [];
+  if (ruleSpecs.length > 0) {
+    const workspace = opts.workspace ?? tools.workspace ?? process.cwd();
+    const home = opts.home ?? process.env.HOME ?? '/';
+    if (!workspace.startsWith('/')) problems.push(`tools.workspace: '${workspace}' is not an absolute path`);
+    const m = tools.mapping ?? 'auto';
+    ops = {
+      rules: compileRules(ruleSpecs, tools.default ?? 'ask', { workspace, home }, problems),
+      workspace,
+      home,
+      mapping: m === 'auto' ? 'auto' : m === 'none' ? null : (MAPPINGS.get(m) ?? null),
+    };
+  }
+  if (tools.audit != null && !tools.audit.startsWith('/'))
+    problems.push(`tools.audit: '${tools.audit}' is not an absolute path`);
   const args = new Map<string, CompiledToolArgs>();
   for (const [name, spec] of Object.entries(tools.args ?? {})) {
     const n = normalizeToolName(name);
@@ -98,7 +158,9 @@ export function compileGatePolicy(tools: ToolsGatePolicy, failMode: FailMode, en
     network: EMPTY_SURFACE,
     filesystem: EMPTY_SURFACE,
     commands: EMPTY_SURFACE,
-    tools: { mode: tools.mode, allow: tools.allow, deny: tools.deny, inspect: tools.inspect },
+    // With rules over operations, the operations decide what a name's absence from allow used to:
+    // deny entries, inspection and argument rules still apply to every call.
+    tools: { mode: ops ? 'blacklist' : tools.mode, allow: tools.allow, deny: tools.deny, inspect: tools.inspect },
   };
   const compiled = engine.compilePolicy(input) as never;
   return {
@@ -117,6 +179,9 @@ export function compileGatePolicy(tools: ToolsGatePolicy, failMode: FailMode, en
     hideDenied: tools.hide_denied ?? false,
     logArgs: tools.log_args ?? 'denied',
     failMode,
+    ops,
+    redactOutput: tools.redact_output ?? true,
+    audit: tools.audit ?? null,
   };
 }
 
@@ -127,7 +192,7 @@ const _argsReasonsCatalogued: ArgsReason extends GateReason ? true : false = tru
 void _argsReasonsCatalogued;
 
 export interface ToolVerdict {
-  action: 'allow' | 'block';
+  action: 'allow' | 'block' | 'ask';
   reason: string;
   rule: string | null;
   /** Where in the arguments an argument rule decided. */
@@ -151,7 +216,8 @@ export function checkTool(name: string, inputs: JsonValue | undefined, policy: C
   if (v.action === 'block') return { action: 'block', reason: v.reason, rule: v.rule, findings: v.findings };
   const a = checkArgs(inputs, policy.args.get(normalizeToolName(name)) ?? null, policy.strictArgs);
   if (!a.ok) return { action: 'block', reason: a.reason, rule: a.rule, at: a.at };
-  return { action: 'allow', reason: v.reason, rule: v.rule, findings: v.findings };
+  // An ask passes the argument rules first: a human is never asked about a call they would deny anyway.
+  return { action: v.action, reason: v.reason, rule: v.rule, findings: v.findings };
 }
 
 /** True when a tool is denied by name (and so hidden from tools/list under hide_denied). */
@@ -171,7 +237,7 @@ export const SELECTORS = ['name', 'arguments', 'uri', 'ref'] as const;
 
 /** The result of judging one client request or notification. */
 export type Judgment =
-  | { action: 'allow'; policed: boolean; method: string; name?: string; verdict?: ToolVerdict }
+  | { action: 'allow'; policed: boolean; method: string; name?: string; verdict?: ToolVerdict; op?: OpJudgment }
   | {
       action: 'deny';
       code: number;
@@ -181,14 +247,21 @@ export type Judgment =
       method: string;
       name?: string;
       verdict?: ToolVerdict;
+      op?: OpJudgment;
     };
+
+/** The operation layer's part of a judgment: the normalised action and the rules' decision. */
+export interface OpJudgment {
+  action: Action;
+  decision: OpDecision;
+}
 
 const deny = (
   code: number,
   message: string,
   reason: string,
   method: string,
-  extra: { name?: string; rule?: string | null; verdict?: ToolVerdict } = {},
+  extra: { name?: string; rule?: string | null; verdict?: ToolVerdict; op?: OpJudgment } = {},
 ): Judgment => ({
   action: 'deny',
   code,
@@ -198,6 +271,7 @@ const deny = (
   method,
   name: extra.name,
   verdict: extra.verdict,
+  op: extra.op,
 });
 
 /** JSON-RPC error code of a tool call the policy denies. */
@@ -245,7 +319,12 @@ function selectorOf(method: string, params: JsonObject): { sel: string; args?: J
  * deny_methods → -32601; a policed method's selector → the tool policy (name, arguments, inspection);
  * malformed params of a policed method → -32602.
  */
-export function judgeRequest(method: string, params: JsonValue | undefined, policy: CompiledGatePolicy): Judgment {
+export function judgeRequest(
+  method: string,
+  params: JsonValue | undefined,
+  policy: CompiledGatePolicy,
+  session?: GateSession,
+): Judgment {
   const m = normalizeToolName(method);
   for (const d of policy.denyMethods) {
     if (d.re.test(m)) return deny(-32601, `method not allowed: ${method}`, 'method_denied', method, { rule: d.glob });
@@ -268,7 +347,62 @@ export function judgeRequest(method: string, params: JsonValue | undefined, poli
       verdict: v,
     });
   }
+  if (v.action === 'ask') {
+    // Held for a human by a gate that can ask (the service's); a gate that cannot refuses at once.
+    return deny(DENIED_CODE, 'denied by leash: approval_unavailable', 'approval_unavailable', method, {
+      name: s.sel,
+      rule: v.rule,
+      verdict: v,
+    });
+  }
+  if (policy.ops !== null && m === 'tools/call') {
+    const op = judgeOperation(s.sel, inputs, policy.ops, session);
+    if (op.decision.effect !== 'allow') {
+      // `ask` needs an approver; until the gate has one, an ask is a deny with its own reason.
+      const reason = op.decision.effect === 'ask' ? 'ask_no_approver' : op.decision.reason;
+      return deny(DENIED_CODE, `denied by leash: ${reason} (${op.action.operation})`, reason, method, {
+        name: s.sel,
+        rule: op.decision.rule,
+        verdict: v,
+        op,
+      });
+    }
+    return {
+      action: 'allow',
+      policed: true,
+      method,
+      name: s.sel,
+      verdict: { ...v, reason: op.decision.reason, rule: op.decision.rule },
+      op,
+    };
+  }
   return { action: 'allow', policed: true, method, name: s.sel, verdict: v };
+}
+
+/** Normalises a call through the session's table and judges it by the rules (never throws). */
+export function judgeOperation(
+  name: string,
+  inputs: JsonValue | undefined,
+  ops: CompiledOps,
+  session?: GateSession,
+): OpJudgment {
+  let action: Action;
+  try {
+    action = normalizeCall(name, inputs, tableFor(ops, session), { workspace: ops.workspace, home: ops.home });
+  } catch {
+    action = {
+      tool: name,
+      mapping: null,
+      operation: 'unknown',
+      paths: [],
+      commands: [],
+      hosts: [],
+      methods: [],
+      ambiguous: false,
+      why: 'the call could not be read',
+    };
+  }
+  return { action, decision: decideAction(action, ops.rules) };
 }
 
 /** Cuts strings to 200 characters and masks secrets, for argument values written to the log. */

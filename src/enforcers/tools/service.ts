@@ -24,6 +24,12 @@ export function gatePolicyOf(c: Pick<Config, 'tools'>): ToolsGatePolicy {
     deny_methods: [...t.deny_methods],
     hide_denied: t.hide_denied,
     log_args: t.log_args,
+    rules: structuredClone(t.rules),
+    default: t.default,
+    workspace: t.workspace,
+    mapping: t.mapping,
+    redact_output: t.redact_output,
+    audit: t.audit,
   };
 }
 

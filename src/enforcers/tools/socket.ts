@@ -4,8 +4,8 @@
  * resolved tools policy, writing the decision log under that UID.
  *
  * Wire: newline-delimited JSON both ways, requests carry `seq`, answers echo it.
- *   {op:"hello"}                              → {seq, ok:true, uid, hide_denied}
- *   {op:"judge", method, params?, notification} → {seq, judgment}
+ *   {op:"hello"}                              → {seq, ok:true, uid, hide_denied, redact_output}
+ *   {op:"judge", method, params?, notification, server?} → {seq, judgment}   (server: serverInfo.name)
  *   {op:"hidden", names:[...]}                → {seq, hidden:[bool...]}
  *   {op:"event", event:{...}}                 (no answer: logged)
  *   {op:"commands_policy"}                    → {seq, ok:true, uid, policy:{fail_mode, commands}}
@@ -117,14 +117,24 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
       const ctx = { log: o.log, uid, logArgs: policy?.logArgs ?? 'denied', mask };
       switch (msg.op) {
         case 'hello':
-          send({ seq, ok: true, uid, hide_denied: policy ? policy.hideDenied : true, no_policy: policy === null });
+          send({
+            seq,
+            ok: true,
+            uid,
+            hide_denied: policy ? policy.hideDenied : true,
+            no_policy: policy === null,
+            redact_output: policy ? policy.redactOutput : true,
+          });
           return;
         case 'judge': {
           const method = typeof msg.method === 'string' ? msg.method : '';
           const params = msg.params;
           let j: GateJudgment;
           if (policy === null) j = noPolicyJudgment(method);
-          else j = judgeRequest(method, params, policy) as GateJudgment;
+          else
+            j = judgeRequest(method, params, policy, {
+              serverName: typeof msg.server === 'string' ? msg.server : null,
+            }) as GateJudgment;
           if (policy === null) {
             j.ref = o.log.write({
               uid,
@@ -252,11 +262,18 @@ export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promis
   };
   const hello = await ask({ op: 'hello' });
   if (hello.ok !== true || typeof hello.uid !== 'number') throw new Error('the leash service refused the hello');
+  let serverName: string | null = null;
   return {
     uid: hello.uid,
     hideDenied: hello.hide_denied === true,
+    // Secrets are masked unless the subject's policy switched it off.
+    redactOutput: hello.redact_output !== false,
+    serverInfo(name) {
+      serverName = name;
+    },
     async judge(method, params, notification) {
       const msg: JsonObject = { op: 'judge', method, notification };
+      if (serverName !== null) msg.server = serverName;
       if (params !== undefined) msg.params = params;
       const r = await ask(msg);
       const j = r.judgment;

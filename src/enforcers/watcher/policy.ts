@@ -11,7 +11,9 @@ import { systemLoaders } from './loaders.js';
  * watcher. An absent commands.interpreters is `defaultInterpreters` (the system's dynamic loaders).
  */
 export function fsCmdPolicyOf(
-  p: Pick<PolicyInput, 'fail_mode' | 'commands'> & { filesystem: SurfacePolicy & { watch?: string[] } },
+  p: Pick<PolicyInput, 'fail_mode' | 'commands'> & {
+    filesystem: SurfacePolicy & { watch?: string[]; namespaces?: 'deny' | 'allow' };
+  },
   defaultInterpreters: () => string[] = systemLoaders,
 ): FsCmdPolicy {
   const watch = p.filesystem.watch;
@@ -21,16 +23,39 @@ export function fsCmdPolicyOf(
     filesystem: {
       mode: p.filesystem.mode,
       allow: [...p.filesystem.allow],
-      deny: [...p.filesystem.deny],
+      deny: [...p.filesystem.deny, ...askedAsDenied(p.filesystem)],
       ...(watch && watch.length ? { watch: [...watch] } : {}),
+      namespaces: effectiveNamespaces(p),
     },
     commands: {
       mode: p.commands.mode,
       allow: [...p.commands.allow],
-      deny: [...p.commands.deny],
+      deny: [...p.commands.deny, ...askedAsDenied(p.commands)],
       interpreters: [...interpreters],
     },
   };
+}
+
+/**
+ * `filesystem.namespaces` as enforced: absent means deny when the filesystem or the commands surface is a
+ * whitelist (an agent's own namespace is where it can mount what no mark covers yet), allow otherwise.
+ */
+export function effectiveNamespaces(p: {
+  filesystem: { mode: string; namespaces?: 'deny' | 'allow' };
+  commands: { mode: string };
+}): 'deny' | 'allow' {
+  return (
+    p.filesystem.namespaces ?? (p.filesystem.mode !== 'blacklist' || p.commands.mode !== 'blacklist' ? 'deny' : 'allow')
+  );
+}
+
+/**
+ * The watcher does not hold events for a human yet (docs/approvals.md): an ask entry is answered as
+ * a block. In a whitelist that is what leaving it out gives (not_allowed, and an allow entry still
+ * wins as in the engine); in a blacklist the entry must be denied, or it would pass unasked.
+ */
+function askedAsDenied(sp: SurfacePolicy): string[] {
+  return sp.mode === 'blacklist' ? [...(sp.ask ?? [])] : [];
 }
 
 /** The longest non-glob directory prefix of a path entry (`/srv/*.log` -> `/srv`), or null when inert. */

@@ -2,6 +2,7 @@
 // the watcher's fd 3. Every request carries an id and is acknowledged with that id.
 import { LineReader } from '../../jsonl/lines.js';
 import type { FsCmdPolicy, WatcherSubject } from '../../native.js';
+import type { NamespaceStatus } from './namespaces.js';
 
 export type ToWatcher =
   | { id: number; op: 'init'; subjects: WatcherSubject[]; watch: string[] }
@@ -27,6 +28,8 @@ export interface WatcherStatus {
   markErrors: { path: string; code: string }[];
   subjects: number;
   droppedAllows: number;
+  /** Namespaces subjects made (namespaces.ts): known now, filesystems marked and processes killed since start. */
+  namespaces?: NamespaceStatus;
   stats: Record<string, number | boolean>;
 }
 

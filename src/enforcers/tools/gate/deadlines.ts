@@ -36,6 +36,7 @@ function timedOut(g: GateState, key: string, p: Pending): void {
   g.timeouts++;
   g.failed = true;
   g.judge.event({ reason: 'server_timeout', method: p.method });
+  if (p.audit) g.judge.answered?.(p.audit, { outcome: 'timeout', sha256: null, redacted: false });
   toClient(g, rpcError(p.id, -32603, 'server timed out'));
   maybeShutdown(g);
 }

@@ -45,6 +45,7 @@ function answerRequest(g: GateState, v: JsonObject, key: string, j: GateJudgment
   const timeoutMs = g.timeoutMs;
   const fm = normalizeToolName(method);
   const p: Pending = { id: v.id!, method: fm, deadline: timeoutMs > 0 ? performance.now() + timeoutMs : Infinity };
+  if (j.audit !== undefined) p.audit = j.audit;
   if (g.observer && fm === 'tools/call' && isObject(v.params)) {
     p.name = typeof v.params.name === 'string' ? v.params.name : undefined;
     p.args = v.params.arguments;

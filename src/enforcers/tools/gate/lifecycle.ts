@@ -11,6 +11,7 @@ export function failPending(g: GateState, message: string, reason: 'server_close
   for (const [k, p] of g.pending) {
     g.pending.delete(k);
     g.judge.event({ reason, method: p.method });
+    if (p.audit) g.judge.answered?.(p.audit, { outcome: 'closed', sha256: null, redacted: false });
     toClient(g, rpcError(p.id, -32603, message));
   }
 }

@@ -14,6 +14,8 @@ import {
 } from '../../../jsonl/json.js';
 import { otherSpellingOf } from '../names.js';
 import { plainResponseKey } from '../scan.js';
+import { sha256 } from '../audit.js';
+import { lineMayHoldSecret, redactResponse, REDACTED_METHODS } from '../redact.js';
 import { maybeShutdown, maybeShutdownSoon } from './lifecycle.js';
 import { envelopeProblem, has, printable, rpcError, validId } from './messages.js';
 import { toClient } from './output.js';
@@ -47,7 +49,13 @@ export function handleServerLine(g: GateState, line: Buffer): void | Promise<voi
   if (scanner !== null && !g.observer && scanner.scan(line)) {
     const key = plainResponseKey(line, scanner.facts);
     const p = key === null ? undefined : g.pending.get(key);
-    if (p && !(p.method === 'tools/list' && g.judge.hideDenied)) {
+    if (
+      p &&
+      !(p.method === 'tools/list' && g.judge.hideDenied) &&
+      p.method !== 'initialize' &&
+      p.audit === undefined &&
+      !(g.judge.redactOutput && REDACTED_METHODS.has(p.method) && lineMayHoldSecret(line))
+    ) {
       g.pending.delete(key!);
       toClient(g, null, line);
       maybeShutdown(g);
@@ -155,6 +163,19 @@ function handleServerMessage(g: GateState, v: JsonValue, line: Buffer): Out | Pr
   }
   g.pending.delete(exactKey);
   if (g.observer) observe(g, p, v);
+  if (p.method === 'initialize' && isObject(v.result) && isObject(v.result.serverInfo)) {
+    const si = v.result.serverInfo;
+    if (typeof si.name === 'string') g.judge.serverInfo?.(si.name, typeof si.version === 'string' ? si.version : null);
+  }
+  const redacted = g.judge.redactOutput === true && REDACTED_METHODS.has(p.method) && redactResponse(v);
+  if (p.audit !== undefined) {
+    const res = has(v, 'result') ? v.result! : v.error!;
+    g.judge.answered?.(p.audit, {
+      outcome: has(v, 'error') ? 'error' : isObject(res) && res.isError === true ? 'tool_error' : 'ok',
+      sha256: sha256(stringifyAscii(res)),
+      redacted,
+    });
+  }
   if (p.method === 'tools/list' && has(v, 'result') && g.judge.hideDenied) return filterToolsList(g, v, p, line);
   return v;
 }

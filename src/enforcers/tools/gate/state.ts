@@ -5,7 +5,7 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
-import type { GateJudge } from '../judge.js';
+import type { GateJudge, PendingAudit } from '../judge.js';
 import type { JsonValue } from '../../../jsonl/json.js';
 import type { LineScanner } from '../scan.js';
 import { LineReader } from '../../../jsonl/lines.js';
@@ -18,6 +18,8 @@ export interface Pending {
   method: string;
   name?: string;
   args?: JsonValue;
+  /** The call's audit record, waiting for its outcome. */
+  audit?: PendingAudit;
   /** When the gate stops waiting (performance.now() ms; Infinity with no timeout). */
   deadline: number;
 }

@@ -1,0 +1,153 @@
+/**
+ * The normaliser: a tool call becomes one action — an operation and its resources (paths, command
+ * argvs, hosts, methods) — through the server's mapping table (./mappings.ts). What the table does
+ * not know, or an argument of the wrong shape, is `unknown`; a command whose effect cannot be
+ * read from its argv is marked `ambiguous`. Neither ever inherits a default allow (./rules.ts).
+ */
+import path from 'node:path';
+import { isObject, type JsonValue } from '../../../jsonl/json.js';
+import { parseCommandLine } from '../../terminal/parse.js';
+import { gitOperation } from './git.js';
+import type { MappingTable, Operation } from './mappings.js';
+import { resolvePath, type PathContext } from './paths.js';
+
+export interface Action {
+  tool: string;
+  /** The mapping table that read the call (`filesystem@1`), or null. */
+  mapping: string | null;
+  operation: Operation;
+  paths: string[];
+  commands: string[][];
+  hosts: string[];
+  methods: string[];
+  /** The operation could not be read for sure (a shell string, an ambiguous git command). */
+  ambiguous: boolean;
+  /** Why the action is unknown or ambiguous (for explain and the log). */
+  why?: string;
+}
+
+const unknown = (tool: string, mapping: string | null, why: string): Action => ({
+  tool,
+  mapping,
+  operation: 'unknown',
+  paths: [],
+  commands: [],
+  hosts: [],
+  methods: [],
+  ambiguous: false,
+  why,
+});
+
+/** The host of a URL as rules compare it: lower case, no trailing dot, IPv6 without brackets. */
+function hostOf(u: URL): string {
+  let h = u.hostname.toLowerCase();
+  if (h.endsWith('.')) h = h.slice(0, -1);
+  if (h.startsWith('[') && h.endsWith(']')) h = h.slice(1, -1);
+  return h;
+}
+
+export function normalizeCall(
+  tool: string,
+  args: JsonValue | undefined,
+  table: MappingTable | null,
+  ctx: PathContext,
+): Action {
+  if (table === null) return unknown(tool, null, 'no mapping table for this server');
+  const mapping = `${table.id}@${table.version}`;
+  const m = Object.prototype.hasOwnProperty.call(table.tools, tool) ? table.tools[tool] : undefined;
+  if (m === undefined) return unknown(tool, mapping, `tool not in the ${table.id} table`);
+  const a = args === undefined ? {} : args;
+  if (!isObject(a)) return unknown(tool, mapping, 'arguments are not an object');
+  const str = (k: string): string | null | undefined => {
+    if (!Object.prototype.hasOwnProperty.call(a, k)) return undefined;
+    const v = a[k];
+    return typeof v === 'string' ? v : null;
+  };
+  const act: Action = {
+    tool,
+    mapping,
+    operation: m.operation,
+    paths: [],
+    commands: [],
+    hosts: [],
+    methods: [],
+    ambiguous: false,
+  };
+  const add = (p: string, base: string): boolean => {
+    const r = resolvePath(p, base, ctx);
+    if (r === null) return false;
+    for (const x of r) if (!act.paths.includes(x)) act.paths.push(x);
+    return true;
+  };
+  for (const spec of m.paths ?? []) {
+    let base = ctx.workspace;
+    if (spec.base !== undefined) {
+      const b = str(spec.base);
+      if (typeof b !== 'string') return unknown(tool, mapping, `argument ${spec.base} is missing or not a string`);
+      const rb = resolvePath(b, ctx.workspace, ctx);
+      if (rb === null) return unknown(tool, mapping, `argument ${spec.base} is not a path`);
+      base = rb[0]!;
+    }
+    const v = Object.prototype.hasOwnProperty.call(a, spec.arg) ? a[spec.arg] : undefined;
+    if (spec.array) {
+      if (!Array.isArray(v) || v.length === 0)
+        return unknown(tool, mapping, `argument ${spec.arg} is not a non-empty array of paths`);
+      for (const el of v) {
+        if (typeof el !== 'string' || !add(el, base))
+          return unknown(tool, mapping, `argument ${spec.arg} holds something that is not a path`);
+      }
+    } else if (typeof v !== 'string' || !add(v, base))
+      return unknown(tool, mapping, `argument ${spec.arg} is missing or not a path`);
+  }
+  if (m.url !== undefined) {
+    const u = str(m.url.arg);
+    if (typeof u !== 'string') return unknown(tool, mapping, `argument ${m.url.arg} is missing or not a string`);
+    let url: URL;
+    try {
+      url = new URL(u);
+    } catch {
+      return unknown(tool, mapping, 'invalid URL');
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') return unknown(tool, mapping, 'not an http(s) URL');
+    act.hosts.push(hostOf(url));
+    act.methods.push((m.method ?? 'GET').toUpperCase());
+  }
+  if (m.command !== undefined) {
+    const line = str(m.command.arg);
+    if (typeof line !== 'string') return unknown(tool, mapping, `argument ${m.command.arg} is missing or not a string`);
+    if (m.command.cwd !== undefined) {
+      const c = str(m.command.cwd);
+      if (c === null) return unknown(tool, mapping, `argument ${m.command.cwd} is not a string`);
+      if (c !== undefined && !add(c, ctx.workspace))
+        return unknown(tool, mapping, `argument ${m.command.cwd} is not a path`);
+    }
+    if (act.paths.length === 0) act.paths.push(...(resolvePath('.', ctx.workspace, ctx) ?? []));
+    // A compound or quoted command line is never taken as a safe argv: it is ambiguous, with no
+    // argv a commands rule could match (a rule without commands can still authorise it).
+    if (/["'\\]/.test(line)) {
+      act.operation = 'shell.exec';
+      act.ambiguous = true;
+      act.why = 'a quoted or escaped command line';
+      return act;
+    }
+    // leash terminal's own parser: exactly the argv the terminal would run (it has no shell). A
+    // line it refuses (metacharacters, control characters) has no argv: ambiguous.
+    const parsed = parseCommandLine(line);
+    if (!parsed.ok || parsed.argv.length === 0) {
+      act.operation = 'shell.exec';
+      act.ambiguous = true;
+      act.why = parsed.ok ? 'empty command' : parsed.reason;
+      return act;
+    }
+    act.commands.push(parsed.argv);
+    if (path.basename(parsed.argv[0]!) === 'git') {
+      const g = gitOperation(parsed.argv);
+      if (g === null) {
+        act.operation = 'shell.exec';
+        act.ambiguous = true;
+        act.why = 'a git command whose effect cannot be read from its argv';
+      } else act.operation = g;
+    }
+  }
+  return act;
+}
