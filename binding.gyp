@@ -15,6 +15,7 @@
         "native/errors.cc",
         "native/sockopt.cc",
         "native/notify.cc",
+        "native/journal.cc",
         "native/splice.cc",
         "native/fsmatch.cc",
         "native/decisionline.cc",

@@ -314,6 +314,7 @@ async function main(): Promise<void> {
       ['', []],
       [' (no link check)', ['--link-check=off']],
       [' (batch read)', ['--read=batch']],
+      [' (no metrics)', ['--metrics=off']],
     ];
     if (spin !== null) variants.push([` (spin ${spin} µs)`, [`--spin-us=${spin}`]]);
     if (values.explore) variants.push([' (no spin)', ['--spin-us=0']]);
@@ -449,12 +450,17 @@ async function main(): Promise<void> {
     vs('Leash, non-subject', 'Leash, non-subject (no link check)'),
     vs('Leash, subject, 1,000 entries', 'Leash, subject, 1,000 entries (no link check)'),
     vs(`Leash, subject, ${PARALLEL} openers at once`, `Leash, subject, ${PARALLEL} openers at once (no link check)`),
+    vs('Leash, non-subject', 'Leash, non-subject (no metrics)'),
+    vs('Leash, subject, 1,000 entries', 'Leash, subject, 1,000 entries (no metrics)'),
+    vs(`Leash, subject, ${PARALLEL} openers at once`, `Leash, subject, ${PARALLEL} openers at once (no metrics)`),
     vs('Leash, non-subject (batch read)', 'Leash, non-subject'),
     vs('Leash, subject, 1,000 entries (batch read)', 'Leash, subject, 1,000 entries'),
     vs(`Leash, subject, ${PARALLEL} openers at once (batch read)`, `Leash, subject, ${PARALLEL} openers at once`),
   ].filter((x) => x !== null);
   if (ratios.length) {
-    console.log('the checks (hard links) against none, and a batch read against one event per read(2), same rounds:');
+    console.log(
+      'the checks (hard links) against none, the metrics (judge-time histogram) against none, and a batch read against one event per read(2), same rounds:',
+    );
     console.table(ratios);
   }
   const before = median(execRows['Leash, subject execs, loader allowed by name'] ?? []);

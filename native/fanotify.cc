@@ -65,6 +65,9 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
   spinNs_ = num("spinUs", 0) * 1000;
   nice_ = static_cast<int>(num("nice", 0));
   queueAllows_ = static_cast<size_t>(num("queueAllows", 4096));
+  // metrics: false skips the judge timing (two clock reads per subject-era event).
+  Napi::Value mv = o.Get("metrics");
+  if (mv.IsBoolean()) timing_ = mv.As<Napi::Boolean>().Value();
   selfPid_ = static_cast<int32_t>(num("selfPid", getpid()));
   int eventFd = static_cast<int>(num("eventFd", -1));
   linkCheck_ = !o.Get("linkCheck").IsBoolean() || o.Get("linkCheck").As<Napi::Boolean>().Value();
@@ -302,6 +305,39 @@ Napi::Value Watcher::Stats(const Napi::CallbackInfo& info) {
   a("takeoverAllowed", takeoverAllowed_);
   a("takeoverDenied", takeoverDenied_);
   a("takeoverUnrecorded", takeoverUnrecorded_);
+  // Metrics: decisions by surface/action/reason, the judge-time histogram, the queue's depth.
+  Napi::Array by = Napi::Array::New(env);
+  uint32_t k = 0;
+  for (int e = 0; e < 2; e++)
+    for (int al = 0; al < 2; al++)
+      for (int r = 0; r < kReasons; r++) {
+        uint64_t v = byReason_[e][al][r].load(std::memory_order_relaxed);
+        if (v == 0) continue;
+        Napi::Object row = Napi::Object::New(env);
+        row.Set("surface", e ? "commands" : "filesystem");
+        row.Set("action", al ? "allow" : "block");
+        row.Set("reason", ReasonName(static_cast<Reason>(r)));
+        row.Set("count", Napi::Number::New(env, static_cast<double>(v)));
+        by.Set(k++, row);
+      }
+  o.Set("decisions", by);
+  Napi::Array buckets = Napi::Array::New(env, kJudgeBuckets);
+  for (int b = 0; b < kJudgeBuckets; b++)
+    buckets.Set(b, Napi::Number::New(env, static_cast<double>(judgeBuckets_[b].load(std::memory_order_relaxed))));
+  Napi::Object judge = Napi::Object::New(env);
+  Napi::Array bounds = Napi::Array::New(env, kJudgeBuckets - 1);
+  for (int b = 0; b < kJudgeBuckets - 1; b++) bounds.Set(b, Napi::Number::New(env, kJudgeBucketUs[b] / 1e6));
+  judge.Set("bounds", bounds);
+  judge.Set("buckets", buckets);
+  judge.Set("sum", Napi::Number::New(env, static_cast<double>(judgeNs_.load(std::memory_order_relaxed)) / 1e9));
+  judge.Set("count", Napi::Number::New(env, static_cast<double>(judgeCount_.load(std::memory_order_relaxed))));
+  o.Set("judge", judge);
+  {
+    std::lock_guard<std::mutex> g(qmu_);
+    n("queued", qCount_);
+    n("queuedAllows", qAllows_);
+  }
+  n("allowsCounted", dropped_);
   o.Set("loopError", Napi::Number::New(env, loopErrno_.load()));
   o.Set("running", Napi::Boolean::New(env, started_ && !dog_.loop_done()));
   return o;

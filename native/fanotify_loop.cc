@@ -120,6 +120,7 @@ void Watcher::HandleEvent(const fanotify_event_metadata* m) {
   DecisionRecord decs[8];
   int ndec = 0;
   std::shared_ptr<const Snapshot> snap;  // held until the decisions (which point into it) are queued
+  int64_t t0 = 0;                        // a subject-era event's start (metrics), 0 when not timed
   if (perm) {
     events_.fetch_add(1, std::memory_order_relaxed);
     snap = std::atomic_load(&snap_);
@@ -129,6 +130,7 @@ void Watcher::HandleEvent(const fanotify_event_metadata* m) {
     } else if (snap->subjects.empty()) {
       nonSubject_.fetch_add(1, std::memory_order_relaxed);
     } else {
+      if (timing_) t0 = NowNs();
       dog_.SetPhase(kJudging);
       dog_.SetPid(m->pid);
       Creds c;
@@ -146,6 +148,7 @@ void Watcher::HandleEvent(const fanotify_event_metadata* m) {
     if (write(respFd_, &r, sizeof r) != static_cast<ssize_t>(sizeof r))
       writeErrors_.fetch_add(1, std::memory_order_relaxed);
     inflight_.Clear(m->fd);
+    if (t0 != 0) CountJudge(NowNs() - t0);
     if (seen_) seen_->insert(m->pid);
     execs_.AfterAnswer(batchMonoNs_);  // the rest of the exec state's work, off the opener's wait
   }
@@ -255,6 +258,8 @@ void Watcher::Enqueue(DecisionRecord* d, int n) {
   {
     std::lock_guard<std::mutex> g(qmu_);
     for (int i = 0; i < n; i++) {
+      auto& c = byReason_[d[i].exec ? 1 : 0][d[i].allow ? 1 : 0][static_cast<int>(d[i].reason)];
+      c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // one writer
       if (!d[i].allow) {
         deny = true;
         qDenies_++;
@@ -281,6 +286,20 @@ void Watcher::Enqueue(DecisionRecord* d, int n) {
     }
   }
   if (wake) tsfn_.NonBlockingCall();
+}
+
+extern const int64_t kJudgeBucketUs[11];
+const int64_t kJudgeBucketUs[11] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
+
+void Watcher::CountJudge(int64_t ns) {
+  int b = 0;
+  while (b < kJudgeBuckets - 1 && ns > kJudgeBucketUs[b] * 1000) b++;
+  auto bump = [](std::atomic<uint64_t>& a, uint64_t v) {
+    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);  // loop thread only
+  };
+  bump(judgeBuckets_[b], 1);
+  bump(judgeNs_, static_cast<uint64_t>(ns));
+  bump(judgeCount_, 1);
 }
 
 }  // namespace leash

@@ -4,6 +4,7 @@
 #include "decisionline.h"
 #include "fanotify.h"
 #include "fsmatch.h"
+#include "journal.h"
 #include "jsonscan.h"
 #include "memory.h"
 #include "mntns.h"
@@ -17,6 +18,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("originalDst", Napi::Function::New(env, leash::OriginalDst, "originalDst"));
   exports.Set("peerCred", Napi::Function::New(env, leash::PeerCred, "peerCred"));
   exports.Set("mallocTrim", Napi::Function::New(env, leash::MallocTrim, "mallocTrim"));
+  exports.Set("journalSend", Napi::Function::New(env, leash::JournalSend, "journalSend"));
   exports.Set("sdNotify", Napi::Function::New(env, leash::SdNotify, "sdNotify"));
   leash::InitSplice(env, exports);
   exports.Set("compileFsPolicy", Napi::Function::New(env, leash::CompileFsPolicy, "compileFsPolicy"));

@@ -91,6 +91,8 @@ export const ERROR_CODES = {
   approvals_refused: EXIT.refused,
   approval_not_found: EXIT.refused,
   approval_persist_failed: EXIT.failed,
+  // the metrics endpoint (config logging.metrics_*): logged, the service runs on without it
+  metrics_unavailable: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 

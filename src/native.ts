@@ -129,6 +129,11 @@ export interface WatcherOptions {
    * (watcher.h says why one: a watcher killed inside read(2) then loses at most one event).
    */
   readBatch?: boolean;
+  /**
+   * Measurement only (bench/fanotify): false skips the judge-time histogram's two clock reads per
+   * subject-era event (the metrics' leash_watcher_judge_seconds); the default is true.
+   */
+  metrics?: boolean;
   /** The PID whose events are always allowed (default: this process). */
   selfPid?: number;
   /**
@@ -165,6 +170,15 @@ export interface WatcherStats {
   takeoverUnrecorded: number;
   loopError: number;
   running: boolean;
+  /** Decisions by surface, action and reason since start (the ones counted instead of queued included). */
+  decisions: { surface: 'filesystem' | 'commands'; action: 'allow' | 'block'; reason: string; count: number }[];
+  /** Time from reading a subject-era event to its answer: `buckets[i]` are those <= bounds[i] seconds, the last +Inf. */
+  judge: { bounds: number[]; buckets: number[]; sum: number; count: number };
+  /** Decision lines waiting for JavaScript's next drain, and of those allows. */
+  queued: number;
+  queuedAllows: number;
+  /** Allow decisions counted instead of written since start (log pressure). */
+  allowsCounted: number;
 }
 export interface NativeWatcher {
   readonly fd: number;
@@ -198,6 +212,8 @@ export interface NativeAddon {
   sdNotify(state: string): boolean;
   /** malloc_trim(0): freed heap pages back to the kernel; true when some were returned. */
   mallocTrim(): boolean;
+  /** Sends one serialised journal entry (src/log/journal.ts) to journald's socket: 0, or the errno that refused it. */
+  journalSend(socketPath: string, entry: Buffer): number;
   compileFsPolicy(policy: FsCmdPolicy): NativeFsPolicyHandle;
   nativeMatch(
     handle: NativeFsPolicyHandle | null,

@@ -4,8 +4,10 @@ import { SURFACES } from '../engine/types.js';
 import { systemLoaders } from '../enforcers/watcher/loaders.js';
 import { bpfLsmStatus } from '../service/bpf-lsm.js';
 import { maxUserNamespacesStatus, memfdNoexecStatus } from '../service/host.js';
-import { effectiveNamespaces } from '../enforcers/watcher/policy.js';
+import { effectiveNamespaces } from '../config/namespaces.js';
 import { configPath, print, printJson } from './context.js';
+import { parseMetricsText, summarize } from '../metrics/metrics.js';
+import { fetchMetrics } from '../metrics/server.js';
 import { layerOf, subjectOptions, subjectView } from './subject.js';
 
 export function register(program: Command): void {
@@ -15,7 +17,7 @@ export function register(program: Command): void {
       "print the user, a subject's resolved policy per surface (mode, list sizes and the layer each came from), enforcer toggles and the decision sink",
     )
     .option('--json', 'print the status as JSON');
-  subjectOptions(cmd).action((opts: { json?: boolean; subject?: string; stateDir?: string }, cmd: Command) => {
+  subjectOptions(cmd).action(async (opts: { json?: boolean; subject?: string; stateDir?: string }, cmd: Command) => {
     const file = configPath(cmd);
     const { config, account, findings } = loadConfig(file);
     const view = subjectView(config, opts);
@@ -64,8 +66,16 @@ export function register(program: Command): void {
       layers: r.ok ? r.layers : null,
       failure: r.ok ? null : { code: r.failure.code, scope: r.failure.scope, message: r.failure.message },
     };
+    // The running service's own figures, from its metrics socket (null when no service answers there).
+    const socket =
+      process.env.LEASH_METRICS_SOCKET !== undefined
+        ? process.env.LEASH_METRICS_SOCKET || null
+        : config.logging.metrics_socket;
+    const text = socket === null ? null : await fetchMetrics(socket);
+    const live = text === null ? null : summarize(parseMetricsText(text));
     if (opts.json) {
       printJson({
+        live,
         config: file,
         user: config.user,
         uid: account?.uid ?? null,
@@ -130,6 +140,25 @@ export function register(program: Command): void {
       }${bpf_lsm.listed === null ? '' : bpf_lsm.listed ? '; bpf is an active LSM' : '; bpf is not an active LSM'}`,
     );
     print(`decisions  ${config.logging.decisions}`);
+    if (live === null) print(`service    not answering on ${socket ?? '(no metrics socket configured)'}`);
+    else {
+      const subj = Object.entries(live.subjects)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ');
+      print(`service    running; subjects ${subj || 'none'}`);
+      for (const [surface, d] of Object.entries(live.decisions))
+        print(`  ${surface.padEnd(10)} allowed ${d.allow}  blocked ${d.block}${d.other ? `  other ${d.other}` : ''}`);
+      if (live.watcherQueueDepth !== null)
+        print(
+          `  watcher    queue ${live.watcherQueueDepth}  allows counted, not written ${live.watcherAllowsCounted ?? 0}`,
+        );
+      if (live.journal !== null)
+        print(
+          `  journal    ${Object.entries(live.journal)
+            .map(([k, v]) => `${k} ${v}`)
+            .join('  ')}`,
+        );
+    }
     if (counts.critical || counts.warning) {
       print(`findings   ${counts.critical} critical, ${counts.warning} warning (run: leash validate)`);
     }

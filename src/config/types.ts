@@ -40,7 +40,14 @@ export interface Config {
   };
   /** The engine's tools surface plus the MCP gate's fields (docs/tools.md). */
   tools: ToolsSurfacePolicy & ToolsGateFields & { ask: string[] };
-  logging: { level: 'debug' | 'info' | 'warn' | 'error'; decisions: string };
+  logging: {
+    level: 'debug' | 'info' | 'warn' | 'error';
+    decisions: string;
+    journal: 'auto' | 'on' | 'off';
+    journal_allows: number;
+    metrics_socket: string | null;
+    metrics_listen: string | null;
+  };
   enforcers: { network: boolean; filesystem: boolean; tools: boolean };
   /** Host-wide settings the service applies at start and restores at stop (src/service/host.ts). */
   host: { memfd_noexec: boolean; max_user_namespaces: boolean };

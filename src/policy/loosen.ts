@@ -1,4 +1,4 @@
-import { effectiveNamespaces } from '../enforcers/watcher/policy.js';
+import { effectiveNamespaces } from '../config/namespaces.js';
 import { compilePolicy, decide, isGlob, type CompiledPolicy } from '../engine/index.js';
 import { SURFACES, type Surface } from '../engine/types.js';
 import type { InspectAction } from '../engine/types.js';

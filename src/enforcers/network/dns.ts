@@ -44,6 +44,8 @@ export interface DnsForwarderOptions<P> {
   failMode?: () => 'closed' | 'open';
   /** What a refused name gets: REFUSED (default) or NXDOMAIN. */
   refuse?: 'refused' | 'nxdomain';
+  /** Each UDP query's time from receipt to answer, in seconds: the metrics. */
+  onAnswer?: (seconds: number) => void;
   /** Listen addresses (default 127.0.0.1 and ::1). */
   hosts?: string[];
   /** Upstream time-out per attempt (ms; default 2000). Each resolver is tried once, in order. */
@@ -389,9 +391,11 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
       const udp = dgram.createSocket({ type: fam, ipv6Only: fam === 'udp6' });
       udp.on('error', (err) => onError(err, { uid: e.uid, stage: 'dns_udp' }));
       udp.on('message', (msg, rinfo) => {
+        const t0 = opts.onAnswer ? performance.now() : 0;
         try {
           answer(e, msg, 'udp', (out) => {
             if (out) udp.send(out, rinfo.port, rinfo.address);
+            opts.onAnswer?.((performance.now() - t0) / 1000);
           });
         } catch (err) {
           onError(err as Error, { uid: e.uid, stage: 'dns_answer' });

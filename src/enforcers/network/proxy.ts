@@ -99,6 +99,8 @@ export interface ProxyOptions<P> {
    */
   onError?: (err: Error, ctx: ErrorContext) => void;
   errorWindowMs?: number;
+  /** Each connection's set-up time (accept to decided and relaying, or refused), in seconds: the metrics. */
+  onSetup?: (seconds: number) => void;
   /** Connections open at once, all subjects together (default 16384: two descriptors each, see docs/network.md). */
   maxConnections?: number;
   /** Connections open at once per subject (default 8192). */
@@ -451,10 +453,14 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
           e.active--;
           e.sockets.delete(sock);
         });
-        handle(e, sock).catch((err: Error) => {
-          onError(err, { uid: e.uid, stage: 'handle' });
-          sock.resetAndDestroy();
-        });
+        const t0 = opts.onSetup ? performance.now() : 0;
+        handle(e, sock).then(
+          () => opts.onSetup?.((performance.now() - t0) / 1000),
+          (err: Error) => {
+            onError(err, { uid: e.uid, stage: 'handle' });
+            sock.resetAndDestroy();
+          },
+        );
       });
       try {
         await new Promise<void>((resolve, reject) => {

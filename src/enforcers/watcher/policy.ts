@@ -5,6 +5,9 @@ import { isGlob, normalizePath } from '../../engine/path.js';
 import type { PolicyInput, SurfacePolicy } from '../../engine/types.js';
 import type { FsCmdPolicy } from '../../native.js';
 import { systemLoaders } from './loaders.js';
+import { effectiveNamespaces } from '../../config/namespaces.js';
+
+export { effectiveNamespaces };
 
 /**
  * The filesystem + commands part of a resolved policy (PolicyInput or a resolved config), for the
@@ -34,19 +37,6 @@ export function fsCmdPolicyOf(
       interpreters: [...interpreters],
     },
   };
-}
-
-/**
- * `filesystem.namespaces` as enforced: absent means deny when the filesystem or the commands surface is a
- * whitelist (an agent's own namespace is where it can mount what no mark covers yet), allow otherwise.
- */
-export function effectiveNamespaces(p: {
-  filesystem: { mode: string; namespaces?: 'deny' | 'allow' };
-  commands: { mode: string };
-}): 'deny' | 'allow' {
-  return (
-    p.filesystem.namespaces ?? (p.filesystem.mode !== 'blacklist' || p.commands.mode !== 'blacklist' ? 'deny' : 'allow')
-  );
 }
 
 /**

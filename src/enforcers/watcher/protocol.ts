@@ -1,7 +1,7 @@
 // The map protocol between the service (supervisor) and the watcher: JSON lines over
 // the watcher's fd 3. Every request carries an id and is acknowledged with that id.
 import { LineReader } from '../../jsonl/lines.js';
-import type { FsCmdPolicy, WatcherSubject } from '../../native.js';
+import type { FsCmdPolicy, WatcherStats, WatcherSubject } from '../../native.js';
 import type { NamespaceStatus } from './namespaces.js';
 
 export type ToWatcher =
@@ -30,7 +30,7 @@ export interface WatcherStatus {
   droppedAllows: number;
   /** Namespaces subjects made (namespaces.ts): known now, filesystems marked and processes killed since start. */
   namespaces?: NamespaceStatus;
-  stats: Record<string, number | boolean>;
+  stats: WatcherStats;
 }
 
 export type FromWatcher =

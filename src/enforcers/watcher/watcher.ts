@@ -26,6 +26,7 @@ export interface WatcherCoreOptions {
   /** Measurement only (bench/fanotify): see NativeWatcher's linkCheck and readBatch. */
   linkCheck?: boolean;
   readBatch?: boolean;
+  metrics?: boolean;
   /** Pending allow records beyond this are counted, not written (denies always are). */
   queueAllows?: number;
   /** How often queued records are drained when the loop has not woken JavaScript (default 100 ms). */
@@ -110,6 +111,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     queueAllows: opts.queueAllows ?? 4096,
     ...(opts.linkCheck === false ? { linkCheck: false } : {}),
     ...(opts.readBatch ? { readBatch: true } : {}),
+    ...(opts.metrics === false ? { metrics: false } : {}),
     ...(opts.standbyOf ? { standbyOf: opts.standbyOf } : {}),
   });
   standby = w.standby;
@@ -217,7 +219,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
         subjects: subjects.size,
         droppedAllows,
         ...(ns ? { namespaces: ns.status() } : {}),
-        stats: w.stats() as unknown as Record<string, number | boolean>,
+        stats: w.stats(),
       };
     },
     close() {
