@@ -122,6 +122,49 @@ describe.skipIf(!root)('watcher: hard links', () => {
     expect(w.stats().hardlinked).toBe(0);
   });
 
+  it('every mode the kernel lets the agent link is denied through a second name; the others stay readable', async () => {
+    // [mode, what the watcher answers through a root-made second name]
+    const modes: [number, 'allow' | 'block'][] = [
+      [0o644, 'allow'],
+      [0o664, 'block'], // group read+write: conservative (the group bits are also an ACL's mask)
+      [0o666, 'block'],
+      [0o646, 'block'],
+      [0o4666, 'allow'], // set-user-ID: may_linkat refuses a non-owner
+      [0o2666, 'block'], // set-group-ID without group exec: linkable
+      [0o2676, 'allow'], // set-group-ID and group-executable: may_linkat refuses
+    ];
+    for (const [m] of modes) {
+      const f = p('secret', `f${m.toString(8)}`);
+      fs.writeFileSync(f, `mode ${m.toString(8)}`);
+      fs.chmodSync(f, m);
+      fs.linkSync(f, p('work', `r${m.toString(8)}`));
+    }
+    start({ mode: 'whitelist', allow: [p('work'), p('bin')], deny: [] });
+    const linkables: string[] = [];
+    for (const [m, want] of modes) {
+      const o = m.toString(8);
+      const linkable = asAgent('ln', p('secret', `f${o}`), p('work', `a${o}`)).code === 0;
+      if (linkable) linkables.push(o);
+      const r = asAgent(cat, p('work', `r${o}`));
+      // The boundary: whatever the kernel lets the agent link is never readable through a link.
+      if (linkable) expect({ mode: o, eperm: isEperm(r) }).toEqual({ mode: o, eperm: true });
+      expect({ mode: o, answer: isEperm(r) ? 'block' : r.code === 0 ? 'allow' : r.stderr }).toEqual({
+        mode: o,
+        answer: want,
+      });
+    }
+    // What fs.protected_hardlinks lets a non-owner link (may_linkat): the rule's premise, as this kernel says.
+    expect(linkables).toEqual(['666', '646', '2666']);
+    await settle();
+    for (const [m, want] of modes) {
+      if (want === 'block')
+        expect(blocksOf(p('work', `r${m.toString(8)}`))[0]).toMatchObject({
+          reason: 'hardlinked',
+          nlink: expect.any(Number),
+        });
+    }
+  });
+
   it("the agent's own file with two names in its allowed directory is hardlinked, unless plain allow entries name both", async () => {
     start({ mode: 'whitelist', allow: [p('work'), p('bin'), p('work', 'lit-a'), p('work', 'lit-b')], deny: [] });
     expect(
