@@ -10,7 +10,9 @@
 import YAML from 'yaml';
 import type { Surface } from '../../engine/types.js';
 import { LeashError } from '../../errors.js';
-import { bind, readBindings, saveProfile, type StoreContext } from '../../policy/bindings.js';
+import { readBindings } from '../../policy/bindings.js';
+import { bind, saveProfile } from '../../policy/commands.js';
+import type { StoreContext } from '../../policy/consent.js';
 import { listProfiles, loadProfile, profileLoader } from '../../policy/profiles.js';
 import { foldedBase, resolveSubject } from '../../policy/resolve.js';
 import type { PendingView } from './queue.js';
