@@ -10,7 +10,27 @@
   "targets": [
     {
       "target_name": "leash_native",
-      "sources": ["native/module.cc", "native/errors.cc", "native/sockopt.cc", "native/notify.cc", "native/splice.cc", "native/fsmatch.cc", "native/decisionline.cc", "native/fanotify.cc", "native/fanotify_loop.cc", "native/identity.cc", "native/paths.cc", "native/exec_state.cc", "native/watchdog.cc", "native/takeover.cc", "native/jsonscan.cc"],
+      "sources": [
+        "native/module.cc",
+        "native/errors.cc",
+        "native/sockopt.cc",
+        "native/notify.cc",
+        "native/journal.cc",
+        "native/splice.cc",
+        "native/fsmatch.cc",
+        "native/decisionline.cc",
+        "native/fanotify.cc",
+        "native/fanotify_loop.cc",
+        "native/identity.cc",
+        "native/paths.cc",
+        "native/exec_state.cc",
+        "native/watchdog.cc",
+        "native/takeover.cc",
+        "native/hardlinks.cc",
+        "native/jsonscan.cc",
+        "native/mntns.cc",
+        "native/memory.cc"
+      ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "libraries": ["-lpthread"]
     }

@@ -1,7 +1,10 @@
 /**
  * bench/dns's load generator, run inside the agent namespace (as root or a leashed account):
- *   node dns-client.js qps <server> <port> <clients> <ms>   -> {"answers": n, "lost": n, "ms": t}
- *   node dns-client.js lat <server> <port> <n>              -> {"us": [latency of each query in µs]}
+ *   node dns-client.js qps <server> <port> <clients> <ms> [sport]  -> {"answers": n, "lost": n, "errors": n, "ms": t}
+ *   node dns-client.js lat <server> <port> <n> [sport]              -> {"us": [latency of each query in µs]}
+ * `sport`: the first source port (client i binds sport + i; lat binds sport + 99). Each path of the bench uses its
+ * own range, so a socket never inherits the conntrack entry (and so the NAT, or none) another socket left on the
+ * same source port (see SPORT in dns.ts).
  * Each client is one UDP socket with one A query for a fresh name under good.lab in flight (a fresh id each time); a query not
  * answered within 500 ms is counted lost and sent again.
  */
@@ -21,13 +24,16 @@ function query(id: number): Buffer {
   return q;
 }
 
-async function qps(server: string, port: number, clients: number, ms: number): Promise<void> {
+async function qps(server: string, port: number, clients: number, ms: number, sport: number): Promise<void> {
   let answers = 0;
   let lost = 0;
+  let errors = 0;
+  const codes: Record<string, number> = {};
   const end = performance.now() + ms;
-  const one = () =>
+  const one = (i: number) =>
     new Promise<void>((resolve) => {
       const s = dgram.createSocket(server.includes(':') ? 'udp6' : 'udp4');
+      if (sport) s.bind(sport + i);
       let id = 0;
       let timer: NodeJS.Timeout | null = null;
       const send = () => {
@@ -37,7 +43,13 @@ async function qps(server: string, port: number, clients: number, ms: number): P
           return;
         }
         id = (id + 1) & 0xffff;
-        s.send(query(id), port, server);
+        s.send(query(id), port, server, (err) => {
+          if (err) {
+            errors++;
+            codes[(err as NodeJS.ErrnoException).code ?? 'ERR'] =
+              (codes[(err as NodeJS.ErrnoException).code ?? 'ERR'] ?? 0) + 1;
+          }
+        });
         timer = setTimeout(() => {
           lost++;
           send();
@@ -53,12 +65,13 @@ async function qps(server: string, port: number, clients: number, ms: number): P
       send();
     });
   const t0 = performance.now();
-  await Promise.all(Array.from({ length: clients }, one));
-  process.stdout.write(JSON.stringify({ answers, lost, ms: performance.now() - t0 }) + '\n');
+  await Promise.all(Array.from({ length: clients }, (_, i) => one(i)));
+  process.stdout.write(JSON.stringify({ answers, lost, errors, codes, ms: performance.now() - t0 }) + '\n');
 }
 
-async function lat(server: string, port: number, n: number): Promise<void> {
+async function lat(server: string, port: number, n: number, sport: number): Promise<void> {
   const s = dgram.createSocket(server.includes(':') ? 'udp6' : 'udp4');
+  if (sport) s.bind(sport + 99);
   const us: number[] = [];
   let misses = 0;
   for (let i = 0; i < n; i++) {
@@ -85,8 +98,11 @@ async function lat(server: string, port: number, n: number): Promise<void> {
   process.stdout.write(JSON.stringify({ us }) + '\n');
 }
 
-const [mode, server, port, a, b] = process.argv.slice(2);
-const run = mode === 'qps' ? qps(server!, Number(port), Number(a), Number(b)) : lat(server!, Number(port), Number(a));
+const [mode, server, port, a, b, c] = process.argv.slice(2);
+const run =
+  mode === 'qps'
+    ? qps(server!, Number(port), Number(a), Number(b), Number(c ?? 0))
+    : lat(server!, Number(port), Number(a), Number(b ?? 0));
 run.catch((e: unknown) => {
   process.stderr.write(String(e) + '\n');
   process.exit(1);

@@ -4,7 +4,7 @@
  *   dnsmasq   another account: an nft redirect of its UDP/53 -> dnsmasq (Debian) on loopback, forwarding to the
  *             resolver (every query names a fresh name and negative answers are not cached: no cache hits), confined to the agent namespace
  *   leash     the leashed account: its chain redirects UDP/53 -> its forwarder (parse, judge, re-build, forward)
- * Measures queries/s with 50 clients (one query in flight each; median of 3 runs of 3 s, interleaved) and latency
+ * Measures queries/s with 50 clients (one query in flight each, each path on its own source ports; median of 5 runs of 3 s, interleaved) and latency
  * p50/p99 at one client (2,000 queries each), plus the forwarder's CPU per 1,000 queries. Prints a table with the
  * ratios against the targets (Leash >= 0.8x dnsmasq queries/s; added p99 <= 1 ms over direct).
  * Root only; run by hand: `npm run build && node dist/bench/dns.js` (needs dnsmasq: see bench/README.md).
@@ -23,13 +23,21 @@ const opt = (name: string, dflt: number) => {
   const i = args.indexOf(name);
   return i >= 0 ? Number(args[i + 1]) : dflt;
 };
-const REPS = opt('--reps', 3);
+const REPS = opt('--reps', 5);
 const QPS_MS = opt('--qps-ms', 3000);
 const CONC = opt('--concurrency', 50);
 const LAT_N = opt('--lat-n', 2000);
 const DNSMASQ_PORT = 5353;
 
 type PathName = 'direct' | 'dnsmasq' | 'leash';
+/**
+ * Each path's own source ports, above the lab's ephemeral range (1024-65000), with dnsmasq's upstream ports kept
+ * to 20000-29999: no client socket inherits a conntrack entry (and so the NAT, or none) that another path's
+ * socket, or dnsmasq's own upstream query, left on the same source port. With ephemeral ports a leashed client's
+ * query sometimes matched the entry of one of dnsmasq's queries to the resolver, was not redirected, and was
+ * dropped (EPERM) by its chain; a dnsmasq client's went straight to the resolver.
+ */
+const SPORT: Record<PathName, number> = { direct: 65100, dnsmasq: 65200, leash: 65300 };
 
 function policy(): PolicyInput {
   const open = { mode: 'blacklist' as const, allow: [], deny: [] };
@@ -103,6 +111,8 @@ async function main(): Promise<void> {
         // Leash forwards every query. (--cache-size=0 made dnsmasq 2.89 spin re-sending to the lab resolver.)
         '--no-negcache',
         '--dns-forward-max=1000',
+        '--min-port=20000',
+        '--max-port=29999',
         '--user=root',
         `--pid-file=${path.join(lab.dir, 'dnsmasq.pid')}`,
         '--log-facility=-',
@@ -120,34 +130,51 @@ async function main(): Promise<void> {
     const paths: PathName[] = ['direct', 'dnsmasq', 'leash'];
     // Warm-up, and a check that every path really answers.
     for (const p of paths) {
-      const r = (await client(lab, who[p], ['lat', LAB.dnsV4, '53', '50'])) as { us: number[] };
+      const r = (await client(lab, who[p], ['lat', LAB.dnsV4, '53', '50', String(SPORT[p])])) as { us: number[] };
       if (r.us.length < 40) throw new Error(`${p}: only ${r.us.length}/50 answers in the warm-up`);
+      // And a short run under load: the forwarder is a long-running process, measured warm (its JIT has compiled
+      // the query path), as dnsmasq is.
+      await client(lab, who[p], ['qps', LAB.dnsV4, '53', String(CONC), '1500', String(SPORT[p])]);
     }
     const qps: Record<PathName, number[]> = { direct: [], dnsmasq: [], leash: [] };
     const lost: Record<PathName, number> = { direct: 0, dnsmasq: 0, leash: 0 };
+    const errors: Record<PathName, number> = { direct: 0, dnsmasq: 0, leash: 0 };
     const cpu: Record<PathName, number[]> = { direct: [], dnsmasq: [], leash: [] };
     for (let rep = 0; rep < REPS; rep++) {
       for (const p of paths) {
         const pid = cpuPid[p];
         const c0 = pid ? cpuSeconds(pid) : 0;
-        const r = (await client(lab, who[p], ['qps', LAB.dnsV4, '53', String(CONC), String(QPS_MS)])) as {
+        const r = (await client(lab, who[p], [
+          'qps',
+          LAB.dnsV4,
+          '53',
+          String(CONC),
+          String(QPS_MS),
+          String(SPORT[p]),
+        ])) as {
           answers: number;
           lost: number;
+          errors?: number;
           ms: number;
         };
         const c1 = pid ? cpuSeconds(pid) : 0;
         qps[p].push((r.answers / r.ms) * 1000);
         lost[p] += r.lost;
+        errors[p] += r.errors ?? 0;
+        if (process.env.DNS_BENCH_DEBUG) process.stderr.write(`${p} ${JSON.stringify(r)}\n`);
         if (pid) cpu[p].push(((c1 - c0) / r.answers) * 1000 * 1000); // ms of CPU per 1,000 queries
       }
     }
     const lat: Record<PathName, number[]> = { direct: [], dnsmasq: [], leash: [] };
     for (let rep = 0; rep < 2; rep++)
       for (const p of paths) {
-        const r = (await client(lab, who[p], ['lat', LAB.dnsV4, '53', String(LAT_N / 2)])) as { us: number[] };
+        const r = (await client(lab, who[p], ['lat', LAB.dnsV4, '53', String(LAT_N / 2), String(SPORT[p])])) as {
+          us: number[];
+        };
         lat[p].push(...r.us);
       }
     const load1 = fs.readFileSync('/proc/loadavg', 'utf8').trim();
+    if (process.env.DNS_BENCH_DEBUG) process.stderr.write(`enforcer: ${enforcer.stderr()}\n`);
     const rows = paths.map((p) => ({
       path: p,
       qps: median(qps[p]),
@@ -155,6 +182,8 @@ async function main(): Promise<void> {
       p99: pct(lat[p], 99) / 1000,
       cpu: cpu[p].length ? median(cpu[p]) : null,
       lost: lost[p],
+      errors: errors[p],
+      rounds: qps[p].map((x) => x.toFixed(0)).join(' / '),
     }));
     const by = Object.fromEntries(rows.map((r) => [r.path, r])) as Record<PathName, (typeof rows)[number]>;
     const out: string[] = [];
@@ -165,12 +194,12 @@ async function main(): Promise<void> {
       `${CONC} clients x ${QPS_MS} ms, median of ${REPS}; latency over ${lat.direct.length} queries at one client\n`,
     );
     out.push(
-      '| path | queries/s (50 clients) | p50 ms (1 client) | p99 ms (1 client) | forwarder CPU ms / 1,000 q | lost |',
+      '| path | queries/s (50 clients) | each round | p50 ms (1 client) | p99 ms (1 client) | forwarder CPU ms / 1,000 q | lost | send errors |',
     );
-    out.push('| --- | --- | --- | --- | --- | --- |');
+    out.push('| --- | --- | --- | --- | --- | --- | --- | --- |');
     for (const r of rows)
       out.push(
-        `| ${r.path} | ${r.qps.toFixed(0)} | ${r.p50.toFixed(3)} | ${r.p99.toFixed(3)} | ${r.cpu === null ? '-' : r.cpu.toFixed(1)} | ${r.lost} |`,
+        `| ${r.path} | ${r.qps.toFixed(0)} | ${r.rounds} | ${r.p50.toFixed(3)} | ${r.p99.toFixed(3)} | ${r.cpu === null ? '-' : r.cpu.toFixed(1)} | ${r.lost} | ${r.errors} |`,
       );
     const ratio = by.leash.qps / by.dnsmasq.qps;
     const added = by.leash.p99 - by.direct.p99;

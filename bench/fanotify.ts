@@ -46,9 +46,12 @@ const { values } = parseArgs({
     explore: { type: 'boolean', default: false },
     /** Only the exec rows (for profiling the exec state); the opens table is then empty. */
     'exec-only': { type: 'boolean', default: false },
+    /** Openers at once in the concurrent rows (where a batch read could take several events). */
+    parallel: { type: 'string', default: '4' },
   },
 });
 const OPENS = Number(values.opens);
+const PARALLEL = Number(values.parallel);
 const EXECS = Number(values.execs);
 const ROUNDS = Number(values.rounds);
 
@@ -112,6 +115,26 @@ function opener(u: { uid: number; gid: number }, count = OPENS): number {
   return Number(out.trim());
 }
 
+/** `k` openers at once as `u`, each `count` opens: total opens per second of wall time. */
+async function openers(u: { uid: number; gid: number }, k: number, count: number): Promise<number> {
+  const t0 = process.hrtime.bigint();
+  await Promise.all(
+    Array.from(
+      { length: k },
+      () =>
+        new Promise<void>((resolve, reject) => {
+          const c = spawn(
+            'setpriv',
+            [`--reuid=${u.uid}`, `--regid=${u.gid}`, '--clear-groups', openerBin, target, String(count)],
+            { stdio: 'ignore', timeout: 120_000 },
+          );
+          c.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`opener exited ${code}`))));
+        }),
+    ),
+  );
+  return (k * count) / (Number(process.hrtime.bigint() - t0) / 1e9);
+}
+
 // A dynamic program whose loader and libc are copies on the ramfs: its exec raises the
 // program's and the loader's exec events and the libraries' opens on the marked filesystem.
 let dynDir = '';
@@ -171,6 +194,15 @@ function cpuNs(pid: number): number {
     s += Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
   }
   return s;
+}
+
+/** CPU time (ns) of the watcher's loop thread alone (named leash-loop): the answer path's work. */
+function loopCpuNs(pid: number): number {
+  for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
+    if (fs.readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim() === 'leash-loop')
+      return Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+  }
+  return NaN;
 }
 
 /** The PID of timeout(1)'s child. */
@@ -249,22 +281,25 @@ async function main(): Promise<void> {
   const spin = values['spin-us'] ? Number(values['spin-us']) : null;
   const rows: Record<string, number[]> = {};
   const cpus: Record<string, number[]> = {};
-  const add = (k: string, v: number | null, cpu?: number): void => {
+  const loopCpus: Record<string, number[]> = {};
+  const add = (k: string, v: number | null, cpu?: number, loopCpu?: number): void => {
     if (v !== null && Number.isFinite(v)) (rows[k] ??= []).push(v);
     if (cpu !== undefined && Number.isFinite(cpu)) (cpus[k] ??= []).push(cpu / OPENS / 1000);
+    if (loopCpu !== undefined && Number.isFinite(loopCpu)) (loopCpus[k] ??= []).push(loopCpu / OPENS / 1000);
   };
-  // Runs the opener and measures the listener's CPU over exactly those opens.
-  const measure = (k: string, u: { uid: number; gid: number }, pid: number): void => {
+  // Runs the opener and measures the listener's CPU (and a Leash watcher's loop thread's) over exactly those opens.
+  const measure = (k: string, u: { uid: number; gid: number }, pid: number, leashLoop = false): void => {
     const c0 = cpuNs(pid);
+    const l0 = leashLoop ? loopCpuNs(pid) : NaN;
     const rate = opener(u);
-    add(k, rate, cpuNs(pid) - c0);
+    add(k, rate, cpuNs(pid) - c0, leashLoop ? loopCpuNs(pid) - l0 : undefined);
   };
   const load0 = os.loadavg();
   const extra: Record<string, unknown> = {};
   const execRows: Record<string, number[]> = {};
   const execCpus: Record<string, number[]> = {};
   buildDynamic();
-  async function openRows(): Promise<void> {
+  async function openRows(round: number): Promise<void> {
     add('no listener', opener(N));
 
     const l = await startListener();
@@ -272,16 +307,33 @@ async function main(): Promise<void> {
     measure('minimal C listener', N, childOf(l.pid!));
     await stop(l);
 
-    const variants: [string, string[]][] = [['', []]];
+    // Today's checks against the watcher without them, in the same round: '(no link check)' is the
+    // hard-link check off (statx for the mount ID alone, as before it); '(batch read)' reads up to
+    // 64 KiB of events per read(2) instead of one event (native/watcher.h).
+    const variants: [string, string[]][] = [
+      ['', []],
+      [' (no link check)', ['--link-check=off']],
+      [' (batch read)', ['--read=batch']],
+      [' (no metrics)', ['--metrics=off']],
+    ];
     if (spin !== null) variants.push([` (spin ${spin} µs)`, [`--spin-us=${spin}`]]);
     if (values.explore) variants.push([' (no spin)', ['--spin-us=0']]);
+    // Alternate the order round by round, so that a drift in load falls on every variant alike.
+    if (round % 2 === 1) variants.reverse();
     for (const [tag, args] of variants) {
       const sup = await leash(tag, args);
       const wpid = sup.watcherPid()!;
       opener(N, 2000);
-      measure(`Leash, non-subject${tag}`, N, wpid);
+      measure(`Leash, non-subject${tag}`, N, wpid, true);
       opener(S, 2000);
-      measure(`Leash, subject, 1,000 entries${tag}`, S, wpid);
+      measure(`Leash, subject, 1,000 entries${tag}`, S, wpid, true);
+      if (PARALLEL > 1) {
+        const c0 = cpuNs(wpid);
+        const l0 = loopCpuNs(wpid);
+        const per = Math.ceil(OPENS / PARALLEL);
+        const rate = await openers(S, PARALLEL, per);
+        add(`Leash, subject, ${PARALLEL} openers at once${tag}`, rate, cpuNs(wpid) - c0, loopCpuNs(wpid) - l0);
+      }
       const st = await sup.status();
       extra[`leash${tag}`] = { droppedAllows: st.droppedAllows, stats: st.stats };
       await sup.close();
@@ -308,7 +360,7 @@ async function main(): Promise<void> {
   }
   const execOnly = values['exec-only'];
   for (let round = 0; round < ROUNDS; round++) {
-    if (!execOnly) await openRows();
+    if (!execOnly) await openRows(round);
 
     // Execs of a dynamic program: the loader allowed by name (before) against implied (after).
     for (const [name, implied] of [
@@ -357,6 +409,7 @@ async function main(): Promise<void> {
     'vs C listener': (median(xs) / c).toFixed(2) + 'x',
     'vs fapolicyd': Number.isFinite(f) ? (median(xs) / f).toFixed(2) + 'x' : 'n/a',
     'listener CPU µs/open': cpus[name] ? median(cpus[name]!).toFixed(2) : '-',
+    'loop thread µs/open': loopCpus[name] ? median(loopCpus[name]!).toFixed(2) : '-',
   }));
   console.log(
     `bench/fanotify: ${OPENS} open+close per run, ${ROUNDS} interleaved rounds, ramfs, ` +
@@ -366,6 +419,50 @@ async function main(): Promise<void> {
     `loadavg before ${load0.map((x) => x.toFixed(2)).join(' ')}, after ${load1.map((x) => x.toFixed(2)).join(' ')}`,
   );
   console.table(table);
+  // The checks against the watcher without them, round by round (the same round's rows).
+  // opens/s: a over b; the loop thread's CPU per open: b over a (so above 1x is a faster a either way).
+  const vs = (
+    a: string,
+    b: string,
+  ): {
+    row: string;
+    'opens/s ratio': string;
+    'per round': string;
+    'loop CPU ratio': string;
+    'CPU per round': string;
+  } | null => {
+    const xa = rows[a];
+    const xb = rows[b];
+    if (!xa || !xb) return null;
+    const per = xa.map((x, i) => x / xb[i]!);
+    const ca = loopCpus[a] ?? [];
+    const cb = loopCpus[b] ?? [];
+    const perCpu = ca.map((x, i) => cb[i]! / x);
+    return {
+      row: `${a} / ${b}`,
+      'opens/s ratio': median(per).toFixed(3) + 'x',
+      'per round': per.map((r) => r.toFixed(2)).join(' '),
+      'loop CPU ratio': perCpu.length ? median(perCpu).toFixed(3) + 'x' : '-',
+      'CPU per round': perCpu.map((r) => r.toFixed(2)).join(' '),
+    };
+  };
+  const ratios = [
+    vs('Leash, non-subject', 'Leash, non-subject (no link check)'),
+    vs('Leash, subject, 1,000 entries', 'Leash, subject, 1,000 entries (no link check)'),
+    vs(`Leash, subject, ${PARALLEL} openers at once`, `Leash, subject, ${PARALLEL} openers at once (no link check)`),
+    vs('Leash, non-subject', 'Leash, non-subject (no metrics)'),
+    vs('Leash, subject, 1,000 entries', 'Leash, subject, 1,000 entries (no metrics)'),
+    vs(`Leash, subject, ${PARALLEL} openers at once`, `Leash, subject, ${PARALLEL} openers at once (no metrics)`),
+    vs('Leash, non-subject (batch read)', 'Leash, non-subject'),
+    vs('Leash, subject, 1,000 entries (batch read)', 'Leash, subject, 1,000 entries'),
+    vs(`Leash, subject, ${PARALLEL} openers at once (batch read)`, `Leash, subject, ${PARALLEL} openers at once`),
+  ].filter((x) => x !== null);
+  if (ratios.length) {
+    console.log(
+      'the checks (hard links) against none, the metrics (judge-time histogram) against none, and a batch read against one event per read(2), same rounds:',
+    );
+    console.table(ratios);
+  }
   const before = median(execRows['Leash, subject execs, loader allowed by name'] ?? []);
   const execTable = Object.entries(execRows).map(([name, xs]) => ({
     row: name,
@@ -388,7 +485,9 @@ async function main(): Promise<void> {
         load1,
         rows,
         cpus,
+        loopCpus,
         table,
+        ratios,
         execRows,
         execCpus,
         execTable,

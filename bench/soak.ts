@@ -31,8 +31,9 @@ function policy(): PolicyInput {
   };
 }
 
-async function client(lab: Lab, user: LabUser, argv: string[]): Promise<Record<string, number>> {
-  const pre = ['setpriv', `--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups'];
+/** `user` null: root in the agent namespace, which no leash rule redirects (straight to the upstream). */
+async function client(lab: Lab, user: LabUser | null, argv: string[]): Promise<Record<string, number>> {
+  const pre = user ? ['setpriv', `--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups'] : [];
   const r = await lab.agent([...pre, process.execPath, path.join(here, 'soak-client.js'), ...argv]);
   if (r.code !== 0) throw new Error(`soak client ${argv[0]} failed: ${r.stderr}`);
   return JSON.parse(r.stdout.trim().split('\n').pop()!) as Record<string, number>;
@@ -54,11 +55,24 @@ async function main(): Promise<void> {
     const user = await lab.createUser('leash-ts1');
     const enf = await lab.startEnforcer({ subjects: [{ uid: user.uid, port: 18444, policy: policy() }] });
     const pid = enf.pid;
-    const snap = () => ({ rss: rssMiB(pid), fds: fds(pid), log: lines(enf.stderr()) });
+    /** The enforcer's own memory figures (SIGUSR2 makes it print one line): where the RSS is. */
+    const memory = async (): Promise<string> => {
+      process.kill(pid, 'SIGUSR2');
+      await new Promise((r) => setTimeout(r, 300));
+      const all = enf
+        .stderr()
+        .split('\n')
+        .filter((l) => l.startsWith('memory '));
+      const m = all.length ? (JSON.parse(all.at(-1)!.slice(7)) as Record<string, number>) : null;
+      return m
+        ? `heap ${m.heapUsed}/${m.heapTotal}, buffers ${m.arrayBuffers}, external ${m.external}, released ${m.releases}x`
+        : '-';
+    };
+    const snap = async () => ({ rss: rssMiB(pid), fds: fds(pid), log: lines(enf.stderr()), mem: await memory() });
     // Warm-up: the code paths and the pipe pool exist before the baseline is taken.
     await client(lab, user, ['burst', TARGET.v4, String(HOLD_PORT), TARGET.name, '50', '200']);
     await new Promise((r) => setTimeout(r, 2000));
-    const base = snap();
+    const base = await snap();
     const rows: string[][] = [];
     const t0 = Date.now();
     const steady = await client(lab, user, [
@@ -70,18 +84,34 @@ async function main(): Promise<void> {
       String(STEADY_S * 1000),
       '10',
     ]);
-    const afterSteady = snap();
+    const afterSteady = await snap();
     rows.push([
       `steady: ${N} long-lived TLS, 10/s churn, ${STEADY_S} s`,
       `opened ${steady.opened}, errors ${steady.errors}, min open ${steady.minOpen}, echoes ${steady.pings}`,
       `${(Date.now() - t0) / 1000}`,
     ]);
+    // The same burst without the proxy first (root, not redirected): what the client and the lab's TLS server
+    // manage on this machine now, the baseline the proxied burst is read against.
+    const burstDirect = await client(lab, null, [
+      'burst',
+      TARGET.v4,
+      String(HOLD_PORT),
+      TARGET.name,
+      String(BURST),
+      '3000',
+    ]);
+    await new Promise((r) => setTimeout(r, 2000));
     const burst = await client(lab, user, ['burst', TARGET.v4, String(HOLD_PORT), TARGET.name, String(BURST), '3000']);
     const alive1 = enf.alive();
     const first = await client(lab, user, ['first', TARGET.v4, '443', TARGET.name]);
-    const afterBurst = snap();
+    const afterBurst = await snap();
     rows.push([
-      `burst: ${BURST} at once`,
+      `burst: ${BURST} at once, direct (root, no proxy; baseline)`,
+      `ok ${burstDirect.ok}, refused ${burstDirect.refused}, errors ${burstDirect.errors}`,
+      '',
+    ]);
+    rows.push([
+      `burst: ${BURST} at once, through Leash`,
       `ok ${burst.ok}, refused ${burst.refused}, errors ${burst.errors}; alive ${alive1}`,
       '',
     ]);
@@ -92,7 +122,7 @@ async function main(): Promise<void> {
     const failLines = lines(enf.stderr()) - logBeforeFail;
     rows.push(['failing upstream: 2000 connects', `refused ${failing.refused}, enforcer log lines ${failLines}`, '']);
     await new Promise((r) => setTimeout(r, 5000));
-    const idle = snap();
+    const idle = await snap();
     const alive2 = enf.alive();
     const pctOf = (a: number, b: number) => `${(((a - b) / b) * 100).toFixed(1)}%`;
     console.log(
@@ -111,6 +141,9 @@ async function main(): Promise<void> {
     );
     console.log(
       `| descriptors | ${base.fds} | ${afterSteady.fds} | ${afterBurst.fds} | ${idle.fds} | ${pctOf(idle.fds, base.fds)} |`,
+    );
+    console.log(
+      `| V8 heap used/total, buffers, external (MiB); memory given back | ${base.mem} | ${afterSteady.mem} | ${afterBurst.mem} | ${idle.mem} | |`,
     );
     console.log(`| log lines (total) | ${base.log} | ${afterSteady.log} | ${afterBurst.log} | ${idle.log} | |`);
     console.log(`\nalive at the end: ${alive2}; steady errors: ${steady.errors}`);

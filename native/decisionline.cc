@@ -213,6 +213,12 @@ void AppendDecisionLine(std::string* out, IsoTime* iso, const DecisionRecord& d)
     out->append(",\"interpreterOf\":", 17);
     AppendJsonString(out, d.program->data(), d.program->size());
   }
+  if (d.nlink > 0) {
+    out->append(",\"inode\":", 9);
+    AppendUint(out, d.inode);
+    out->append(",\"nlink\":", 9);
+    AppendUint(out, d.nlink);
+  }
   out->append("},\"rule\":", 9);
   if (d.rule) {
     AppendJsonString(out, d.rule->data(), d.rule->size());
@@ -265,6 +271,11 @@ Napi::Value FormatDecisionLines(const Napi::CallbackInfo& info) {
     d.subject = std::string_view(buf.Data(), buf.Length());
     d.rule = hasRule ? &rule : nullptr;
     d.program = hasProgram ? &program : nullptr;
+    Napi::Value iv = c.Get("inode"), nv = c.Get("nlink");
+    if (iv.IsNumber() && nv.IsNumber()) {
+      d.inode = static_cast<uint64_t>(iv.As<Napi::Number>().Int64Value());
+      d.nlink = nv.As<Napi::Number>().Uint32Value();
+    }
     AppendDecisionLine(&text, &iso, d);
     subjects.Set(i, Napi::String::New(env, buf.Data(), buf.Length()));
     rules.Set(i, hasRule ? Napi::Value(Napi::String::New(env, rule)) : env.Null());

@@ -61,12 +61,14 @@ struct DecisionRecord {
   std::string_view subject;               // the path or binary, raw bytes from readlink
   const std::string* rule = nullptr;      // the entry that decided; null for a mode default
   const std::string* program = nullptr;   // exec only: the program whose interpreter this exec loads
+  uint64_t inode = 0;                     // hardlinked: the file's inode and link count (nlink 0: not written)
+  uint32_t nlink = 0;
 };
 
 /**
  * Appends one decision as its log line (with the newline), key order ts, ref, uid, surface,
  * action, reason, subject, rule; `program`, when set on an exec, is written as the subject's
- * `interpreterOf`.
+ * `interpreterOf`; `nlink` > 0 adds the subject's `inode` and `nlink` (a hardlinked decision).
  */
 void AppendDecisionLine(std::string* out, IsoTime* iso, const DecisionRecord& d);
 

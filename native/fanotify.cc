@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 
 #include "clock.h"
 #include "errors.h"
+#include "hardlinks.h"
 #include "watcher.h"
 
 namespace leash {
@@ -63,8 +65,14 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
   spinNs_ = num("spinUs", 0) * 1000;
   nice_ = static_cast<int>(num("nice", 0));
   queueAllows_ = static_cast<size_t>(num("queueAllows", 4096));
+  // metrics: false skips the judge timing (two clock reads per subject-era event).
+  Napi::Value mv = o.Get("metrics");
+  if (mv.IsBoolean()) timing_ = mv.As<Napi::Boolean>().Value();
   selfPid_ = static_cast<int32_t>(num("selfPid", getpid()));
   int eventFd = static_cast<int>(num("eventFd", -1));
+  linkCheck_ = !o.Get("linkCheck").IsBoolean() || o.Get("linkCheck").As<Napi::Boolean>().Value();
+  paths_.set_facts(linkCheck_);
+  bool readBatch = o.Get("readBatch").IsBoolean() && o.Get("readBatch").As<Napi::Boolean>().Value();
   int responseFd = static_cast<int>(num("responseFd", -1));
 
   // identity: how the opener's credentials are read (identity.h): 'pidfd-cache' (default),
@@ -130,8 +138,9 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
     }
   }
   respFd_ = responseFd >= 0 ? responseFd : fd_;
+  protectedHardlinks_ = ReadProtectedHardlinks();
   // One event per read (watcher.h); a crafted-event test descriptor is read in whole batches.
-  readLen_ = eventFd >= 0 ? kReadBytes
+  readLen_ = eventFd >= 0 || readBatch ? kReadBytes
                           : sizeof(fanotify_event_metadata) + (pidfd_ ? sizeof(fanotify_event_info_pidfd) : 0);
   stopFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stopFd_ < 0) {
@@ -156,28 +165,52 @@ Napi::Value Watcher::Start(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-/** mark(path, scope = 'filesystem'): FAN_MARK_FILESYSTEM (or FAN_MARK_MOUNT) for opens, execs and dirs. */
+/**
+ * mark(path, scope = 'filesystem'|'mount') : FAN_MARK_FILESYSTEM (or FAN_MARK_MOUNT) for opens, execs and dirs.
+ * mark(path, 'agent', major, minor): a filesystem an agent mounted in a namespace of its own, reached
+ * through /proc/PID/root/<mount point>: marked whole through the descriptor opened here, and only when
+ * that descriptor is on device major:minor (the one its namespace's mountinfo named, which JavaScript
+ * checked is in no mount of ours), so a mount swapped in between cannot put a mark on another
+ * filesystem. Its files' names are the agent's to choose (paths.h agent_fs()).
+ */
 Napi::Value Watcher::Mark(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() < 1 || !info[0].IsString()) return Usage(env, "mark(path: string, scope?: 'filesystem'|'mount')");
+  const char* usage = "mark(path: string, scope?: 'filesystem'|'mount') | mark(path, 'agent', major, minor)";
+  if (info.Length() < 1 || !info[0].IsString()) return Usage(env, usage);
   if (fd_ < 0 || !ownsFd_) return Usage(env, "mark: watcher has no fanotify group");
   std::string path = info[0].As<Napi::String>().Utf8Value();
   unsigned flags = FAN_MARK_ADD | FAN_MARK_FILESYSTEM;
-  if (info.Length() > 1 && info[1].IsString() && info[1].As<Napi::String>().Utf8Value() == "mount")
-    flags = FAN_MARK_ADD | FAN_MARK_MOUNT;
+  std::string scope = info.Length() > 1 && info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
+  if (scope == "mount") flags = FAN_MARK_ADD | FAN_MARK_MOUNT;
+  bool agent = scope == "agent";
+  if (agent && (info.Length() < 4 || !info[2].IsNumber() || !info[3].IsNumber())) return Usage(env, usage);
   // A descriptor on this filesystem through one of OUR mounts: events that arrive
   // through another namespace's mount are renamed through it (see paths.h). It is
   // opened before the mark (so this open raises no event) and not O_PATH, because
   // open_by_handle_at does not take an O_PATH mount descriptor.
-  int pfd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fanotify_mark(fd_, flags, kPermMask | FAN_ONDIR, AT_FDCWD, path.c_str()) != 0) {
+  int pfd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (agent ? O_DIRECTORY : 0));
+  struct stat st;
+  bool haveSt = pfd >= 0 && fstat(pfd, &st) == 0;
+  if (agent) {
+    unsigned wantMaj = info[2].As<Napi::Number>().Uint32Value(), wantMin = info[3].As<Napi::Number>().Uint32Value();
+    int err = pfd < 0 ? errno : !haveSt ? errno : 0;
+    if (!err && (major(st.st_dev) != wantMaj || minor(st.st_dev) != wantMin)) err = EXDEV;
+    if (err) {
+      if (pfd >= 0) close(pfd);
+      ErrnoError(env, err, "mark (an agent's filesystem)").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    paths_.AddAgentDev(st.st_dev);  // before the mark: its first event is already named as the agent's
+  }
+  int mr = agent ? fanotify_mark(fd_, flags, kPermMask | FAN_ONDIR, pfd, nullptr)
+                 : fanotify_mark(fd_, flags, kPermMask | FAN_ONDIR, AT_FDCWD, path.c_str());
+  if (mr != 0) {
     int err = errno;
     if (pfd >= 0) close(pfd);
     ErrnoError(env, err, "fanotify_mark").ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  struct stat st;
-  if (pfd >= 0 && fstat(pfd, &st) == 0) {
+  if (haveSt) {
     paths_.AddMount(st.st_dev, pfd);
   } else if (pfd >= 0) {
     close(pfd);
@@ -265,12 +298,46 @@ Napi::Value Watcher::Stats(const Napi::CallbackInfo& info) {
   a("writeErrors", writeErrors_);
   n("foreignMount", paths_.foreign_mounts());
   a("interpreterOf", interpreterOf_);
+  a("hardlinked", hardlinked_);
   n("execStateRefused", execs_.refused());
   n("execStateDropped", execs_.dropped());
   a("takeovers", takeovers_);
   a("takeoverAllowed", takeoverAllowed_);
   a("takeoverDenied", takeoverDenied_);
   a("takeoverUnrecorded", takeoverUnrecorded_);
+  // Metrics: decisions by surface/action/reason, the judge-time histogram, the queue's depth.
+  Napi::Array by = Napi::Array::New(env);
+  uint32_t k = 0;
+  for (int e = 0; e < 2; e++)
+    for (int al = 0; al < 2; al++)
+      for (int r = 0; r < kReasons; r++) {
+        uint64_t v = byReason_[e][al][r].load(std::memory_order_relaxed);
+        if (v == 0) continue;
+        Napi::Object row = Napi::Object::New(env);
+        row.Set("surface", e ? "commands" : "filesystem");
+        row.Set("action", al ? "allow" : "block");
+        row.Set("reason", ReasonName(static_cast<Reason>(r)));
+        row.Set("count", Napi::Number::New(env, static_cast<double>(v)));
+        by.Set(k++, row);
+      }
+  o.Set("decisions", by);
+  Napi::Array buckets = Napi::Array::New(env, kJudgeBuckets);
+  for (int b = 0; b < kJudgeBuckets; b++)
+    buckets.Set(b, Napi::Number::New(env, static_cast<double>(judgeBuckets_[b].load(std::memory_order_relaxed))));
+  Napi::Object judge = Napi::Object::New(env);
+  Napi::Array bounds = Napi::Array::New(env, kJudgeBuckets - 1);
+  for (int b = 0; b < kJudgeBuckets - 1; b++) bounds.Set(b, Napi::Number::New(env, kJudgeBucketUs[b] / 1e6));
+  judge.Set("bounds", bounds);
+  judge.Set("buckets", buckets);
+  judge.Set("sum", Napi::Number::New(env, static_cast<double>(judgeNs_.load(std::memory_order_relaxed)) / 1e9));
+  judge.Set("count", Napi::Number::New(env, static_cast<double>(judgeCount_.load(std::memory_order_relaxed))));
+  o.Set("judge", judge);
+  {
+    std::lock_guard<std::mutex> g(qmu_);
+    n("queued", qCount_);
+    n("queuedAllows", qAllows_);
+  }
+  n("allowsCounted", dropped_);
   o.Set("loopError", Napi::Number::New(env, loopErrno_.load()));
   o.Set("running", Napi::Boolean::New(env, started_ && !dog_.loop_done()));
   return o;

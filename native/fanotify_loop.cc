@@ -4,6 +4,7 @@
 // JavaScript without ever waiting for it. Nothing here takes a lock JavaScript holds for
 // longer than a swap.
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -14,11 +15,14 @@
 #include <vector>
 
 #include "clock.h"
+#include "hardlinks.h"
 #include "watcher.h"
 
 namespace leash {
 
 void Watcher::Loop() {
+  // Named, so that a stack dump and bench/fanotify (its CPU per open, answer path only) find it.
+  pthread_setname_np(pthread_self(), "leash-loop");
   if (nice_ != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice_);
   // A standby reads nothing while the active watcher lives; then it takes over (takeover.cc).
   if (standby_.load()) {
@@ -116,6 +120,7 @@ void Watcher::HandleEvent(const fanotify_event_metadata* m) {
   DecisionRecord decs[8];
   int ndec = 0;
   std::shared_ptr<const Snapshot> snap;  // held until the decisions (which point into it) are queued
+  int64_t t0 = 0;                        // a subject-era event's start (metrics), 0 when not timed
   if (perm) {
     events_.fetch_add(1, std::memory_order_relaxed);
     snap = std::atomic_load(&snap_);
@@ -125,6 +130,7 @@ void Watcher::HandleEvent(const fanotify_event_metadata* m) {
     } else if (snap->subjects.empty()) {
       nonSubject_.fetch_add(1, std::memory_order_relaxed);
     } else {
+      if (timing_) t0 = NowNs();
       dog_.SetPhase(kJudging);
       dog_.SetPid(m->pid);
       Creds c;
@@ -142,6 +148,7 @@ void Watcher::HandleEvent(const fanotify_event_metadata* m) {
     if (write(respFd_, &r, sizeof r) != static_cast<ssize_t>(sizeof r))
       writeErrors_.fetch_add(1, std::memory_order_relaxed);
     inflight_.Clear(m->fd);
+    if (t0 != 0) CountJudge(NowNs() - t0);
     if (seen_) seen_->insert(m->pid);
     execs_.AfterAnswer(batchMonoNs_);  // the rest of the exec state's work, off the opener's wait
   }
@@ -169,6 +176,10 @@ int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_me
   if (nh == 0) return 0;
   bool havePath = paths_.PathOf(m->fd);
   std::string_view subject = paths_.path();
+  // A file with more than one name that the process could have linked itself: an allow by this
+  // name also needs its other names (hardlinks.h). One compare for the common nlink == 1 file.
+  const FileFacts& facts = paths_.facts();
+  bool linked = linkCheck_ && havePath && facts.nlink > 1 && CouldHaveLinked(facts, c, protectedHardlinks_);
   bool isExec = (m->mask & FAN_OPEN_EXEC_PERM) != 0;
   // Exec state: is this exec the kernel loading the interpreter of the program this process
   // just had allowed? Any exec event of the process ends its entry (used, or stale).
@@ -187,8 +198,17 @@ int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_me
       MatchVerdict v;
       if (!havePath) {
         v = {failOpen, Reason::kEngineError, nullptr};
+      } else if (paths_.agent_fs() && pol && (exec ? pol->cmdWhitelist : pol->fsWhitelist)) {
+        // A file on a filesystem the agent mounted itself: its name is the agent's choice (it
+        // can mount over any allowed directory in its own namespace), so no allow entry can
+        // vouch for it. A blacklist judges the agent's name: its deny entries still match it.
+        v = {false, Reason::kNamespaceDenied, nullptr};
       } else {
         v = exec ? MatchCommandPolicy(pol, se.failOpen, subject, asInterp) : MatchPathPolicy(pol, se.failOpen, subject);
+        if (linked && v.allow && pol) {
+          v = JudgeLinks(*pol, exec, facts, v);
+          if (v.reason == Reason::kHardlinked) hardlinked_.fetch_add(1, std::memory_order_relaxed);
+        }
       }
       if (!v.allow) *allow = false;
       bool served = exec && v.reason == Reason::kInterpreterOf;
@@ -200,6 +220,8 @@ int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_me
       d.reason = v.reason;
       d.rule = v.rule;
       d.program = served ? &execs_.program() : nullptr;
+      d.inode = v.reason == Reason::kHardlinked ? facts.ino : 0;
+      d.nlink = v.reason == Reason::kHardlinked ? facts.nlink : 0;
     }
   }
   // An allowed exec under a whitelist with interpreters: read what the kernel will load next for
@@ -236,6 +258,8 @@ void Watcher::Enqueue(DecisionRecord* d, int n) {
   {
     std::lock_guard<std::mutex> g(qmu_);
     for (int i = 0; i < n; i++) {
+      auto& c = byReason_[d[i].exec ? 1 : 0][d[i].allow ? 1 : 0][static_cast<int>(d[i].reason)];
+      c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // one writer
       if (!d[i].allow) {
         deny = true;
         qDenies_++;
@@ -262,6 +286,20 @@ void Watcher::Enqueue(DecisionRecord* d, int n) {
     }
   }
   if (wake) tsfn_.NonBlockingCall();
+}
+
+extern const int64_t kJudgeBucketUs[11];
+const int64_t kJudgeBucketUs[11] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
+
+void Watcher::CountJudge(int64_t ns) {
+  int b = 0;
+  while (b < kJudgeBuckets - 1 && ns > kJudgeBucketUs[b] * 1000) b++;
+  auto bump = [](std::atomic<uint64_t>& a, uint64_t v) {
+    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);  // loop thread only
+  };
+  bump(judgeBuckets_[b], 1);
+  bump(judgeNs_, static_cast<uint64_t>(ns));
+  bump(judgeCount_, 1);
 }
 
 }  // namespace leash

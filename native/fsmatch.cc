@@ -10,7 +10,8 @@ namespace leash {
 namespace {
 
 const char* const kReasonNames[] = {"allow_entry", "mode_allow",   "deny_entry",        "not_allowed",
-                                    "no_policy",   "engine_error", "interpreter_of", "interpreter_direct"};
+                                    "no_policy",   "engine_error", "interpreter_of", "interpreter_direct",
+                                    "hardlinked",  "namespace_denied"};
 
 bool IsGlob(std::string_view s) { return s.find_first_of("*?[") != std::string_view::npos; }
 
@@ -286,6 +287,7 @@ void PathList::Add(const std::string& entry) {
   }
   texts_.push_back(std::make_unique<std::string>(entry));
   const std::string* text = texts_.back().get();
+  literals_.push_back({norm, text});
   if (norm == "/") {
     if (!rootRule_) rootRule_ = text;
     return;

@@ -24,7 +24,11 @@ enum class Reason : uint8_t {
   kEngineError,
   kInterpreterOf,
   kInterpreterDirect,
-  kLast = kInterpreterDirect
+  // The watcher's own (not the engine's): a multi-linked file whose names cannot all be judged (hardlinks.h).
+  kHardlinked,
+  /** A file on a filesystem the agent mounted in a namespace of its own, under a whitelist (never matched). */
+  kNamespaceDenied,
+  kLast = kNamespaceDenied
 };
 
 /** The snake_case name of a reason, as the engine and the decision log spell it. */
@@ -66,7 +70,16 @@ class PathList {
   /** The entry text that decides for a normalised path, or null. */
   const std::string* Find(std::string_view normPath) const;
 
+  /** A plain (non-glob) entry: its normalised path and its text. */
+  struct Literal {
+    std::string norm;
+    const std::string* rule;
+  };
+  /** The plain entries, in order (the names a hard-link check can stat: hardlinks.h). */
+  const std::vector<Literal>& literals() const { return literals_; }
+
  private:
+  std::vector<Literal> literals_;
   struct Node {
     const std::string* rule = nullptr;
     std::vector<CompiledGlob> globs;
@@ -84,6 +97,8 @@ class CommandList {
   void Add(const std::string& entry);
   /** The entry text that decides for a normalised binary path or bare name, or null. */
   const std::string* Find(std::string_view normBinary) const;
+  /** The absolute entries: normalised path -> entry text (the names a hard-link check can stat). */
+  const std::unordered_map<std::string, std::string>& paths() const { return paths_; }
 
  private:
   std::unordered_map<std::string, std::string> paths_;

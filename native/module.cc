@@ -4,7 +4,10 @@
 #include "decisionline.h"
 #include "fanotify.h"
 #include "fsmatch.h"
+#include "journal.h"
 #include "jsonscan.h"
+#include "memory.h"
+#include "mntns.h"
 #include "notify.h"
 #include "sockopt.h"
 #include "splice.h"
@@ -14,6 +17,8 @@ namespace {
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("originalDst", Napi::Function::New(env, leash::OriginalDst, "originalDst"));
   exports.Set("peerCred", Napi::Function::New(env, leash::PeerCred, "peerCred"));
+  exports.Set("mallocTrim", Napi::Function::New(env, leash::MallocTrim, "mallocTrim"));
+  exports.Set("journalSend", Napi::Function::New(env, leash::JournalSend, "journalSend"));
   exports.Set("sdNotify", Napi::Function::New(env, leash::SdNotify, "sdNotify"));
   leash::InitSplice(env, exports);
   exports.Set("compileFsPolicy", Napi::Function::New(env, leash::CompileFsPolicy, "compileFsPolicy"));
@@ -21,6 +26,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("nativeMatchBatch", Napi::Function::New(env, leash::NativeMatchBatch, "nativeMatchBatch"));
   exports.Set("formatDecisionLines", Napi::Function::New(env, leash::FormatDecisionLines, "formatDecisionLines"));
   leash::InitWatcher(env, exports);
+  leash::InitMntns(env, exports);
   exports.Set("createJsonScanner", Napi::Function::New(env, leash::CreateJsonScanner, "createJsonScanner"));
   return exports;
 }

@@ -28,12 +28,18 @@ void PathResolver::AddMount(dev_t dev, int fd) {
   if (!mountFds_.emplace(dev, fd).second) close(fd);
 }
 
+void PathResolver::AddAgentDev(dev_t dev) {
+  std::lock_guard<std::mutex> g(mountMu_);
+  agentDevs_.insert(dev);
+}
+
 void PathResolver::Close() {
   if (procFd_ >= 0) close(procFd_);
   procFd_ = -1;
   std::lock_guard<std::mutex> g(mountMu_);
   for (auto& kv : mountFds_) close(kv.second);
   mountFds_.clear();
+  agentDevs_.clear();
   if (mountinfoFd_ >= 0) close(mountinfoFd_);
   mountinfoFd_ = -1;
 }
@@ -138,10 +144,23 @@ bool PathResolver::ListOurMounts() {
 // same filesystem and named from there. No such mount, no name: engine_error.
 bool PathResolver::PathOf(int fd) {
   pathLen_ = 0;  // set only by a successful lookup: no name is logged as ""
+  facts_.mode = 0;
+  agentFs_ = false;
   struct statx sx;
   constexpr unsigned kMntIdUnique = 0x4000;  // STATX_MNT_ID_UNIQUE (Linux 6.8)
-  unsigned want = STATX_MNT_ID | (listmountOk_ ? kMntIdUnique : 0u);  // an old kernel ignores the new bit
+  // The file's type, owner, mode, inode and link count come with the same call (the hard-link
+  // check: hardlinks.h); the common case pays nothing for them.
+  constexpr unsigned kFacts = STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_GID | STATX_INO;
+  unsigned want = STATX_MNT_ID | (wantFacts_ ? kFacts : 0u) | (listmountOk_ ? kMntIdUnique : 0u);  // an old kernel ignores the new bit
   if (statx(fd, "", AT_EMPTY_PATH, want, &sx) != 0) return false;
+  if (wantFacts_ && (sx.stx_mask & kFacts) == kFacts) {
+    facts_.dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    facts_.ino = sx.stx_ino;
+    facts_.nlink = sx.stx_nlink;
+    facts_.uid = sx.stx_uid;
+    facts_.gid = sx.stx_gid;
+    facts_.mode = sx.stx_mode;
+  }
   bool unique = (sx.stx_mask & kMntIdUnique) != 0;
   if (!unique && !(sx.stx_mask & STATX_MNT_ID)) return false;
   if (OurMount(sx.stx_mnt_id, unique && listmountOk_)) return ReadLinkFd(fd);
@@ -155,6 +174,8 @@ bool PathResolver::PathOf(int fd) {
   if (name_to_handle_at(fd, "", &h.fh, &mntId, AT_EMPTY_PATH) != 0) return false;
   dev_t dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
   std::lock_guard<std::mutex> g(mountMu_);
+  // An agent's own filesystem is never mounted in our namespace: only this branch meets it.
+  agentFs_ = !agentDevs_.empty() && agentDevs_.count(dev) > 0;
   auto it = mountFds_.find(dev);
   if (it == mountFds_.end() || it->second < 0) return false;
   int nfd = open_by_handle_at(it->second, &h.fh, O_PATH | O_CLOEXEC);

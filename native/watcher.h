@@ -50,6 +50,9 @@ struct Snapshot {
   std::unordered_map<uint32_t, SubjectEntry> subjects;
 };
 
+/** The judge-time histogram's upper bounds in microseconds (Watcher::kJudgeBuckets - 1 of them, then +Inf). */
+extern const int64_t kJudgeBucketUs[11];
+
 class Watcher : public Napi::ObjectWrap<Watcher> {
  public:
   static Napi::Function Define(Napi::Env env);
@@ -109,6 +112,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   bool started_ = false;
   int32_t selfPid_ = 0;
   int nice_ = 0;
+  bool protectedHardlinks_ = false;
+  bool linkCheck_ = true;  // false: measurement only (bench/fanotify)  // fs.protected_hardlinks, read at construction (hardlinks.h)
   int64_t spinNs_ = 0;
   int64_t watchdogMs_ = 10000;
   size_t queueAllows_ = 4096;
@@ -151,7 +156,20 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   bool haveTsfn_ = false;
 
   std::atomic<uint64_t> events_{0}, self_{0}, nonSubject_{0}, subjectAllow_{0}, subjectDeny_{0}, unknown_{0},
-      writeErrors_{0}, interpreterOf_{0};
+      writeErrors_{0}, interpreterOf_{0}, hardlinked_{0};
+
+  // Metrics (stats(), the service's /metrics): written by the loop thread only, read by JavaScript.
+  // Decisions by surface (0 open, 1 exec), action (0 block, 1 allow) and reason, the ones counted
+  // instead of queued included; and the time from reading a subject-era event to its answer, in
+  // fixed buckets (kJudgeBucketUs, then +Inf). `timing_` off (option metrics: false) skips the
+  // two clock reads per event: what bench/fanotify compares.
+  static constexpr int kReasons = static_cast<int>(Reason::kLast) + 1;
+  static constexpr int kJudgeBuckets = 12;
+  std::atomic<uint64_t> byReason_[2][2][kReasons]{};
+  std::atomic<uint64_t> judgeBuckets_[kJudgeBuckets]{};
+  std::atomic<uint64_t> judgeNs_{0}, judgeCount_{0};
+  bool timing_ = true;
+  void CountJudge(int64_t ns);
 };
 
 }  // namespace leash

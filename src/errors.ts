@@ -86,6 +86,13 @@ export const ERROR_CODES = {
   watcher_failed: EXIT.failed,
   // host settings the service applies (config `host`, src/service/host.ts)
   host_setting_failed: EXIT.failed,
+  // the approvals queue and `leash approvals` (docs/approvals.md)
+  approvals_unreachable: EXIT.failed,
+  approvals_refused: EXIT.refused,
+  approval_not_found: EXIT.refused,
+  approval_persist_failed: EXIT.failed,
+  // the metrics endpoint (config logging.metrics_*): logged, the service runs on without it
+  metrics_unavailable: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 
@@ -103,6 +110,7 @@ export const FINDING_CODES = {
   fail_mode_invalid: 'warning',
   inert_allow: 'warning',
   inert_deny: 'critical',
+  inert_ask: 'critical',
   user_unknown: 'critical',
   user_unset: 'warning',
   // policy store (branch policy): what `leash validate` says about profiles and bindings
@@ -127,6 +135,8 @@ export type Severity = 'warning' | 'critical';
  */
 export const REASONS = {
   allow_entry: 'an allow entry matched',
+  ask_entry: 'an ask entry matched: the action is held and a human asked (docs/approvals.md)',
+  ask_rule: 'a tools operation rule with effect ask matched: the call is held and a human asked',
   deny_entry: 'a deny entry matched (deny wins in both modes)',
   engine_error: 'the engine threw; fail_mode decided',
   inspect_pii: 'tool input inspection found PII and the category is set to block',
@@ -213,6 +223,10 @@ export const DNS_REASONS = {
 export const WATCHER_REASONS = {
   watcher_takeover:
     "a subject's open or exec the dead watcher had read and not answered, denied unjudged by the standby that took over",
+  hardlinked:
+    'an open or exec of a file with more than one name that the subject could have linked itself, when not every name is known to be allowed (whitelist) or a name is a deny entry (blacklist); the line carries the inode and link count',
+  namespace_denied:
+    'a subject acted from a namespace of its own: a process in its own user namespace killed (filesystem.namespaces: deny), or, under a whitelist, an open or exec of a file on a filesystem it mounted there',
 } as const;
 
 /**
@@ -264,6 +278,24 @@ export const JSON_PROBLEMS = {
   empty: 'an empty line',
 } as const;
 export type JsonProblem = keyof typeof JSON_PROBLEMS;
+
+/**
+ * How an asked action ended (docs/approvals.md): the outcome line that follows its `action: ask` line,
+ * with who decided and how. Only the three `approved_*` reasons are an allow.
+ */
+export const APPROVAL_REASONS = {
+  approved_once: 'an approver allowed this one action',
+  approved_session:
+    'an approver allowed it for the session (tools: until the gate exits or the tool schema changes; host surfaces: until the next reconcile of the subject or the session time-out)',
+  approved_persist: "an approver allowed it for good: an allow entry was written to the subject's agent profile",
+  approval_denied: 'an approver denied it',
+  approval_timeout: "the request's deadline passed before anyone decided: blocked, never allowed",
+  approval_unavailable:
+    'no approver was reachable (no authorised client subscribed to the approvals socket, or the gate could not reach the service): blocked at once',
+  approval_limit: 'the pending requests reached their bound (per subject or in total): blocked at once',
+  approval_cancelled:
+    'the service stopped (or the subject was removed) with the request pending: blocked, never allowed',
+} as const;
 
 /** One `path: message` line of an invalid config (path is dotted, e.g. `network.mode`). */
 export interface ConfigIssue {
@@ -331,6 +363,7 @@ export function allCodes(): string[] {
       ...Object.keys(WATCHER_REASONS),
       ...Object.keys(TOOLS_GATE_REASONS),
       ...Object.keys(JSON_PROBLEMS),
+      ...Object.keys(APPROVAL_REASONS),
     ]),
   ];
 }

@@ -26,7 +26,18 @@ export interface SplicerInstance {
 export interface FsCmdPolicy {
   fail_mode: 'closed' | 'open';
   /** `watch`: extra paths whose filesystems are marked (config filesystem.watch); the matcher ignores it. */
-  filesystem: { mode: 'whitelist' | 'blacklist'; allow: string[]; deny: string[]; watch?: string[] };
+  filesystem: {
+    mode: 'whitelist' | 'blacklist';
+    allow: string[];
+    deny: string[];
+    watch?: string[];
+    /**
+     * `deny`: a process of the subject found in a user namespace of its own is killed (`namespace_denied`);
+     * `allow`: it is left running (its own filesystems are still marked). Absent: deny when filesystem or
+     * commands is a whitelist. The matcher ignores it (the watcher's namespace scan reads it).
+     */
+    namespaces?: 'deny' | 'allow';
+  };
   /** `interpreters`: commands.interpreters (absolute paths), implied only as an allowed program's interpreter. */
   commands: { mode: 'whitelist' | 'blacklist'; allow: string[]; deny: string[]; interpreters?: string[] };
 }
@@ -42,7 +53,8 @@ export interface NativeVerdict {
     | 'no_policy'
     | 'engine_error'
     | 'interpreter_of'
-    | 'interpreter_direct';
+    | 'interpreter_direct'
+    | 'namespace_denied';
   rule: string | null;
 }
 /** One map entry: a subject UID and its policy (null = subject with no policy, fail mode decides). */
@@ -71,13 +83,16 @@ export interface DecisionLineCase {
   uid: number;
   exec: boolean;
   allow: boolean;
-  reason: NativeVerdict['reason'];
+  reason: NativeVerdict['reason'] | 'hardlinked';
   /** The path's raw bytes, as readlink gives them. */
   subject: Buffer;
   rule: string | null;
   ref: string;
   /** interpreter_of: the served program's raw bytes (written as the subject's `interpreterOf`). */
   interpreterOf?: Buffer;
+  /** hardlinked: the file's inode and link count (written after the path, both or neither). */
+  inode?: number;
+  nlink?: number;
 }
 export interface WatcherOptions {
   /** Called (no arguments) from the event loop when records are waiting; call drain(). */
@@ -104,6 +119,21 @@ export interface WatcherOptions {
    * on every event), 'proc' (/proc/<pid>/status). The last two are for measurement.
    */
   identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
+  /**
+   * Measurement only (bench/fanotify): false skips the hard-link check (native/hardlinks.h) and asks
+   * statx for the mount ID alone, as before the check; the default is true.
+   */
+  linkCheck?: boolean;
+  /**
+   * Measurement only (bench/fanotify): read up to 64 KiB of events per read(2) instead of one event
+   * (watcher.h says why one: a watcher killed inside read(2) then loses at most one event).
+   */
+  readBatch?: boolean;
+  /**
+   * Measurement only (bench/fanotify): false skips the judge-time histogram's two clock reads per
+   * subject-era event (the metrics' leash_watcher_judge_seconds); the default is true.
+   */
+  metrics?: boolean;
   /** The PID whose events are always allowed (default: this process). */
   selfPid?: number;
   /**
@@ -126,6 +156,8 @@ export interface WatcherStats {
   foreignMount: number;
   /** Execs allowed as the interpreter of an allowed program. */
   interpreterOf: number;
+  /** Decisions turned into a block because the file has other names (`hardlinked`: native/hardlinks.h). */
+  hardlinked: number;
   /** Execs of a remembered interpreter refused the implication (the process was not in a binfmt loader). */
   execStateRefused: number;
   /** Exec-state entries dropped because the table was full. */
@@ -138,6 +170,15 @@ export interface WatcherStats {
   takeoverUnrecorded: number;
   loopError: number;
   running: boolean;
+  /** Decisions by surface, action and reason since start (the ones counted instead of queued included). */
+  decisions: { surface: 'filesystem' | 'commands'; action: 'allow' | 'block'; reason: string; count: number }[];
+  /** Time from reading a subject-era event to its answer: `buckets[i]` are those <= bounds[i] seconds, the last +Inf. */
+  judge: { bounds: number[]; buckets: number[]; sum: number; count: number };
+  /** Decision lines waiting for JavaScript's next drain, and of those allows. */
+  queued: number;
+  queuedAllows: number;
+  /** Allow decisions counted instead of written since start (log pressure). */
+  allowsCounted: number;
 }
 export interface NativeWatcher {
   readonly fd: number;
@@ -150,6 +191,13 @@ export interface NativeWatcher {
   readonly reportsPidfd: boolean;
   start(): void;
   mark(path: string, scope?: 'filesystem' | 'mount'): void;
+  /**
+   * Marks (FAN_MARK_FILESYSTEM, through the descriptor opened here) a filesystem an agent mounted in a
+   * namespace of its own, reached as /proc/PID/root/<mount point>, only when that descriptor is on device
+   * major:minor (EXDEV otherwise). Its files' names are the agent's: under a whitelist they are
+   * `namespace_denied`.
+   */
+  mark(path: string, scope: 'agent', major: number, minor: number): void;
   setSubjects(entries: WatcherSubject[]): number;
   drain(): WatcherDrain;
   heartbeat(): void;
@@ -162,6 +210,10 @@ export interface NativeAddon {
   originalDst(fd: number): OriginalDst;
   peerCred(fd: number): PeerCred;
   sdNotify(state: string): boolean;
+  /** malloc_trim(0): freed heap pages back to the kernel; true when some were returned. */
+  mallocTrim(): boolean;
+  /** Sends one serialised journal entry (src/log/journal.ts) to journald's socket: 0, or the errno that refused it. */
+  journalSend(socketPath: string, entry: Buffer): number;
   compileFsPolicy(policy: FsCmdPolicy): NativeFsPolicyHandle;
   nativeMatch(
     handle: NativeFsPolicyHandle | null,
@@ -186,6 +238,34 @@ export interface NativeAddon {
    * byte, with the top-level facts in `out` (flags, integer id, id span, method span); 0 when not sure.
    */
   createJsonScanner(out: Float64Array): (line: Buffer) => number;
+  /**
+   * Mount events (native/mntns.cc): FAN_REPORT_MNT, FAN_MARK_MNTNS (Linux 6.14+). `onMounts(n)` is called
+   * with the number of mounts attached (coalesced) in the namespaces marked. `supported` is false (and
+   * `initErrno` says why) on a kernel without them.
+   */
+  MountWatch: new (onMounts: (count: number) => void) => NativeMountWatch;
+  /** SIGKILL to `pid` by pidfd if it is still in the user namespace of inode `userNsIno`; true when sent. */
+  nsKill(pid: number, userNsIno: number): boolean;
+  /** Whether a BPF LSM program loads here (nothing attached), beside a socket filter as the control. */
+  probeBpfLsm(): BpfLsmProbe;
+}
+
+export interface NativeMountWatch {
+  readonly supported: boolean;
+  readonly initErrno: number;
+  /** FAN_MARK_MNTNS on /proc/PID/ns/mnt. */
+  mark(nsPath: string): void;
+  close(): void;
+}
+
+export interface BpfLsmProbe {
+  /** The LSM hook the probe program is for, and its BTF id (0: not in the kernel's BTF). */
+  hook: string;
+  btfId: number;
+  /** The LSM program: loaded, or the errno name the kernel refused it with. */
+  lsm: { loaded: boolean; code: string | null };
+  /** A socket filter with the same two instructions: shows the loader itself works. */
+  control: { loaded: boolean; code: string | null };
 }
 
 /** A native failure: `code` is the errno name, `syscall` the call, like Node's fs errors. */

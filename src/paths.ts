@@ -3,6 +3,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LeashError } from './errors.js';
 
+/** The service's gate socket: `leash mcp` and `leash terminal` ask it for their subject's policy. */
+export const DEFAULT_TOOLS_SOCKET = '/run/leash/tools.sock';
+
 /** The package root (the directory holding Leash's package.json), from src/ or dist/src/ alike. */
 export function packageRoot(): string | null {
   let dir = path.dirname(fileURLToPath(import.meta.url));

@@ -104,7 +104,7 @@ function forgedSniStep(): DemoStep {
     title: "Forged SNI 'github.com' aimed at pastebin.com's address",
     expect: 'allowed',
     async run(ctx) {
-      const [r] = await ctx.probe([{ kind: 'tls', host: aimed, port: 443, servername: 'github.com' }]);
+      const [r] = await ctx.probe([tls(aimed, 'github.com')]);
       if (!r) throw new Error('probe gave no result');
       if (!r.ok) return { result: 'blocked', detail: `${r.code} after ${r.ms} ms` };
       const saw = reached(r);
@@ -120,39 +120,29 @@ function forgedSniStep(): DemoStep {
   };
 }
 
+/** A TLS probe to port 443 with this SNI. */
+const tls = (host: string, servername: string): Probe => ({ kind: 'tls', host, port: 443, servername });
+/** A plain-HTTP probe to port 80 with this Host header. */
+const http = (host: string, hostHeader: string): Probe => ({ kind: 'http', host, port: 80, hostHeader });
+
 /** The built-in steps, against packaging/leash.default.yaml. */
 export const DEMO_STEPS: DemoStep[] = [
-  probeStep('network', 'HTTPS to github.com', 'allowed', {
-    kind: 'tls',
-    host: '198.18.1.10',
-    port: 443,
-    servername: 'github.com',
-  }),
-  probeStep('network', 'HTTP to api.github.com (suffix of github.com)', 'allowed', {
-    kind: 'http',
-    host: '198.18.1.11',
-    port: 80,
-    hostHeader: 'api.github.com',
-  }),
-  probeStep('network', 'HTTPS to api.anthropic.com over IPv6', 'allowed', {
-    kind: 'tls',
-    host: '2001:db8:1::12',
-    port: 443,
-    servername: 'api.anthropic.com',
-  }),
-  probeStep('network', 'HTTPS to pastebin.com (not on the whitelist)', 'blocked', {
-    kind: 'tls',
-    host: '198.18.1.20',
-    port: 443,
-    servername: 'pastebin.com',
-  }),
+  probeStep('network', 'HTTPS to github.com', 'allowed', tls('198.18.1.10', 'github.com')),
+  probeStep(
+    'network',
+    'HTTP to api.github.com (suffix of github.com)',
+    'allowed',
+    http('198.18.1.11', 'api.github.com'),
+  ),
+  probeStep('network', 'HTTPS to api.anthropic.com over IPv6', 'allowed', tls('2001:db8:1::12', 'api.anthropic.com')),
+  probeStep('network', 'HTTPS to pastebin.com (not on the whitelist)', 'blocked', tls('198.18.1.20', 'pastebin.com')),
   forgedSniStep(),
-  probeStep('network', 'Cloud metadata 169.254.169.254 (deny entry)', 'blocked', {
-    kind: 'http',
-    host: '169.254.169.254',
-    port: 80,
-    hostHeader: '169.254.169.254',
-  }),
+  probeStep(
+    'network',
+    'Cloud metadata 169.254.169.254 (deny entry)',
+    'blocked',
+    http('169.254.169.254', '169.254.169.254'),
+  ),
   probeStep('network', 'Direct connection to the proxy port 127.0.0.1:18443', 'blocked', {
     kind: 'tcp',
     host: '127.0.0.1',

@@ -34,6 +34,8 @@ import { openAudit, readAudit, summarise, type AuditRecord } from '../enforcers/
 import { loadGatePolicyFile } from '../enforcers/tools/schema.js';
 import { connectToolsJudge, DEFAULT_TOOLS_SOCKET } from '../enforcers/tools/socket.js';
 import { createDecisionLog, formatDecision, newRef, type DecisionWriter } from '../log/decisions.js';
+import { createJournal, findJournalSocket, teeDecisionsToJournal } from '../log/journal.js';
+import { loadNative } from '../native.js';
 
 /** The engine as the gate uses it. */
 export const toolsEngine: ToolsEngine = { compilePolicy, decide: decide as ToolsEngine['decide'] };
@@ -151,6 +153,18 @@ function openLog(sink: string | null): DecisionWriter & { close(): Promise<void>
     throw new LeashError('log_sink_stdout', 'the decision log cannot go to stdout: it carries the MCP protocol');
   // Allowed calls' lines are written once per event-loop turn; blocks at once (docs/tools.md).
   return createDecisionLog({ sink, coalesceAllows: true });
+}
+
+/** The gate's decisions also go to the journal when there is one (blocks; allows are left out and counted). */
+function withJournal<L extends DecisionWriter>(log: L): L {
+  const socket = findJournalSocket('auto');
+  if (socket === null) return log;
+  const journal = createJournal({
+    socket,
+    send: (p, e) => loadNative().journalSend(p, e),
+    identifier: 'leash-mcp',
+  });
+  return teeDecisionsToJournal(log, journal, 'mcp');
 }
 
 export function loadPolicy(
@@ -283,7 +297,7 @@ export function register(program: Command): void {
             opts.policy,
             opts.workspace === undefined ? {} : { workspace: path.resolve(opts.workspace) },
           );
-          const log = openLog(opts.log ?? decisions);
+          const log = withJournal(openLog(opts.log ?? decisions));
           const auditFile = opts.audit ?? policy.audit;
           const audit = auditFile == null ? null : openAudit(path.resolve(auditFile));
           judge = createLocalJudge({ policy, log, uid: process.getuid?.() ?? -1, mask: maskString, audit });

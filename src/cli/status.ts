@@ -2,8 +2,12 @@ import type { Command } from 'commander';
 import { loadConfig } from '../validate/load.js';
 import { SURFACES } from '../engine/types.js';
 import { systemLoaders } from '../enforcers/watcher/loaders.js';
-import { memfdNoexecStatus } from '../service/host.js';
+import { bpfLsmStatus } from '../service/bpf-lsm.js';
+import { maxUserNamespacesStatus, memfdNoexecStatus } from '../service/host.js';
+import { effectiveNamespaces } from '../config/namespaces.js';
 import { configPath, print, printJson } from './context.js';
+import { parseMetricsText, summarize } from '../metrics/metrics.js';
+import { fetchMetrics } from '../metrics/server.js';
 import { layerOf, subjectOptions, subjectView } from './subject.js';
 
 export function register(program: Command): void {
@@ -13,7 +17,7 @@ export function register(program: Command): void {
       "print the user, a subject's resolved policy per surface (mode, list sizes and the layer each came from), enforcer toggles and the decision sink",
     )
     .option('--json', 'print the status as JSON');
-  subjectOptions(cmd).action((opts: { json?: boolean; subject?: string; stateDir?: string }, cmd: Command) => {
+  subjectOptions(cmd).action(async (opts: { json?: boolean; subject?: string; stateDir?: string }, cmd: Command) => {
     const file = configPath(cmd);
     const { config, account, findings } = loadConfig(file);
     const view = subjectView(config, opts);
@@ -47,7 +51,11 @@ export function register(program: Command): void {
       entries: policy.commands.interpreters ?? systemLoaders(),
     };
     // Host settings (config `host`): what is configured, and what the kernel says now.
-    const host = { memfd_noexec: memfdNoexecStatus(config) };
+    const host = { memfd_noexec: memfdNoexecStatus(config), max_user_namespaces: maxUserNamespacesStatus(config) };
+    // filesystem.namespaces as enforced for this subject (absent: deny under a filesystem or commands whitelist).
+    const namespaces = effectiveNamespaces(policy);
+    // Whether the BPF LSM could be loaded here (Leash does not use it; docs/threat-model.md).
+    const bpf_lsm = bpfLsmStatus();
     const counts = {
       critical: findings.filter((f) => f.severity === 'critical').length,
       warning: findings.filter((f) => f.severity === 'warning').length,
@@ -58,8 +66,16 @@ export function register(program: Command): void {
       layers: r.ok ? r.layers : null,
       failure: r.ok ? null : { code: r.failure.code, scope: r.failure.scope, message: r.failure.message },
     };
+    // The running service's own figures, from its metrics socket (null when no service answers there).
+    const socket =
+      process.env.LEASH_METRICS_SOCKET !== undefined
+        ? process.env.LEASH_METRICS_SOCKET || null
+        : config.logging.metrics_socket;
+    const text = socket === null ? null : await fetchMetrics(socket);
+    const live = text === null ? null : summarize(parseMetricsText(text));
     if (opts.json) {
       printJson({
+        live,
         config: file,
         user: config.user,
         uid: account?.uid ?? null,
@@ -67,8 +83,10 @@ export function register(program: Command): void {
         fail_mode: policy.fail_mode,
         surfaces,
         interpreters,
+        namespaces,
         enforcers: config.enforcers,
         host,
+        bpf_lsm,
         decisions: config.logging.decisions,
         findings: counts,
       });
@@ -104,7 +122,43 @@ export function register(program: Command): void {
       `memfd      host.memfd_noexec ${m.configured ? 'on' : 'off'}; vm.memfd_noexec ${m.current === null ? 'absent (kernel before 6.3)' : `= ${m.current}`}` +
         `${m.enforced ? ' (memfd exec refused)' : ' (memfd exec allowed)'}${m.configured && !m.enforced ? ' (not applied: is the service running?)' : ''}`,
     );
+    const u = host.max_user_namespaces;
+    print(
+      `userns     host.max_user_namespaces ${u.configured ? 'on' : 'off'}; user.max_user_namespaces ${u.current === null ? 'absent' : `= ${u.current}`}` +
+        `${u.enforced ? ' (no user namespace can be made)' : ' (user namespaces can be made)'}${u.configured && !u.enforced ? ' (not applied: is the service running?)' : ''}`,
+    );
+    print(
+      `namespaces ${namespaces} (a subject process in a user namespace of its own is ${namespaces === 'deny' ? 'killed' : 'left running'}; filesystems it mounts are marked either way)`,
+    );
+    print(
+      `bpf lsm    ${
+        !bpf_lsm.probed
+          ? `not probed (${bpf_lsm.reason ?? 'unknown'})`
+          : bpf_lsm.loadable
+            ? 'an LSM program loads here (Leash does not use it: see docs/threat-model.md)'
+            : `refused (${bpf_lsm.code ?? '?'})${bpf_lsm.control ? '; a socket filter loads: the kernel refuses LSM programs' : ''}; Leash uses fanotify`
+      }${bpf_lsm.listed === null ? '' : bpf_lsm.listed ? '; bpf is an active LSM' : '; bpf is not an active LSM'}`,
+    );
     print(`decisions  ${config.logging.decisions}`);
+    if (live === null) print(`service    not answering on ${socket ?? '(no metrics socket configured)'}`);
+    else {
+      const subj = Object.entries(live.subjects)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ');
+      print(`service    running; subjects ${subj || 'none'}`);
+      for (const [surface, d] of Object.entries(live.decisions))
+        print(`  ${surface.padEnd(10)} allowed ${d.allow}  blocked ${d.block}${d.other ? `  other ${d.other}` : ''}`);
+      if (live.watcherQueueDepth !== null)
+        print(
+          `  watcher    queue ${live.watcherQueueDepth}  allows counted, not written ${live.watcherAllowsCounted ?? 0}`,
+        );
+      if (live.journal !== null)
+        print(
+          `  journal    ${Object.entries(live.journal)
+            .map(([k, v]) => `${k} ${v}`)
+            .join('  ')}`,
+        );
+    }
     if (counts.critical || counts.warning) {
       print(`findings   ${counts.critical} critical, ${counts.warning} warning (run: leash validate)`);
     }

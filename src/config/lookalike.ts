@@ -17,7 +17,7 @@ import type { Surface } from '../engine/types.js';
 
 export interface Lookalike {
   surface: Surface;
-  list: 'allow' | 'deny';
+  list: 'allow' | 'deny' | 'ask';
   entry: string;
   /** The first offending character, as U+XXXX. */
   codePoint: string;

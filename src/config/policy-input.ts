@@ -9,10 +9,11 @@ import type { Config } from './types.js';
 export function toPolicyInput(
   c: Pick<Config, 'fail_mode' | 'network' | 'filesystem' | 'commands' | 'tools'>,
 ): PolicyInput {
-  const sp = (s: { mode: Config['network']['mode']; allow: string[]; deny: string[] }) => ({
+  const sp = (s: { mode: Config['network']['mode']; allow: string[]; deny: string[]; ask?: string[] }) => ({
     mode: s.mode,
     allow: [...s.allow],
     deny: [...s.deny],
+    ask: [...(s.ask ?? [])],
   });
   return {
     fail_mode: c.fail_mode,

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { configSchema } from './schema.js';
 
 interface JsonNode {
-  type?: string;
+  type?: string | string[];
   enum?: unknown[];
   default?: unknown;
   description?: string;
@@ -14,6 +14,7 @@ interface JsonNode {
 function typeOf(n: JsonNode): string {
   if (n.enum) return n.enum.map((v) => `\`${String(v)}\``).join(' | ');
   if (n.anyOf) return n.anyOf.map(typeOf).join(' or ');
+  if (Array.isArray(n.type)) return n.type.join(' or '); // a nullable field: ['string', 'null']
   if (n.type === 'array') return `list of ${n.items ? typeOf(n.items) : 'any'}`;
   return n.type ?? 'any';
 }

@@ -61,7 +61,21 @@ function decisionsPathProblem(s: string): string | null {
 
 const bool = (description: string) => z.boolean({ error: 'must be true or false' }).describe(description);
 
-function build<F extends boolean>(fragment: F) {
+/** A `host:port` on loopback only (the metrics port is never offered beyond this host). */
+function loopbackListen(s: string): boolean {
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(s);
+  if (!m) return false;
+  const host = m[1] ?? m[2]!;
+  const port = Number(m[3]);
+  return (
+    port >= 1 &&
+    port <= 65535 &&
+    (host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host))
+  );
+}
+
+/** The two helpers every section is built with: `opt` (a default, or optional in a fragment) and `obj`. */
+function helpers<F extends boolean>(fragment: F) {
   // In the full schema a missing field takes its default; in a fragment it stays absent, because
   // every key a fragment carries is a deliberate value that overrides the floor.
   // prefault (not default): zod 4 returns a default as-is, a prefault is parsed, so `network: {}`
@@ -70,6 +84,171 @@ function build<F extends boolean>(fragment: F) {
     (fragment ? schema.optional() : schema.prefault(dflt as never)) as never;
   const obj = <S extends z.ZodRawShape>(shape: S, description: string) =>
     z.strictObject(shape, { error: 'must be a mapping' }).describe(description);
+  return { opt, obj };
+}
+
+/** The sections that are the service's, not policy (the floor only): logging, enforcers, host, approvals. */
+function serviceSections<F extends boolean>(fragment: F) {
+  const { opt, obj } = helpers(fragment);
+  const logging = obj(
+    {
+      level: opt(
+        z
+          .enum(['debug', 'info', 'warn', 'error'], { error: 'must be debug, info, warn or error' })
+          .describe('the operational log level of the service (not the decision log, which records every decision)'),
+        'info',
+      ),
+      decisions: opt(
+        z
+          .string({ error: 'must be a string' })
+          .refine((s) => s === 'stdout' || s.startsWith('/'), 'must be stdout or an absolute file path')
+          .refine((s) => decisionsPathProblem(s) === null, { error: (i) => decisionsPathProblem(String(i.input))! })
+          .describe(
+            'where decision lines go: stdout (the journal) or an absolute file path, written 0600, append-only',
+          ),
+        '/var/log/leash/decisions.jsonl',
+      ),
+      journal: opt(
+        z
+          .enum(['auto', 'on', 'off'], { error: 'must be auto, on or off' })
+          .describe(
+            "send operational lines and decisions to the journal with fields of their own (LEASH_UID, LEASH_ACTION, …): auto = when $JOURNAL_STREAM is set or journald's socket exists; otherwise stderr as plain JSON lines",
+          ),
+        'auto',
+      ),
+      journal_allows: opt(
+        z
+          .number({ error: 'must be a number' })
+          .int({ error: 'must be a whole number' })
+          .min(0, { error: 'must be 0 or more' })
+          .max(1_000_000, { error: 'must be at most 1000000' })
+          .describe(
+            'allow decisions in the journal: 0 = none (counted), 1 = every one, n = one in n; blocks always go (the decision log keeps every line)',
+          ),
+        0,
+      ),
+      metrics_socket: opt(
+        z
+          .string({ error: 'must be an absolute path or null' })
+          .refine((s) => s.startsWith('/') && !s.endsWith('/') && !s.includes('\0'), 'must be an absolute file path')
+          .nullable()
+          .describe(
+            'the metrics endpoint (GET /metrics, OpenMetrics text) on a unix socket, 0600: what `leash status` reads; null = none',
+          ),
+        '/run/leash/metrics.sock',
+      ),
+      metrics_listen: opt(
+        z
+          .string({ error: 'must be host:port or null' })
+          .refine((s) => loopbackListen(s), 'must be a loopback host:port (127.0.0.1:9464, [::1]:9464, localhost:9464)')
+          .nullable()
+          .describe(
+            'also serve the metrics on this loopback TCP address for a scraper (never another address); null = no port',
+          ),
+        null,
+      ),
+    },
+    'logging: operational level, the decision sink, the journal and the metrics endpoint',
+  );
+
+  const enforcers = obj(
+    {
+      network: opt(bool('enforce the network surface (nftables redirect + proxy)'), true),
+      filesystem: opt(bool('enforce the filesystem and commands surfaces (the fanotify watcher)'), true),
+      tools: opt(bool('enforce the tools surface (the local gate socket)'), true),
+    },
+    'per-surface switches; a surface switched off is unenforced and `leash status` says so',
+  );
+
+  const host = obj(
+    {
+      memfd_noexec: opt(
+        bool(
+          'set vm.memfd_noexec = 2 (kernel 6.3+) for the host while the service runs, restored at stop: no memfd is executable, so memfd_create + fexecve (an exec fanotify cannot see) fails with EACCES; breaks programs that exec from a memfd (container runtimes such as runc, some self-extracting tools)',
+        ),
+        false,
+      ),
+      max_user_namespaces: opt(
+        bool(
+          'set user.max_user_namespaces = 0 for the host while the service runs, restored at stop: no process can make a user namespace, so no agent can mount a filesystem of its own; needs CAP_SYS_RESOURCE (a unit drop-in, docs/policy.md); breaks rootless containers, browser and Flatpak sandboxes, unshare -U',
+        ),
+        false,
+      ),
+    },
+    'host-wide settings the service applies at start and restores at stop (the floor only; a profile cannot set them)',
+  );
+
+  const seconds = (d: string, max: number) =>
+    z
+      .number({ error: 'must be a number of seconds' })
+      .int('must be a whole number of seconds')
+      .min(1, 'must be at least 1 second')
+      .max(max, `must be at most ${max} seconds`)
+      .describe(d);
+  const count = (d: string) =>
+    z
+      .number({ error: 'must be a number' })
+      .int('must be a whole number')
+      .min(1, 'must be at least 1')
+      .max(100_000, 'must be at most 100000')
+      .describe(d);
+  const approvals = obj(
+    {
+      operator: opt(
+        z
+          .string({ error: 'must be an account name' })
+          .regex(/^[a-z_][a-z0-9_-]{0,31}\$?$/, 'must be a Linux account name (lowercase, max 32 chars)')
+          .nullable()
+          .describe(
+            'the account that may list and decide approvals besides root (never a leashed subject: the socket refuses any process with a subject UID)',
+          ),
+        null,
+      ),
+      deadlines: opt(
+        obj(
+          {
+            network: opt(
+              seconds('how long a new connection is held (nothing sent upstream) before it is reset', 600),
+              30,
+            ),
+            filesystem: opt(
+              seconds("how long an open is held: the agent's process is blocked in open(2) meanwhile", 120),
+              10,
+            ),
+            commands: opt(
+              seconds("how long an exec is held: the agent's process is blocked in execve(2) meanwhile", 120),
+              10,
+            ),
+            tools: opt(seconds('how long a tool call is held (other calls flow meanwhile)', 3600), 120),
+          },
+          'per surface, seconds until an unanswered request is blocked (approval_timeout), never allowed',
+        ),
+        {},
+      ),
+      max_pending: opt(
+        count('pending requests at most, all subjects together; beyond it asks are blocked at once'),
+        1000,
+      ),
+      max_pending_per_subject: opt(
+        count('pending requests at most per subject; beyond it its asks are blocked at once'),
+        200,
+      ),
+      session_seconds: opt(
+        seconds(
+          "how long a session approval lasts on the host surfaces (also ended by the subject's next reconcile)",
+          86_400,
+        ),
+        3600,
+      ),
+    },
+    'the approvals queue: who may decide, deadlines and bounds (docs/approvals.md; the floor only, a profile cannot set it)',
+  );
+
+  return { logging, enforcers, host, approvals };
+}
+
+function build<F extends boolean>(fragment: F) {
+  const { opt, obj } = helpers(fragment);
 
   const surfaceShape = (grammar: string) => ({
     mode: opt(
@@ -87,6 +266,12 @@ function build<F extends boolean>(fragment: F) {
     deny: opt(
       entryList(
         `entries blocked in both modes (deny wins over allow); each is ${grammar}; one that can never match is critical`,
+      ),
+      [],
+    ),
+    ask: opt(
+      entryList(
+        `entries held for a human to decide (deny wins over ask; in whitelist mode an allow entry wins over ask, in blacklist mode ask is what would otherwise pass; docs/approvals.md); each is ${grammar}; with no approver reachable, or its deadline passed, the action is blocked`,
       ),
       [],
     ),
@@ -131,6 +316,12 @@ function build<F extends boolean>(fragment: F) {
     {
       ...surfaceShape('an absolute path: exact or directory prefix, or a glob with * ** ? ['),
       watch: opt(absPathList('extra absolute paths whose filesystems are marked even when no entry names them'), []),
+      namespaces: z
+        .enum(['deny', 'allow'], { error: 'must be deny or allow' })
+        .optional()
+        .describe(
+          'a process of the subject found in a user namespace of its own (unshare -U): deny = killed and logged (namespace_denied); allow = left running. Either way the filesystems it mounts there are marked, and under a whitelist their files are namespace_denied. Absent: deny when filesystem or commands is a whitelist',
+        ),
     },
     'the filesystem surface: file opens of the leashed UID (fanotify FAN_OPEN_PERM)',
   );
@@ -222,48 +413,7 @@ function build<F extends boolean>(fragment: F) {
     'the tools surface: calls checked by the harness or the MCP gate (cooperative)',
   );
 
-  const logging = obj(
-    {
-      level: opt(
-        z
-          .enum(['debug', 'info', 'warn', 'error'], { error: 'must be debug, info, warn or error' })
-          .describe('the operational log level of the service (not the decision log, which records every decision)'),
-        'info',
-      ),
-      decisions: opt(
-        z
-          .string({ error: 'must be a string' })
-          .refine((s) => s === 'stdout' || s.startsWith('/'), 'must be stdout or an absolute file path')
-          .refine((s) => decisionsPathProblem(s) === null, { error: (i) => decisionsPathProblem(String(i.input))! })
-          .describe(
-            'where decision lines go: stdout (the journal) or an absolute file path, written 0600, append-only',
-          ),
-        '/var/log/leash/decisions.jsonl',
-      ),
-    },
-    'logging: operational level and the decision sink',
-  );
-
-  const enforcers = obj(
-    {
-      network: opt(bool('enforce the network surface (nftables redirect + proxy)'), true),
-      filesystem: opt(bool('enforce the filesystem and commands surfaces (the fanotify watcher)'), true),
-      tools: opt(bool('enforce the tools surface (the local gate socket)'), true),
-    },
-    'per-surface switches; a surface switched off is unenforced and `leash status` says so',
-  );
-
-  const host = obj(
-    {
-      memfd_noexec: opt(
-        bool(
-          'set vm.memfd_noexec = 2 (kernel 6.3+) for the host while the service runs, restored at stop: no memfd is executable, so memfd_create + fexecve (an exec fanotify cannot see) fails with EACCES; breaks programs that exec from a memfd (container runtimes such as runc, some self-extracting tools)',
-        ),
-        false,
-      ),
-    },
-    'host-wide settings the service applies at start and restores at stop (the floor only; a profile cannot set them)',
-  );
+  const { logging, enforcers, host, approvals } = serviceSections(fragment);
 
   return z.strictObject(
     {
@@ -290,6 +440,7 @@ function build<F extends boolean>(fragment: F) {
       logging: opt(logging, {}),
       enforcers: opt(enforcers, {}),
       host: opt(host, {}),
+      approvals: opt(approvals, {}),
     },
     { error: 'must be a mapping' },
   );

@@ -14,6 +14,8 @@ export interface Config {
   user: string | null;
   fail_mode: FailMode;
   network: SurfacePolicy & {
+    /** Entries asked of a human (docs/approvals.md); [] by default. */
+    ask: string[];
     /** Resolvers the DNS forwarder sends allowed queries to and the proxy resolves through; empty = /etc/resolv.conf. */
     dns_resolvers: string[];
     udp: 'drop' | 'allow';
@@ -23,19 +25,38 @@ export interface Config {
     ech?: 'refuse' | 'allow';
   };
   filesystem: SurfacePolicy & {
+    ask: string[];
     /** Extra paths whose filesystems are marked even when no entry names them. */
     watch: string[];
+    /** A subject process in a user namespace of its own: absent = deny under a filesystem or commands whitelist. */
+    namespaces?: 'deny' | 'allow';
   };
   commands: SurfacePolicy & {
+    ask: string[];
     /** `leash terminal`'s argument rules, keyed by a command entry (docs/terminal.md). */
     args: Record<string, ArgRule>;
     /** Interpreters implied for an allowed program only (absent: the system's dynamic loaders). */
     interpreters?: string[];
   };
   /** The engine's tools surface plus the MCP gate's fields (docs/tools.md). */
-  tools: ToolsSurfacePolicy & ToolsGateFields;
-  logging: { level: 'debug' | 'info' | 'warn' | 'error'; decisions: string };
+  tools: ToolsSurfacePolicy & ToolsGateFields & { ask: string[] };
+  logging: {
+    level: 'debug' | 'info' | 'warn' | 'error';
+    decisions: string;
+    journal: 'auto' | 'on' | 'off';
+    journal_allows: number;
+    metrics_socket: string | null;
+    metrics_listen: string | null;
+  };
   enforcers: { network: boolean; filesystem: boolean; tools: boolean };
   /** Host-wide settings the service applies at start and restores at stop (src/service/host.ts). */
-  host: { memfd_noexec: boolean };
+  host: { memfd_noexec: boolean; max_user_namespaces: boolean };
+  /** The approvals queue (docs/approvals.md); the floor only. */
+  approvals: {
+    operator: string | null;
+    deadlines: { network: number; filesystem: number; commands: number; tools: number };
+    max_pending: number;
+    max_pending_per_subject: number;
+    session_seconds: number;
+  };
 }

@@ -2,8 +2,8 @@
  * compilePolicy and decide: the one definition of every Leash decision.
  *
  * Per surface: a matching deny entry blocks (in both modes: deny wins); otherwise whitelist
- * allows only a matching allow entry and blocks the rest, and blacklist allows the rest (its
- * allow list is never consulted). A tool the registry allows is then inspected: if any finding's
+ * allows only a matching allow entry, asks about a matching ask entry and blocks the rest, and
+ * blacklist asks about a matching ask entry and allows the rest (its allow list is never consulted). A tool the registry allows is then inspected: if any finding's
  * category is set to `block`, the call is blocked (`inspect_<category>`, rule `inspect.<category>`,
  * secrets before priv_esc before pii); findings set to `log` ride along on the allow verdict.
  */
@@ -28,6 +28,7 @@ interface Lists<I> {
   mode: Mode;
   allow: I;
   deny: I;
+  ask: I;
 }
 
 /** A policy with its indexes built. Immutable once compiled; share it freely. */
@@ -60,12 +61,14 @@ function entriesOf(list: unknown): unknown[] {
 }
 
 function build<I extends { add(e: unknown): void }>(make: () => I, sp: unknown): Lists<I> {
-  const s = (sp ?? {}) as { mode?: unknown; allow?: unknown; deny?: unknown };
+  const s = (sp ?? {}) as { mode?: unknown; allow?: unknown; deny?: unknown; ask?: unknown };
   const allow = make();
   const deny = make();
+  const ask = make();
   for (const e of entriesOf(s.allow)) allow.add(e);
   for (const e of entriesOf(s.deny)) deny.add(e);
-  return { mode: effectiveMode(s.mode), allow, deny };
+  for (const e of entriesOf(s.ask)) ask.add(e);
+  return { mode: effectiveMode(s.mode), allow, deny, ask };
 }
 
 /** commands.interpreters: absolute entries only (a basename would imply any file of that name). */
@@ -145,13 +148,22 @@ function engineError(failMode: FailMode): Verdict {
   return { action: failMode === 'open' ? 'allow' : 'block', reason: 'engine_error', source: 'fail_mode', rule: null };
 }
 
-/** Deny first (both modes), then the mode: whitelist consults allow, blacklist allows. */
+/**
+ * Deny first (both modes), then the mode: whitelist consults allow, then ask (an entry in ask is
+ * asked instead of blocked), and blocks the rest; blacklist consults ask (asked instead of allowed;
+ * its allow list is never consulted) and allows the rest. So deny > allow > ask in a whitelist and
+ * deny > ask in a blacklist: an approval persisted as an allow entry stops the asking.
+ */
 function byLists<T>(lists: Lists<{ match(s: T): string | null }>, subject: T): Verdict {
   const denied = lists.deny.match(subject);
   if (denied !== null) return { action: 'block', reason: 'deny_entry', source: 'deny', rule: denied };
+  if (lists.mode === 'whitelist') {
+    const allowed = lists.allow.match(subject);
+    if (allowed !== null) return { action: 'allow', reason: 'allow_entry', source: 'allow', rule: allowed };
+  }
+  const asked = lists.ask.match(subject);
+  if (asked !== null) return { action: 'ask', reason: 'ask_entry', source: 'ask', rule: asked };
   if (lists.mode === 'blacklist') return { action: 'allow', reason: 'mode_allow', source: 'mode', rule: null };
-  const allowed = lists.allow.match(subject);
-  if (allowed !== null) return { action: 'allow', reason: 'allow_entry', source: 'allow', rule: allowed };
   return { action: 'block', reason: 'not_allowed', source: 'mode', rule: null };
 }
 
@@ -175,6 +187,8 @@ function decideUnsafe(surface: Surface, subject: unknown, policy: CompiledPolicy
       if (typeof s.name !== 'string') throw new TypeError('subject name is not a string');
       const registry = byLists(policy.tools, normalizeToolName(s.name));
       if (registry.action === 'block') return registry;
+      // An asked tool is still inspected: a blocking finding blocks without asking (the human is
+      // never shown a call carrying a secret to wave through); otherwise it stays a question.
       const findings = inspectInputs(s.inputs, policy.tools.inspect);
       if (findings.length === 0) return registry;
       for (const category of CATEGORY_PRIORITY) {
@@ -242,6 +256,9 @@ export function decideDnsName(name: string, policy: CompiledPolicy | null, opts?
     s.port = SOME_PORT;
     const allowed = lists.allow.match(s);
     if (allowed !== null) return { action: 'allow', reason: 'allow_entry', source: 'allow', rule: allowed };
+    // A name an ask entry covers is answered: the connection to it is the question, not the lookup.
+    const asked = lists.ask.match(s);
+    if (asked !== null) return { action: 'allow', reason: 'ask_entry', source: 'ask', rule: asked };
     return { action: 'block', reason: 'not_allowed', source: 'mode', rule: null };
   } catch {
     return engineError(policy.failMode);

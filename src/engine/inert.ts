@@ -33,31 +33,32 @@ export function entryProblem(surface: Surface, entry: unknown): EntryProblem | n
  * surface sections, each with optional `allow` / `deny` arrays) and returns every inert entry,
  * in surface, list, entry order. A section or list that is absent or not an array is skipped:
  * shape errors are the schema's to report. An inert deny entry is `critical` (it blocks nothing
- * while looking like it does); an inert allow entry is a `warning` (it already fails closed).
+ * while looking like it does), and so is an inert ask entry (in blacklist mode what it should have
+ * asked about passes unasked); an inert allow entry is a `warning` (it already fails closed).
  */
 export function inertEntries(policyLike: unknown): InertEntry[] {
   const out: InertEntry[] = [];
   forEachListEntry(policyLike, (surface, list, entry) => {
     const problem = entryProblem(surface, entry);
     if (problem !== null)
-      out.push({ surface, list, entry, problem, severity: list === 'deny' ? 'critical' : 'warning' });
+      out.push({ surface, list, entry, problem, severity: list === 'allow' ? 'warning' : 'critical' });
   });
   return out;
 }
 
 /**
- * Calls `fn` for every entry of every surface's `allow` and `deny` list of a policy-like object, in surface, list,
+ * Calls `fn` for every entry of every surface's `allow`, `deny` and `ask` list of a policy-like object, in surface, list,
  * entry order; an absent section or a list that is not an array is skipped (shape errors are the schema's).
  */
 export function forEachListEntry(
   policyLike: unknown,
-  fn: (surface: Surface, list: 'allow' | 'deny', entry: unknown) => void,
+  fn: (surface: Surface, list: 'allow' | 'deny' | 'ask', entry: unknown) => void,
 ): void {
   if (policyLike === null || typeof policyLike !== 'object') return;
   for (const surface of SURFACES) {
     const section = (policyLike as Record<string, unknown>)[surface];
     if (section === null || typeof section !== 'object') continue;
-    for (const list of ['allow', 'deny'] as const) {
+    for (const list of ['allow', 'deny', 'ask'] as const) {
       const entries = (section as Record<string, unknown>)[list];
       if (!Array.isArray(entries)) continue;
       for (const entry of entries) fn(surface, list, entry);

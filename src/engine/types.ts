@@ -17,6 +17,12 @@ export interface SurfacePolicy {
   mode: Mode;
   allow: string[];
   deny: string[];
+  /**
+   * Entries a human is asked about (docs/approvals.md): deny wins over ask in both modes; in a
+   * whitelist an allow entry wins over ask (ask is what would otherwise be blocked); in a blacklist
+   * ask is what would otherwise be allowed. Absent = none.
+   */
+  ask?: string[];
 }
 
 /** The commands surface: `interpreters` (absolute paths) may only be loaded for an allowed program. */
@@ -79,6 +85,8 @@ export interface SubjectOf {
  * - engine_error:  the engine threw (fail_mode decides)
  * - interpreter_of:     commands whitelist: a commands.interpreters entry loaded for an allowed program
  * - interpreter_direct: commands whitelist: a commands.interpreters entry run directly (blocked)
+ * - ask_entry:     an ask entry matched: the enforcer holds the action and asks a human (docs/approvals.md)
+ * - ask_rule:      a tools operation rule with `effect: ask` matched (the gate's rules, same outcome)
  */
 export type Reason =
   | 'allow_entry'
@@ -91,14 +99,20 @@ export type Reason =
   | 'no_policy'
   | 'engine_error'
   | 'interpreter_of'
-  | 'interpreter_direct';
+  | 'interpreter_direct'
+  | 'ask_entry'
+  | 'ask_rule';
 
 /** Which part of the policy decided: an entry of a list, the mode default, inspection, or a failure. */
-export type VerdictSource = 'allow' | 'deny' | 'mode' | 'inspect' | 'fail_mode' | 'interpreters';
+export type VerdictSource = 'allow' | 'deny' | 'ask' | 'mode' | 'inspect' | 'fail_mode' | 'interpreters';
 
-/** A decision. `rule` is the entry that decided, or null for a mode default / failure. */
+/**
+ * A decision. `rule` is the entry that decided, or null for a mode default / failure. `ask` is a
+ * question, not an answer: the enforcer holds the action until a human decides or its deadline
+ * passes (an enforcer that cannot hold treats it as a block).
+ */
 export interface Verdict {
-  action: 'allow' | 'block';
+  action: 'allow' | 'block' | 'ask';
   reason: Reason;
   source: VerdictSource;
   rule: string | null;
@@ -151,7 +165,7 @@ export interface EntryProblem {
 /** One inert entry found in a policy or fragment. An inert deny is critical (it blocks nothing). */
 export interface InertEntry {
   surface: Surface;
-  list: 'allow' | 'deny';
+  list: 'allow' | 'deny' | 'ask';
   entry: unknown;
   problem: EntryProblem;
   severity: 'critical' | 'warning';

@@ -9,7 +9,8 @@ import { jsonString, jsonText } from './json-text.js';
 export interface DecisionRecord {
   uid: number;
   surface: Surface;
-  action: 'allow' | 'block';
+  /** `ask`: the action is held and a human asked; the outcome follows as its own line (docs/approvals.md). */
+  action: 'allow' | 'block' | 'ask';
   reason: string;
   subject: unknown;
   /** The entry that decided, or null for a mode default / failure. */
@@ -17,6 +18,16 @@ export interface DecisionRecord {
   severity?: 'critical';
   /** Tool inspection findings (already masked by the engine). */
   findings?: InspectFinding[];
+  /**
+   * An asked action: the request's ID on the `ask` line and on its outcome's line, with who decided
+   * and how (src/approvals/contract.ts).
+   */
+  approval?: {
+    request: string | null;
+    how?: string;
+    by?: { uid: number; account: string | null };
+    deadline?: string;
+  };
 }
 
 /** One line of the decision log, in this key order. */
@@ -141,6 +152,7 @@ export function formatDecisionTail(rec: DecisionRecord): string {
     member('rule', rec.rule) +
     member('severity', rec.severity) +
     member('findings', rec.findings) +
+    member('approval', rec.approval) +
     '}\n'
   );
 }

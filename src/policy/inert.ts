@@ -8,7 +8,8 @@ import { fold } from './fragment.js';
  * An entry that can never decide anything. An inert allow is a warning (it grants nothing), except
  * an allow list under blacklist mode, which is critical like the floor's `blacklist_allow_ignored`
  * (a policy that enforces nothing must not look like one that does); an inert deny is critical:
- * it reads as a block and blocks nothing. The entry grammar is the engine's (entryProblem).
+ * it reads as a block and blocks nothing, and so is an inert ask (in a blacklist what it should ask
+ * about passes unasked). The entry grammar is the engine's (entryProblem).
  */
 export interface InertEntry {
   path: string;
@@ -54,6 +55,17 @@ export function inertEntries(p: Effective): InertEntry[] {
           problem: problem.code,
         });
     });
+    (sec.ask ?? []).forEach((e, i) => {
+      const problem = entryProblem(s, e);
+      if (problem)
+        out.push({
+          path: `${s}.ask[${i}]`,
+          entry: e,
+          severity: 'critical',
+          why: problem.message,
+          problem: problem.code,
+        });
+    });
   }
   return out;
 }
@@ -62,7 +74,7 @@ export function inertEntries(p: Effective): InertEntry[] {
 export function inertInFragment(f: Fragment, base: Effective): InertEntry[] {
   const folded = fold(base, f);
   return inertEntries(folded).filter((i) => {
-    const [surface, list] = i.path.replace(/\[\d+\]$/, '').split('.') as [Surface, 'allow' | 'deny'];
+    const [surface, list] = i.path.replace(/\[\d+\]$/, '').split('.') as [Surface, 'allow' | 'deny' | 'ask'];
     return f[surface]?.[list] !== undefined;
   });
 }

@@ -1,3 +1,4 @@
+import { effectiveNamespaces } from '../config/namespaces.js';
 import { compilePolicy, decide, isGlob, type CompiledPolicy } from '../engine/index.js';
 import { SURFACES, type Surface } from '../engine/types.js';
 import type { InspectAction } from '../engine/types.js';
@@ -65,7 +66,8 @@ function coveredByBase(surface: Surface, entry: string, base: CompiledPolicy): b
 
 /**
  * Every loosening from `before` to `after`, not the first: the mode flipped to default-allow,
- * an allow entry a whitelist did not have, a deny entry dropped (`<surface>.unset.deny`),
+ * an allow entry a whitelist did not have, a deny entry dropped (`<surface>.unset.deny`), an ask
+ * entry a whitelist did not have (`<surface>.ask`), an ask entry a blacklist dropped (`<surface>.unset.ask`),
  * fail_mode opened, inspection lowered, an enforcer switched off, UDP allowed, a DNS resolver
  * added, a watched path dropped. Tightenings are not reported.
  */
@@ -95,6 +97,25 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
           out.push(l(`${s}.allow`, e, `${s} whitelist allows ${e}: allow_entry where it was not_allowed`));
       }
     }
+    // ask (docs/approvals.md): in a whitelist a new ask entry lets an approver pass what was blocked
+    // (so an ask replacing a deny needs consent twice: the deny dropped and the ask added); in a
+    // blacklist a dropped ask entry lets pass unasked what a human was asked about.
+    const bAsk = b.ask ?? [];
+    const aAsk = a.ask ?? [];
+    if (b.mode === 'whitelist' && a.mode === 'whitelist') {
+      for (const e of aAsk) {
+        if (bAsk.includes(e) || b.allow.includes(e)) continue;
+        base ??= allowOnly(before);
+        if (!coveredByBase(s, e, base))
+          out.push(l(`${s}.ask`, e, `${s} whitelist asks about ${e}: an approver may pass what was not_allowed`));
+      }
+    }
+    if (b.mode === 'blacklist' && a.mode === 'blacklist') {
+      for (const e of bAsk) {
+        if (!aAsk.includes(e))
+          out.push(l(`${s}.unset.ask`, e, `${s} ask ${e} removed: blacklist mode passes it without asking`));
+      }
+    }
     for (const e of b.deny) {
       if (!a.deny.includes(e))
         out.push(l(`${s}.unset.deny`, e, `${s} deny ${e} removed: deny_entry no longer blocks it`));
@@ -119,6 +140,18 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
         'network.ech',
         'allow',
         'network ech refuse -> allow: an encrypted ClientHello is judged by its outer name only',
+      ),
+    );
+  }
+  // filesystem.namespaces as enforced: deny -> allow leaves a subject process in a user namespace of its own running
+  // (so it can mount a filesystem of its own there before the watcher marks it). Whitelist -> blacklist on both
+  // filesystem and commands implies it, and is a loosening of its own; only an explicit allow is reported here.
+  if (effectiveNamespaces(before) === 'deny' && after.filesystem.namespaces === 'allow') {
+    out.push(
+      l(
+        'filesystem.namespaces',
+        'allow',
+        'filesystem namespaces deny -> allow: a subject process in a user namespace of its own is no longer killed',
       ),
     );
   }

@@ -20,6 +20,7 @@ import {
   type ApplyAction,
   type PlanHooks,
 } from './plan.js';
+import type { MetricFamily } from '../metrics/metrics.js';
 import type { Enforcer, EnforcerFactory, ServiceContext } from './start.js';
 import type { SurfaceAdapter, SurfaceName } from './surfaces/contract.js';
 import { startNetworkSurface } from './surfaces/network.js';
@@ -157,6 +158,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
               expectedSubjects: Math.max(1, first.subjects.length),
               failMode: () => current.config.fail_mode,
               proxyLogger: ctx.logger.child({ component: 'proxy' }),
+              ...(ctx.metrics ? { observe: (stage, s) => ctx.metrics!.observe(stage, s) } : {}),
             }),
           );
         if (c.enforcers.tools)
@@ -165,6 +167,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
               config: c,
               decisions: ctx.decisions,
               ...(opts.toolsSocket ? { socket: opts.toolsSocket } : {}),
+              ...(ctx.metrics ? { onJudge: (s: number) => ctx.metrics!.observe('tools_judge', s) } : {}),
             }),
           );
       } catch (e) {
@@ -233,14 +236,32 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         throw e;
       }
 
+      // Scrape-time figures: subjects by state, and what each surface's own process counts.
+      const dropCollector = ctx.metrics?.collect(async (): Promise<MetricFamily[]> => {
+        const byState: Record<string, number> = { active: 0, failed: 0, orphaned: 0 };
+        for (const sub of prev.subjects.values()) byState[sub.state] = (byState[sub.state] ?? 0) + 1;
+        const out: MetricFamily[] = [
+          {
+            name: 'leash_subjects',
+            help: 'subjects by state: active (policy enforced), failed (held fail-closed), orphaned',
+            type: 'gauge',
+            values: Object.entries(byState).map(([state, value]) => ({ value, labels: { state } })),
+          },
+        ];
+        for (const s of surfaces) if (s.families) out.push(...(await s.families()));
+        return out;
+      });
+
       const reconciler = createReconciler({
         pass: async () => {
+          const t0 = performance.now();
           const obs = await observe({ config: () => current.config, stateDir });
           if (obs.ok) for (const w of obs.warnings) logger.warn(w);
           const plan = planReconcile(prev, obs);
           const done = await executePlan(plan, hooks);
           prev = done.state;
           report('reconciled', plan, prev);
+          ctx.metrics?.observe('reconcile', (performance.now() - t0) / 1000);
         },
         onSlow: () => dumpStacks((m) => logger.error({ severity: 'critical' }, m)),
         onError: (e) => critical(`reconcile pass failed: ${(e as Error).message}`, {}),
@@ -256,6 +277,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           for (const s of surfaces) await s.reopenLogs?.();
         },
         async close() {
+          dropCollector?.();
           await reconciler.close();
           await closeAll();
         },

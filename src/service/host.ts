@@ -1,6 +1,10 @@
 /**
  * Host settings the service applies at start and restores at stop (config `host`, docs/policy.md "Host settings").
- * Today one: `host.memfd_noexec` sets `vm.memfd_noexec = 2` (kernel 6.3+), which makes every memfd of the service's
+ * `host.max_user_namespaces` sets `user.max_user_namespaces = 0`: no process of the host can make a user
+ * namespace, so no agent can mount a filesystem of its own (the race between such a mount and the watcher's mark
+ * of it is then closed; docs/filesystem.md). It is per user namespace: the service changes the one it runs in, and
+ * writing it needs CAP_SYS_RESOURCE there (not in the unit's default bounding set: a drop-in adds it).
+ * `host.memfd_noexec` sets `vm.memfd_noexec = 2` (kernel 6.3+), which makes every memfd of the service's
  * PID namespace and the namespaces below it non-executable: `memfd_create` + `fexecve` — an exec no fanotify mark
  * can see, since a memfd lies on no marked filesystem — fails with EACCES (and a memfd_create asking for MFD_EXEC is refused, EACCES on 6.18).
  *
@@ -16,19 +20,57 @@ import { atomicWriteFileSync } from '../store/files.js';
 
 /** The sysctl, as the service's PID namespace sees it (the kernel answers for the writer's namespace). */
 export const MEMFD_NOEXEC = '/proc/sys/vm/memfd_noexec';
-/** Where the value found at start is kept until it is restored. */
+/** The sysctl, as the service's user namespace sees it. */
+export const MAX_USER_NAMESPACES = '/proc/sys/user/max_user_namespaces';
+/** Where the values found at start are kept until they are restored. */
 export const HOST_STATE = '/run/leash/host-settings.json';
 /** 2: memfd_create without MFD_NOEXEC_SEAL gets it anyway, MFD_EXEC is refused: no memfd is ever executable. */
 export const MEMFD_NOEXEC_ENFORCED = 2;
 
 export interface HostPaths {
-  /** The sysctl file (tests: a file of their own, or the real one inside a PID namespace they made). */
+  /** The sysctl files (tests: files of their own, or the real ones inside a namespace they made). */
   memfdNoexec?: string;
+  maxUserNamespaces?: string;
   stateFile?: string;
 }
 
-/** The current vm.memfd_noexec, or null when the kernel has none (before 6.3). */
-export function readMemfdNoexec(file = MEMFD_NOEXEC): number | null {
+type Key = 'memfd_noexec' | 'max_user_namespaces';
+
+interface Setting {
+  key: Key;
+  sysctl: string;
+  file: (p: HostPaths) => string;
+  target: number;
+  enforced: (v: number) => boolean;
+  absent: string;
+  denied: string;
+}
+
+const SETTINGS: Setting[] = [
+  {
+    key: 'memfd_noexec',
+    sysctl: 'vm.memfd_noexec',
+    file: (p) => p.memfdNoexec ?? MEMFD_NOEXEC,
+    target: MEMFD_NOEXEC_ENFORCED,
+    enforced: (v) => v >= MEMFD_NOEXEC_ENFORCED,
+    absent: 'kernel 6.3 or later',
+    denied: '',
+  },
+  {
+    key: 'max_user_namespaces',
+    sysctl: 'user.max_user_namespaces',
+    file: (p) => p.maxUserNamespaces ?? MAX_USER_NAMESPACES,
+    target: 0,
+    enforced: (v) => v === 0,
+    absent: 'a kernel with user namespaces',
+    // The kernel makes the file read-only to a writer without CAP_SYS_RESOURCE in its user namespace.
+    denied:
+      ' (writing it needs CAP_SYS_RESOURCE: add it to the unit\'s CapabilityBoundingSet with a drop-in, docs/policy.md "Host settings")',
+  },
+];
+
+/** A sysctl's current value, or null when the kernel has none. */
+export function readSysctl(file: string): number | null {
   let text: string;
   try {
     text = fs.readFileSync(file, 'utf8');
@@ -40,9 +82,12 @@ export function readMemfdNoexec(file = MEMFD_NOEXEC): number | null {
   return Number.isInteger(n) ? n : null;
 }
 
-interface HostState {
-  memfd_noexec?: { previous: number };
+/** The current vm.memfd_noexec, or null when the kernel has none (before 6.3). */
+export function readMemfdNoexec(file = MEMFD_NOEXEC): number | null {
+  return readSysctl(file);
 }
+
+type HostState = Partial<Record<Key, { previous: number }>>;
 
 function readState(file: string): HostState {
   try {
@@ -53,7 +98,7 @@ function readState(file: string): HostState {
 }
 
 function writeState(file: string, st: HostState): void {
-  if (!st.memfd_noexec) {
+  if (!SETTINGS.some((x) => st[x.key])) {
     fs.rmSync(file, { force: true });
     return;
   }
@@ -61,20 +106,21 @@ function writeState(file: string, st: HostState): void {
   atomicWriteFileSync(file, `${JSON.stringify(st)}\n`);
 }
 
-function writeSysctl(file: string, value: number): void {
+function writeSysctl(x: Setting, file: string, value: number): void {
   try {
     fs.writeFileSync(file, `${value}\n`);
   } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
     throw new LeashError(
       'host_setting_failed',
-      `cannot set vm.memfd_noexec = ${value} (${file}): ${(e as Error).message}`,
-      { setting: 'memfd_noexec', value },
+      `cannot set ${x.sysctl} = ${value} (${file}): ${(e as Error).message}${code === 'EACCES' || code === 'EPERM' || code === 'EROFS' ? x.denied : ''}`,
+      { setting: x.key, value },
     );
   }
-  const now = readMemfdNoexec(file);
+  const now = readSysctl(file);
   if (now !== value)
-    throw new LeashError('host_setting_failed', `vm.memfd_noexec reads ${now} after writing ${value} (${file})`, {
-      setting: 'memfd_noexec',
+    throw new LeashError('host_setting_failed', `${x.sysctl} reads ${now} after writing ${value} (${file})`, {
+      setting: x.key,
       value,
     });
 }
@@ -86,56 +132,35 @@ export interface HostSettings {
   restore(): string[];
 }
 
-/**
- * Applies `config.host` now. A setting switched on whose kernel support is missing, or that cannot be written,
- * throws `host_setting_failed` (the service does not start without a protection it was asked for).
- */
-export function applyHostSettings(config: Pick<Config, 'host'>, paths: HostPaths = {}): HostSettings {
-  const file = paths.memfdNoexec ?? MEMFD_NOEXEC;
-  const stateFile = paths.stateFile ?? HOST_STATE;
-  const on = (): void => {
-    const current = readMemfdNoexec(file);
-    if (current === null)
-      throw new LeashError(
-        'host_setting_failed',
-        `host.memfd_noexec is set but this kernel has no vm.memfd_noexec (${file}; kernel 6.3 or later)`,
-        { setting: 'memfd_noexec' },
-      );
-    const st = readState(stateFile);
-    // A value recorded by a run that did not restore (a crash) is the host's own: keep it, not our 2.
-    if (!st.memfd_noexec) {
-      if (current >= MEMFD_NOEXEC_ENFORCED) return; // already enforced by someone else: nothing to restore
-      writeState(stateFile, { ...st, memfd_noexec: { previous: current } });
-    }
-    if (current !== MEMFD_NOEXEC_ENFORCED) writeSysctl(file, MEMFD_NOEXEC_ENFORCED);
-  };
-  const restore = (): string[] => restoreHostSettings({ memfdNoexec: file, stateFile });
-  if (config.host.memfd_noexec) on();
-  return {
-    update(next) {
-      if (next.host.memfd_noexec) on();
-      else {
-        const left = restore();
-        if (left.length) throw new LeashError('host_setting_failed', left.join('; '), { setting: 'memfd_noexec' });
-      }
-    },
-    restore,
-  };
+function applyOne(x: Setting, paths: HostPaths, stateFile: string): void {
+  const file = x.file(paths);
+  const current = readSysctl(file);
+  if (current === null)
+    throw new LeashError(
+      'host_setting_failed',
+      `host.${x.key} is set but this kernel has no ${x.sysctl} (${file}; ${x.absent})`,
+      { setting: x.key },
+    );
+  const st = readState(stateFile);
+  // A value recorded by a run that did not restore (a crash) is the host's own: keep it, not ours.
+  if (!st[x.key]) {
+    if (x.enforced(current)) return; // already enforced by someone else: nothing to restore
+    writeState(stateFile, { ...st, [x.key]: { previous: current } });
+  }
+  if (current !== x.target) writeSysctl(x, file, x.target);
 }
 
-/**
- * Restores the values recorded in the state file (the service's stop, `leash teardown`); a no-op when nothing was
- * recorded. Returns the problems (empty when all was restored) and keeps the record of what failed.
- */
-export function restoreHostSettings(paths: HostPaths = {}): string[] {
-  const file = paths.memfdNoexec ?? MEMFD_NOEXEC;
+/** Restores one recorded value (or all, `only` absent); returns the problems and keeps the record of what failed. */
+function restoreSome(paths: HostPaths, only?: Key): string[] {
   const stateFile = paths.stateFile ?? HOST_STATE;
   const st = readState(stateFile);
   const problems: string[] = [];
-  if (st.memfd_noexec) {
+  for (const x of SETTINGS) {
+    const rec = st[x.key];
+    if (!rec || (only && x.key !== only)) continue;
     try {
-      writeSysctl(file, st.memfd_noexec.previous);
-      delete st.memfd_noexec;
+      writeSysctl(x, x.file(paths), rec.previous);
+      delete st[x.key];
     } catch (e) {
       problems.push((e as Error).message);
     }
@@ -148,6 +173,36 @@ export function restoreHostSettings(paths: HostPaths = {}): string[] {
   return problems;
 }
 
+/**
+ * Applies `config.host` now. A setting switched on whose kernel support is missing, or that cannot be written,
+ * throws `host_setting_failed` (the service does not start without a protection it was asked for).
+ */
+export function applyHostSettings(config: Pick<Config, 'host'>, paths: HostPaths = {}): HostSettings {
+  const stateFile = paths.stateFile ?? HOST_STATE;
+  const all = { ...paths, stateFile };
+  for (const x of SETTINGS) if (config.host[x.key]) applyOne(x, all, stateFile);
+  return {
+    update(next) {
+      for (const x of SETTINGS) {
+        if (next.host[x.key]) applyOne(x, all, stateFile);
+        else {
+          const left = restoreSome(all, x.key);
+          if (left.length) throw new LeashError('host_setting_failed', left.join('; '), { setting: x.key });
+        }
+      }
+    },
+    restore: () => restoreSome(all),
+  };
+}
+
+/**
+ * Restores the values recorded in the state file (the service's stop, `leash teardown`); a no-op when nothing was
+ * recorded. Returns the problems (empty when all was restored) and keeps the record of what failed.
+ */
+export function restoreHostSettings(paths: HostPaths = {}): string[] {
+  return restoreSome(paths);
+}
+
 /** What `leash status` says: whether it is configured, and what the kernel reports now. */
 export function memfdNoexecStatus(
   config: Pick<Config, 'host'>,
@@ -157,15 +212,27 @@ export function memfdNoexecStatus(
   current: number | null;
   enforced: boolean;
 } {
+  return settingStatus(SETTINGS[0]!, config, file);
+}
+
+/** `leash status` for host.max_user_namespaces: configured, the value now, whether no user namespace can be made. */
+export function maxUserNamespacesStatus(
+  config: Pick<Config, 'host'>,
+  file = MAX_USER_NAMESPACES,
+): { configured: boolean; current: number | null; enforced: boolean } {
+  return settingStatus(SETTINGS[1]!, config, file);
+}
+
+function settingStatus(
+  x: Setting,
+  config: Pick<Config, 'host'>,
+  file: string,
+): { configured: boolean; current: number | null; enforced: boolean } {
   let current: number | null = null;
   try {
-    current = readMemfdNoexec(file);
+    current = readSysctl(file);
   } catch {
     current = null;
   }
-  return {
-    configured: config.host.memfd_noexec,
-    current,
-    enforced: current !== null && current >= MEMFD_NOEXEC_ENFORCED,
-  };
+  return { configured: config.host[x.key], current, enforced: current !== null && x.enforced(current) };
 }

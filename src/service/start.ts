@@ -6,14 +6,31 @@ import { LeashError } from '../errors.js';
 import { SURFACES } from '../engine/types.js';
 import { createDecisionLog, type DecisionLog } from '../log/decisions.js';
 import { createLogger, type Logger } from '../log/logger.js';
+import {
+  createJournal,
+  findJournalSocket,
+  journalDestination,
+  teeDecisionsToJournal,
+  type Journal,
+} from '../log/journal.js';
 import { loadNative } from '../native.js';
-import { applyHostSettings, type HostPaths, type HostSettings } from './host.js';
+import { countDecisions, createMetrics, type Metrics, type MetricFamily } from '../metrics/metrics.js';
+import { startMetricsServer, type MetricsServer } from '../metrics/server.js';
+import {
+  applyHostSettings,
+  maxUserNamespacesStatus,
+  memfdNoexecStatus,
+  type HostPaths,
+  type HostSettings,
+} from './host.js';
 
 /** What every enforcer is started with. */
 export interface ServiceContext {
   loaded: LoadedConfig;
   decisions: DecisionLog;
   logger: Logger;
+  /** The service's metrics: enforcers count stages and register collectors here. */
+  metrics?: Metrics;
 }
 
 /** A running enforcer. `reload` receives a config that already validated; throwing keeps the old one. */
@@ -76,6 +93,13 @@ function describe(loaded: LoadedConfig, running: string[]): string {
   return `${who}: ${modes}; enforcers running: ${running.length ? running.join(', ') : 'none'}`;
 }
 
+/** The component a service-side decision comes from, for its journal entry. */
+function decisionComponent(rec: { surface: string; subject: unknown }): string {
+  if (rec.surface === 'tools') return 'tools';
+  const s = rec.subject as { dns?: unknown } | null;
+  return s !== null && typeof s === 'object' && 'dns' in s ? 'dns' : 'proxy';
+}
+
 /**
  * Starts the service: loads and validates the config with the same loader as `leash validate`
  * (a refused config throws LeashError, exit 2), opens the decision log, starts the enabled
@@ -93,20 +117,57 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     );
   }
   const notify = opts.notify ?? defaultNotify();
-  const root = opts.logger ?? createLogger({ level: loaded.config.logging.level });
+  // The journal, when there is one (config logging.journal): operational lines and decisions go
+  // there with fields of their own; otherwise stderr as plain JSON lines, as before.
+  const journalSocket = findJournalSocket(loaded.config.logging.journal);
+  const journal: Journal | null =
+    journalSocket === null
+      ? null
+      : createJournal({
+          socket: journalSocket,
+          send: (p, e) => loadNative().journalSend(p, e),
+          allowSample: loaded.config.logging.journal_allows,
+          identifier: 'leash',
+        });
+  const root =
+    opts.logger ??
+    createLogger({
+      level: loaded.config.logging.level,
+      ...(journal ? { destination: journalDestination(journal, process.stderr) } : {}),
+    });
   const logger = root.child({ component: 'service' });
   for (const f of loaded.findings) logger.warn({ code: f.code, path: f.path, severity: f.severity }, f.message);
 
+  const metrics = createMetrics();
+  if (journal)
+    metrics.collect(() => {
+      const st = journal.stats();
+      const dropped = Object.values(st.dropped).reduce((a, b) => a + b, 0);
+      return [
+        {
+          name: 'leash_journal_entries',
+          help: 'journal entries: sent, dropped (journald refused or did not keep up), allows_skipped (logging.journal_allows)',
+          type: 'counter',
+          values: [
+            { value: st.sent, labels: { outcome: 'sent' } },
+            { value: dropped, labels: { outcome: 'dropped' } },
+            { value: st.allowsSkipped, labels: { outcome: 'allows_skipped' } },
+          ],
+        },
+      ];
+    });
   let decisions: DecisionLog;
   try {
     decisions = createDecisionLog({ sink: loaded.config.logging.decisions });
+    if (journal) decisions = teeDecisionsToJournal(decisions, journal, decisionComponent);
+    decisions = countDecisions(decisions, metrics);
   } catch (e) {
     throw new LeashError(
       'service_failed',
       `cannot open decision log ${loaded.config.logging.decisions}: ${(e as Error).message}`,
     );
   }
-  let ctx: ServiceContext = { loaded, decisions, logger: root };
+  let ctx: ServiceContext = { loaded, decisions, logger: root, metrics };
   const running: Enforcer[] = [];
   const factories = opts.enforcers;
   // Host settings (config `host`) first: no agent process runs under the policy before they hold.
@@ -118,6 +179,25 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     throw e;
   }
   if (loaded.config.host.memfd_noexec) logger.info({ setting: 'memfd_noexec', value: 2 }, 'host setting applied');
+  if (loaded.config.host.max_user_namespaces)
+    logger.info({ setting: 'max_user_namespaces', value: 0 }, 'host setting applied');
+  metrics.collect((): MetricFamily[] => [
+    {
+      name: 'leash_host_setting',
+      help: 'host hardening settings (config host): 1 in force now, 0 not',
+      type: 'gauge',
+      values: [
+        {
+          value: memfdNoexecStatus(ctx.loaded.config, opts.hostPaths?.memfdNoexec).enforced ? 1 : 0,
+          labels: { setting: 'memfd_noexec' },
+        },
+        {
+          value: maxUserNamespacesStatus(ctx.loaded.config, opts.hostPaths?.maxUserNamespaces).enforced ? 1 : 0,
+          labels: { setting: 'max_user_namespaces' },
+        },
+      ],
+    },
+  ]);
   const restoreHost = () => {
     for (const p of host.restore()) logger.error({ code: 'host_setting_failed' }, p);
   };
@@ -132,6 +212,22 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     restoreHost();
     await decisions.close();
     throw new LeashError('service_failed', `an enforcer failed to start: ${(e as Error).message}`);
+  }
+
+  // The metrics endpoint: a failure to serve it is logged, never a reason not to enforce.
+  let metricsServer: MetricsServer | null = null;
+  const metricsSocket =
+    process.env.LEASH_METRICS_SOCKET !== undefined
+      ? process.env.LEASH_METRICS_SOCKET || null
+      : loaded.config.logging.metrics_socket;
+  try {
+    if (metricsSocket !== null || loaded.config.logging.metrics_listen !== null)
+      metricsServer = await startMetricsServer(metrics, {
+        socket: metricsSocket,
+        listen: loaded.config.logging.metrics_listen,
+      });
+  } catch (e) {
+    logger.error({ code: 'metrics_unavailable' }, `metrics endpoint not served: ${(e as Error).message}`);
   }
 
   const status = () =>
@@ -157,6 +253,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         await r.close().catch((e: unknown) => logger.error({ enforcer: r.name, err: e }, 'enforcer close failed'));
       }
       restoreHost();
+      await metricsServer?.close();
       await decisions.close();
       clearInterval(keepAlive);
       if (watchdog) clearInterval(watchdog);

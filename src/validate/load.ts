@@ -349,18 +349,25 @@ function lookalikeFindings(policyLike: unknown): Finding[] {
 
 function inertFindings(inert: InertEntry[]): Finding[] {
   return inert.map((i) =>
-    i.list === 'deny'
+    i.list === 'ask'
       ? finding(
-          'inert_deny',
-          `${i.surface}.deny`,
-          `${JSON.stringify(i.entry)}: ${i.problem.message}; this deny entry blocks nothing`,
+          'inert_ask',
+          `${i.surface}.ask`,
+          `${JSON.stringify(i.entry)}: ${i.problem.message}; this ask entry asks about nothing`,
           String(i.entry),
         )
-      : finding(
-          'inert_allow',
-          `${i.surface}.allow`,
-          `${JSON.stringify(i.entry)}: ${i.problem.message}; this allow entry never matches`,
-          String(i.entry),
-        ),
+      : i.list === 'deny'
+        ? finding(
+            'inert_deny',
+            `${i.surface}.deny`,
+            `${JSON.stringify(i.entry)}: ${i.problem.message}; this deny entry blocks nothing`,
+            String(i.entry),
+          )
+        : finding(
+            'inert_allow',
+            `${i.surface}.allow`,
+            `${JSON.stringify(i.entry)}: ${i.problem.message}; this allow entry never matches`,
+            String(i.entry),
+          ),
   );
 }

@@ -203,8 +203,8 @@ logging: { level: info, decisions: ${log()} }
     const field = (k: string) => new RegExp(`^${k}:\\s*(\\S+)`, 'm').exec(status)?.[1];
     expect(field('NoNewPrivs')).toBe('1');
     expect(field('Seccomp')).toBe('2'); // filter mode
-    // CAP_DAC_READ_SEARCH (2), CAP_NET_ADMIN (12), CAP_SYS_ADMIN (21): nothing else.
-    expect(BigInt(`0x${field('CapBnd')}`)).toBe((1n << 2n) | (1n << 12n) | (1n << 21n));
+    // CAP_DAC_READ_SEARCH (2), CAP_KILL (5), CAP_NET_ADMIN (12), CAP_SYS_PTRACE (19), CAP_SYS_ADMIN (21): nothing else.
+    expect(BigInt(`0x${field('CapBnd')}`)).toBe((1n << 2n) | (1n << 5n) | (1n << 12n) | (1n << 19n) | (1n << 21n));
     expect(field('CapEff')).toBe(field('CapBnd'));
   });
 

@@ -61,7 +61,14 @@ describe.skipIf(!root)('filesystem watcher process', () => {
     C = createUser(cleanups);
     polA = {
       fail_mode: 'closed',
-      filesystem: { mode: 'whitelist', allow: [p('work'), p('bin')], deny: [p('work', 'private')] },
+      // namespaces: allow, so the namespace the account makes below lives on to show how its opens are named
+      // (under the default deny it is killed: tests/integration/watcher-namespaces.test.ts).
+      filesystem: {
+        mode: 'whitelist',
+        allow: [p('work'), p('bin')],
+        deny: [p('work', 'private')],
+        namespaces: 'allow',
+      },
       commands: { mode: 'whitelist', allow: ['cat', 'ls', p('bin', 'true'), 'suid-open'], deny: [] },
     };
     polB = {

@@ -18,6 +18,7 @@ const REASONS = [
   'engine_error',
   'interpreter_of',
   'interpreter_direct',
+  'hardlinked',
 ] as const;
 const B32 = 'abcdefghijklmnopqrstuvwxyz234567';
 
@@ -144,12 +145,15 @@ function compare(cases: DecisionLineCase[]): void {
         surface: c.exec ? 'commands' : 'filesystem',
         action: c.allow ? 'allow' : 'block',
         reason: c.reason,
-        subject: c.exec
-          ? {
-              binary: out.subjects[i],
-              ...(c.interpreterOf ? { interpreterOf: c.interpreterOf.toString('utf8') } : {}),
-            }
-          : { path: out.subjects[i] },
+        subject: {
+          ...(c.exec
+            ? {
+                binary: out.subjects[i],
+                ...(c.interpreterOf ? { interpreterOf: c.interpreterOf.toString('utf8') } : {}),
+              }
+            : { path: out.subjects[i] }),
+          ...(c.nlink !== undefined ? { inode: c.inode, nlink: c.nlink } : {}),
+        },
         rule: out.rules[i],
       },
       c.ref,
@@ -186,6 +190,9 @@ describe.skipIf(!nativeAvailable())('native decision-log lines', () => {
           rule: i % 3 === 0 ? null : subject.toString('utf8'),
           ref: ref(r),
           ...(i % 2 === 1 && i % 4 === 3 ? { interpreterOf: FIXED[(i + 1) % FIXED.length]! } : {}),
+          ...(REASONS[i % REASONS.length] === 'hardlinked'
+            ? { inode: [1, 2 ** 32 + 7, 2 ** 53 - 1][i % 3]!, nlink: 2 + i }
+            : {}),
         });
       }
     }
@@ -230,6 +237,9 @@ describe.skipIf(!nativeAvailable())('native decision-log lines', () => {
           rule: randomRule(r),
           ref: ref(r),
           ...(exec && reason === 'interpreter_of' ? { interpreterOf: randomPath(r) } : {}),
+          ...(reason === 'hardlinked'
+            ? { inode: Math.floor(r() * 2 ** 53), nlink: 2 + Math.floor(r() * (2 ** 32 - 2)) }
+            : {}),
         });
       }
       compare(cases);

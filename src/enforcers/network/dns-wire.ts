@@ -163,43 +163,56 @@ export function parseQuery(msg: Buffer): ParseResult {
   };
 }
 
-function encodeName(name: string): Buffer {
-  const parts = name === '' ? [] : name.split('.');
-  const out = Buffer.alloc(parts.reduce((a, l) => a + 1 + l.length, 1));
-  let p = 0;
-  for (const l of parts) {
-    out[p++] = l.length;
-    p += out.write(l, p, 'latin1');
+/** Writes `name` in wire form at `p` of `out` (which has room); returns the offset after it. */
+function writeName(out: Buffer, p: number, name: string): number {
+  if (name !== '') {
+    let start = 0;
+    for (;;) {
+      const dot = name.indexOf('.', start);
+      const end = dot < 0 ? name.length : dot;
+      out[p++] = end - start;
+      p += out.write(name.slice(start, end), p, 'latin1');
+      if (dot < 0) break;
+      start = dot + 1;
+    }
   }
-  out[p] = 0;
-  return out;
+  out[p++] = 0;
+  return p;
+}
+
+/** The wire length of `name` (one length byte per label, the bytes, the root). */
+function nameLength(name: string): number {
+  return name === '' ? 1 : name.length + 2;
+}
+
+function writeQuestion(out: Buffer, p: number, q: Question): number {
+  p = writeName(out, p, q.name);
+  out.writeUInt16BE(q.qtype, p);
+  out.writeUInt16BE(q.qclass, p + 2);
+  return p + 4;
 }
 
 /** The question section's bytes. */
 export function encodeQuestion(q: Question): Buffer {
-  const name = encodeName(q.name);
-  const tail = Buffer.alloc(4);
-  tail.writeUInt16BE(q.qtype, 0);
-  tail.writeUInt16BE(q.qclass, 2);
-  return Buffer.concat([name, tail]);
+  const out = Buffer.alloc(nameLength(q.name) + 4);
+  writeQuestion(out, 0, q);
+  return out;
 }
 
 /** The forwarder's own query for `q` (a new id, RD, CD as the client asked, an OPT of 1232 bytes when it had EDNS). */
 export function encodeQuery(id: number, q: Query): Buffer {
-  const hdr = Buffer.alloc(12);
-  hdr.writeUInt16BE(id, 0);
-  hdr.writeUInt16BE((q.rd ? 0x0100 : 0) | (q.cd ? 0x0010 : 0), 2);
-  hdr.writeUInt16BE(1, 4);
-  hdr.writeUInt16BE(q.edns ? 1 : 0, 10);
-  const parts = [hdr, encodeQuestion(q.question)];
+  const out = Buffer.alloc(12 + nameLength(q.question.name) + 4 + (q.edns ? 11 : 0));
+  out.writeUInt16BE(id, 0);
+  out.writeUInt16BE((q.rd ? 0x0100 : 0) | (q.cd ? 0x0010 : 0), 2);
+  out.writeUInt16BE(1, 4);
+  out.writeUInt16BE(q.edns ? 1 : 0, 10);
+  const p = writeQuestion(out, 12, q.question);
   if (q.edns) {
-    const opt = Buffer.alloc(11);
-    opt.writeUInt16BE(41, 1);
-    opt.writeUInt16BE(1232, 3);
-    opt.writeUInt16BE(q.edns.dnssecOk ? 0x8000 : 0, 7);
-    parts.push(opt);
+    out.writeUInt16BE(41, p + 1);
+    out.writeUInt16BE(1232, p + 3);
+    out.writeUInt16BE(q.edns.dnssecOk ? 0x8000 : 0, p + 7);
   }
-  return Buffer.concat(parts);
+  return out;
 }
 
 /** A reply carrying only the header and (when known) the question: REFUSED, NXDOMAIN, FORMERR, SERVFAIL, or TC. */
@@ -218,8 +231,11 @@ export function encodeError(
     2,
   );
   if (!q) return hdr;
-  hdr.writeUInt16BE(1, 4);
-  return Buffer.concat([hdr, encodeQuestion(q.question)]);
+  const out = Buffer.alloc(12 + nameLength(q.question.name) + 4);
+  hdr.copy(out, 0);
+  out.writeUInt16BE(1, 4);
+  writeQuestion(out, 12, q.question);
+  return out;
 }
 
 /** A name anywhere in a message (compression allowed, loops refused): its length on the wire at `off`. */
@@ -291,11 +307,11 @@ export function readAnswer(msg: Buffer, id: number, q: Question): Answer | null 
 }
 
 /** The upstream answer re-addressed to the client: its id and the client's own spelling of the question. */
-export function readdress(msg: Buffer, clientId: number, q: Question): Buffer {
-  const out = Buffer.from(msg);
+export function readdress(msg: Buffer, clientId: number, q: Question, inPlace = false): Buffer {
+  const out = inPlace ? msg : Buffer.from(msg);
   out.writeUInt16BE(clientId, 0);
   // The question's bytes have the same length in any case spelling: put back the client's (0x20 randomisation).
-  encodeQuestion(q).copy(out, 12);
+  writeQuestion(out, 12, q);
   return out;
 }
 

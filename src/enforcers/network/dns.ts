@@ -44,6 +44,8 @@ export interface DnsForwarderOptions<P> {
   failMode?: () => 'closed' | 'open';
   /** What a refused name gets: REFUSED (default) or NXDOMAIN. */
   refuse?: 'refused' | 'nxdomain';
+  /** Each UDP query's time from receipt to answer, in seconds: the metrics. */
+  onAnswer?: (seconds: number) => void;
   /** Listen addresses (default 127.0.0.1 and ::1). */
   hosts?: string[];
   /** Upstream time-out per attempt (ms; default 2000). Each resolver is tried once, in order. */
@@ -140,16 +142,25 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
   });
   const subjects = table.entries;
 
-  // --- upstream over UDP: a few sockets per family, random ids, answers matched by id, source and question ------
+  // --- upstream over UDP: a few CONNECTED sockets per resolver (the kernel then accepts datagrams from that resolver
+  // only, and routes once per socket rather than once per send), random ids, answers matched by id, socket and
+  // question. No promise, timer or allocation beyond the messages themselves per query: one sweep expires what the
+  // resolver never answered.
+  type Got = { msg: Buffer; answer: Answer } | null;
   interface Pending {
     id: number;
-    upstream: Upstream;
+    sock: UpSock;
     q: Query;
-    resolve: (r: { msg: Buffer; answer: Answer } | null) => void;
-    timer: NodeJS.Timeout;
+    deadline: number;
+    done: (r: Got) => void;
   }
   const pending = new Map<number, Pending>();
-  const upSockets: Record<4 | 6, dgram.Socket[]> = { 4: [], 6: [] };
+  /** A connected upstream socket; what is sent before the connect completes waits in `queue`. */
+  interface UpSock {
+    s: dgram.Socket;
+    queue: Buffer[] | null;
+  }
+  const upSockets = new Map<string, UpSock[]>();
   let idPool = Buffer.alloc(0);
   let idAt = 0;
   const freshId = (): number => {
@@ -164,48 +175,80 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
     }
     return -1;
   };
-  const upSocket = (family: 4 | 6): dgram.Socket => {
-    const list = upSockets[family];
-    if (list.length < 4) {
-      const s = dgram.createSocket(family === 4 ? 'udp4' : 'udp6');
-      s.on('error', (err) => onError(err, { uid: -1, stage: 'dns_upstream' }));
-      s.on('message', (msg, rinfo) => {
-        if (msg.length < 2) return;
+  const UP_SOCKETS = 4;
+  let upTurn = 0;
+  const upSocket = (u: Upstream): UpSock => {
+    const key = `${u.host}|${u.port}`;
+    let list = upSockets.get(key);
+    if (!list) upSockets.set(key, (list = []));
+    if (list.length < UP_SOCKETS) {
+      const s = dgram.createSocket(u.family === 4 ? 'udp4' : 'udp6');
+      const us: UpSock = { s, queue: [] };
+      s.on('error', (err: NodeJS.ErrnoException) => {
+        // A resolver that is down answers ICMP unreachable, reported on a connected socket: the queries waiting
+        // for it time out (or go to the next resolver) as they would unconnected, with no line per query.
+        if (err.code === 'ECONNREFUSED') return;
+        onError(err, { uid: -1, stage: 'dns_upstream' });
+        if (us.queue !== null) {
+          // The connect itself failed: this socket is never usable.
+          const at = list!.indexOf(us);
+          if (at >= 0) list!.splice(at, 1);
+          us.queue = null;
+          s.close();
+        }
+      });
+      s.on('message', (msg) => {
+        if (msg.length < 12) return;
         const p = pending.get(msg.readUInt16BE(0));
-        if (!p || plainIp(rinfo.address) !== plainIp(p.upstream.host) || rinfo.port !== p.upstream.port) return;
+        if (!p || p.sock !== us) return;
         const answer = readAnswer(msg, p.id, p.q.question);
         if (!answer) return; // not the answer to this question: keep waiting (a spoof, or a stale reply)
         pending.delete(p.id);
-        clearTimeout(p.timer);
-        p.resolve({ msg, answer });
+        p.done({ msg, answer });
       });
-      s.bind(0);
+      s.connect(u.port, u.host, () => {
+        const q = us.queue ?? [];
+        us.queue = null;
+        for (const b of q) s.send(b);
+      });
       s.unref();
-      list.push(s);
-      return s;
+      list.push(us);
+      return us;
     }
-    return list[Math.floor(Math.random() * list.length)]!;
+    upTurn = (upTurn + 1) % list.length;
+    return list[upTurn]!;
+  };
+  const sweep = setInterval(
+    () => {
+      if (pending.size === 0) return;
+      const now = Date.now();
+      for (const p of pending.values())
+        if (p.deadline <= now) {
+          pending.delete(p.id);
+          p.done(null);
+        }
+    },
+    Math.max(10, Math.min(100, Math.floor(timeoutMs / 4))),
+  );
+  sweep.unref();
+
+  const askUdp = (u: Upstream, q: Query, done: (r: Got) => void): void => {
+    const id = pending.size >= MAX_PENDING ? -1 : freshId();
+    if (id < 0) return done(null);
+    const sock = upSocket(u);
+    const p: Pending = { id, sock, q, deadline: Date.now() + timeoutMs, done };
+    pending.set(id, p);
+    try {
+      const b = encodeQuery(id, q);
+      if (sock.queue) sock.queue.push(b);
+      else sock.s.send(b);
+    } catch {
+      if (pending.get(id) === p) pending.delete(id);
+      done(null);
+    }
   };
 
-  const askUdp = (u: Upstream, q: Query): Promise<{ msg: Buffer; answer: Answer } | null> =>
-    new Promise((resolve) => {
-      const id = pending.size >= MAX_PENDING ? -1 : freshId();
-      if (id < 0) return resolve(null);
-      const timer = setTimeout(() => {
-        pending.delete(id);
-        resolve(null);
-      }, timeoutMs);
-      pending.set(id, { id, upstream: u, q, resolve, timer });
-      upSocket(u.family).send(encodeQuery(id, q), u.port, u.host, (err) => {
-        if (err && pending.get(id)?.resolve === resolve) {
-          pending.delete(id);
-          clearTimeout(timer);
-          resolve(null);
-        }
-      });
-    });
-
-  const askTcp = (u: Upstream, q: Query): Promise<{ msg: Buffer; answer: Answer } | null> =>
+  const askTcp = (u: Upstream, q: Query): Promise<Got> =>
     new Promise((resolve) => {
       const id = randomBytes(2).readUInt16BE(0);
       const body = encodeQuery(id, q);
@@ -214,7 +257,7 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
       let acc = Buffer.alloc(0);
       let settled = false;
       const s = net.connect({ host: u.host, port: u.port });
-      const done = (r: { msg: Buffer; answer: Answer } | null) => {
+      const done = (r: Got) => {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
@@ -235,17 +278,18 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
       s.on('close', () => done(null));
     });
 
-  /** Resolvers in order; UDP first, TCP when the answer came back truncated (or when `tcp` is asked for). */
-  async function forward(e: Entry<P>, q: Query): Promise<{ msg: Buffer; answer: Answer } | null> {
-    for (const u of e.upstreams) {
-      const r = await askUdp(u, q);
-      if (r && !r.answer.truncated) return r;
-      if (r?.answer.truncated) {
-        const t = await askTcp(u, q);
-        if (t) return t;
-      }
-    }
-    return null;
+  /** Resolvers in order; UDP first, TCP when the answer came back truncated. */
+  function forward(ups: Upstream[], q: Query, done: (r: Got) => void, i = 0): void {
+    const u = ups[i];
+    if (!u) return done(null);
+    askUdp(u, q, (r) => {
+      if (r && !r.answer.truncated) return done(r);
+      if (!r) return forward(ups, q, done, i + 1);
+      askTcp(u, q).then(
+        (t) => (t ? done(t) : forward(ups, q, done, i + 1)),
+        () => forward(ups, q, done, i + 1),
+      );
+    });
   }
 
   function remember(e: Entry<P>, name: string, a: Answer): void {
@@ -264,7 +308,13 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
     }
   }
 
-  function logAllow(e: Entry<P>, rec: { reason: string; subject: Record<string, unknown>; rule: string | null }): void {
+  const subjectOf = (q: Query, transport: 'udp' | 'tcp'): Record<string, unknown> => ({
+    dns: q.question.name.toLowerCase(),
+    qtype: typeName(q.question.qtype),
+    ...(transport === 'tcp' ? { transport } : {}),
+  });
+
+  function logAllow(e: Entry<P>, verdict: Verdict, q: Query, transport: 'udp' | 'tcp'): void {
     const sec = Math.floor(Date.now() / 1000);
     const l = e.lines;
     if (l.second !== sec) {
@@ -275,9 +325,17 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
       l.suppressed++;
       return;
     }
-    const subject = l.suppressed ? { ...rec.subject, suppressed: l.suppressed } : rec.subject;
+    const subject = subjectOf(q, transport);
+    if (l.suppressed) subject.suppressed = l.suppressed;
     l.suppressed = 0;
-    opts.log.write({ uid: e.uid, surface: 'network', action: 'allow', reason: rec.reason, subject, rule: rec.rule });
+    opts.log.write({
+      uid: e.uid,
+      surface: 'network',
+      action: 'allow',
+      reason: verdict.reason,
+      subject,
+      rule: verdict.rule,
+    });
   }
 
   function logBlock(e: Entry<P>, reason: string, subject: Record<string, unknown>, rule: string | null = null): void {
@@ -285,23 +343,17 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
   }
 
   /**
-   * One message from the subject: the reply to send (null = send nothing). `maxSize` is what a UDP client can
-   * take (its EDNS size, or 512); TCP has no limit.
+   * One message from the subject: `reply` gets what to send back (null = send nothing). What a UDP client can take
+   * is its EDNS size, or 512; TCP has no limit.
    */
-  async function answer(e: Entry<P>, msg: Buffer, transport: 'udp' | 'tcp'): Promise<Buffer | null> {
+  function answer(e: Entry<P>, msg: Buffer, transport: 'udp' | 'tcp', reply: (out: Buffer | null) => void): void {
     const parsed = parseQuery(msg);
     if (!parsed.ok) {
       const reason = parsed.rcode === RCODE.NOTIMP ? 'dns_unsupported' : 'dns_malformed';
       logBlock(e, reason, { dns: null, qtype: null, transport, bytes: msg.length, why: parsed.why });
-      return parsed.id === null ? null : encodeError(parsed.id, parsed.rcode, null);
+      return reply(parsed.id === null ? null : encodeError(parsed.id, parsed.rcode, null));
     }
     const q = parsed.query;
-    const name = q.question.name;
-    const subject = {
-      dns: name.toLowerCase(),
-      qtype: typeName(q.question.qtype),
-      ...(transport === 'tcp' ? { transport } : {}),
-    };
     let verdict: Verdict;
     if (e.policy === null)
       verdict = {
@@ -312,25 +364,25 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
       };
     else {
       try {
-        verdict = opts.decide(name, e.policy);
+        verdict = opts.decide(q.question.name, e.policy);
       } catch {
         verdict = { action: 'block', reason: 'engine_error', source: 'fail_mode', rule: null };
       }
     }
     if (verdict.action === 'block') {
-      logBlock(e, verdict.reason, subject, verdict.rule);
-      return encodeError(q.id, refuseRcode, q);
+      logBlock(e, verdict.reason, subjectOf(q, transport), verdict.rule);
+      return reply(encodeError(q.id, refuseRcode, q));
     }
-    const r = e.upstreams.length ? await forward(e, q) : null;
-    if (!r) {
-      logBlock(e, 'dns_upstream_failed', subject, verdict.rule);
-      return encodeError(q.id, RCODE.SERVFAIL, q);
-    }
-    remember(e, name, r.answer);
-    logAllow(e, { reason: verdict.reason, subject, rule: verdict.rule });
-    const maxSize = transport === 'tcp' ? 65535 : (q.edns?.udpSize ?? 512);
-    if (r.msg.length > maxSize) return truncatedReply(r.msg, q.id, q);
-    return readdress(r.msg, q.id, q.question);
+    forward(e.upstreams, q, (r) => {
+      if (!r) {
+        logBlock(e, 'dns_upstream_failed', subjectOf(q, transport), verdict.rule);
+        return reply(encodeError(q.id, RCODE.SERVFAIL, q));
+      }
+      remember(e, q.question.name, r.answer);
+      logAllow(e, verdict, q, transport);
+      const maxSize = transport === 'tcp' ? 65535 : (q.edns?.udpSize ?? 512);
+      reply(r.msg.length > maxSize ? truncatedReply(r.msg, q.id, q) : readdress(r.msg, q.id, q.question, true));
+    });
   }
 
   async function open(e: Entry<P>): Promise<void> {
@@ -339,12 +391,15 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
       const udp = dgram.createSocket({ type: fam, ipv6Only: fam === 'udp6' });
       udp.on('error', (err) => onError(err, { uid: e.uid, stage: 'dns_udp' }));
       udp.on('message', (msg, rinfo) => {
-        answer(e, msg, 'udp').then(
-          (out) => {
+        const t0 = opts.onAnswer ? performance.now() : 0;
+        try {
+          answer(e, msg, 'udp', (out) => {
             if (out) udp.send(out, rinfo.port, rinfo.address);
-          },
-          (err: Error) => onError(err, { uid: e.uid, stage: 'dns_answer' }),
-        );
+            opts.onAnswer?.((performance.now() - t0) / 1000);
+          });
+        } catch (err) {
+          onError(err as Error, { uid: e.uid, stage: 'dns_answer' });
+        }
       });
       try {
         await new Promise<void>((resolve, reject) => {
@@ -409,7 +464,7 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
         const msg = Buffer.from(acc.subarray(2, 2 + acc.readUInt16BE(0)));
         acc = acc.subarray(2 + msg.length);
         chain = chain.then(async () => {
-          const out = await answer(e, msg, 'tcp');
+          const out = await new Promise<Buffer | null>((resolve) => answer(e, msg, 'tcp', resolve));
           if (sock.destroyed) return;
           if (!out) {
             sock.destroy(); // not even a header: not DNS
@@ -448,14 +503,12 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
       const all = [...subjects.values()];
       subjects.clear();
       await Promise.all(all.map(closeEntry));
-      for (const p of pending.values()) {
-        clearTimeout(p.timer);
-        p.resolve(null);
-      }
+      clearInterval(sweep);
+      const left = [...pending.values()];
       pending.clear();
-      for (const s of [...upSockets[4], ...upSockets[6]]) s.close();
-      upSockets[4] = [];
-      upSockets[6] = [];
+      for (const p of left) p.done(null);
+      for (const list of upSockets.values()) for (const u of list) u.s.close();
+      upSockets.clear();
     },
   };
 }

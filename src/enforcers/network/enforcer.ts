@@ -66,10 +66,14 @@ export interface NetworkEnforcerOptions<P> {
       | 'maxConnections'
       | 'maxPerSubject'
       | 'errorWindowMs'
+      | 'onSetup'
     >
   >;
   dns?: Partial<
-    Pick<DnsForwarderOptions<P>, 'refuse' | 'timeoutMs' | 'allowLinesPerSec' | 'onError' | 'hosts' | 'failMode'>
+    Pick<
+      DnsForwarderOptions<P>,
+      'refuse' | 'timeoutMs' | 'allowLinesPerSec' | 'onError' | 'hosts' | 'failMode' | 'onAnswer'
+    >
   >;
 }
 

@@ -4,6 +4,7 @@ import type { FailMode, NetworkSubject, Reason, Verdict } from '../../engine/typ
 import type { PROXY_REASONS } from '../../errors.js';
 import type { DecisionRecord, DecisionWriter } from '../../log/decisions.js';
 import { loadNative, type OriginalDst } from '../../native.js';
+import { startSettler } from './settle.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket } from './peek.js';
 import { createListenerTable } from './listeners.js';
@@ -98,6 +99,8 @@ export interface ProxyOptions<P> {
    */
   onError?: (err: Error, ctx: ErrorContext) => void;
   errorWindowMs?: number;
+  /** Each connection's set-up time (accept to decided and relaying, or refused), in seconds: the metrics. */
+  onSetup?: (seconds: number) => void;
   /** Connections open at once, all subjects together (default 16384: two descriptors each, see docs/network.md). */
   maxConnections?: number;
   /** Connections open at once per subject (default 8192). */
@@ -107,6 +110,8 @@ export interface ProxyOptions<P> {
    * fail_mode as it is now). closed (default): reset `no_policy`; open: allowed to the original destination.
    */
   failMode?: () => FailMode;
+  /** Give memory back after a load peak (default true; see settle.ts). */
+  settle?: boolean;
 }
 
 export interface Proxy<P> {
@@ -186,6 +191,9 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const maxTotal = opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
   const maxPerSubject = opts.maxPerSubject ?? DEFAULT_MAX_PER_SUBJECT;
   let active = 0;
+  let opened = 0;
+  // After a burst, memory goes back once the connections have (see settle.ts).
+  const stopSettler = opts.settle === false ? () => {} : startSettler({ active: () => active, opened: () => opened });
   const failMode = opts.failMode ?? (() => 'closed' as const);
   const table = createListenerTable<Entry<P>, ProxySubject<P>>({
     create: (s) => ({
@@ -437,6 +445,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
           return;
         }
         active++;
+        opened++;
         e.active++;
         e.sockets.add(sock);
         sock.on('close', () => {
@@ -444,15 +453,21 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
           e.active--;
           e.sockets.delete(sock);
         });
-        handle(e, sock).catch((err: Error) => {
-          onError(err, { uid: e.uid, stage: 'handle' });
-          sock.resetAndDestroy();
-        });
+        const t0 = opts.onSetup ? performance.now() : 0;
+        handle(e, sock).then(
+          () => opts.onSetup?.((performance.now() - t0) / 1000),
+          (err: Error) => {
+            onError(err, { uid: e.uid, stage: 'handle' });
+            sock.resetAndDestroy();
+          },
+        );
       });
       try {
         await new Promise<void>((resolve, reject) => {
           srv.once('error', reject);
-          srv.listen({ host, port: e.port, exclusive: true, backlog: 1024 }, () => {
+          // The kernel's cap (net.core.somaxconn, 4096 by default): a burst of thousands of connects waits in the
+          // accept queue instead of having its SYNs dropped (a second's retransmit each).
+          srv.listen({ host, port: e.port, exclusive: true, backlog: 4096 }, () => {
             srv.off('error', reject);
             resolve();
           });
@@ -486,6 +501,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       return new Map([...subjects.values()].map((e) => [e.uid, e.port]));
     },
     async close() {
+      stopSettler();
       const all = [...subjects.values()];
       subjects.clear();
       await Promise.all(all.map(closeEntry));

@@ -9,6 +9,7 @@ import { compilePolicy, decide, decideDnsName, type CompiledPolicy, type PolicyI
 import { createDecisionLog } from '../../log/decisions.js';
 import { startNetworkEnforcer, type NetworkEnforcer } from './enforcer.js';
 import { hostRunner } from './run.js';
+import { releases } from './settle.js';
 
 export interface StandaloneSpec {
   subjects: { uid: number; port: number; policy: PolicyInput | null; ech?: 'refuse' | 'allow' }[];
@@ -88,6 +89,14 @@ async function main(): Promise<void> {
         process.stderr.write(`reload failed, previous rules kept: ${(e as Error).message}\n`);
       }
     });
+  });
+  // SIGUSR2: one line of memory figures on stderr (bench/soak reads where RSS sits: V8 heap, buffers, the rest).
+  process.on('SIGUSR2', () => {
+    const m = process.memoryUsage();
+    const mib = (n: number) => Math.round((n / 1048576) * 10) / 10;
+    process.stderr.write(
+      `memory ${JSON.stringify({ rss: mib(m.rss), heapTotal: mib(m.heapTotal), heapUsed: mib(m.heapUsed), external: mib(m.external), arrayBuffers: mib(m.arrayBuffers), releases: releases() })}\n`,
+    );
   });
   let stopping = false;
   const stop = () => {

@@ -17,12 +17,14 @@ export function engineDeciderFactory(): (policy: TerminalPolicy | null) => Comma
       return () => v;
     }
     if (last && last.policy === policy) return last.decider;
-    const { mode, allow, deny } = policy.commands;
+    // ask entries are judged (and refused: the terminal holds nothing), never dropped: in a blacklist
+    // dropping them would run what a human was to be asked about.
+    const { mode, allow, deny, ask } = policy.commands;
     const input: PolicyInput = {
       fail_mode: policy.fail_mode,
       network: EMPTY,
       filesystem: EMPTY,
-      commands: { mode, allow, deny },
+      commands: { mode, allow, deny, ...(ask ? { ask } : {}) },
       tools: { ...EMPTY, inspect: { secrets: 'block', pii: 'log', priv_esc: 'block' } },
     };
     const compiled = compilePolicy(input);

@@ -13,7 +13,7 @@ export class TerminalPolicyError extends LeashError {
   }
 }
 
-const COMMANDS_KEYS = new Set(['mode', 'allow', 'deny', 'args']);
+const COMMANDS_KEYS = new Set(['mode', 'allow', 'deny', 'ask', 'args']);
 
 /**
  * The engine's command entry grammar. An entry that can never match is refused here rather than
@@ -65,6 +65,7 @@ export function validateTerminalPolicy(doc: unknown): TerminalPolicy {
   if (mode !== 'whitelist' && mode !== 'blacklist') problems.push('commands.mode: must be whitelist or blacklist');
   const allow = stringList(cmd.allow, 'commands.allow', problems);
   const deny = stringList(cmd.deny, 'commands.deny', problems);
+  const ask = cmd.ask === undefined ? undefined : stringList(cmd.ask, 'commands.ask', problems);
   const args: TerminalPolicy['commands']['args'] = {};
   if (cmd.args !== undefined) {
     if (cmd.args === null || typeof cmd.args !== 'object' || Array.isArray(cmd.args)) {
@@ -94,7 +95,7 @@ export function validateTerminalPolicy(doc: unknown): TerminalPolicy {
   if (problems.length > 0) throw new TerminalPolicyError(problems, 'invalid');
   return {
     fail_mode: failMode as TerminalPolicy['fail_mode'],
-    commands: { mode: mode as TerminalPolicy['commands']['mode'], allow, deny, args },
+    commands: { mode: mode as TerminalPolicy['commands']['mode'], allow, deny, ...(ask ? { ask } : {}), args },
   };
 }
 

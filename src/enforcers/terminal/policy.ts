@@ -75,7 +75,8 @@ export function judge(
     } catch {
       v = { action: 'block', reason: 'engine_error', source: 'fail_mode', rule: null };
     }
-    if (v.action === 'block') {
+    // leash terminal holds nothing: an ask is refused like a block (docs/approvals.md).
+    if (v.action !== 'allow') {
       return { allowed: false, reason: v.reason, rule: v.rule, binary: subject, policyReason: why(v, name, b, mode) };
     }
     if (b === subject) allowVerdict = v;

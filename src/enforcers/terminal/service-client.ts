@@ -1,7 +1,7 @@
 import net from 'node:net';
 import { isObject, parseStrict, stringifyAscii, toPlain } from '../../jsonl/json.js';
 import { LineReader } from '../../jsonl/lines.js';
-import { DEFAULT_TOOLS_SOCKET } from '../tools/socket.js';
+import { DEFAULT_TOOLS_SOCKET } from '../../paths.js';
 import { validateTerminalPolicy } from './policy-file.js';
 import type { PolicySource, TerminalPolicy } from './types.js';
 

@@ -192,7 +192,7 @@ const _argsReasonsCatalogued: ArgsReason extends GateReason ? true : false = tru
 void _argsReasonsCatalogued;
 
 export interface ToolVerdict {
-  action: 'allow' | 'block';
+  action: 'allow' | 'block' | 'ask';
   reason: string;
   rule: string | null;
   /** Where in the arguments an argument rule decided. */
@@ -216,7 +216,8 @@ export function checkTool(name: string, inputs: JsonValue | undefined, policy: C
   if (v.action === 'block') return { action: 'block', reason: v.reason, rule: v.rule, findings: v.findings };
   const a = checkArgs(inputs, policy.args.get(normalizeToolName(name)) ?? null, policy.strictArgs);
   if (!a.ok) return { action: 'block', reason: a.reason, rule: a.rule, at: a.at };
-  return { action: 'allow', reason: v.reason, rule: v.rule, findings: v.findings };
+  // An ask passes the argument rules first: a human is never asked about a call they would deny anyway.
+  return { action: v.action, reason: v.reason, rule: v.rule, findings: v.findings };
 }
 
 /** True when a tool is denied by name (and so hidden from tools/list under hide_denied). */
@@ -341,6 +342,14 @@ export function judgeRequest(
   if (v.action === 'block') {
     const code = v.reason === 'args_not_object' || v.reason === 'args_too_deep' ? -32602 : DENIED_CODE;
     return deny(code, `denied by leash: ${v.reason}${v.at ? ` at ${v.at}` : ''}`, v.reason, method, {
+      name: s.sel,
+      rule: v.rule,
+      verdict: v,
+    });
+  }
+  if (v.action === 'ask') {
+    // Held for a human by a gate that can ask (the service's); a gate that cannot refuses at once.
+    return deny(DENIED_CODE, 'denied by leash: approval_unavailable', 'approval_unavailable', method, {
       name: s.sel,
       rule: v.rule,
       verdict: v,

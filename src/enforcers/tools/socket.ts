@@ -29,9 +29,10 @@ import {
 } from '../../jsonl/json.js';
 import { LineReader } from '../../jsonl/lines.js';
 import { deniedByName, judgeRequest, type CompiledGatePolicy } from './policy.js';
+import { DEFAULT_TOOLS_SOCKET } from '../../paths.js';
 
 /** Where the service listens by default. */
-export const DEFAULT_TOOLS_SOCKET = '/run/leash/tools.sock';
+export { DEFAULT_TOOLS_SOCKET };
 
 /** A line on the socket longer than this ends the connection (the gate's own line limit). */
 const MAX_SOCKET_LINE = 64 * 1024 * 1024;
@@ -44,6 +45,8 @@ export interface ToolsSocketServerOptions {
   path?: string;
   /** Secret masking for logged arguments (the engine's maskSecrets). */
   mask?: (s: string) => string;
+  /** Each judge request's time from its line to the answer, in seconds: the metrics. */
+  onJudge?: (seconds: number) => void;
   /** The caller's UID from a connected socket (default: SO_PEERCRED through the addon). */
   peerUid?: (sock: net.Socket) => number;
   /** Mode of the socket file: every account may connect; the UID is what identifies it. */
@@ -127,6 +130,7 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
           });
           return;
         case 'judge': {
+          const t0 = o.onJudge ? performance.now() : 0;
           const method = typeof msg.method === 'string' ? msg.method : '';
           const params = msg.params;
           let j: GateJudgment;
@@ -158,6 +162,7 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
           }
           if (j.ref !== undefined) out.ref = j.ref;
           send({ seq, judgment: out });
+          o.onJudge?.((performance.now() - t0) / 1000);
           return;
         }
         case 'hidden': {

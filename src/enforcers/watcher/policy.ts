@@ -5,13 +5,18 @@ import { isGlob, normalizePath } from '../../engine/path.js';
 import type { PolicyInput, SurfacePolicy } from '../../engine/types.js';
 import type { FsCmdPolicy } from '../../native.js';
 import { systemLoaders } from './loaders.js';
+import { effectiveNamespaces } from '../../config/namespaces.js';
+
+export { effectiveNamespaces };
 
 /**
  * The filesystem + commands part of a resolved policy (PolicyInput or a resolved config), for the
  * watcher. An absent commands.interpreters is `defaultInterpreters` (the system's dynamic loaders).
  */
 export function fsCmdPolicyOf(
-  p: Pick<PolicyInput, 'fail_mode' | 'commands'> & { filesystem: SurfacePolicy & { watch?: string[] } },
+  p: Pick<PolicyInput, 'fail_mode' | 'commands'> & {
+    filesystem: SurfacePolicy & { watch?: string[]; namespaces?: 'deny' | 'allow' };
+  },
   defaultInterpreters: () => string[] = systemLoaders,
 ): FsCmdPolicy {
   const watch = p.filesystem.watch;
@@ -21,16 +26,26 @@ export function fsCmdPolicyOf(
     filesystem: {
       mode: p.filesystem.mode,
       allow: [...p.filesystem.allow],
-      deny: [...p.filesystem.deny],
+      deny: [...p.filesystem.deny, ...askedAsDenied(p.filesystem)],
       ...(watch && watch.length ? { watch: [...watch] } : {}),
+      namespaces: effectiveNamespaces(p),
     },
     commands: {
       mode: p.commands.mode,
       allow: [...p.commands.allow],
-      deny: [...p.commands.deny],
+      deny: [...p.commands.deny, ...askedAsDenied(p.commands)],
       interpreters: [...interpreters],
     },
   };
+}
+
+/**
+ * The watcher does not hold events for a human yet (docs/approvals.md): an ask entry is answered as
+ * a block. In a whitelist that is what leaving it out gives (not_allowed, and an allow entry still
+ * wins as in the engine); in a blacklist the entry must be denied, or it would pass unasked.
+ */
+function askedAsDenied(sp: SurfacePolicy): string[] {
+  return sp.mode === 'blacklist' ? [...(sp.ask ?? [])] : [];
 }
 
 /** The longest non-glob directory prefix of a path entry (`/srv/*.log` -> `/srv`), or null when inert. */

@@ -1,7 +1,8 @@
 // The map protocol between the service (supervisor) and the watcher: JSON lines over
 // the watcher's fd 3. Every request carries an id and is acknowledged with that id.
 import { LineReader } from '../../jsonl/lines.js';
-import type { FsCmdPolicy, WatcherSubject } from '../../native.js';
+import type { FsCmdPolicy, WatcherStats, WatcherSubject } from '../../native.js';
+import type { NamespaceStatus } from './namespaces.js';
 
 export type ToWatcher =
   | { id: number; op: 'init'; subjects: WatcherSubject[]; watch: string[] }
@@ -27,7 +28,9 @@ export interface WatcherStatus {
   markErrors: { path: string; code: string }[];
   subjects: number;
   droppedAllows: number;
-  stats: Record<string, number | boolean>;
+  /** Namespaces subjects made (namespaces.ts): known now, filesystems marked and processes killed since start. */
+  namespaces?: NamespaceStatus;
+  stats: WatcherStats;
 }
 
 export type FromWatcher =

@@ -7,6 +7,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { createDecisionLog } from '../../log/decisions.js';
+import { createJournal, operationalFields, teeDecisionsToJournal } from '../../log/journal.js';
 import { loadNative } from '../../native.js';
 import { lineReader, type FromWatcher, type ToWatcher } from './protocol.js';
 import { createWatcherCore } from './watcher.js';
@@ -20,18 +21,39 @@ const { values } = parseArgs({
     nice: { type: 'string', default: '0' },
     'watchdog-ms': { type: 'string', default: '10000' },
     'rescan-ms': { type: 'string', default: '3000' },
+    'ns-scan-ms': { type: 'string', default: '200' },
     identity: { type: 'string', default: 'pidfd-cache' },
     'queue-allows': { type: 'string', default: '4096' },
+    // Measurement only (bench/fanotify): 'off' skips the hard-link check; 'batch' reads many events per read(2).
+    'link-check': { type: 'string', default: 'on' },
+    // Measurement only (bench/fanotify): off skips the judge-time histogram's clock reads.
+    metrics: { type: 'string', default: 'on' },
+    read: { type: 'string', default: 'one' },
     // A standby: takes the group and the in-flight table from this active watcher (pidfd_getfd) and
     // reads nothing until that process is gone (supervisor.ts).
     'standby-of': { type: 'string' },
     'group-fd': { type: 'string' },
     'table-fd': { type: 'string' },
+    // The journal's socket (the service found it: config logging.journal) and logging.journal_allows.
+    journal: { type: 'string' },
+    'journal-allows': { type: 'string', default: '0' },
   },
 });
 
+const native = loadNative();
+const journal =
+  values.journal === undefined
+    ? null
+    : createJournal({
+        socket: values.journal,
+        send: (p, e) => native.journalSend(p, e),
+        allowSample: Number(values['journal-allows']),
+        identifier: 'leash-watcher',
+      });
+
 function warn(obj: Record<string, unknown>): void {
-  process.stderr.write(`${JSON.stringify({ component: 'watcher', pid: process.pid, ...obj })}\n`);
+  const line = `${JSON.stringify({ component: 'watcher', pid: process.pid, ...obj })}\n`;
+  if (journal === null || !journal.send(operationalFields(line))) process.stderr.write(line);
 }
 
 /** Blocks the JavaScript thread for good (test hook): the native loop must keep answering. */
@@ -44,8 +66,8 @@ function wedgeForTest(): void {
 // formats each decision as its log line (native/decisionline.cc, byte for byte formatDecision's);
 // a drain's lines go out as one write(2) of whole lines (O_APPEND: never interleaved with other
 // writers).
-const log = createDecisionLog({ sink: values.decisions! });
-const native = loadNative();
+const file = createDecisionLog({ sink: values.decisions! });
+const log = journal === null ? file : teeDecisionsToJournal(file, journal, 'watcher');
 const core = createWatcherCore({
   native,
   log,
@@ -54,8 +76,12 @@ const core = createWatcherCore({
   nice: Number(values.nice),
   watchdogMs: Number(values['watchdog-ms']),
   rescanMs: Number(values['rescan-ms']),
+  nsScanMs: Number(values['ns-scan-ms']),
   identity: values.identity as 'pidfd-cache' | 'report-pidfd' | 'proc',
   queueAllows: Number(values['queue-allows']),
+  linkCheck: values['link-check'] !== 'off',
+  readBatch: values.read === 'batch',
+  metrics: values.metrics !== 'off',
   ...(values['standby-of'] !== undefined
     ? {
         standbyOf: {

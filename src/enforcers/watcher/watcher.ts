@@ -5,6 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { DecisionRecord } from '../../log/decisions.js';
 import type { NativeAddon, NativeWatcher, WatcherSubject } from '../../native.js';
+import { createNamespaceScanner, type NamespaceScanner } from './namespaces.js';
 import { parseMountinfo, policyRoots } from './policy.js';
 import type { WatcherStatus } from './protocol.js';
 
@@ -22,12 +23,21 @@ export interface WatcherCoreOptions {
   nice?: number;
   watchdogMs?: number;
   identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
+  /** Measurement only (bench/fanotify): see NativeWatcher's linkCheck and readBatch. */
+  linkCheck?: boolean;
+  readBatch?: boolean;
+  metrics?: boolean;
   /** Pending allow records beyond this are counted, not written (denies always are). */
   queueAllows?: number;
   /** How often queued records are drained when the loop has not woken JavaScript (default 100 ms). */
   drainMs?: number;
   /** How often new filesystems under a root are looked for. */
   rescanMs?: number;
+  /**
+   * How often subject processes in mount and user namespaces of their own are looked for (default 200 ms;
+   * 0 = never: namespaces.ts). Mount notifications, where the kernel has them, re-read a namespace found at once.
+   */
+  nsScanMs?: number;
   readMountinfo?: () => string;
   /** Be the standby of another watcher process (see NativeWatcher's standbyOf). */
   standbyOf?: { pid: number; groupFd: number; tableFd: number };
@@ -99,6 +109,9 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     nice: opts.nice ?? 0,
     identity: opts.identity ?? 'pidfd-cache',
     queueAllows: opts.queueAllows ?? 4096,
+    ...(opts.linkCheck === false ? { linkCheck: false } : {}),
+    ...(opts.readBatch ? { readBatch: true } : {}),
+    ...(opts.metrics === false ? { metrics: false } : {}),
     ...(opts.standbyOf ? { standbyOf: opts.standbyOf } : {}),
   });
   standby = w.standby;
@@ -106,6 +119,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
   const apply = (): void => {
     w.setSubjects([...subjects.values()]);
   };
+  let ns: NamespaceScanner | null = null;
 
   const tryMark = (p: string): void => {
     let dev: number;
@@ -147,6 +161,19 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     }
   };
 
+  // A standby marks nothing (its marks would be the group's twice); after its takeover it scans like the active one.
+  const nsTick = (): void => {
+    if (w.standby) return;
+    ns ??= createNamespaceScanner({
+      native: opts.native,
+      watcher: w,
+      subjects: () => subjects,
+      log: opts.log,
+      warn: opts.warn,
+    });
+    ns.scan();
+  };
+
   return {
     init(list, watchPaths) {
       for (const s of list) subjects.set(s.uid, s);
@@ -155,12 +182,24 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
       // The loop answers before the first mark exists, so no event ever waits for a thread.
       w.start();
       rescan();
+      const nsMs = opts.nsScanMs ?? 200;
+      if (!standby && nsMs > 0) {
+        ns = createNamespaceScanner({
+          native: opts.native,
+          watcher: w,
+          subjects: () => subjects,
+          log: opts.log,
+          warn: opts.warn,
+        });
+        ns.scan();
+      }
       // The loop coalesces its wake-ups (a deny or a full batch at once, else at most one per 20 ms), so allows
       // queued just after a wake wait for this timer rather than for the next deny.
       timers = [
         setInterval(rescan, opts.rescanMs ?? 3000),
         setInterval(() => w.heartbeat(), 1000),
         setInterval(drain, opts.drainMs ?? 100),
+        ...(nsMs > 0 ? [setInterval(nsTick, nsMs)] : []),
       ];
       w.heartbeat();
     },
@@ -179,12 +218,14 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
         markErrors: [...markErrors].map(([p, code]) => ({ path: p, code })),
         subjects: subjects.size,
         droppedAllows,
-        stats: w.stats() as unknown as Record<string, number | boolean>,
+        ...(ns ? { namespaces: ns.status() } : {}),
+        stats: w.stats(),
       };
     },
     close() {
       for (const t of timers) clearInterval(t);
       timers = [];
+      ns?.close();
       drain();
       w.close();
     },

@@ -3,6 +3,7 @@
  * subjects to. agents.ts is the loop over adapters; an adapter is the only place that knows its enforcer.
  * Adding a surface (DNS, approvals) means writing one adapter, not threading hooks through the plan.
  */
+import type { MetricFamily } from '../../metrics/metrics.js';
 import type { ApplyAction, FailAction, OrphanAction } from '../plan.js';
 
 export type SurfaceName = 'filesystem' | 'network' | 'tools';
@@ -29,6 +30,8 @@ export interface SurfaceAdapter {
   status(): SurfaceStatus;
   /** Reopens a decision log held by a process of the surface's own (the watcher), after a rotation. */
   reopenLogs?(): Promise<void>;
+  /** Metric families a process of the surface's own counts (the watcher's), gathered at scrape time. */
+  families?(): Promise<MetricFamily[]>;
   close(): Promise<void>;
 }
 

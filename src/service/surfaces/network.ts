@@ -77,6 +77,8 @@ export interface NetworkSurfaceOptions {
   failMode: () => 'closed' | 'open';
   /** The proxy's own operational log (component `proxy`); default `logger`. */
   proxyLogger?: Logger;
+  /** Stage timings for the metrics (proxy_setup, dns). */
+  observe?: (stage: 'proxy_setup' | 'dns', seconds: number) => void;
 }
 
 /**
@@ -119,6 +121,7 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
       refuse: c.network.dns_refuse,
       failMode: o.failMode,
       onError: (err, info) => logger.warn({ uid: info.uid, stage: info.stage }, err.message),
+      ...(o.observe ? { onAnswer: (s: number) => o.observe!('dns', s) } : {}),
     },
     proxy: {
       // Under its own component, rate-limited per stage and code (a failing upstream is one line per window,
@@ -135,6 +138,7 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
         ),
       failMode: o.failMode,
       ...proxyLimits(process.env),
+      ...(o.observe ? { onSetup: (s: number) => o.observe!('proxy_setup', s) } : {}),
     },
   });
   const hooks = networkPlanHooks(net);

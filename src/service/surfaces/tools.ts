@@ -18,6 +18,8 @@ export interface ToolsSurfaceOptions {
   decisions: DecisionLog;
   /** Gate socket path (default LEASH_TOOLS_SOCKET or /run/leash/tools.sock). */
   socket?: string;
+  /** Each judge request's time, for the metrics (tools_judge). */
+  onJudge?: (seconds: number) => void;
 }
 
 export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<SurfaceAdapter> {
@@ -33,6 +35,7 @@ export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<Surface
     mask: maskSecrets,
     policyForUid: (uid) => gate.get(uid) ?? null,
     commandsPolicyForUid: (uid) => commandsOf.get(uid) ?? null,
+    ...(o.onJudge ? { onJudge: o.onJudge } : {}),
   });
   const withdraw = (uid: number) => {
     prepared.delete(uid);

@@ -6,7 +6,9 @@
 import type { Config } from '../../config/types.js';
 import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks } from '../../enforcers/watcher/index.js';
 import type { LeashError } from '../../errors.js';
-import type { WatcherSubject } from '../../native.js';
+import { findJournalSocket } from '../../log/journal.js';
+import type { WatcherStats, WatcherSubject } from '../../native.js';
+import { histogramFamily, type MetricFamily } from '../../metrics/metrics.js';
 import type { Action } from '../plan.js';
 import { enforcedSet, type SurfaceAdapter } from './contract.js';
 
@@ -31,12 +33,16 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
     if (a.kind === 'fail' || a.kind === 'orphan') return [{ uid: a.uid, policy: null, failMode: c.fail_mode }];
     return [];
   });
+  // The watcher sends to the journal the service found (config logging.journal), if any.
+  const journal = findJournalSocket(c.logging.journal);
+  const journalArgs =
+    journal === null ? [] : ['--journal', journal, '--journal-allows', String(c.logging.journal_allows)];
   const sup = createFsSupervisor({
     subjects,
     watch: c.filesystem.watch,
     decisions: c.logging.decisions,
     ...(o.wrap ? { wrap: o.wrap } : {}),
-    ...(o.args ? { args: o.args } : {}),
+    ...(o.args || journal !== null ? { args: [...(o.args ?? []), ...journalArgs] } : {}),
     onFatal: o.onFatal,
     onRespawn: o.onRespawn,
     ...(o.onStandbyUnavailable ? { onStandbyUnavailable: o.onStandbyUnavailable } : {}),
@@ -65,6 +71,41 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
     },
     ...withdraw,
     reopenLogs: () => sup.reopenLog(),
+    families: async () => watcherFamilies((await sup.status()).stats),
     close: () => sup.close(),
   };
+}
+
+/** The watcher's own counts as metric families (src/metrics/metrics.ts names them). */
+export function watcherFamilies(st: WatcherStats): MetricFamily[] {
+  return [
+    {
+      name: 'leash_decisions',
+      help: 'decisions by surface, action and reason',
+      type: 'counter',
+      aggregator: 'sum',
+      values: st.decisions.map((d) => ({
+        value: d.count,
+        labels: { surface: d.surface, action: d.action, reason: d.reason },
+      })),
+    },
+    histogramFamily(
+      'leash_watcher_judge_seconds',
+      "the watcher's time from reading a permission event to answering it, while subjects exist",
+      {},
+      st.judge,
+    ),
+    {
+      name: 'leash_watcher_queue_depth',
+      help: "decision lines waiting for the watcher's next drain",
+      type: 'gauge',
+      values: [{ value: st.queued, labels: {} }],
+    },
+    {
+      name: 'leash_watcher_allows_counted',
+      help: 'allow decisions counted instead of written to the decision log (log pressure)',
+      type: 'counter',
+      values: [{ value: st.allowsCounted, labels: {} }],
+    },
+  ];
 }

@@ -15,6 +15,9 @@ export interface DrainedRecord {
   subject: string;
   /** interpreter_of: the program the interpreter was loaded for. */
   interpreterOf?: string;
+  /** hardlinked: the file's inode and link count. */
+  inode?: number;
+  nlink?: number;
   rule: string | null;
 }
 
@@ -26,15 +29,17 @@ export function parseDrain(d: WatcherDrain): DrainedRecord[] {
     const o = JSON.parse(l) as DecisionRecord & {
       ts: string;
       ref: string;
-      subject: { path?: string; binary?: string; interpreterOf?: string };
+      subject: { path?: string; binary?: string; interpreterOf?: string; inode?: number; nlink?: number };
     };
     expect(`${l}\n`).toBe(formatDecision(o, o.ref, new Date(o.ts)));
     expect(o.ref).toMatch(/^[a-z2-7]{8}$/);
     const of = o.subject.interpreterOf;
+    const { inode, nlink } = o.subject;
     return {
       ...o,
       subject: o.subject.path ?? o.subject.binary!,
       ...(of ? { interpreterOf: of } : {}),
+      ...(nlink !== undefined ? { inode, nlink } : {}),
     } as DrainedRecord;
   });
   expect(recs).toHaveLength(d.count);

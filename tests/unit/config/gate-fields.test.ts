@@ -43,7 +43,7 @@ tools:
 describe('tools: the MCP gate fields in leash.yaml', () => {
   it('a plain config gets the gate defaults', () => {
     const { config } = parse('user: fido\n');
-    const { mode: _m, allow: _a, deny: _d, inspect: _i, ...gate } = config.tools;
+    const { mode: _m, allow: _a, deny: _d, ask: _k, inspect: _i, ...gate } = config.tools;
     expect(gate).toEqual(GATE_DEFAULTS);
     expect(config.commands.args).toEqual({});
   });

@@ -32,6 +32,11 @@ describe('loosening judge', () => {
     ['an enforcer switched off', { enforcers: { filesystem: false } }, ['enforcers.filesystem:false']],
     ['udp drop -> allow', { network: { udp: 'allow' } }, ['network.udp:allow']],
     [
+      'namespaces deny (the whitelist default) -> allow',
+      { filesystem: { namespaces: 'allow' } },
+      ['filesystem.namespaces:allow'],
+    ],
+    [
       'a DNS resolver added',
       { network: { dns_resolvers: ['10.0.0.53', '1.1.1.1'] } },
       ['network.dns_resolvers:1.1.1.1'],
@@ -258,5 +263,35 @@ describe('loosening judge: rules over operations', () => {
     ['default deny stays', { tools: { default: 'deny' } }, []],
   ])('%s', (_name, fragment, tokens) => {
     expect(judgeOverlay(ruled, fragment).map((l) => l.token)).toEqual(tokens);
+  });
+});
+
+describe('loosening judge: ask entries (docs/approvals.md)', () => {
+  const wl = floor({ network: { mode: 'whitelist', allow: ['github.com'], deny: ['evil.com'] } });
+  const bl = floor({ filesystem: { mode: 'blacklist', ask: ['/srv/secret'] } });
+
+  it('a new ask entry in a whitelist is a loosening (an approver may pass what was blocked)', () => {
+    expect(judgeOverlay(wl, { network: { ask: ['api.lab'] } }).map((f) => f.token)).toEqual(['network.ask:api.lab']);
+  });
+
+  it('an ask replacing a deny needs consent for both: the deny dropped and the ask added', () => {
+    const tokens = judgeOverlay(wl, { network: { deny: [], ask: ['evil.com'] } }).map((f) => f.token);
+    expect(tokens.sort()).toEqual(['network.ask:evil.com', 'network.unset.deny:evil.com']);
+  });
+
+  it('an ask entry an allow entry already covers widens nothing', () => {
+    expect(judgeOverlay(wl, { network: { ask: ['api.github.com'] } })).toEqual([]);
+  });
+
+  it('an ask entry dropped from a blacklist is a loosening; one added is not', () => {
+    expect(judgeOverlay(bl, { filesystem: { ask: [] } }).map((f) => f.token)).toEqual([
+      'filesystem.unset.ask:/srv/secret',
+    ]);
+    expect(judgeOverlay(bl, { filesystem: { ask: ['/srv/secret', '/srv/more'] } })).toEqual([]);
+  });
+
+  it('an ask entry dropped from a whitelist is a tightening (what was asked is now blocked)', () => {
+    const w = floor({ tools: { mode: 'whitelist', ask: ['run_shell'] } });
+    expect(judgeOverlay(w, { tools: { ask: [] } })).toEqual([]);
   });
 });

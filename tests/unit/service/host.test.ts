@@ -10,8 +10,8 @@ import { isLeashError } from '../../../src/errors.js';
 let dir = '';
 let sysctl = '';
 let stateFile = '';
-const on = { host: { memfd_noexec: true } };
-const off = { host: { memfd_noexec: false } };
+const on = { host: { memfd_noexec: true, max_user_namespaces: false } };
+const off = { host: { memfd_noexec: false, max_user_namespaces: false } };
 
 beforeEach(() => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-host-'));

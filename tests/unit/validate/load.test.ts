@@ -244,8 +244,11 @@ describe('validation findings', () => {
   });
 
   it('host is the floor only: a profile fragment that sets it is refused by the profile parser', () => {
-    expect(parse('user: fido\nhost: { memfd_noexec: true }\n').config.host).toEqual({ memfd_noexec: true });
-    expect(parse('user: fido\n').config.host).toEqual({ memfd_noexec: false });
+    expect(parse('user: fido\nhost: { memfd_noexec: true }\n').config.host).toEqual({
+      memfd_noexec: true,
+      max_user_namespaces: false,
+    });
+    expect(parse('user: fido\n').config.host).toEqual({ memfd_noexec: false, max_user_namespaces: false });
     expect(issues(refusal('host: { memfd_noexec: yes-please }\n'))).toEqual(['host.memfd_noexec']);
     let err: unknown;
     try {

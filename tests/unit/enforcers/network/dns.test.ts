@@ -279,6 +279,39 @@ describe('the DNS forwarder', () => {
     expect(u.seen.map((s) => s.slice(0, 3))).toEqual(['udp', 'tcp']);
   });
 
+  it('a resolver that never answers: the next one is asked after the time-out; none answering is SERVFAIL', async () => {
+    const silent = dgram.createSocket('udp4');
+    const heard: Buffer[] = [];
+    silent.on('message', (m) => heard.push(m));
+    await new Promise<void>((res) => silent.bind(0, '127.0.0.1', () => res()));
+    const silentAt = `127.0.0.1:${silent.address().port}`;
+    try {
+      up = await upstream({ 'good.lab': ['198.18.1.10'] });
+      const lines: DecisionRecord[] = [];
+      fwd = createDnsForwarder<CompiledPolicy>({
+        decide: decideDnsName,
+        log: { write: (r) => (lines.push(r), 'ref') },
+        hosts: ['127.0.0.1'],
+        timeoutMs: 200,
+      });
+      const port = nextPort++;
+      await fwd.setSubject({ uid: 4242, port, policy: white(), resolvers: [silentAt, `127.0.0.1:${up.port}`] });
+      const t0 = Date.now();
+      const ans = await ask(port, query('good.lab', 1, { id: 0x0101 }));
+      expect(rcodeOf(ans)).toBe(RCODE.NOERROR);
+      expect(ans!.readUInt16BE(0)).toBe(0x0101);
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(150);
+      expect(heard).toHaveLength(1);
+      expect(up.seen).toHaveLength(1);
+      await fwd.setSubject({ uid: 4242, port, policy: white(), resolvers: [silentAt] });
+      expect(rcodeOf(await ask(port, query('good.lab', 1, { id: 0x0202 })))).toBe(RCODE.SERVFAIL);
+      expect(heard).toHaveLength(2);
+      expect(lines.at(-1)).toMatchObject({ action: 'block', reason: 'dns_upstream_failed' });
+    } finally {
+      silent.close();
+    }
+  });
+
   it('serves DNS over TCP to redirected connections only', async () => {
     const { port, up: u } = await start(white());
     const ans = await askTcp(port, query('good.lab'));

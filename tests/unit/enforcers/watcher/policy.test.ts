@@ -69,7 +69,8 @@ describe('fs watcher policy helpers', () => {
         1001,
         {
           fail_mode: 'open',
-          filesystem: { mode: 'whitelist', allow: ['/w'], deny: [], watch: ['/'] },
+          // namespaces absent: deny, since the filesystem is a whitelist.
+          filesystem: { mode: 'whitelist', allow: ['/w'], deny: [], watch: ['/'], namespaces: 'deny' },
           // commands.interpreters absent: the system's dynamic loaders.
           commands: { mode: 'blacklist', allow: [], deny: ['ssh'], interpreters: systemLoaders() },
         },
