@@ -204,7 +204,8 @@ export function ruleMatches(r: CompiledRule, a: Action): boolean {
   const deny = r.effect === 'deny';
   if (r.resources !== null) {
     const rs = r.resources;
-    if (!fieldMatches(a.paths, deny, (p) => rs.some((g) => p.startsWith(g.lit) && matchGlob(g.tokens, p)))) return false;
+    if (!fieldMatches(a.paths, deny, (p) => rs.some((g) => p.startsWith(g.lit) && matchGlob(g.tokens, p))))
+      return false;
   }
   if (r.commands !== null) {
     const cs = r.commands;
