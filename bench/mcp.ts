@@ -4,6 +4,7 @@
  *   relay   — a minimal pass-through line relay (bench/mcp-relay.ts), the floor any stdio gate pays;
  *   leash   — `leash mcp --policy` with a 1,000-rule policy, decisions logged to a file;
  *   leash-ni — the same with tools.inspect all `allow` (no detectors): the gate without inspection.
+ *   leash-ops — 1,000 rules over operations (filesystem table), output redaction on (issue #16).
  * Latency: one call in flight, p50/p99 per call. Throughput: 64 calls in flight, calls/s.
  * Gate CPU: user+system time of the middle process per 1,000 calls (steadier than latency on a VM).
  * Rounds are interleaved and the median of each figure is reported.
@@ -50,6 +51,28 @@ function writePolicy(dir: string, inspect: boolean): string {
   // The default inspection (secrets and priv_esc block) runs the engine's detectors on every call.
   if (!inspect) tools.inspect = { secrets: 'allow', pii: 'allow', priv_esc: 'allow' };
   fs.writeFileSync(file, JSON.stringify({ tools }));
+  return file;
+}
+
+/**
+ * leash-ops: 1,000 rules over operations (the filesystem table declared, output redaction on, the
+ * default): 300 fs.write denies, 300 fs.read denies on other trees (each a path glob tried on every
+ * call), 399 fs.read allows on other trees and the one that admits the benchmarked read last.
+ */
+function writeOpsPolicy(dir: string): string {
+  const rules: Record<string, unknown>[] = [];
+  for (let i = 0; i < 300; i++)
+    rules.push({ id: `w${i}`, effect: 'deny', operations: ['fs.write'], resources: [`/data/d${i}/**`] });
+  for (let i = 0; i < 300; i++)
+    rules.push({ id: `s${i}`, effect: 'deny', operations: ['fs.read'], resources: [`/secret${i}/**`] });
+  for (let i = 0; i < 399; i++)
+    rules.push({ id: `p${i}`, effect: 'allow', operations: ['fs.read'], resources: [`/proj${i}/**`] });
+  rules.push({ id: 'srv', effect: 'allow', operations: ['fs.read'], resources: ['/srv/**'] });
+  const file = path.join(dir, 'policy-ops.json');
+  fs.writeFileSync(
+    file,
+    JSON.stringify({ tools: { mapping: 'filesystem', default: 'deny', rules, hide_denied: true } }),
+  );
   return file;
 }
 
@@ -144,8 +167,12 @@ const median = (xs: number[]) => pct(xs, 50);
 
 async function main(): Promise<void> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-bench-mcp-'));
-  const policies = { leash: writePolicy(dir, true), 'leash-ni': writePolicy(dir, false) };
-  const kinds = ['direct', 'relay', 'leash', 'leash-ni'];
+  const policies = {
+    leash: writePolicy(dir, true),
+    'leash-ni': writePolicy(dir, false),
+    'leash-ops': writeOpsPolicy(dir),
+  };
+  const kinds = ['direct', 'relay', 'leash', 'leash-ni', 'leash-ops'];
   const res: Record<string, { p50: number[]; p99: number[]; rate: number[]; cpu: number[] }> = {};
   for (const k of kinds) res[k] = { p50: [], p99: [], rate: [], cpu: [] };
   const load = os.loadavg()[0]!;
@@ -193,7 +220,7 @@ async function main(): Promise<void> {
     );
   for (const leash of rows.slice(2))
     console.log(
-      `targets (${leash.mode}): +p50 ${leash.added_p50_us} µs (<= 200: ${leash.added_p50_us <= 200 ? 'met' : 'MISSED'}), ` +
+      `targets (${leash.mode}): +p50 ${leash.added_p50_us} µs (<= ${leash.mode === 'leash-ops' ? 150 : 200}: ${leash.added_p50_us <= (leash.mode === 'leash-ops' ? 150 : 200) ? 'met' : 'MISSED'}), ` +
         `calls/s ${leash.vs_relay_rate}x relay (>= 0.8: ${leash.vs_relay_rate >= 0.8 ? 'met' : 'MISSED'})`,
     );
   const result = { when: new Date().toISOString(), rounds: ROUNDS, loadavg: load, rows, raw: res };

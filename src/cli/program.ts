@@ -15,6 +15,7 @@ import { register as restart } from './reconcile.js';
 import { register as status } from './status.js';
 import { registerTerminal as terminal } from './terminal.js';
 import { register as surface } from './surface.js';
+import { register as toolsPolicy } from './tools-policy.js';
 import { register as validate } from './validate.js';
 import { registerPolicyCommands as policy } from './bind.js';
 
@@ -32,6 +33,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   status,
   validate,
   surface,
+  toolsPolicy,
   check,
   logs,
   restart,

@@ -22,7 +22,8 @@ export interface CompiledRule {
   id: string;
   effect: Effect;
   operations: Set<Operation> | null;
-  resources: { text: string; tokens: GlobToken[] }[] | null;
+  /** `lit`: the glob's leading literal, which every path it covers starts with (a cheap test first). */
+  resources: { text: string; tokens: GlobToken[]; lit: string }[] | null;
   commands: string[][] | null;
   hosts: HostPattern[] | null;
   methods: Set<string> | null;
@@ -140,7 +141,8 @@ export function compileRules(
               problems.push(`${at}.resources.${k}: ${g.message}`);
               return [];
             }
-            return [{ text: n, tokens: g }];
+            const first = g[0];
+            return [{ text: n, tokens: g, lit: first !== undefined && first.t === 'lit' ? first.s : '' }];
           });
     const hosts =
       r.hosts === undefined
@@ -202,7 +204,8 @@ export function ruleMatches(r: CompiledRule, a: Action): boolean {
   const deny = r.effect === 'deny';
   if (r.resources !== null) {
     const rs = r.resources;
-    if (!fieldMatches(a.paths, deny, (p) => rs.some((g) => matchGlob(g.tokens, p)))) return false;
+    if (!fieldMatches(a.paths, deny, (p) => rs.some((g) => p.startsWith(g.lit) && matchGlob(g.tokens, p))))
+      return false;
   }
   if (r.commands !== null) {
     const cs = r.commands;

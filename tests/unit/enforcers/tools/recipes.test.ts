@@ -1,0 +1,26 @@
+import { describe, expect, it } from 'vitest';
+import { validateGatePolicy } from '../../../../src/enforcers/tools/schema.js';
+import { compileGatePolicy } from '../../../../src/enforcers/tools/policy.js';
+import { RECIPES, recipeTable, runCases } from '../../../../src/enforcers/tools/policy-test.js';
+import { GATE_ENGINE } from '../../../../src/enforcers/tools/service.js';
+
+describe('recipes', () => {
+  it('ship filesystem, git, fetch and terminal, each for a built-in table', () => {
+    expect([...RECIPES.keys()].sort()).toEqual(['fetch', 'filesystem', 'git', 'terminal']);
+    for (const r of RECIPES.values()) expect(recipeTable(r), r.recipe).not.toBeNull();
+  });
+
+  it.each([...RECIPES.keys()])('%s passes its own cases', (name) => {
+    const r = RECIPES.get(name)!;
+    const loaded = validateGatePolicy(r.policy);
+    const policy = compileGatePolicy(loaded.tools, loaded.failMode, GATE_ENGINE, { workspace: r.cases.workspace });
+    const results = runCases(policy, r.cases);
+    expect(results.filter((x) => !x.ok).map((x) => ({ name: x.name, got: x.got }))).toEqual([]);
+    // Every effect is exercised by some recipe case, and a case can fail: flip one and it does.
+    const flipped = runCases(policy, {
+      ...r.cases,
+      cases: [{ ...r.cases.cases[0]!, expect: r.cases.cases[0]!.expect === 'deny' ? 'allow' : 'deny' }],
+    });
+    expect(flipped[0]!.ok).toBe(false);
+  });
+});
