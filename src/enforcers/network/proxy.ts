@@ -234,6 +234,49 @@ function fdOf(s: net.Socket): number {
   return (s as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
 }
 
+/**
+ * Where a connection was going, when it provably came through the redirect (its original destination), or the
+ * refusal a connection that did not gets (no_original_dst, not_redirected: no policy is consulted for it).
+ */
+function redirectedDestination(
+  sock: net.Socket,
+  originalDst: (fd: number) => OriginalDst,
+  isListenerAddress: (dst: OriginalDst) => boolean,
+):
+  | { dst: OriginalDst; ip: string; isLoop: boolean }
+  | { refusal: { reason: 'no_original_dst' | 'not_redirected'; subject: object; rule: null; severity: 'critical' } } {
+  const local = { address: sock.localAddress ?? '', port: sock.localPort ?? 0 };
+  const peer = `${plainIp(sock.remoteAddress ?? '')}:${sock.remotePort ?? 0}`;
+  let dst: OriginalDst;
+  try {
+    dst = originalDst(fdOf(sock));
+  } catch (err) {
+    // Not provably redirected: the same answer as a direct connection, with no policy consulted.
+    return {
+      refusal: {
+        reason: 'no_original_dst',
+        subject: { peer, listener: `${plainIp(local.address)}:${local.port}`, error: (err as { code?: string }).code },
+        rule: null,
+        severity: 'critical',
+      },
+    };
+  }
+  const ip = plainIp(dst.address);
+  const isLoop = isLoopback(ip);
+  if (
+    (plainIp(local.address) === ip && local.port === dst.port) ||
+    isListenerAddress(dst) ||
+    (isLoop && dst.port >= PROXY_PORT_MIN && dst.port <= PROXY_PORT_MAX)
+  ) {
+    // A direct connection to a listener (own or another subject's): judging it would let one agent borrow
+    // another's egress policy by guessing a port.
+    return {
+      refusal: { reason: 'not_redirected', subject: { ip, port: dst.port, peer }, rule: null, severity: 'critical' },
+    };
+  }
+  return { dst, ip, isLoop };
+}
+
 /** Creates the proxy. No listener opens until `setSubject`. */
 export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const hosts = opts.hosts ?? ['127.0.0.1', '::1'];
@@ -308,38 +351,12 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
 
   async function handle(e: Entry<P>, sock: net.Socket): Promise<void> {
     sock.on('error', () => {});
-    const local = { address: sock.localAddress ?? '', port: sock.localPort ?? 0 };
-    const peer = `${plainIp(sock.remoteAddress ?? '')}:${sock.remotePort ?? 0}`;
-    let dst: OriginalDst;
-    try {
-      dst = originalDst(fdOf(sock));
-    } catch (err) {
-      // Not provably redirected: the same answer as a direct connection, with no policy consulted.
-      refuse(e, sock, {
-        reason: 'no_original_dst',
-        subject: { peer, listener: `${plainIp(local.address)}:${local.port}`, error: (err as { code?: string }).code },
-        rule: null,
-        severity: 'critical',
-      });
+    const r = redirectedDestination(sock, originalDst, isListenerAddress);
+    if ('refusal' in r) {
+      refuse(e, sock, r.refusal);
       return;
     }
-    const ip = plainIp(dst.address);
-    const isLoop = isLoopback(ip);
-    if (
-      (plainIp(local.address) === ip && local.port === dst.port) ||
-      isListenerAddress(dst) ||
-      (isLoop && dst.port >= PROXY_PORT_MIN && dst.port <= PROXY_PORT_MAX)
-    ) {
-      // A direct connection to a listener (own or another subject's): judging it would let one agent borrow
-      // another's egress policy by guessing a port.
-      refuse(e, sock, {
-        reason: 'not_redirected',
-        subject: { ip, port: dst.port, peer },
-        rule: null,
-        severity: 'critical',
-      });
-      return;
-    }
+    const { dst, ip, isLoop } = r;
 
     // First, the address alone (a loopback address is also the name `localhost`): when that already allows, the
     // name cannot widen it, so the upstream is connected at once and a server that speaks first (SSH, SMTP, a
