@@ -69,6 +69,9 @@ const out = [
   'License: MIT',
 ];
 const seen = new Set();
+/** SPDX name -> the file under /usr/share/common-licenses (base-files). */
+const COMMON = { 'Apache-2.0': 'Apache-2.0' };
+const commonUsed = new Set();
 for (const m of modules) {
   const pkg = JSON.parse(fs.readFileSync(path.join(m.dir, 'package.json'), 'utf8'));
   const license = typeof pkg.license === 'string' ? pkg.license : (pkg.license?.type ?? 'UNKNOWN');
@@ -79,8 +82,19 @@ for (const m of modules) {
   if (seen.has(rel)) continue;
   seen.add(rel);
   out.push('', `Files: usr/lib/leash/${rel.split(path.sep).join('/')}/*`, `Copyright: ${holder(text, author, m.name)}`);
-  // The module's own license text when it ships one; else the short name, explained below.
-  out.push(text ? `License: ${license}\n${body(text)}` : `License: ${license}`);
+  // A license Debian ships in /usr/share/common-licenses is named, not copied (lintian: the
+  // copyright-file-contains-full-* tags); otherwise the module's own text, else the short name.
+  if (COMMON[license]) {
+    commonUsed.add(license);
+    out.push(`License: ${license}`);
+  } else out.push(text ? `License: ${license}\n${body(text)}` : `License: ${license}`);
 }
 out.push('', 'License: MIT', body(MIT), '');
+for (const l of [...commonUsed].sort()) {
+  out.push(
+    `License: ${l}`,
+    body(`On Debian systems, the full text of the ${l} license is in\n/usr/share/common-licenses/${COMMON[l]}.`),
+    '',
+  );
+}
 process.stdout.write(out.join('\n'));

@@ -1,6 +1,6 @@
 /**
  * A real systemd-journald of the test's own: started in a private mount namespace with tmpfs over
- * /run/systemd, /run/log and (when it exists) /var/log/journal, so it touches nothing of the host's
+ * /run and (when it exists) /var/log/journal, so it touches nothing of the host's
  * and everything it wrote is gone with it. The test reaches its socket and its files through
  * /proc/<pid>/root (Leash gets LEASH_JOURNAL_SOCKET; journalctl gets -D).
  */
@@ -26,10 +26,10 @@ export async function startJournald(): Promise<TestJournald> {
     throw new Error('systemd-journald is not installed (scripts/install-deps.sh installs systemd)');
   const script = [
     'set -e',
-    'mount -t tmpfs -o mode=0755 leash-test /run/systemd',
-    'mkdir -p /run/log',
-    'mount -t tmpfs -o mode=0755 leash-test /run/log',
-    'mkdir -p /run/log/journal',
+    // All of /run, in this namespace only: a host without systemd as PID 1 may have no /run/systemd to mount
+    // over, and nothing may be made on the host's own /run.
+    'mount -t tmpfs -o mode=0755 leash-test /run',
+    'mkdir -p /run/systemd /run/log/journal',
     'if [ -d /var/log/journal ]; then mount -t tmpfs -o mode=0755 leash-test /var/log/journal; fi',
     `exec ${JOURNALD}`,
   ].join('\n');
