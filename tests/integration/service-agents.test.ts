@@ -265,7 +265,9 @@ logging: { level: info, decisions: ${decisionsPath()} }
     expect(await tlsAs(u1, 'good.lab')).toBe('ok');
     expect(await tlsAs(u1, 'evil.lab')).toBe('ECONNRESET');
     expect(await tlsAs(u2, 'evil.lab')).toBe('ok');
-    expect(await tlsAs(u2, 'good.lab')).toBe('ECONNRESET');
+    // Refused before a byte is read (no policy needs no peek): the reset can reach the client before its
+    // ClientHello, whose write then takes the error, so the client may see EOF instead. Nothing passes either way.
+    expect(['ECONNRESET', 'EOF']).toContain(await tlsAs(u2, 'good.lab'));
     expect(await tlsAs(u3, 'other.lab')).toBe('ok');
     // Each agent's DNS answers by its own policy: u1 resolves good.lab, u2 is refused it.
     const [d1] = await lab.get().probe(u1, [{ kind: 'dnsudp', server: LAB.dnsV4, name: 'good.lab' }]);
@@ -417,7 +419,9 @@ logging: { level: info, decisions: ${decisionsPath()} }
     // Failed closed: its chain stays, so its TCP still lands on its listener, which refuses with no_policy.
     expect(chain(u2.uid).code).toBe(0);
     expect(chain(u2.uid).out).toMatch(/redirect to :\d+/);
-    // (Seen once as EOF instead, not reproduced since: the message carries what a failure needs to be understood.)
+    // Refused before a byte is read (no policy needs no peek): the reset can reach the client before its
+    // ClientHello, whose write then takes the error, so the client may see EOF instead of ECONNRESET. Nothing
+    // passes either way, and the decision lines below say it was refused.
     const first = await tlsAs(u2, 'evil.lab');
     expect(
       first,
@@ -426,8 +430,8 @@ logging: { level: info, decisions: ${decisionsPath()} }
           .filter((d) => d.uid === u2.uid)
           .slice(-3),
       )}; chain ${chain(u2.uid).out}; ports ${fs.readFileSync(path.join(env.LEASH_STATE_DIR!, 'ports.json'), 'utf8')}`,
-    ).toBe('ECONNRESET');
-    expect(await tlsAs(u2, 'good.lab')).toBe('ECONNRESET');
+    ).toSatisfy((c: string) => c === 'ECONNRESET' || c === 'EOF');
+    expect(['ECONNRESET', 'EOF']).toContain(await tlsAs(u2, 'good.lab'));
     expect(
       decisions()
         .filter((d) => d.uid === u2.uid && d.surface === 'network')
