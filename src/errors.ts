@@ -235,17 +235,16 @@ export const WATCHER_REASONS = {
  * and in the `data.reason` of the JSON-RPC error the gate answers with.
  */
 export const TOOLS_GATE_REASONS = {
-  ask_no_approver:
-    'the call needs approval (an ask rule, tools.default ask, or an unknown or ambiguous operation) and no approver is configured: denied',
   operation_allowed:
     'an allow rule of tools.rules matched every resource of the call (a decision line, never an error)',
   operation_default_allowed:
     'no rule of tools.rules matched and tools.default is allow (a decision line, never an error)',
   operation_denied: 'a deny rule of tools.rules matched the call (one of its resources is enough)',
   operation_default_denied: 'no rule of tools.rules matched the call and tools.default is deny',
-  operation_ask: 'an ask rule matched, or tools.default is ask (explain only; the gate answers ask_no_approver)',
+  operation_ask:
+    'no rule matched and tools.default is ask (explain also says it for an ask rule): the call is held and a human asked',
   operation_unsure:
-    'no rule matched an unknown or ambiguous call and tools.default is allow: it asks instead (explain only; the gate answers ask_no_approver)',
+    'no rule matched an unknown or ambiguous call and tools.default is allow: it asks instead of inheriting the allow',
   arg_denied: 'an argument deny rule matched a value (or a space-joined array of scalars) at or below its path',
   arg_not_allowed: 'the tool has allow rules and a value is not admitted by a rule at exactly its path',
   args_not_object: 'the call arguments are not a JSON object (-32602)',

@@ -35,9 +35,13 @@ export interface AskRequest {
    * commands `{binary}`, tools `{name, arguments}` with the arguments already masked.
    */
   what: Record<string, unknown>;
-  /** The entry (or tools rule) that asked, and the engine's reason (ask_entry, or ask_rule for a tools rule). */
+  /**
+   * The entry (or tools rule) that asked, and why: ask_entry (an ask entry), or for a tools call ask_rule
+   * (an ask rule of tools.rules), operation_ask (tools.default ask), operation_unsure (an unknown or
+   * ambiguous call under a default that would allow).
+   */
   rule: string | null;
-  reason?: 'ask_entry' | 'ask_rule';
+  reason?: 'ask_entry' | 'ask_rule' | 'operation_ask' | 'operation_unsure';
   /** Files and execs: the asking process's pid and command line. */
   pid?: number;
   cmdline?: string[];
@@ -48,6 +52,11 @@ export interface AskRequest {
   sessionKey: string;
   /** The allow entry a `persist` decision writes into the subject's agent profile; null: cannot persist. */
   persistEntry: string | null;
+  /**
+   * The enforcer keeps a `session` (or not yet reconciled `persist`) approval itself: the queue records
+   * none. The tools gate does, bound to the tool's schema hash and ending when the gate exits.
+   */
+  keepSession?: boolean;
   /** Aborted by the enforcer when the action is gone (the connection closed, the gate exited). */
   signal?: AbortSignal;
   /** Overrides the surface's deadline (ms), e.g. a gate's own timeout is shorter. */

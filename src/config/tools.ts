@@ -170,6 +170,7 @@ export const gatePolicyFileSchema = z.strictObject({
     mode: z.enum(['whitelist', 'blacklist']).default('whitelist'),
     allow: z.array(z.string().min(1)).default([]),
     deny: z.array(z.string().min(1)).default([]),
+    ask: z.array(z.string().min(1)).default([]),
     inspect: z
       .strictObject({
         secrets: inspectAction.default('block'),

@@ -184,6 +184,8 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
               config: c,
               decisions: ctx.decisions,
               ...(opts.toolsSocket ? { socket: opts.toolsSocket } : {}),
+              ask: approvals.queue.ask,
+              logger: ctx.logger.child({ component: 'tools' }),
               ...(ctx.metrics ? { onJudge: (s: number) => ctx.metrics!.observe('tools_judge', s) } : {}),
             }),
           );

@@ -192,7 +192,7 @@ tools:
             arguments: { entities: [{ name: 'x', entityType: 't', observations: ['o'] }] },
           }),
         ),
-      ).toEqual({ code: -32001, reason: 'ask_no_approver' });
+      ).toEqual({ code: -32001, reason: 'approval_unavailable' });
       expect(fs.existsSync(memory)).toBe(false);
       expect(s.audit()[0]).toMatchObject({ server: 'memory-server', operation: 'unknown', decision: 'deny' });
     } finally {

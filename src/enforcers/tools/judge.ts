@@ -8,10 +8,12 @@ import type { JsonValue } from '../../jsonl/json.js';
 import { randomUUID } from 'node:crypto';
 import { actionFields, type AuditRecord, type AuditWriter } from './audit.js';
 import {
+  askUnavailable,
   deniedByName,
   judgeRequest,
   redactForLog,
   type CompiledGatePolicy,
+  type AskJudgment,
   type GateSession,
   type Judgment,
 } from './policy.js';
@@ -20,7 +22,17 @@ import {
  * A judgment as the gate uses it: the log line's ref travels in the error's data; `audit` is what
  * the gate hands back to `answered` when the server's answer to an allowed call arrives.
  */
-export type GateJudgment = Judgment & { ref?: string; audit?: PendingAudit };
+export type GateJudgment = Judgment & { ref?: string; audit?: PendingAudit; held?: HeldCall };
+
+/**
+ * An asked call the service holds for a human (a judgment with action `ask`): `outcome` is the final
+ * judgment, an allow (the gate relays the call then) or a deny with the approval's reason; `cancel`
+ * tells the service the call is gone (the client cancelled it, the gate is ending).
+ */
+export interface HeldCall {
+  outcome: Promise<GateJudgment>;
+  cancel(): void;
+}
 
 /** An allowed call's audit record, waiting for its outcome. */
 export type PendingAudit = Omit<AuditRecord, 'outcome' | 'result_sha256' | 'redacted'>;
@@ -51,6 +63,11 @@ export interface GateJudge {
   readonly auditing?: boolean;
   /** The outcome of an allowed call whose judgment carried `audit`. */
   answered?(audit: PendingAudit, outcome: CallOutcome): void;
+  /**
+   * A tools/list page from the server: each named tool and the SHA-256 of its definition as sent. A
+   * judge that holds asked calls binds session approvals to it (the gate then reads every tools/list).
+   */
+  listed?(tools: [string, string][]): void;
 }
 
 export interface GateEvent {
@@ -94,6 +111,8 @@ const MAX_ALLOW_TAILS = 4096;
 /** Builds the log record of a judgment and writes it; returns the ref (undefined when not logged). */
 export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: LogContext): string | undefined {
   if (j.action === 'allow' && !j.policed) return undefined;
+  // An asked call's lines are the queue's `ask` line and its outcome's (./hold.ts), not this one.
+  if (j.action === 'ask') return undefined;
   const withArgs = ctx.logArgs === 'all' || (ctx.logArgs === 'denied' && j.action === 'deny');
   const tails = ctx.allowTails;
   let tailKey: string | undefined;
@@ -200,7 +219,9 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
     auditing: audit !== null,
     judge(method, params) {
       if (method === 'initialize') session.id = randomUUID();
-      const j = judgeRequest(method, params, o.policy, session) as GateJudgment;
+      const asked = judgeRequest(method, params, o.policy, session);
+      // No service, so no approver: an asked call is refused at once, as the queue refuses it with nobody subscribed.
+      const j: Exclude<Judgment, AskJudgment> & GateJudgment = asked.action === 'ask' ? askUnavailable(asked) : asked;
       const ref = logJudgment(j, params, ctx);
       if (ref !== undefined) j.ref = ref;
       if (audit !== null && j.name !== undefined && j.method.toLowerCase() === 'tools/call') {

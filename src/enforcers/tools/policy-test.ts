@@ -68,14 +68,19 @@ export interface Explanation {
 export function explain(policy: CompiledGatePolicy, a: ActionSpec): Explanation {
   const params = fromPlain({ name: a.tool, arguments: a.arguments ?? {} });
   const j = judgeRequest('tools/call', params, policy, { serverName: a.server ?? null });
-  const decision = j.action === 'allow' ? 'allow' : j.reason === 'ask_no_approver' ? 'ask' : 'deny';
+  const decision = j.action;
   return {
     tool: a.tool,
     server: a.server ?? null,
     action: j.op?.action ?? null,
     matched: j.op?.decision.matched ?? [],
     decision,
-    reason: j.action === 'allow' ? (j.verdict?.reason ?? 'allow_entry') : j.reason,
+    reason:
+      j.action === 'allow'
+        ? (j.verdict?.reason ?? 'allow_entry')
+        : j.action === 'ask'
+          ? (j.op?.decision.reason ?? j.reason)
+          : j.reason,
     rule: j.action === 'allow' ? (j.verdict?.rule ?? null) : j.rule,
   };
 }

@@ -37,6 +37,11 @@ export interface CompiledGatePolicy {
   redactOutput: boolean;
   /** The audit file (tools.audit), or null. */
   audit: string | null;
+  /**
+   * Whether an approver's `persist` can write the tool name into tools.allow and have it decide the
+   * next call: a whitelist without rules over operations (with rules, the allow list is not consulted).
+   */
+  persistable: boolean;
 }
 
 /** The operation layer of a compiled policy. */
@@ -160,7 +165,13 @@ export function compileGatePolicy(
     commands: EMPTY_SURFACE,
     // With rules over operations, the operations decide what a name's absence from allow used to:
     // deny entries, inspection and argument rules still apply to every call.
-    tools: { mode: ops ? 'blacklist' : tools.mode, allow: tools.allow, deny: tools.deny, inspect: tools.inspect },
+    tools: {
+      mode: ops ? 'blacklist' : tools.mode,
+      allow: tools.allow,
+      deny: tools.deny,
+      ...(tools.ask ? { ask: tools.ask } : {}),
+      inspect: tools.inspect,
+    },
   };
   const compiled = engine.compilePolicy(input) as never;
   return {
@@ -182,6 +193,7 @@ export function compileGatePolicy(
     ops,
     redactOutput: tools.redact_output ?? true,
     audit: tools.audit ?? null,
+    persistable: ops === null && tools.mode === 'whitelist',
   };
 }
 
@@ -235,9 +247,30 @@ export function deniedByName(name: string, policy: CompiledGatePolicy): boolean 
 export const ENVELOPE = ['jsonrpc', 'id', 'method', 'params', 'result', 'error'] as const;
 export const SELECTORS = ['name', 'arguments', 'uri', 'ref'] as const;
 
+/**
+ * Why a call is asked, as its `action: ask` line says: an ask entry of tools.ask (`ask_entry`), an ask
+ * rule of tools.rules (`ask_rule`), tools.default ask (`operation_ask`), or an unknown or ambiguous
+ * call under a default that would allow (`operation_unsure`).
+ */
+export type AskReason = 'ask_entry' | 'ask_rule' | 'operation_ask' | 'operation_unsure';
+
+/** A call the policy asks a human about: held by a gate that can ask, refused by one that cannot. */
+export interface AskJudgment {
+  action: 'ask';
+  method: string;
+  name: string;
+  reason: AskReason;
+  rule: string | null;
+  /** The allow entry a `persist` decision writes (the tool name), or null when none would decide it. */
+  persist: string | null;
+  verdict?: ToolVerdict;
+  op?: OpJudgment;
+}
+
 /** The result of judging one client request or notification. */
 export type Judgment =
   | { action: 'allow'; policed: boolean; method: string; name?: string; verdict?: ToolVerdict; op?: OpJudgment }
+  | AskJudgment
   | {
       action: 'deny';
       code: number;
@@ -349,17 +382,27 @@ export function judgeRequest(
   }
   if (v.action === 'ask') {
     // Held for a human by a gate that can ask (the service's); a gate that cannot refuses at once.
-    return deny(DENIED_CODE, 'denied by leash: approval_unavailable', 'approval_unavailable', method, {
+    return {
+      action: 'ask',
+      method,
       name: s.sel,
+      reason: 'ask_entry',
       rule: v.rule,
+      persist: policy.persistable ? s.sel : null,
       verdict: v,
-    });
+    };
   }
   if (policy.ops !== null && m === 'tools/call') {
     const op = judgeOperation(s.sel, inputs, policy.ops, session);
+    if (op.decision.effect === 'ask') {
+      const d = op.decision;
+      const reason: AskReason =
+        d.rule !== null ? 'ask_rule' : d.reason === 'operation_unsure' ? d.reason : 'operation_ask';
+      // An allow entry is not what decides a call under rules over operations: nothing to persist.
+      return { action: 'ask', method, name: s.sel, reason, rule: d.rule, persist: null, verdict: v, op };
+    }
     if (op.decision.effect !== 'allow') {
-      // `ask` needs an approver; until the gate has one, an ask is a deny with its own reason.
-      const reason = op.decision.effect === 'ask' ? 'ask_no_approver' : op.decision.reason;
+      const reason = op.decision.reason;
       return deny(DENIED_CODE, `denied by leash: ${reason} (${op.action.operation})`, reason, method, {
         name: s.sel,
         rule: op.decision.rule,
@@ -377,6 +420,20 @@ export function judgeRequest(
     };
   }
   return { action: 'allow', policed: true, method, name: s.sel, verdict: v };
+}
+
+/**
+ * An asked call refused by a gate that has no approver to ask (run with --policy, no service): the
+ * same refusal and reason as the service's queue with nobody subscribed, `approval_unavailable`.
+ */
+export function askUnavailable(j: AskJudgment): Extract<Judgment, { action: 'deny' }> {
+  const why = j.op ? ` (${j.op.action.operation})` : '';
+  return deny(DENIED_CODE, `denied by leash: approval_unavailable${why}`, 'approval_unavailable', j.method, {
+    name: j.name,
+    rule: j.rule,
+    ...(j.verdict ? { verdict: j.verdict } : {}),
+    ...(j.op ? { op: j.op } : {}),
+  }) as Extract<Judgment, { action: 'deny' }>;
 }
 
 /** Normalises a call through the session's table and judges it by the rules (never throws). */

@@ -13,6 +13,7 @@ const KNOWN = [
   'mode',
   'allow',
   'deny',
+  'ask',
   'inspect',
   ...Object.keys(toolsGateFields),
   'secrets',
@@ -67,7 +68,7 @@ export function validateGatePolicy(doc: unknown): LoadedGatePolicy {
   // An entry that can never match (a `*`, which is no wildcard for tool names) is refused: the
   // gate's policy file has no validate run to report it, and a deny `*` would block nothing.
   const inert: string[] = [];
-  for (const list of ['allow', 'deny'] as const)
+  for (const list of ['allow', 'deny', 'ask'] as const)
     t[list].forEach((e, i) => {
       const p = toolEntryProblem(e);
       if (p) inert.push(`tools.${list}.${i}: ${p.message} (${JSON.stringify(e)}) [entry_inert]`);

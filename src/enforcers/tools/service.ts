@@ -17,6 +17,7 @@ export function gatePolicyOf(c: Pick<Config, 'tools'>): ToolsGatePolicy {
     mode: t.mode,
     allow: [...t.allow],
     deny: [...t.deny],
+    ask: [...(t.ask ?? [])],
     inspect: { ...t.inspect },
     args: structuredClone(t.args),
     strict_args: t.strict_args,

@@ -8,6 +8,10 @@
  *   {op:"judge", method, params?, notification, server?} → {seq, judgment}   (server: serverInfo.name)
  *   {op:"hidden", names:[...]}                → {seq, hidden:[bool...]}
  *   {op:"event", event:{...}}                 (no answer: logged)
+ *   a judge answered {judgment:{action:"ask", method, reason, rule, hold:N}}: the call is held for a
+ *   human (./hold.ts); later, once, {hold:N, judgment:{...}} (allow, or deny with the approval's reason)
+ *   {op:"cancel", hold:N}                     (no answer: the gate gave the held call up)
+ *   {op:"tools", tools:[[name, sha256]...]}   (no answer: a tools/list page's schema hashes)
  *   {op:"commands_policy"}                    → {seq, ok:true, uid, policy:{fail_mode, commands}}
  *                                               | {seq, ok:false, error:"no_policy"}   (leash terminal)
  * The service parses the gate's lines with the same strict reader the gate uses on MCP traffic.
@@ -29,6 +33,8 @@ import {
 } from '../../jsonl/json.js';
 import { LineReader } from '../../jsonl/lines.js';
 import { deniedByName, judgeRequest, type CompiledGatePolicy } from './policy.js';
+import type { Asker } from '../../approvals/contract.js';
+import { ToolHolds } from './hold.js';
 import { DEFAULT_TOOLS_SOCKET } from '../../paths.js';
 
 /** Where the service listens by default. */
@@ -56,6 +62,24 @@ export interface ToolsSocketServerOptions {
    * allow, deny, args?}}`), or null when it has none. Absent: the op is refused like any unknown op.
    */
   commandsPolicyForUid?(uid: number): unknown;
+  /** The approvals queue: asked calls are held for it. Absent: refused at once (approval_unavailable). */
+  ask?: Asker;
+  /** A session approval was dropped: the server changed the tool's definition (the service logs it). */
+  onSessionDropped?: (e: { uid: number; tool: string; request: string | null }) => void;
+}
+
+/** A judgment as it goes on the wire to the gate. */
+function wireJudgment(j: GateJudgment): JsonObject {
+  const out: JsonObject = { action: j.action, method: j.method };
+  if (j.action === 'allow') out.policed = j.policed;
+  else if (j.action === 'deny') {
+    out.code = j.code;
+    out.message = j.message;
+    out.reason = j.reason;
+    out.rule = j.rule;
+  }
+  if (j.ref !== undefined) out.ref = j.ref;
+  return out;
 }
 
 export interface ToolsSocketServer {
@@ -105,6 +129,15 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
     const send = (v: JsonValue) => {
       if (!sock.destroyed) sock.write(stringifyAscii(v) + '\n');
     };
+    // The gate's life is this connection: its held calls and session approvals end with it.
+    const holds = new ToolHolds({
+      ...(o.ask ? { ask: o.ask } : {}),
+      log: o.log,
+      uid,
+      mask,
+      ...(o.onSessionDropped ? { onSessionDropped: o.onSessionDropped } : {}),
+    });
+    sock.on('close', () => holds.close());
     const handle = (line: Buffer) => {
       let msg: JsonValue;
       try {
@@ -152,15 +185,14 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
             const ref = logJudgment(j, params, ctx);
             if (ref !== undefined) j.ref = ref;
           }
-          const out: JsonObject = { action: j.action, method: j.method };
-          if (j.action === 'allow') out.policed = j.policed;
-          else {
-            out.code = j.code;
-            out.message = j.message;
-            out.reason = j.reason;
-            out.rule = j.rule;
-          }
-          if (j.ref !== undefined) out.ref = j.ref;
+          let out: JsonObject;
+          if (j.action === 'ask') {
+            const h = holds.start(j, params, (hold, final) => send({ hold, judgment: wireJudgment(final) }));
+            out =
+              'now' in h
+                ? wireJudgment(h.now)
+                : { action: 'ask', method: j.method, reason: j.reason, rule: j.rule, hold: h.hold };
+          } else out = wireJudgment(j);
           send({ seq, judgment: out });
           o.onJudge?.((performance.now() - t0) / 1000);
           return;
@@ -174,6 +206,20 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
           const ev = isObject(msg.event) ? (toPlain(msg.event) as GateEvent) : null;
           const reasons = ['protocol_client', 'protocol_server', 'server_timeout', 'server_closed', 'server_stalled'];
           if (ev && reasons.includes(ev.reason)) logEvent(ev, ctx);
+          return;
+        }
+        case 'cancel':
+          if (typeof msg.hold === 'number') holds.cancel(msg.hold);
+          return;
+        case 'tools': {
+          const list = Array.isArray(msg.tools) ? msg.tools : [];
+          holds.listed(
+            list.flatMap((t) =>
+              Array.isArray(t) && typeof t[0] === 'string' && typeof t[1] === 'string'
+                ? [[t[0], t[1]] as [string, string]]
+                : [],
+            ),
+          );
           return;
         }
         case 'commands_policy': {
@@ -231,6 +277,9 @@ export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promis
   });
   let seq = 0;
   const waiting = new Map<number, { resolve: (v: JsonObject) => void; reject: (e: Error) => void }>();
+  // Held calls by the service's hold number: each resolves once with its final judgment.
+  const holds = new Map<number, (j: GateJudgment) => void>();
+  const outcomes = new Map<number, Promise<GateJudgment>>();
   let dead: Error | null = null;
   const lines = new LineReader(
     (line) => {
@@ -240,7 +289,18 @@ export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promis
       } catch {
         return;
       }
-      if (!isObject(v) || typeof v.seq !== 'number') return;
+      if (!isObject(v)) return;
+      if (typeof v.hold === 'number' && isObject(v.judgment)) {
+        const h = holds.get(v.hold);
+        holds.delete(v.hold);
+        h?.(toPlain(v.judgment) as GateJudgment);
+        return;
+      }
+      if (typeof v.seq !== 'number') return;
+      // A hold is registered as its judge answer is read, so an outcome right behind it finds it.
+      const held = isObject(v.judgment) && v.judgment.action === 'ask' ? v.judgment.hold : undefined;
+      if (typeof held === 'number' && !holds.has(held))
+        outcomes.set(held, new Promise<GateJudgment>((r) => holds.set(held, r)));
       const w = waiting.get(v.seq);
       if (w) {
         waiting.delete(v.seq);
@@ -255,6 +315,17 @@ export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promis
     dead = e;
     for (const w of waiting.values()) w.reject(e);
     waiting.clear();
+    // The service went away with calls held: refused, never relayed.
+    for (const r of holds.values())
+      r({
+        action: 'deny',
+        code: -32001,
+        message: 'denied by leash: approval_cancelled',
+        reason: 'approval_cancelled',
+        rule: null,
+        method: 'tools/call',
+      });
+    holds.clear();
   };
   sock.on('error', die);
   sock.on('close', () => die(new Error('the leash service closed the tools socket')));
@@ -283,8 +354,25 @@ export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promis
       const r = await ask(msg);
       const j = r.judgment;
       if (!isObject(j)) throw new Error('bad judgment from the service');
-      const out = toPlain(j) as GateJudgment & { ref?: string };
+      const out = toPlain(j) as GateJudgment & { hold?: number };
+      if (out.action === 'ask') {
+        const hold = out.hold;
+        const outcome = typeof hold === 'number' ? outcomes.get(hold) : undefined;
+        if (typeof hold !== 'number' || outcome === undefined) throw new Error('bad hold from the service');
+        outcomes.delete(hold);
+        delete out.hold;
+        out.held = {
+          outcome,
+          cancel() {
+            if (!dead && holds.has(hold)) sock.write(stringifyAscii({ op: 'cancel', hold }) + '\n');
+          },
+        };
+      }
       return out;
+    },
+    listed(tools) {
+      if (dead) return;
+      sock.write(stringifyAscii({ op: 'tools', tools }) + '\n');
     },
     async hidden(names) {
       const r = await ask({ op: 'hidden', names });

@@ -59,6 +59,7 @@ export interface ApprovalQueueOptions {
 interface Pending {
   view: PendingView;
   sessionKey: string;
+  keepSession: boolean;
   resolve: (o: AskOutcome) => void;
   timer: NodeJS.Timeout;
   deciding: boolean;
@@ -180,6 +181,7 @@ export function createApprovalQueue(opts: ApprovalQueueOptions): ApprovalQueue {
         const p: Pending = {
           view,
           sessionKey: req.sessionKey,
+          keepSession: req.keepSession === true,
           resolve,
           deciding: false,
           expiredWhileDeciding: false,
@@ -243,7 +245,7 @@ export function createApprovalQueue(opts: ApprovalQueueOptions): ApprovalQueue {
       }
       p.deciding = false;
     }
-    if (decision === 'session' || decision === 'persist') {
+    if ((decision === 'session' || decision === 'persist') && !p.keepSession) {
       // A persisted entry reaches the enforcers at the next reconcile; until then it passes as a session.
       sessions.set(sessionId(p.view.uid, p.view.surface, p.sessionKey), now() + opts.settings().session_seconds * 1000);
     }

@@ -12,6 +12,8 @@ import { GATE_ENGINE, gatePolicyOf } from '../../enforcers/tools/service.js';
 import { createToolsSocketServer, DEFAULT_TOOLS_SOCKET } from '../../enforcers/tools/socket.js';
 import type { DecisionLog } from '../../log/decisions.js';
 import type { SurfaceAdapter } from './contract.js';
+import type { Asker } from '../../approvals/contract.js';
+import type { Logger } from '../../log/logger.js';
 
 export interface ToolsSurfaceOptions {
   config: Config;
@@ -20,6 +22,10 @@ export interface ToolsSurfaceOptions {
   socket?: string;
   /** Each judge request's time, for the metrics (tools_judge). */
   onJudge?: (seconds: number) => void;
+  /** The approvals queue: a gate's asked calls are held for it (docs/approvals.md). */
+  ask?: Asker;
+  /** Where a dropped session approval is said. */
+  logger?: Logger;
 }
 
 export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<SurfaceAdapter> {
@@ -36,6 +42,12 @@ export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<Surface
     policyForUid: (uid) => gate.get(uid) ?? null,
     commandsPolicyForUid: (uid) => commandsOf.get(uid) ?? null,
     ...(o.onJudge ? { onJudge: o.onJudge } : {}),
+    ...(o.ask ? { ask: o.ask } : {}),
+    onSessionDropped: (e) =>
+      o.logger?.info(
+        { uid: e.uid, tool: e.tool, request: e.request },
+        'tools session approval dropped: the server changed the tool schema',
+      ),
   });
   const withdraw = (uid: number) => {
     prepared.delete(uid);

@@ -54,7 +54,8 @@ export function handleClientLine(g: GateState, line: Buffer): void | Promise<voi
         if (params !== undefined) v.params = params;
         if (fast.id === undefined) return judgeNotification(g, v, fast.method, line, raw);
         v.id = fast.id;
-        if (g.pending.has(fast.key!)) return refuseClient(g, v.id, -32600, 'id_in_use', line, fast.method);
+        if (g.pending.has(fast.key!) || g.held.has(fast.key!))
+          return refuseClient(g, v.id, -32600, 'id_in_use', line, fast.method);
         return judgeRequest(g, v, fast.method, fast.key!, raw);
       }
     }
@@ -98,7 +99,7 @@ function handleClientMessage(g: GateState, v: JsonValue, line: Buffer, raw: Buff
     if (v.id === null) return refuseClient(g, null, -32600, 'null_id', line, method);
     const key = idKey(v.id!);
     if (key === null) return refuseClient(g, null, -32600, 'bad_id', line, method);
-    if (g.pending.has(key)) return refuseClient(g, v.id!, -32600, 'id_in_use', line, method);
+    if (g.pending.has(key) || g.held.has(key)) return refuseClient(g, v.id!, -32600, 'id_in_use', line, method);
     return judgeRequest(g, v, method, key, raw);
   }
   // A response to a server-to-client request.

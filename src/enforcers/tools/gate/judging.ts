@@ -36,6 +36,7 @@ function answerRequest(g: GateState, v: JsonObject, key: string, j: GateJudgment
     toClient(g, rpcError(v.id!, -32001, 'denied by leash: engine_error', { reason: 'engine_error' }));
     return;
   }
+  if (j.action === 'ask') return holdRequest(g, v, key, j, raw);
   if (j.action === 'deny') {
     const data: JsonObject = { reason: j.reason };
     if (j.ref) data.ref = j.ref;
@@ -56,6 +57,27 @@ function answerRequest(g: GateState, v: JsonObject, key: string, j: GateJudgment
   toServer(g, v, raw);
 }
 
+/**
+ * An asked call: held (its id in use, nothing sent to the server) while the gate goes on with the next
+ * line; its outcome is answered like any judgment: an allow is relayed, a deny refused with its reason.
+ */
+function holdRequest(g: GateState, v: JsonObject, key: string, j: GateJudgment, raw: Buffer | null): void {
+  const held = j.held;
+  if (held === undefined) {
+    // A judge that cannot ask (no approver) refuses: never relayed.
+    toClient(g, rpcError(v.id!, -32001, 'denied by leash: approval_unavailable', { reason: 'approval_unavailable' }));
+    return;
+  }
+  g.held.set(key, { id: v.id!, cancel: () => held.cancel() });
+  const settle = (f: GateJudgment | null) => {
+    // Cancelled by the client, or answered at the gate's end: nothing more to say.
+    if (!g.held.delete(key) || g.finished) return;
+    answerRequest(g, v, key, f !== null && f.action !== 'ask' ? f : null, raw);
+    maybeShutdown(g);
+  };
+  held.outcome.then(settle, () => settle(null));
+}
+
 /** A notification: judged, then forwarded or (denied) logged and dropped; never answered. */
 export function judgeNotification(
   g: GateState,
@@ -68,6 +90,13 @@ export function judgeNotification(
   if (fm === 'notifications/cancelled' && isObject(v.params) && has(v.params, 'requestId')) {
     const k = idKey(v.params.requestId!);
     const p = k ? g.pending.get(k) : undefined;
+    const h = k ? g.held.get(k) : undefined;
+    if (k && h) {
+      // A held call the client gave up: the server never saw it, so it is not told; the hold ends.
+      g.held.delete(k);
+      h.cancel();
+      return;
+    }
     if (p && p.method === 'initialize') {
       // MCP does not let a client cancel initialize: not passed on, logged, and (a notification)
       // never answered.

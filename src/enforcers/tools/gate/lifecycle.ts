@@ -40,7 +40,7 @@ export function maybeShutdownSoon(g: GateState): void {
 }
 
 export function maybeShutdown(g: GateState): void {
-  if (g.clientEnded && !g.shuttingDown && g.pending.size === 0 && g.clientSeq.idle) shutdown(g);
+  if (g.clientEnded && !g.shuttingDown && g.pending.size === 0 && g.held.size === 0 && g.clientSeq.idle) shutdown(g);
 }
 
 function shutdown(g: GateState): void {
@@ -93,6 +93,12 @@ function finish(g: GateState, code: number): void {
   if (g.killTimer) clearTimeout(g.killTimer);
   g.o.input.removeListener('data', g.onInput);
   g.o.input.pause();
+  // Calls still held for a human: the service is told they are gone, the client that they are refused.
+  for (const [k, h] of g.held) {
+    g.held.delete(k);
+    h.cancel();
+    toClient(g, rpcError(h.id, -32001, 'denied by leash: approval_cancelled', { reason: 'approval_cancelled' }));
+  }
   if (g.timeouts > 0)
     g.say(`server did not answer ${g.timeouts} request${g.timeouts === 1 ? '' : 's'} within ${g.timeoutMs} ms`);
   if (code === 3 && g.failReason) g.say(g.failReason);

@@ -51,7 +51,7 @@ export function handleServerLine(g: GateState, line: Buffer): void | Promise<voi
     const p = key === null ? undefined : g.pending.get(key);
     if (
       p &&
-      !(p.method === 'tools/list' && g.judge.hideDenied) &&
+      !(p.method === 'tools/list' && (g.judge.hideDenied || g.judge.listed !== undefined)) &&
       p.method !== 'initialize' &&
       p.audit === undefined &&
       !(g.judge.redactOutput && REDACTED_METHODS.has(p.method) && lineMayHoldSecret(line))
@@ -176,8 +176,20 @@ function handleServerMessage(g: GateState, v: JsonValue, line: Buffer): Out | Pr
       redacted,
     });
   }
+  if (p.method === 'tools/list' && g.judge.listed && isObject(v.result) && Array.isArray(v.result.tools))
+    g.judge.listed(schemaHashes(v.result.tools));
   if (p.method === 'tools/list' && has(v, 'result') && g.judge.hideDenied) return filterToolsList(g, v, p, line);
   return v;
+}
+
+/**
+ * Each named tool of a tools/list page and the SHA-256 of its definition as the server sent it (the
+ * gate's canonical form): what a session approval of that tool is bound to.
+ */
+function schemaHashes(tools: JsonValue[]): [string, string][] {
+  return tools.flatMap((t): [string, string][] =>
+    isObject(t) && typeof t.name === 'string' ? [[t.name, sha256(stringifyAscii(t))]] : [],
+  );
 }
 
 function observe(g: GateState, p: Pending, v: JsonObject): void {

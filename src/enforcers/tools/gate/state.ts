@@ -57,6 +57,11 @@ export class GateState {
   // ---- requests ----
   /** Client requests the server has taken, by idKey. */
   readonly pending = new Map<string, Pending>();
+  /**
+   * Asked calls the service holds for a human, by idKey: not sent to the server (yet); relayed when
+   * allowed, answered with the refusal otherwise. Their ids are in use meanwhile.
+   */
+  readonly held = new Map<string, { id: JsonValue; cancel(): void }>();
   /** Requests the gate stopped waiting for (cancelled, timed out): a late answer is dropped quietly. */
   readonly retired = new Set<string>();
   /** Server-to-client requests awaiting the client's answer: idKey → the id as sent. */

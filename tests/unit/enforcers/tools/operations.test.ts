@@ -7,6 +7,7 @@ import { fromPlain } from '../../../../src/jsonl/json.js';
 import { GATE_ENGINE } from '../../../../src/enforcers/tools/service.js';
 import {
   compileGatePolicy,
+  askUnavailable,
   GatePolicyError,
   judgeRequest,
   type ToolsGatePolicy,
@@ -281,19 +282,27 @@ describe('the gate judgment with rules', () => {
     });
   });
 
-  it('an ask without an approver is a deny with its own reason; other operations get the default', () => {
-    expect(j('write_file', { path: 'a', content: 'x' })).toMatchObject({
+  it('an ask rule, the ask default and an unknown call are asks (held by the service), refused approval_unavailable without an approver', () => {
+    const w = j('write_file', { path: 'a', content: 'x' });
+    expect(w).toMatchObject({ action: 'ask', reason: 'operation_ask', rule: null, persist: null });
+    expect(w.action === 'ask' && askUnavailable(w)).toMatchObject({
       action: 'deny',
       code: -32001,
-      reason: 'ask_no_approver',
+      reason: 'approval_unavailable',
+      rule: null,
     });
-    expect(j('unlisted', {})).toMatchObject({ action: 'deny', reason: 'ask_no_approver' });
+    const u = j('unlisted', {});
+    expect(u).toMatchObject({ action: 'ask', rule: null, op: { action: { operation: 'unknown' } } });
+    expect(u.action === 'ask' && askUnavailable(u)).toMatchObject({ action: 'deny', reason: 'approval_unavailable' });
   });
 
   it('selects the table by the server name when mapping is auto', () => {
     const auto = compileGatePolicy({ ...base, mapping: 'auto' }, 'closed', GATE_ENGINE, { workspace: ws, home: '/h' });
     const call = fromPlain({ name: 'read_text_file', arguments: { path: 'a' } });
-    expect(judgeRequest('tools/call', call, auto, { serverName: null })).toMatchObject({ action: 'deny' });
+    expect(judgeRequest('tools/call', call, auto, { serverName: null })).toMatchObject({
+      action: 'ask',
+      op: { action: { operation: 'unknown' } },
+    });
     expect(judgeRequest('tools/call', call, auto, { serverName: 'secure-filesystem-server' })).toMatchObject({
       action: 'allow',
     });
