@@ -51,6 +51,10 @@ export const ERROR_CODES = {
   mcp_server_unrunnable: EXIT.refused,
   mcp_service_unreachable: EXIT.refused,
   mcp_learn_failed: EXIT.refused,
+  // leash learn (docs/cli.md)
+  learn_out_exists: EXIT.refused,
+  learn_out_unwritable: EXIT.failed,
+  learn_unresolved: EXIT.refused,
   // leash terminal (docs/terminal.md)
   terminal_audit_unavailable: EXIT.failed,
   terminal_jail_invalid: EXIT.refused,

@@ -10,6 +10,7 @@ import { configPath } from './context.js';
 import { registerDemo } from './demo.js';
 import { registerTeardown } from './teardown.js';
 import { register as init } from './init.js';
+import { register as learn } from './learn.js';
 import { register as logs } from './logs.js';
 import { register as mcp } from './mcp.js';
 import { register as restart } from './reconcile.js';
@@ -37,6 +38,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   toolsPolicy,
   check,
   logs,
+  learn,
   restart,
   policy,
   mcp,
