@@ -5,10 +5,12 @@ import { runService } from '../service/start.js';
 import { register as approvals } from './approvals.js';
 import { register as check } from './check.js';
 import { register as completion } from './completion.js';
+import { register as consoleCmd } from './console.js';
 import { configPath } from './context.js';
 import { registerDemo } from './demo.js';
 import { registerTeardown } from './teardown.js';
 import { register as init } from './init.js';
+import { register as learn } from './learn.js';
 import { register as logs } from './logs.js';
 import { register as host } from './host.js';
 import { register as doctor } from './doctor.js';
@@ -38,6 +40,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   toolsPolicy,
   check,
   logs,
+  learn,
   restart,
   policy,
   mcp,
@@ -45,6 +48,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   doctor,
   terminal,
   approvals,
+  consoleCmd,
   registerDemo,
   registerTeardown,
   completion,
