@@ -12,6 +12,8 @@ import { registerTeardown } from './teardown.js';
 import { register as init } from './init.js';
 import { register as learn } from './learn.js';
 import { register as logs } from './logs.js';
+import { register as host } from './host.js';
+import { register as doctor } from './doctor.js';
 import { register as mcp } from './mcp.js';
 import { register as restart } from './reconcile.js';
 import { register as status } from './status.js';
@@ -42,6 +44,8 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   restart,
   policy,
   mcp,
+  host,
+  doctor,
   terminal,
   approvals,
   consoleCmd,
