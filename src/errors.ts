@@ -77,6 +77,7 @@ export const ERROR_CODES = {
   nft_missing_multi: EXIT.failed,
   // policy store, subjects, reconcile (branch policy)
   ack_invalid: EXIT.refused,
+  apply_invalid: EXIT.refused,
   binding_not_found: EXIT.refused,
   bindings_corrupt: EXIT.failed,
   ledger_unwritable: EXIT.failed,

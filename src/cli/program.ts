@@ -2,6 +2,7 @@ import { Command, Option } from 'commander';
 import { DEFAULT_CONFIG_PATH, suggest } from '../validate/load.js';
 import { LeashError } from '../errors.js';
 import { runService } from '../service/start.js';
+import { register as apply } from './apply.js';
 import { register as approvals } from './approvals.js';
 import { register as check } from './check.js';
 import { register as completion } from './completion.js';
@@ -43,6 +44,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   learn,
   restart,
   policy,
+  apply,
   mcp,
   host,
   doctor,
