@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -67,6 +68,12 @@ bool InflightTable::Adopt(int fd) {
   return true;
 }
 
+void InflightTable::Reset() {
+  if (!slots_) return;
+  for (uint32_t i = 0; i < kSlots; i++) slots_[i].pid.store(0, std::memory_order_relaxed);
+  hdr_->maxFd.store(0, std::memory_order_release);
+}
+
 void InflightTable::Close() {
   if (map_) munmap(map_, Bytes());
   map_ = nullptr;
@@ -122,16 +129,30 @@ void Watcher::TakeOver() {
   // get numbers above it and a response by number reaches only the dead watcher's events.
   int hi = inflight_.MaxFd() + static_cast<int>(kReadBytes / sizeof(fanotify_event_metadata)) + 64;
   if (hi >= static_cast<int>(InflightTable::kSlots)) hi = static_cast<int>(InflightTable::kSlots) - 1;
+  // The fence never takes the last descriptors: the takeover itself needs some (the /proc scan, each
+  // opener's pidfd, each drained event's own descriptor, which the kernel cannot make in a full table
+  // and then answers FAN_DENY itself, whoever's event it is). A dead watcher with that many open
+  // descriptors (its limit is ours: the same service spawned both) is not a case we meet.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+      static_cast<rlim_t>(hi) + kFenceReserve >= nofile.rlim_cur) {
+    hi = nofile.rlim_cur > kFenceReserve ? static_cast<int>(nofile.rlim_cur - kFenceReserve) - 1 : 0;
+    takeoverFenceErrno_.store(EMFILE, std::memory_order_relaxed);
+  }
   std::vector<int> fence;
   for (;;) {
     int d = fcntl(stopFd_, F_DUPFD_CLOEXEC, 0);
-    if (d < 0) break;  // out of descriptors: the numbers above are ours anyway
+    if (d < 0) {
+      takeoverFenceErrno_.store(static_cast<uint64_t>(errno), std::memory_order_relaxed);
+      break;  // out of descriptors: the numbers above are ours anyway
+    }
     if (d > hi) {
       close(d);
       break;
     }
     fence.push_back(d);
   }
+  takeoverHi_.store(static_cast<uint64_t>(hi), std::memory_order_relaxed);
   std::vector<bool> recorded(static_cast<size_t>(hi) + 1, false);
   std::unordered_set<int32_t> known;  // openers whose event is accounted for
   auto answer = [&](int fd, bool allow) -> bool {
@@ -147,6 +168,7 @@ void Watcher::TakeOver() {
     uint32_t mask = inflight_.MaskAt(fd);
     Creds c;
     bool alive = identity_.CredsOf(-1, pid, &c);
+    if (!alive) takeoverNoCreds_.fetch_add(1, std::memory_order_relaxed);
     int64_t uid = alive ? SubjectUid(*snap, c) : -1;
     bool allow = alive && uid < 0;
     if (answer(fd, allow)) {
@@ -198,9 +220,11 @@ void Watcher::TakeOver() {
       ssize_t n = read(fd_, storage.data(), readLen_);
       if (n > 0) {
         Process(storage.data(), n);
+        takeoverDrained_.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno != EAGAIN) takeoverDrainErrno_.store(static_cast<uint64_t>(errno), std::memory_order_relaxed);
       break;
     }
     seen_ = nullptr;
@@ -219,6 +243,7 @@ void Watcher::TakeOver() {
     }
   }
   for (int d : fence) close(d);
+  inflight_.Reset();  // nothing of the dead watcher's is pending now; this watcher's events start afresh
   {
     std::lock_guard<std::mutex> g(tmu_);
     takeoverRecs_.insert(takeoverRecs_.end(), recs.begin(), recs.end());

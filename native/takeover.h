@@ -49,8 +49,15 @@ class InflightTable {
   }
   int32_t PidAt(int evfd) const { return slots_[evfd].pid.load(std::memory_order_acquire); }
   uint32_t MaskAt(int evfd) const { return slots_[evfd].mask.load(std::memory_order_relaxed); }
-  /** The highest event descriptor number ever recorded (by any watcher on this table). */
+  /** The highest event descriptor number recorded since the table was made or last Reset. */
   int MaxFd() const { return slots_ ? hdr_->maxFd.load(std::memory_order_relaxed) : 0; }
+  /**
+   * Every slot cleared and the high-water mark back to 0: the end of a takeover, when none of the
+   * dead watcher's events is left pending. Without it the mark would keep the numbers of the events
+   * drained above the fence, and each takeover's fence would start where the last one ended, until
+   * it took every descriptor the process may have (RLIMIT_NOFILE).
+   */
+  void Reset();
 
  private:
   struct Header {
