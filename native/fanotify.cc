@@ -305,6 +305,7 @@ Napi::Value Watcher::Stats(const Napi::CallbackInfo& info) {
   a("takeoverAllowed", takeoverAllowed_);
   a("takeoverDenied", takeoverDenied_);
   a("takeoverUnrecorded", takeoverUnrecorded_);
+  a("takeoverFromArea", takeoverFromArea_);
   a("takeoverHi", takeoverHi_);
   a("takeoverFenceErrno", takeoverFenceErrno_);
   a("takeoverNoCreds", takeoverNoCreds_);

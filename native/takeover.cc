@@ -41,13 +41,14 @@ bool InflightTable::Create() {
   // Its size is fixed for good: a standby maps exactly this much.
   fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
   if (!Adopt(fd)) return false;
+  memset(area_, 0, kAreaBytes);  // written once here, so its pages are there before the first read
   hdr_->magic = kMagic;
   hdr_->slots = kSlots;
   return true;
 }
 
 bool InflightTable::Adopt(int fd) {
-  void* m = mmap(nullptr, Bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* m = mmap(nullptr, Bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (m == MAP_FAILED) {
     int e = errno;
     close(fd);
@@ -65,12 +66,15 @@ bool InflightTable::Adopt(int fd) {
   map_ = m;
   hdr_ = h;
   slots_ = reinterpret_cast<Slot*>(static_cast<char*>(m) + sizeof(Header));
+  area_ = static_cast<char*>(m) + SlotBytes();
+  mlock(area_, kAreaBytes);  // best effort: without swap its pages stay anyway
   return true;
 }
 
 void InflightTable::Reset() {
   if (!slots_) return;
   for (uint32_t i = 0; i < kSlots; i++) slots_[i].pid.store(0, std::memory_order_relaxed);
+  memset(area_, 0, 64);  // the last read's metadata: answered, and not to be answered again
   hdr_->maxFd.store(0, std::memory_order_release);
 }
 
@@ -79,6 +83,7 @@ void InflightTable::Close() {
   map_ = nullptr;
   hdr_ = nullptr;
   slots_ = nullptr;
+  area_ = nullptr;
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
 }
@@ -124,6 +129,21 @@ bool ReadSmall(const char* path, char* buf, size_t n) {
 void Watcher::TakeOver() {
   std::shared_ptr<const Snapshot> snap = std::atomic_load(&snap_);
   std::vector<TakeoverRecord> recs;
+  // 0. The dead watcher's last read, which the kernel wrote into the read area before read(2)
+  // returned: if it was killed inside read(2), or before it recorded the event, the event is
+  // recorded now, as the dead watcher would have. (If it was answered already, answering it again
+  // finds nothing: a descriptor number is used by one pending event of a reader at a time, and a
+  // later read would have overwritten the area.)
+  int areaFd = -1;
+  {
+    const auto* m = reinterpret_cast<const fanotify_event_metadata*>(inflight_.Area());
+    if (m && m->vers == FANOTIFY_METADATA_VERSION && m->event_len >= FAN_EVENT_METADATA_LEN &&
+        (m->mask & kPermMask) && m->fd >= 0 && static_cast<uint32_t>(m->fd) < InflightTable::kSlots && m->pid > 0 &&
+        inflight_.PidAt(m->fd) == 0) {
+      areaFd = m->fd;
+      inflight_.Record(m->fd, m->pid, static_cast<uint32_t>(m->mask));
+    }
+  }
   // A fence: every free descriptor number up to the highest one the dead watcher's events can
   // have had is taken (copies of the stop eventfd), so that the events this watcher reads now
   // get numbers above it and a response by number reaches only the dead watcher's events.
@@ -164,7 +184,7 @@ void Watcher::TakeOver() {
     int32_t pid = inflight_.PidAt(fd);
     if (pid == 0) continue;
     recorded[static_cast<size_t>(fd)] = true;
-    known.insert(pid);
+    if (fd != areaFd) known.insert(pid);
     uint32_t mask = inflight_.MaskAt(fd);
     Creds c;
     bool alive = identity_.CredsOf(-1, pid, &c);
@@ -172,6 +192,10 @@ void Watcher::TakeOver() {
     int64_t uid = alive ? SubjectUid(*snap, c) : -1;
     bool allow = alive && uid < 0;
     if (answer(fd, allow)) {
+      if (fd == areaFd) {
+        known.insert(pid);
+        takeoverFromArea_.fetch_add(1, std::memory_order_relaxed);
+      }
       (allow ? takeoverAllowed_ : takeoverDenied_).fetch_add(1, std::memory_order_relaxed);
       if (uid >= 0)
         recs.push_back({pid, static_cast<uint32_t>(uid), (mask & FAN_OPEN_EXEC_PERM) != 0, allow, true});
@@ -214,12 +238,12 @@ void Watcher::TakeOver() {
   // 3. What is queued: read and judged as usual, every event answered before the next read.
   // Its openers are accounted for; events arriving now get numbers above the fence.
   {
-    std::vector<char> storage(kReadBytes + alignof(fanotify_event_metadata));
+    char* buf = inflight_.Area();  // the dead watcher's last read is recorded (step 0): the area is ours
     seen_ = &known;
     for (;;) {
-      ssize_t n = read(fd_, storage.data(), readLen_);
+      ssize_t n = read(fd_, buf, readLen_);
       if (n > 0) {
-        Process(storage.data(), n);
+        Process(buf, n);
         takeoverDrained_.fetch_add(1, std::memory_order_relaxed);
         continue;
       }

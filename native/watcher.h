@@ -98,6 +98,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   static constexpr size_t kWakeBatch = 512;
   static constexpr size_t kKeepQueueBytes = 4 << 20;
   static constexpr size_t kReadBytes = 64 * 1024;
+  static_assert(kReadBytes <= InflightTable::kAreaBytes, "a read fits the in-flight table's read area");
   /** Descriptors a takeover's fence leaves free below RLIMIT_NOFILE (takeover.cc). */
   static constexpr rlim_t kFenceReserve = 256;
   /**
@@ -136,6 +137,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   // How the takeover went (its log line): the highest number fenced and answered, the errno that cut the
   // fence short (0: none), recorded events whose process could not be read, events drained from the
   // queue and the errno that ended the drain (0: EAGAIN, the queue was empty).
+  // fromArea: events the dead watcher had read but not recorded, found in the read area (takeover.h).
+  std::atomic<uint64_t> takeoverFromArea_{0};
   std::atomic<uint64_t> takeoverHi_{0}, takeoverFenceErrno_{0}, takeoverNoCreds_{0}, takeoverDrained_{0},
       takeoverDrainErrno_{0};
 
