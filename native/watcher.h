@@ -89,6 +89,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   int Judge(const Snapshot& snap, const Creds& c, const fanotify_event_metadata* m, bool* allow,
             DecisionRecord* decs);
   void Enqueue(DecisionRecord* d, int n);
+  static bool ShadowAnswer(const FsPolicy* pol, MatchVerdict* v);
 
   // The loop's timing and the queue's wake-up coalescing (fanotify_loop.cc explains them).
   static constexpr int64_t kWakeEveryNs = 20 * 1000 * 1000;
@@ -170,13 +171,13 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
       writeErrors_{0}, interpreterOf_{0}, hardlinked_{0};
 
   // Metrics (stats(), the service's /metrics): written by the loop thread only, read by JavaScript.
-  // Decisions by surface (0 open, 1 exec), action (0 block, 1 allow) and reason, the ones counted
+  // Decisions by surface (0 open, 1 exec), action (0 block, 1 allow, 2 would_block) and reason, the ones counted
   // instead of queued included; and the time from reading a subject-era event to its answer, in
   // fixed buckets (kJudgeBucketUs, then +Inf). `timing_` off (option metrics: false) skips the
   // two clock reads per event: what bench/fanotify compares.
   static constexpr int kReasons = static_cast<int>(Reason::kLast) + 1;
   static constexpr int kJudgeBuckets = 12;
-  std::atomic<uint64_t> byReason_[2][2][kReasons]{};
+  std::atomic<uint64_t> byReason_[2][3][kReasons]{};  // action 2: would_block (shadow mode)
   std::atomic<uint64_t> judgeBuckets_[kJudgeBuckets]{};
   std::atomic<uint64_t> judgeNs_{0}, judgeCount_{0};
   bool timing_ = true;

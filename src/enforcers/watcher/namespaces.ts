@@ -165,6 +165,22 @@ export function createNamespaceScanner(o: NamespaceScannerOptions): NamespaceSca
     });
   };
 
+  // Shadow mode: the kill is logged once per process as would_block and not done; its mounts are marked as allowed.
+  const shadowLogged = new Set<number>();
+  const shadowed = (pid: number, uid: number, userIno: number): void => {
+    if (shadowLogged.has(pid)) return;
+    if (shadowLogged.size > 4096) shadowLogged.clear();
+    shadowLogged.add(pid);
+    o.log.write?.({
+      uid,
+      surface: 'commands',
+      action: 'would_block',
+      reason: 'namespace_denied',
+      subject: { pid, user_ns: userIno },
+      rule: 'filesystem.namespaces',
+    });
+  };
+
   const scan = (): void => {
     const subjects = o.subjects();
     if (subjects.size === 0 || ownMnt === null || ownUser === null) return;
@@ -190,8 +206,11 @@ export function createNamespaceScanner(o: NamespaceScannerOptions): NamespaceSca
       const pid = Number(name);
       const user = nsIno(proc, name, 'user');
       if (user !== null && user !== ownUser && denies(s)) {
-        kill(pid, uid, user);
-        continue;
+        if (!s.policy?.shadow) {
+          kill(pid, uid, user);
+          continue;
+        }
+        shadowed(pid, uid, user);
       }
       const mnt = nsIno(proc, name, 'mnt');
       if (mnt === null || mnt === ownMnt) continue;

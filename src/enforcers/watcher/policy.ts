@@ -14,7 +14,7 @@ export { effectiveNamespaces };
  * watcher. An absent commands.interpreters is `defaultInterpreters` (the system's dynamic loaders).
  */
 export function fsCmdPolicyOf(
-  p: Pick<PolicyInput, 'fail_mode' | 'commands'> & {
+  p: Pick<PolicyInput, 'fail_mode' | 'commands' | 'enforce'> & {
     filesystem: SurfacePolicy & { watch?: string[]; namespaces?: 'deny' | 'allow' };
   },
   defaultInterpreters: () => string[] = systemLoaders,
@@ -23,6 +23,7 @@ export function fsCmdPolicyOf(
   const interpreters = p.commands.interpreters ?? defaultInterpreters();
   return {
     fail_mode: p.fail_mode === 'open' ? 'open' : 'closed',
+    ...(p.enforce === 'shadow' ? { shadow: true } : {}),
     filesystem: {
       mode: p.filesystem.mode,
       allow: [...p.filesystem.allow],
