@@ -97,6 +97,14 @@ export const ERROR_CODES = {
   approval_persist_failed: EXIT.failed,
   // the metrics endpoint (config logging.metrics_*): logged, the service runs on without it
   metrics_unavailable: EXIT.failed,
+  // the web console (docs/console.md): HTTP refusals carry these codes; console_unavailable is the CLI's
+  console_unauthorized: EXIT.refused,
+  console_origin_refused: EXIT.refused,
+  console_host_refused: EXIT.refused,
+  console_method_refused: EXIT.refused,
+  console_not_found: EXIT.refused,
+  console_bad_request: EXIT.refused,
+  console_unavailable: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 

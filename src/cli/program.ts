@@ -5,6 +5,7 @@ import { runService } from '../service/start.js';
 import { register as approvals } from './approvals.js';
 import { register as check } from './check.js';
 import { register as completion } from './completion.js';
+import { register as consoleCmd } from './console.js';
 import { configPath } from './context.js';
 import { registerDemo } from './demo.js';
 import { registerTeardown } from './teardown.js';
@@ -43,6 +44,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   mcp,
   terminal,
   approvals,
+  consoleCmd,
   registerDemo,
   registerTeardown,
   completion,

@@ -64,4 +64,11 @@ export interface Config {
     max_pending_per_subject: number;
     session_seconds: number;
   };
+  /** The web console (docs/console.md); the floor only. */
+  console: {
+    enabled: boolean;
+    socket: string;
+    listen: string | null;
+    tls: { cert: string; key: string } | null;
+  };
 }

@@ -39,7 +39,7 @@ export interface ApprovalsSocket {
   close(): Promise<void>;
 }
 
-function peerFromAddon(sock: net.Socket): PeerIds | null {
+export function peerFromAddon(sock: net.Socket): PeerIds | null {
   const fd = (sock as unknown as { _handle?: { fd?: number } })._handle?.fd;
   if (typeof fd !== 'number' || fd < 0) return null;
   try {
