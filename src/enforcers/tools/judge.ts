@@ -113,7 +113,9 @@ export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: Log
   if (j.action === 'allow' && !j.policed) return undefined;
   // An asked call's lines are the queue's `ask` line and its outcome's (./hold.ts), not this one.
   if (j.action === 'ask') return undefined;
-  const withArgs = ctx.logArgs === 'all' || (ctx.logArgs === 'denied' && j.action === 'deny');
+  const shadowed = j.action === 'allow' ? j.wouldBlock : undefined;
+  const withArgs =
+    ctx.logArgs === 'all' || (ctx.logArgs === 'denied' && (j.action === 'deny' || shadowed !== undefined));
   const tails = ctx.allowTails;
   let tailKey: string | undefined;
   let hit: AllowTail | undefined;
@@ -121,6 +123,7 @@ export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: Log
     tails !== undefined &&
     ctx.log.writeTail !== undefined &&
     j.action === 'allow' &&
+    shadowed === undefined &&
     !withArgs &&
     j.verdict !== undefined &&
     j.verdict.at === undefined &&
@@ -155,10 +158,10 @@ export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: Log
   const rec = {
     uid: ctx.uid,
     surface: 'tools' as const,
-    action: j.action === 'allow' ? ('allow' as const) : ('block' as const),
-    reason: j.action === 'allow' ? (j.verdict?.reason ?? 'allow_entry') : j.reason,
+    action: shadowed ? ('would_block' as const) : j.action === 'allow' ? ('allow' as const) : ('block' as const),
+    reason: shadowed ? shadowed.reason : j.action === 'allow' ? (j.verdict?.reason ?? 'allow_entry') : j.reason,
     subject,
-    rule: j.action === 'allow' ? (j.verdict?.rule ?? null) : j.rule,
+    rule: shadowed ? shadowed.rule : j.action === 'allow' ? (j.verdict?.rule ?? null) : j.rule,
   };
   if (tailKey !== undefined) {
     const tail = formatDecisionTail(rec);

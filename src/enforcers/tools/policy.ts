@@ -10,7 +10,7 @@ import type { ToolsGateFields } from '../../config/tools.js';
 import { asPlain, isObject, JsonNumber, type JsonObject, type JsonValue } from '../../jsonl/json.js';
 import { normalizeToolName, otherSpellingOf } from './names.js';
 import { MAPPINGS, mappingForServer, type MappingTable } from './operations/mappings.js';
-import { normalizeCall, type Action } from './operations/normalize.js';
+import { normalizeCall, unknownAction, type Action } from './operations/normalize.js';
 import { compileRules, decideAction, type CompiledRules, type OpDecision } from './operations/rules.js';
 
 export type ToolsGatePolicy = ToolsSurfacePolicy & ToolsGateFields;
@@ -42,6 +42,8 @@ export interface CompiledGatePolicy {
    * next call: a whitelist without rules over operations (with rules, the allow list is not consulted).
    */
   persistable: boolean;
+  /** Shadow mode: denials are relayed and logged as would_block (CompileOptions.shadow). */
+  shadow?: boolean;
 }
 
 /** The operation layer of a compiled policy. */
@@ -71,6 +73,8 @@ export interface CompileOptions {
   workspace?: string;
   /** Default: $HOME, else os.homedir() of the caller. */
   home?: string;
+  /** Shadow mode (`enforce: shadow`): a call that would be denied is relayed and logged as would_block. */
+  shadow?: boolean;
 }
 
 /** A gate policy that does not validate (config_invalid); `problems` are `path: message` lines. */
@@ -194,6 +198,7 @@ export function compileGatePolicy(
     redactOutput: tools.redact_output ?? true,
     audit: tools.audit ?? null,
     persistable: ops === null && tools.mode === 'whitelist',
+    shadow: opts.shadow === true,
   };
 }
 
@@ -269,7 +274,16 @@ export interface AskJudgment {
 
 /** The result of judging one client request or notification. */
 export type Judgment =
-  | { action: 'allow'; policed: boolean; method: string; name?: string; verdict?: ToolVerdict; op?: OpJudgment }
+  | {
+      action: 'allow';
+      policed: boolean;
+      method: string;
+      name?: string;
+      verdict?: ToolVerdict;
+      op?: OpJudgment;
+      /** Shadow mode: the denial this call would have met (logged as would_block), relayed instead. */
+      wouldBlock?: { reason: string; rule: string | null; code: number };
+    }
   | AskJudgment
   | {
       action: 'deny';
@@ -353,6 +367,32 @@ function selectorOf(method: string, params: JsonObject): { sel: string; args?: J
  * malformed params of a policed method → -32602.
  */
 export function judgeRequest(
+  method: string,
+  params: JsonValue | undefined,
+  policy: CompiledGatePolicy,
+  session?: GateSession,
+): Judgment {
+  const j = judgeEnforced(method, params, policy, session);
+  if (policy.shadow && j.action === 'ask') {
+    // Shadow mode asks nobody: relayed, logged as the ask it would have been.
+    const { reason, rule, name, verdict, op } = j;
+    return {
+      action: 'allow',
+      policed: true,
+      method: j.method,
+      name,
+      verdict,
+      op,
+      wouldBlock: { reason, rule, code: DENIED_CODE },
+    };
+  }
+  if (!policy.shadow || j.action !== 'deny') return j;
+  // Shadow mode: relayed, with the denial it would have been.
+  const { reason, rule, code, name, verdict, op } = j;
+  return { action: 'allow', policed: true, method: j.method, name, verdict, op, wouldBlock: { reason, rule, code } };
+}
+
+function judgeEnforced(
   method: string,
   params: JsonValue | undefined,
   policy: CompiledGatePolicy,
@@ -447,17 +487,7 @@ export function judgeOperation(
   try {
     action = normalizeCall(name, inputs, tableFor(ops, session), { workspace: ops.workspace, home: ops.home });
   } catch {
-    action = {
-      tool: name,
-      mapping: null,
-      operation: 'unknown',
-      paths: [],
-      commands: [],
-      hosts: [],
-      methods: [],
-      ambiguous: false,
-      why: 'the call could not be read',
-    };
+    action = unknownAction(name, null, 'the call could not be read');
   }
   return { action, decision: decideAction(action, ops.rules) };
 }
