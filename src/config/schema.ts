@@ -488,6 +488,14 @@ function build<F extends boolean>(fragment: F) {
           ),
         'closed',
       ),
+      enforce: opt(
+        z
+          .enum(['enforce', 'shadow'], { error: 'must be enforce or shadow' })
+          .describe(
+            'shadow makes every decision and logs a block as would_block, blocking nothing (a profile tried on one agent without risk; never the configured user); enforce blocks',
+          ),
+        'enforce',
+      ),
       network: opt(network, {}),
       filesystem: opt(filesystem, {}),
       commands: opt(commands, {}),

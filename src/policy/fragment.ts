@@ -21,6 +21,7 @@ export const INSPECT_CATEGORIES: readonly InspectCategory[] = ['secrets', 'pii',
 export function fold(base: Effective, f: Fragment): Effective {
   const out: Effective = structuredClone(base);
   if (f.fail_mode !== undefined) out.fail_mode = f.fail_mode;
+  if (f.enforce !== undefined) out.enforce = f.enforce;
   if (f.network) Object.assign(out.network, stripUndef(f.network));
   if (f.filesystem) Object.assign(out.filesystem, stripUndef(f.filesystem));
   if (f.commands) Object.assign(out.commands, stripUndef(f.commands));
