@@ -12,7 +12,9 @@ done
 # libnss-extrausers (a test NSS source for account discovery that leaves /etc/passwd alone),
 # zsh (the generated zsh completion is loaded and run), python3-seccomp (the service is run under
 # the unit's system-call filter without systemd).
-for pkg in logrotate lintian dpkg-dev libnss-extrausers zsh python3-seccomp; do
+# chromium: the web console's browser tests (tests/integration/console-browser.test.ts, through playwright-core
+# pointed at /usr/bin/chromium; no browser is downloaded).
+for pkg in logrotate lintian dpkg-dev libnss-extrausers zsh python3-seccomp chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
