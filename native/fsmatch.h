@@ -115,6 +115,8 @@ struct FsPolicy {
   /** commands.interpreters: absolute paths only (a basename would imply any file of that name). */
   CommandList cmdInterpreters;
   bool hasInterpreters = false;
+  /** Shadow mode: the watcher answers allow where this policy denies, and logs would_block. */
+  bool shadow = false;
 };
 
 /**

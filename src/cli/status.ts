@@ -81,6 +81,7 @@ export function register(program: Command): void {
         uid: account?.uid ?? null,
         subject,
         fail_mode: policy.fail_mode,
+        enforce: policy.enforce,
         surfaces,
         interpreters,
         namespaces,
@@ -100,6 +101,9 @@ export function register(program: Command): void {
     if (r.ok && r.layers.length > 1) print(`layers     ${r.layers.join(' + ')}`);
     if (!r.ok) print(`FAILED     ${r.failure.code}: ${r.failure.message} (files, exec and tools denied)`);
     print(`fail_mode  ${policy.fail_mode}`);
+    print(
+      `enforce    ${policy.enforce}${policy.enforce === 'shadow' ? ` (from ${r.ok ? (r.sources.enforce ?? 'floor') : 'floor'}: NOTHING IS BLOCKED, would-be blocks are logged as would_block)` : ''}`,
+    );
     for (const s of SURFACES) {
       const v = surfaces[s]!;
       const layers = [...new Set(Object.values(v.from))].filter((l) => l !== 'floor');

@@ -42,6 +42,8 @@ export interface BindResult {
   findings: Loosening[];
   acks: string[];
   replaced: string | null;
+  /** The binding's mode: its own `enforce`, else its profile's (`enforce` when neither sets it). */
+  enforce: 'enforce' | 'shadow';
   impact: Impact[];
   ignoredAcks: string[];
 }
@@ -51,7 +53,17 @@ export interface BindResult {
  * writer lock against the bindings as they are then, after checking that the profile judged is
  * still the one on disk.
  */
-export async function bind(ctx: StoreContext, scopeRaw: string, name: string, acks: string[]): Promise<BindResult> {
+/**
+ * `leash bind SCOPE PROFILE [--enforce enforce|shadow]`: `enforce` set on the binding wins over the
+ * profile's own `enforce`; absent, a re-bind keeps the binding's present setting for the same profile.
+ */
+export async function bind(
+  ctx: StoreContext,
+  scopeRaw: string,
+  name: string,
+  acks: string[],
+  enforceArg?: 'enforce' | 'shadow',
+): Promise<BindResult> {
   checkProfileName(name);
   checkAckTokens(acks);
   const scope = parseScope(scopeRaw, ctx.discovery.accounts, ctx.configuredUser);
@@ -60,8 +72,12 @@ export async function bind(ctx: StoreContext, scopeRaw: string, name: string, ac
     const old = bindings.bindings[scope];
     return old && old.profile === name ? old.acks : [];
   };
+  const enforceOf = (bindings: BindingsDoc): 'enforce' | 'shadow' | undefined => {
+    const old = bindings.bindings[scope];
+    return enforceArg ?? (old && old.profile === name ? old.enforce : undefined);
+  };
   const judge = (bindings: BindingsDoc, st: ProfileStatus): BindJudgement => {
-    const j = judgeBind(ctx, bindings, scope, name, st);
+    const j = judgeBind(ctx, bindings, scope, name, st, enforceOf(bindings));
     const have = [...acks, ...held(bindings)];
     const missing = j.required.filter((f) => !have.includes(f.token)).map((f) => f.token);
     if (missing.length) throw refuse(`bind ${scope} ${name}`, j.required, missing, { scope, profile: name });
@@ -95,9 +111,13 @@ export async function bind(ctx: StoreContext, scopeRaw: string, name: string, ac
         acks: j.changeOnly.map((f) => f.token),
       });
     }
+    const enforce = enforceOf(bindings);
     const next: BindingsDoc = {
       version: 1,
-      bindings: { ...bindings.bindings, [scope]: { profile: name, acks: stored } },
+      bindings: {
+        ...bindings.bindings,
+        [scope]: { profile: name, acks: stored, ...(enforce !== undefined ? { enforce } : {}) },
+      },
     };
     writeBindings(ctx.stateDir, next);
     const requiredTokens = j.required.map((f) => f.token);
@@ -107,6 +127,7 @@ export async function bind(ctx: StoreContext, scopeRaw: string, name: string, ac
       findings: j.required,
       acks: stored,
       replaced: old ? old.profile : null,
+      enforce: enforce ?? st.fragment.enforce ?? 'enforce',
       impact: impactOf(withFloorState(ctx, next), ctx.discovery),
       ignoredAcks: acks.filter((a) => !requiredTokens.includes(a)),
     };
