@@ -17,6 +17,11 @@ done
 for pkg in logrotate lintian dpkg-dev libnss-extrausers zsh python3-seccomp chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
+# deploy/ checks (scripts/check-deploy.sh, tests/e2e/deploy.test.ts): ansible and ansible-lint. The cost: about
+# 500 MB on disk (Debian's ansible ships every collection), and the check takes 1-3 minutes on a loaded 2-vCPU VM.
+for pkg in ansible ansible-lint; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+done
 if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${need[@]}"
