@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -71,11 +72,13 @@ bool InflightTable::Adopt(int fd) {
   return true;
 }
 
-void InflightTable::Reset() {
+void InflightTable::Settle() {
   if (!slots_) return;
-  for (uint32_t i = 0; i < kSlots; i++) slots_[i].pid.store(0, std::memory_order_relaxed);
-  memset(area_, 0, 64);  // the last read's metadata: answered, and not to be answered again
-  hdr_->maxFd.store(0, std::memory_order_release);
+  int32_t hi = 0;
+  for (uint32_t i = 0; i < kSlots; i++)
+    if (slots_[i].pid.load(std::memory_order_relaxed) != 0) hi = static_cast<int32_t>(i);
+  memset(area_, 0, 64);  // the last read's metadata: answered (or recorded), not to be taken again
+  hdr_->maxFd.store(hi, std::memory_order_release);
 }
 
 void InflightTable::Close() {
@@ -173,14 +176,16 @@ void Watcher::TakeOver() {
     fence.push_back(d);
   }
   takeoverHi_.store(static_cast<uint64_t>(hi), std::memory_order_relaxed);
-  std::vector<bool> recorded(static_cast<size_t>(hi) + 1, false);
+  // Every recorded event is answered, also one above a fence cut short (the table's mark is above every slot recorded).
+  int top = std::max(hi, std::min(inflight_.MaxFd(), static_cast<int>(InflightTable::kSlots) - 1));
+  std::vector<bool> recorded(static_cast<size_t>(top) + 1, false);
   std::unordered_set<int32_t> known;  // openers whose event is accounted for
   auto answer = [&](int fd, bool allow) -> bool {
     fanotify_response r{fd, static_cast<__u32>(allow ? FAN_ALLOW : FAN_DENY)};
     return write(respFd_, &r, sizeof r) == static_cast<ssize_t>(sizeof r);
   };
   // 1. The events the dead watcher recorded: a subject's was never judged, so it is denied.
-  for (int fd = 0; fd <= hi; fd++) {
+  for (int fd = 0; fd <= top; fd++) {
     int32_t pid = inflight_.PidAt(fd);
     if (pid == 0) continue;
     recorded[static_cast<size_t>(fd)] = true;
@@ -267,7 +272,7 @@ void Watcher::TakeOver() {
     }
   }
   for (int d : fence) close(d);
-  inflight_.Reset();  // nothing of the dead watcher's is pending now; this watcher's events start afresh
+  inflight_.Settle();  // nothing of the dead watcher's is pending now; this watcher's numbers start afresh
   {
     std::lock_guard<std::mutex> g(tmu_);
     takeoverRecs_.insert(takeoverRecs_.end(), recs.begin(), recs.end());

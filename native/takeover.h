@@ -8,10 +8,12 @@
 // each permission event it has read and not yet answered, the opener's PID in a slot indexed
 // by that number, in a memfd its standby maps too; the standby, once the active is gone,
 // answers each recorded event (a subject's is denied: it was never judged; anyone else's is
-// allowed) and then reads on. Events the dead watcher had dequeued but not yet recorded (it
-// was killed inside read(2)) are answered by number too, after the queue is drained, with a
-// verdict from the processes still blocked in a permission wait (watcher-takeover in
-// docs/filesystem.md). Owned by the Watcher; the loop thread writes it, only a standby reads it.
+// allowed) and then reads on. The active reads into the table's read area, so the event it was
+// killed inside read(2) with is in the table too. Events the dead watcher had dequeued and that
+// are in neither (a batch read's after the first) are answered by number, after the queue is
+// drained, with a verdict from the processes still blocked in a permission wait (watcher-takeover
+// in docs/filesystem.md). Owned by the Watcher; the loop thread writes it (and the kernel its read
+// area), only a standby reads it.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -63,12 +65,13 @@ class InflightTable {
   /** The highest event descriptor number recorded since the table was made or last Reset. */
   int MaxFd() const { return slots_ ? hdr_->maxFd.load(std::memory_order_relaxed) : 0; }
   /**
-   * Every slot and the read area cleared, the high-water mark back to 0: the end of a takeover, when none of the
-   * dead watcher's events is left pending. Without it the mark would keep the numbers of the events
-   * drained above the fence, and each takeover's fence would start where the last one ended, until
-   * it took every descriptor the process may have (RLIMIT_NOFILE).
+   * The end of a takeover, when none of the dead watcher's events is left pending (their slots are
+   * clear): the read area cleared and the high-water mark lowered to the highest slot still recorded
+   * (an event of this watcher's own still unanswered), 0 when none is. Without it the mark would keep
+   * the numbers of the events drained above the fence, and each takeover's fence would start where
+   * the last one ended, until it took every descriptor the process may have (RLIMIT_NOFILE).
    */
-  void Reset();
+  void Settle();
 
  private:
   struct Header {

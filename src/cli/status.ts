@@ -156,6 +156,10 @@ export function register(program: Command): void {
         print(
           `  watcher    queue ${live.watcherQueueDepth}  allows counted, not written ${live.watcherAllowsCounted ?? 0}`,
         );
+      if (live.approvals !== null)
+        print(
+          `  approvals  held ${live.approvals.pending}  decided ${live.approvals.decided}  timed out ${live.approvals.timeouts}`,
+        );
       if (live.journal !== null)
         print(
           `  journal    ${Object.entries(live.journal)

@@ -255,7 +255,7 @@ function serviceSections<F extends boolean>(fragment: F) {
           .string({ error: 'must be an absolute path' })
           .refine((s) => s.startsWith('/') && !s.endsWith('/') && !s.includes('\0'), 'must be an absolute file path')
           .describe(
-            'the console on a unix socket, 0600 root: a client is let in by SO_PEERCRED (root or approvals.operator, never a subject) or the token',
+            'the console on a unix socket: any process may connect, each request is let in by SO_PEERCRED (root or approvals.operator, never a process with a subject UID) or the token',
           ),
         '/run/leash/console.sock',
       ),

@@ -463,7 +463,6 @@ function throwIfRefused(d: ApplyDir, plan: ApplyPlan): void {
  * the state as it is when the change is written.
  */
 export async function applyDir(ctx: StoreContext, d: ApplyDir, opts: { dryRun: boolean }): Promise<ApplyResult> {
-  fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
   const run = (): ApplyResult => {
     const j = judge(ctx, d);
     throwIfRefused(d, j.plan);
@@ -479,6 +478,9 @@ export async function applyDir(ctx: StoreContext, d: ApplyDir, opts: { dryRun: b
     rollForward(ctx.stateDir, record);
     return { ...j.plan, dryRun: false };
   };
-  // A dry run takes the lock too: what it judges is the state no writer is halfway through.
+  // A dry run takes the lock too (what it judges is the state no writer is halfway through), but on a host with
+  // no state directory yet it creates nothing: there is no writer to wait for.
+  if (opts.dryRun && !fs.existsSync(ctx.stateDir)) return run();
+  fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
   return withWriterLock(ctx.stateDir, run);
 }

@@ -1,6 +1,6 @@
 /**
  * The console's source of decisions: the decision log file (logging.decisions), followed the way
- * `tail -F` follows it — read from where it was, every `pollMs`; a rename-style rotation (the path
+ * `tail -F` follows it — read from where it was on each inotify change (fs.watch) and every `pollMs`; a rename-style rotation (the path
  * names another inode) is read to its end, then the new file from its start; a truncation starts
  * again at 0. Kept: the last `ringSize` lines (the page's first screen and the ref details), and
  * counts per surface and action in `bucketMs` buckets over the last `buckets` (the charts). All
@@ -43,6 +43,8 @@ export interface FollowOptions {
   bucketMs?: number;
   buckets?: number;
   maxLine?: number;
+  /** Wake on inotify changes (default true); the poll timer runs either way. */
+  watch?: boolean;
   /** Read the last `preload` bytes of the file at start into the ring (not to onLine). */
   preload?: number;
 }
@@ -84,6 +86,28 @@ export function followDecisions(o: FollowOptions): Follower {
   let skipped = 0;
   let rotations = 0;
   const buf = Buffer.alloc(1 << 20);
+  let watcher: fs.FSWatcher | null = null;
+  let woken = false;
+  const wake = () => {
+    if (woken) return;
+    woken = true;
+    setImmediate(() => {
+      woken = false;
+      if (fd !== null) poll();
+    });
+  };
+  const watch = () => {
+    watcher?.close();
+    try {
+      watcher = fs.watch(o.path, { persistent: false }, wake);
+      watcher.on('error', () => {
+        watcher?.close();
+        watcher = null;
+      });
+    } catch {
+      watcher = null; // the timer still polls
+    }
+  };
 
   const keep = (l: FollowedLine) => {
     if (ring.length < ringSize) ring.push(l);
@@ -120,6 +144,7 @@ export function followDecisions(o: FollowOptions): Follower {
     }
     const st = fs.fstatSync(fd);
     ino = st.ino;
+    if (o.watch !== false) watch();
     pos = 0;
     partial = '';
     if (fromEnd) {
@@ -210,6 +235,8 @@ export function followDecisions(o: FollowOptions): Follower {
     poll,
     close() {
       clearInterval(timer);
+      watcher?.close();
+      watcher = null;
       if (fd !== null) fs.closeSync(fd);
       fd = null;
     },

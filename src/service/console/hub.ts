@@ -75,7 +75,7 @@ export function matches(f: StreamFilter, d: { uid: number; surface: string; acti
 }
 
 export function createHub(o: { highWater?: number; sampleMs?: number; now?: () => number } = {}): Hub {
-  const highWater = o.highWater ?? 256 * 1024;
+  const highWater = o.highWater ?? 1024 * 1024;
   const low = Math.floor(highWater / 4);
   const sampleMs = o.sampleMs ?? 250;
   const now = o.now ?? Date.now;

@@ -318,13 +318,9 @@ export async function startConsole(o: ConsoleOptions): Promise<ConsoleServer> {
       }
       const srv = http.createServer(handler(c, { ...base, hosts: null, scheme: 'http' }, true));
       servers.push(srv);
-      const old = process.umask(0o177);
-      try {
-        await listen(srv, o.socket);
-      } finally {
-        process.umask(old);
-      }
-      fs.chmodSync(o.socket, 0o600);
+      // Anyone may connect (as to the approvals socket): every request is judged by its peer or token.
+      await listen(srv, o.socket);
+      fs.chmodSync(o.socket, 0o666);
     }
     if (o.listen) {
       const { host, port: want } = parseListen(o.listen);
