@@ -10,7 +10,7 @@ import type { ToolsGateFields } from '../../config/tools.js';
 import { asPlain, isObject, JsonNumber, type JsonObject, type JsonValue } from '../../jsonl/json.js';
 import { normalizeToolName, otherSpellingOf } from './names.js';
 import { MAPPINGS, mappingForServer, type MappingTable } from './operations/mappings.js';
-import { normalizeCall, type Action } from './operations/normalize.js';
+import { normalizeCall, unknownAction, type Action } from './operations/normalize.js';
 import { compileRules, decideAction, type CompiledRules, type OpDecision } from './operations/rules.js';
 
 export type ToolsGatePolicy = ToolsSurfacePolicy & ToolsGateFields;
@@ -417,17 +417,7 @@ export function judgeOperation(
   try {
     action = normalizeCall(name, inputs, tableFor(ops, session), { workspace: ops.workspace, home: ops.home });
   } catch {
-    action = {
-      tool: name,
-      mapping: null,
-      operation: 'unknown',
-      paths: [],
-      commands: [],
-      hosts: [],
-      methods: [],
-      ambiguous: false,
-      why: 'the call could not be read',
-    };
+    action = unknownAction(name, null, 'the call could not be read');
   }
   return { action, decision: decideAction(action, ops.rules) };
 }

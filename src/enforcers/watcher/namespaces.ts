@@ -11,27 +11,7 @@ import fs from 'node:fs';
 import type { DecisionRecord } from '../../log/decisions.js';
 import type { NativeAddon, NativeMountWatch, NativeWatcher, WatcherSubject } from '../../native.js';
 import { effectiveNamespaces } from '../../config/policy-input.js';
-import { parseMountinfo } from './policy.js';
-
-/** Filesystems whose files an agent cannot fill with a program of its own: not marked from a namespace. */
-const NOT_MARKED = new Set([
-  'proc',
-  'sysfs',
-  'cgroup',
-  'cgroup2',
-  'devpts',
-  'mqueue',
-  'bpf',
-  'debugfs',
-  'tracefs',
-  'securityfs',
-  'nsfs',
-  'pstore',
-  'configfs',
-  'binfmt_misc',
-  'fusectl',
-  'hugetlbfs',
-]);
+import { KERNEL_FILESYSTEMS, parseMountinfo } from './policy.js';
 
 export interface NamespaceStatus {
   /** Mount namespaces of subjects other than the watcher's, known now. */
@@ -124,7 +104,7 @@ export function createNamespaceScanner(o: NamespaceScannerOptions): NamespaceSca
       return; // gone
     }
     for (const m of parseMountinfo(text)) {
-      if (ours.has(m.dev) || markedDevs.has(m.dev) || NOT_MARKED.has(m.fsType)) continue;
+      if (ours.has(m.dev) || markedDevs.has(m.dev) || KERNEL_FILESYSTEMS.has(m.fsType)) continue;
       const [maj, min] = m.dev.split(':').map(Number) as [number, number];
       const at = `${proc}/${pid}/root${m.mountPoint === '/' ? '' : m.mountPoint}`;
       try {

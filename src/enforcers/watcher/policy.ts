@@ -163,8 +163,11 @@ export function mountOf(mounts: MountEntry[], p: string): MountEntry | null {
   return best;
 }
 
-/** Filesystems no fanotify mark can cover or that hold no files an agent opens. */
-const PSEUDO = new Set([
+/**
+ * Kernel filesystems whose files an agent cannot fill with a program of its own: the namespace scanner
+ * (namespaces.ts) does not mark them when a subject mounts one.
+ */
+export const KERNEL_FILESYSTEMS: ReadonlySet<string> = new Set([
   'proc',
   'sysfs',
   'cgroup',
@@ -172,18 +175,19 @@ const PSEUDO = new Set([
   'devpts',
   'mqueue',
   'bpf',
-  'tracefs',
   'debugfs',
+  'tracefs',
   'securityfs',
+  'nsfs',
   'pstore',
   'configfs',
+  'binfmt_misc',
   'fusectl',
   'hugetlbfs',
-  'binfmt_misc',
-  'autofs',
-  'efivarfs',
-  'nsfs',
 ]);
+
+/** Filesystems no fanotify mark can cover or that hold no files an agent opens (mark coverage skips them). */
+const PSEUDO = new Set([...KERNEL_FILESYSTEMS, 'autofs', 'efivarfs']);
 
 export interface CoverageWarning {
   surface: 'filesystem' | 'commands';
