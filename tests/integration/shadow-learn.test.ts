@@ -199,17 +199,7 @@ logging: { level: info, decisions: ${decisionsPath()} }
     // 2. leash learn: never over an existing file; the proposal names what was seen.
     const out = path.join(dir, 'learned.yaml');
     fs.writeFileSync(out, 'keep\n');
-    const clash = cli([
-      'learn',
-      '--subject',
-      u.name,
-      '--since',
-      '10m',
-      '--out',
-      out,
-      '--file',
-      decisionsPath(),
-    ]);
+    const clash = cli(['learn', '--subject', u.name, '--since', '10m', '--out', out, '--file', decisionsPath()]);
     expect(clash.code, clash.err).toBe(2);
     expect(clash.err).toMatch(/\[learn_out_exists\]/);
     expect(fs.readFileSync(out, 'utf8')).toBe('keep\n');
