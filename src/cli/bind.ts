@@ -93,7 +93,8 @@ export function registerPolicyCommands(program: Command): void {
             ? ''
             : ` [${r.profileStatus === 'missing' ? 'DANGLING: fail-closed' : 'BROKEN: fail-closed'}]`;
         const who = r.scope === 'global' ? 'every subject' : r.subjects.join(',') || 'nobody';
-        return `${r.scope}\t${r.profile}${status}\tfor: ${who}\tacks: ${r.acks.join(', ') || '-'}`;
+        const mode = r.enforce === 'shadow' ? ' [SHADOW: nothing blocked]' : '';
+        return `${r.scope}\t${r.profile}${status}${mode}\tfor: ${who}\tacks: ${r.acks.join(', ') || '-'}`;
       });
       process.stdout.write(`${out.join('\n')}\n`);
     }),

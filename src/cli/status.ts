@@ -151,7 +151,9 @@ export function register(program: Command): void {
         .join(', ');
       print(`service    running; subjects ${subj || 'none'}`);
       for (const [surface, d] of Object.entries(live.decisions))
-        print(`  ${surface.padEnd(10)} allowed ${d.allow}  blocked ${d.block}${d.other ? `  other ${d.other}` : ''}`);
+        print(
+          `  ${surface.padEnd(10)} allowed ${d.allow}  blocked ${d.block}${d.would_block ? `  would_block ${d.would_block}` : ''}${d.other ? `  other ${d.other}` : ''}`,
+        );
       if (live.watcherQueueDepth !== null)
         print(
           `  watcher    queue ${live.watcherQueueDepth}  allows counted, not written ${live.watcherAllowsCounted ?? 0}`,

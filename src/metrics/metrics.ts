@@ -168,7 +168,8 @@ export function parseMetricsText(text: string): Sample[] {
 
 /** What `leash status` shows of a running service's metrics. */
 export interface LiveSummary {
-  decisions: Record<string, { allow: number; block: number; other: number }>;
+  /** Per surface: allows, blocks, shadow mode's would-be blocks, and the rest (asks). */
+  decisions: Record<string, { allow: number; block: number; would_block: number; other: number }>;
   subjects: Record<string, number>;
   watcherQueueDepth: number | null;
   watcherAllowsCounted: number | null;
@@ -190,9 +191,10 @@ export function summarize(samples: Sample[]): LiveSummary {
   };
   for (const x of samples) {
     if (x.name === 'leash_decisions_total') {
-      const d = (s.decisions[x.labels.surface ?? '?'] ??= { allow: 0, block: 0, other: 0 });
+      const d = (s.decisions[x.labels.surface ?? '?'] ??= { allow: 0, block: 0, would_block: 0, other: 0 });
       if (x.labels.action === 'allow') d.allow += x.value;
       else if (x.labels.action === 'block') d.block += x.value;
+      else if (x.labels.action === 'would_block') d.would_block += x.value;
       else d.other += x.value;
     } else if (x.name === 'leash_subjects') s.subjects[x.labels.state ?? '?'] = x.value;
     else if (x.name === 'leash_watcher_queue_depth') s.watcherQueueDepth = x.value;

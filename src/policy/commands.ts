@@ -361,6 +361,8 @@ export interface BindingView {
   profile: string;
   acks: string[];
   profileStatus: ProfileStatus['status'];
+  /** The binding's mode: its own `enforce`, else its profile's, else `enforce`. */
+  enforce: 'enforce' | 'shadow';
   /** The accounts it resolves for (empty = nobody: a warning of leash validate). */
   subjects: string[];
 }
@@ -368,11 +370,15 @@ export interface BindingView {
 export function listBindings(ctx: StoreContext): BindingView[] {
   const bindings = readBindings(ctx.stateDir);
   const loader = profileLoader(ctx.stateDir);
-  return (Object.entries(bindings.bindings) as [Scope, Binding][]).map(([scope, b]) => ({
-    scope,
-    profile: b.profile,
-    acks: b.acks,
-    profileStatus: loader(b.profile).status,
-    subjects: affectedSubjects(scope, ctx.discovery).map((s) => s.account),
-  }));
+  return (Object.entries(bindings.bindings) as [Scope, Binding][]).map(([scope, b]) => {
+    const st = loader(b.profile);
+    return {
+      scope,
+      profile: b.profile,
+      acks: b.acks,
+      profileStatus: st.status,
+      enforce: b.enforce ?? (st.status === 'ok' ? st.fragment.enforce : undefined) ?? 'enforce',
+      subjects: affectedSubjects(scope, ctx.discovery).map((s) => s.account),
+    };
+  });
 }

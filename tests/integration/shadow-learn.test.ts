@@ -157,8 +157,11 @@ logging: { level: info, decisions: ${decisionsPath()} }
     );
     l.defer('stop leash service', () => stopChild(svc!, 10_000));
     svc.stderr!.setEncoding('utf8').on('data', (d: string) => (svcErr += d));
+    // The shared helper waits 15 s; a loaded machine (six engineers on two cores) has taken longer to start.
+    for (let i = 0; i < 1200 && !svcErr.includes('"msg":"ready"') && svc.exitCode === null; i++)
+      await new Promise((r) => setTimeout(r, 50));
     await waitForServiceReady(svc, () => svcErr);
-  }, 120_000);
+  }, 180_000);
 
   afterAll(async () => {
     try {
