@@ -12,9 +12,17 @@ import fs from 'node:fs';
 import type net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { Asker } from '../../approvals/contract.js';
 import { LeashError } from '../../errors.js';
 import type { FsCmdPolicy, WatcherSubject } from '../../native.js';
-import { lineReader, type FromWatcher, type ToWatcher, type WatcherStatus } from './protocol.js';
+import {
+  lineReader,
+  type FromWatcher,
+  type ToWatcher,
+  type WatcherAsk,
+  type WatcherEvent,
+  type WatcherStatus,
+} from './protocol.js';
 
 export interface FsSupervisorOptions {
   /** The starting UID -> policy map. */
@@ -45,6 +53,13 @@ export interface FsSupervisorOptions {
   standby?: boolean;
   /** Called once when standbys are given up (a standby could not take the group twice in a row). */
   onStandbyUnavailable?: (why: string) => void;
+  /**
+   * The approvals queue: an open or exec an ask entry covers is held by the watcher (native/hold.h) and asked
+   * here; the outcome is the watcher's answer. Absent: the watcher denies an ask at once (approval_unavailable).
+   */
+  ask?: Asker;
+  /** The watcher's bounds on held events and the surfaces' deadlines (ms): config approvals. */
+  hold?: { max: number; perSubject: number; filesystemMs: number; commandsMs: number };
 }
 
 export interface FsSupervisor {
@@ -115,6 +130,7 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
   let nextId = 1;
   let current!: Promise<WatcherStatus>;
   let standbyWaiters: { resolve: (pid: number) => void; reject: (e: Error) => void }[] = [];
+  const relay = createHoldRelay(opts.ask, (p, msg) => request(p as Proc, msg));
 
   const request = (p: Proc | null, msg: DistributiveOmit<ToWatcher, 'id'>): Promise<FromWatcher> =>
     new Promise((resolve, reject) => {
@@ -170,6 +186,7 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
       '--decisions',
       opts.decisions,
       ...(opts.args ?? []),
+      ...holdArgs(opts),
       ...extra,
     ];
     const stderrMode = opts.stderr === undefined || opts.stderr === 'inherit' ? 'inherit' : 'pipe';
@@ -189,8 +206,9 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
     const s = proc.chan!;
     s.on(
       'data',
-      lineReader<FromWatcher>(
+      lineReader<FromWatcher | WatcherEvent>(
         (m) => {
+          if ('ask' in m) return relay.ask(proc, m.ask);
           const p = proc.pending.get(m.id);
           if (!p) return;
           proc.pending.delete(m.id);
@@ -269,6 +287,7 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
   };
 
   const onExit = (p: Proc): void => {
+    relay.gone(p);
     for (const q of p.pending.values()) q.reject(new Error('watcher exited'));
     p.pending.clear();
     p.chan = null;
@@ -373,26 +392,6 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
   current = startActive();
   const ready = current;
 
-  const stopProc = async (p: Proc | null): Promise<void> => {
-    if (!p || p.c.exitCode !== null || p.c.signalCode !== null) return;
-    const exited = new Promise<void>((r) => p.c.once('exit', () => r()));
-    p.chan?.end();
-    p.c.kill('SIGTERM');
-    const wpid = p.pid;
-    const t = setTimeout(() => {
-      // The watcher is our grandchild under a wrapper: kill it by its own PID, then the wrapper.
-      if (wpid)
-        try {
-          process.kill(wpid, 'SIGKILL');
-        } catch {
-          /* already gone */
-        }
-      p.c.kill('SIGKILL');
-    }, 3000);
-    await exited;
-    clearTimeout(t);
-  };
-
   return {
     ready,
     async set(uid, policy, failMode = policy?.fail_mode ?? 'closed') {
@@ -438,6 +437,91 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
       // The standby first: with the active gone it would take over.
       await stopProc(sb);
       await stopProc(act);
+    },
+  };
+}
+
+/** Ends one watcher process: its channel, SIGTERM, and SIGKILL (to it by PID, then its wrapper) after 3 s. */
+async function stopProc(p: { c: ChildProcess; chan: net.Socket | null; pid: number | null } | null): Promise<void> {
+  if (!p || p.c.exitCode !== null || p.c.signalCode !== null) return;
+  const exited = new Promise<void>((r) => p.c.once('exit', () => r()));
+  p.chan?.end();
+  p.c.kill('SIGTERM');
+  const wpid = p.pid;
+  const t = setTimeout(() => {
+    // The watcher is our grandchild under a wrapper: kill it by its own PID, then the wrapper.
+    if (wpid)
+      try {
+        process.kill(wpid, 'SIGKILL');
+      } catch {
+        /* already gone */
+      }
+    p.c.kill('SIGKILL');
+  }, 3000);
+  await exited;
+  clearTimeout(t);
+}
+
+/** The watcher's hold arguments (watcher-main.ts): present only when there is a queue to ask. */
+function holdArgs(o: FsSupervisorOptions): string[] {
+  if (!o.ask || !o.hold) return [];
+  const h = o.hold;
+  return [
+    '--hold-max',
+    String(h.max),
+    '--hold-per-subject',
+    String(h.perSubject),
+    '--hold-filesystem-ms',
+    String(h.filesystemMs),
+    '--hold-commands-ms',
+    String(h.commandsMs),
+  ];
+}
+
+/**
+ * Relays a watcher's held events to the approvals queue and the outcomes back to the watcher that holds
+ * them. A watcher that exits has its requests cancelled (the queue answers them approval_cancelled, a
+ * block): what it held is answered by its standby's takeover (denied) or, with no standby, was let go
+ * with the group.
+ */
+function createHoldRelay(
+  ask: Asker | undefined,
+  send: (p: object, msg: DistributiveOmit<ToWatcher, 'id'>) => Promise<FromWatcher>,
+): { ask(p: object, a: WatcherAsk): void; gone(p: object): void } {
+  const open = new Map<object, Map<number, AbortController>>();
+  return {
+    ask(p, a) {
+      let mine = open.get(p);
+      if (!mine) open.set(p, (mine = new Map()));
+      const ac = new AbortController();
+      mine.set(a.id, ac);
+      const what = a.surface === 'commands' ? { binary: a.subject } : { path: a.subject };
+      const asked = ask
+        ? ask({
+            uid: a.uid,
+            surface: a.surface,
+            what,
+            rule: a.rule,
+            reason: 'ask_entry',
+            pid: a.pid,
+            cmdline: a.cmdline,
+            sessionKey: a.subject,
+            persistEntry: a.subject,
+            signal: ac.signal,
+          })
+        : Promise.resolve({ action: 'block' as const, reason: 'approval_unavailable' as const, request: null });
+      void asked.then((outcome) => {
+        mine.delete(a.id);
+        if (ac.signal.aborted) return;
+        send(p, { op: 'answer', hold: a.id, outcome }).catch(() => {
+          // The watcher is gone: its standby or the closed group answered the event.
+        });
+      });
+    },
+    gone(p) {
+      const mine = open.get(p);
+      open.delete(p);
+      for (const ac of mine?.values() ?? []) ac.abort();
     },
   };
 }
