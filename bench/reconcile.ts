@@ -6,7 +6,8 @@
  *   nothing changed         SIGHUP only
  *   profile, proxy-side     one profile (bound to one agent) changes its network allow and filesystem allow:
  *                           the subject is re-applied (listener policy, watcher map, chain checked)
- *   profile, chain change   one profile changes its dns_resolvers: that subject's nft chains are rewritten
+ *   profile, chain change   one profile changes its network.udp (drop <-> allow): that subject's nft chains are
+ *                           rewritten (its resolvers are not in its chain: they go to its DNS forwarder only)
  *
  * For each pass it counts the nft objects touched (chains/rules added or removed, by handle, between
  * `nft -a -j list ruleset` snapshots taken before and after) and whose they are, and, in one extra counted pass per
@@ -356,7 +357,9 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
         const f = path.join(dir, 'pc.yaml');
         fs.writeFileSync(
           f,
-          `network: { allow: [good.lab], dns_resolvers: [${rep % 2 === 0 ? '198.18.0.53' : '198.18.0.54'}] }\nfilesystem: { allow: [${mnt}/a${P_CHAIN}] }\n`,
+          // The chain holds the subject's ports and its udp choice (renderSubject); `udp: allow` is a widening, saved
+          // with the consent the CLI asks for.
+          `network: { allow: [good.lab], udp: ${rep % 2 === 0 ? 'allow' : 'drop'} }\nfilesystem: { allow: [${mnt}/a${P_CHAIN}] }\n`,
         );
         saveProfile(`p${P_CHAIN}`, f);
       },

@@ -35,7 +35,7 @@ const operationRule = z.strictObject({
     .min(1)
     .optional()
     .describe(
-      'fs.read, fs.write, fs.delete, shell.exec, git.read, git.write, git.remote, net.request, unknown; fs.* and * allowed',
+      'fs.read, fs.write, fs.delete, shell.exec, git.read, git.write, git.remote, net.request, db.read, db.write, unknown; fs.* and * allowed',
     ),
   resources: z
     .array(z.string().min(1))
@@ -102,7 +102,7 @@ export const toolsGateSpecs = {
       "the directory relative paths are resolved against and ${workspace} names (null: the gate's working directory)",
     ),
   mapping: z
-    .enum(['auto', 'none', 'filesystem', 'git', 'fetch', 'terminal'])
+    .enum(['auto', 'none', 'filesystem', 'git', 'fetch', 'terminal', 'github', 'sqlite', 'postgres'])
     .describe("which built-in mapping table reads the server's calls (auto: by the server's serverInfo.name)"),
   redact_output: z
     .boolean()

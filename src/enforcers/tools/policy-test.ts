@@ -10,6 +10,9 @@ import filesystem from './recipes/filesystem.json' with { type: 'json' };
 import git from './recipes/git.json' with { type: 'json' };
 import fetchRecipe from './recipes/fetch.json' with { type: 'json' };
 import terminal from './recipes/terminal.json' with { type: 'json' };
+import github from './recipes/github.json' with { type: 'json' };
+import sqlite from './recipes/sqlite.json' with { type: 'json' };
+import postgres from './recipes/postgres.json' with { type: 'json' };
 import { MAPPINGS } from './operations/mappings.js';
 import { judgeRequest, type CompiledGatePolicy } from './policy.js';
 
@@ -48,7 +51,7 @@ const recipeSchema = z.strictObject({
 export type Recipe = z.output<typeof recipeSchema>;
 
 export const RECIPES: ReadonlyMap<string, Recipe> = new Map(
-  [filesystem, git, fetchRecipe, terminal].map((r) => {
+  [filesystem, git, fetchRecipe, terminal, github, sqlite, postgres].map((r) => {
     const x = recipeSchema.parse(r);
     return [x.recipe, x];
   }),

@@ -9,6 +9,9 @@ import filesystem from './mappings/filesystem.json' with { type: 'json' };
 import git from './mappings/git.json' with { type: 'json' };
 import fetchTable from './mappings/fetch.json' with { type: 'json' };
 import terminal from './mappings/terminal.json' with { type: 'json' };
+import github from './mappings/github.json' with { type: 'json' };
+import sqlite from './mappings/sqlite.json' with { type: 'json' };
+import postgres from './mappings/postgres.json' with { type: 'json' };
 
 export const OPERATIONS = [
   'fs.read',
@@ -19,6 +22,8 @@ export const OPERATIONS = [
   'git.write',
   'git.remote',
   'net.request',
+  'db.read',
+  'db.write',
   'unknown',
 ] as const;
 export type Operation = (typeof OPERATIONS)[number];
@@ -36,7 +41,11 @@ const toolMapping = z.strictObject({
   paths: z.array(pathArg).optional(),
   /** A URL argument: its host and the method below become the action's hosts and methods. */
   url: z.strictObject({ arg: z.string().min(1) }).optional(),
+  /** The one host a server talks to whatever the arguments (an API client such as the GitHub server). */
+  host: z.string().min(1).optional(),
   method: z.string().min(1).optional(),
+  /** A SQL text argument (./sql.ts): its statement decides db.read or db.write, or makes the call ambiguous. */
+  sql: z.strictObject({ arg: z.string().min(1) }).optional(),
   /** A command line run without a shell by leash terminal's own parser; `cwd` names the directory argument. */
   command: z.strictObject({ arg: z.string().min(1), cwd: z.string().min(1).optional() }).optional(),
 });
@@ -55,7 +64,7 @@ export type MappingTable = z.output<typeof mappingTableSchema>;
 
 /** The built-in tables, checked against the schema when this module loads (a bad table is a bug). */
 export const MAPPINGS: ReadonlyMap<string, MappingTable> = new Map(
-  [filesystem, git, fetchTable, terminal].map((t) => {
+  [filesystem, git, fetchTable, terminal, github, sqlite, postgres].map((t) => {
     const m = mappingTableSchema.parse(t);
     return [m.id, m];
   }),

@@ -10,6 +10,7 @@ import { parseCommandLine } from '../../terminal/parse.js';
 import { gitOperation } from './git.js';
 import type { MappingTable, Operation } from './mappings.js';
 import { resolvePath, type PathContext } from './paths.js';
+import { classifySql } from './sql.js';
 
 export interface Action {
   tool: string;
@@ -111,6 +112,22 @@ export function normalizeCall(
     if (url.protocol !== 'http:' && url.protocol !== 'https:') return unknown(tool, mapping, 'not an http(s) URL');
     act.hosts.push(hostOf(url));
     act.methods.push((m.method ?? 'GET').toUpperCase());
+  }
+  if (m.host !== undefined) {
+    act.hosts.push(m.host);
+    act.methods.push((m.method ?? 'GET').toUpperCase());
+  }
+  if (m.sql !== undefined) {
+    const q = str(m.sql.arg);
+    if (typeof q !== 'string') return unknown(tool, mapping, `argument ${m.sql.arg} is missing or not a string`);
+    const c = classifySql(q);
+    // A tool declared as a write stays a write whatever its text says; a read tool whose text
+    // writes is a write (the server may refuse it, the policy judges it as what it asks for).
+    if (m.operation !== 'db.write') act.operation = c.operation;
+    if (c.ambiguous) {
+      act.ambiguous = true;
+      act.why = c.why ?? 'SQL whose effect cannot be read from its text';
+    }
   }
   if (m.command !== undefined) {
     const line = str(m.command.arg);

@@ -21,25 +21,23 @@ export function absolute(p: string, base: string, home: string): string {
   return path.resolve(base, p);
 }
 
-/** realpath of the longest existing prefix, the rest appended. */
-function realPrefix(abs: string): string {
-  let head = abs;
-  const rest: string[] = [];
-  for (;;) {
-    try {
-      const r = fs.realpathSync.native(head);
-      return rest.length ? path.join(r, ...rest.reverse()) : r;
-    } catch {
-      const parent = path.dirname(head);
-      if (parent === head) return abs;
-      rest.push(path.basename(head));
-      head = parent;
-    }
+/** lstat without an exception for a missing or unreachable path (an exception costs more than the call). */
+function lstatOrNull(p: string): fs.Stats | null {
+  try {
+    return fs.lstatSync(p, { throwIfNoEntry: false }) ?? null;
+  } catch {
+    return null; // ENOTDIR, EACCES, ELOOP: nothing to follow there
   }
 }
 
-/** The kernel's reading: components in order, a symlink replaced by its target before a later `..`. */
-function kernelResolve(raw: string): string {
+/**
+ * Walks the components in order, replacing an existing symlink by its target (realpath) and, in
+ * the kernel's reading, a `..` by the parent of what was reached so far. Once a component is
+ * missing the rest is appended as written. For a path without `..` this is the realpath of the
+ * longest existing prefix with the rest appended (the lexical reading); on a path with `..` it is
+ * the kernel's reading.
+ */
+function walk(raw: string): string {
   const parts = raw.split('/').filter((c) => c !== '' && c !== '.');
   let cur = '/';
   let missing = false;
@@ -48,15 +46,21 @@ function kernelResolve(raw: string): string {
       cur = path.dirname(cur);
       continue;
     }
-    const next = path.join(cur, c);
+    const next = cur === '/' ? `/${c}` : `${cur}/${c}`;
     if (!missing) {
-      try {
-        const st = fs.lstatSync(next);
-        cur = st.isSymbolicLink() ? fs.realpathSync.native(next) : next;
+      const st = lstatOrNull(next);
+      if (st !== null) {
+        if (!st.isSymbolicLink()) cur = next;
+        else
+          try {
+            cur = fs.realpathSync.native(next);
+          } catch {
+            cur = next; // a dangling or looping link: kept as named, nothing below it exists
+            missing = true;
+          }
         continue;
-      } catch {
-        missing = true;
       }
+      missing = true;
     }
     cur = next;
   }
@@ -72,7 +76,8 @@ export function resolvePath(p: string, base: string, ctx: PathContext): string[]
   let raw: string;
   if (p === '~' || p.startsWith('~/')) raw = p === '~' ? ctx.home : `${ctx.home}/${p.slice(2)}`;
   else raw = p.startsWith('/') ? p : `${base}/${p}`;
-  const lexical = realPrefix(path.resolve(raw));
-  const kernel = kernelResolve(raw);
+  const lexical = walk(path.resolve(raw));
+  // Without a `..` component the kernel's walk is the lexical one: one walk, not two.
+  const kernel = /(^|\/)\.\.(\/|$)/.test(raw) ? walk(raw) : lexical;
   return lexical === kernel ? [lexical] : [lexical, kernel];
 }

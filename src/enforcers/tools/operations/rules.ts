@@ -29,9 +29,83 @@ export interface CompiledRule {
   methods: Set<string> | null;
 }
 
+/**
+ * The rules that can match one operation, by index into `rules` (ascending): `always` holds those
+ * whose resources (if any) could match a path under any top directory; `byTop` those every one of
+ * whose resource globs starts with a literal `/top/`, filed under `top`. A rule can only match an
+ * action whose paths include one under a top it is filed under (allow: every path matches, deny:
+ * one does — either way one path matches), so only these candidates are tried.
+ */
+interface OperationIndex {
+  always: number[];
+  byTop: Map<string, number[]>;
+}
+
 export interface CompiledRules {
   rules: CompiledRule[];
   default: Effect;
+  /** Built by compileRules; a CompiledRules without it is judged by trying every rule. */
+  index?: Map<Operation, OperationIndex>;
+}
+
+/** The first path component of an absolute path, or null for `/`. */
+function topOf(p: string): string | null {
+  const end = p.indexOf('/', 1);
+  const top = end < 0 ? p.slice(1) : p.slice(1, end);
+  return top === '' ? null : top;
+}
+
+/** The top directory every path a rule's resources cover lies under, or null (any). */
+function ruleTop(r: CompiledRule): string | null {
+  if (r.resources === null || r.resources.length === 0) return null;
+  let top: string | null = null;
+  for (const g of r.resources) {
+    const end = g.lit.indexOf('/', 1);
+    // `/srv` then nothing or a `/**` segment: every path is /srv or under it. `/proj*` or `/**`: any top.
+    const next = g.tokens[1];
+    const whole = next === undefined || next.t === 'segs';
+    if (end < 0 && !whole) return null;
+    const t = g.lit.slice(1, end < 0 ? undefined : end);
+    if (t === '' || (top !== null && t !== top)) return null;
+    top = t;
+  }
+  return top;
+}
+
+function buildIndex(rules: readonly CompiledRule[]): Map<Operation, OperationIndex> {
+  const index = new Map<Operation, OperationIndex>();
+  for (const op of OPERATIONS) index.set(op, { always: [], byTop: new Map() });
+  rules.forEach((r, i) => {
+    const top = ruleTop(r);
+    for (const op of OPERATIONS) {
+      if (r.operations !== null && !r.operations.has(op)) continue;
+      const e = index.get(op)!;
+      if (top === null) e.always.push(i);
+      else {
+        const l = e.byTop.get(top);
+        if (l) l.push(i);
+        else e.byTop.set(top, [i]);
+      }
+    }
+  });
+  return index;
+}
+
+/** The indices of the rules that can match the action, ascending. */
+function candidates(a: Action, c: CompiledRules): readonly number[] | null {
+  const e = c.index?.get(a.operation);
+  if (e === undefined) return null;
+  if (e.byTop.size === 0 || a.paths.length === 0) return e.always;
+  let out: number[] | null = null;
+  for (const p of a.paths) {
+    const t = topOf(p);
+    const l = t === null ? undefined : e.byTop.get(t);
+    if (l === undefined) continue;
+    out = out === null ? [...l] : out.concat(l);
+  }
+  if (out === null) return e.always;
+  out = out.concat(e.always);
+  return [...new Set(out)].sort((x, y) => x - y);
 }
 
 export interface OpDecision {
@@ -175,7 +249,7 @@ export function compileRules(
       methods,
     });
   });
-  return { rules, default: def };
+  return { rules, default: def, index: buildIndex(rules) };
 }
 
 function argvMatches(pat: readonly string[], argv: readonly string[]): boolean {
@@ -227,7 +301,10 @@ export function decideAction(a: Action, c: CompiledRules): OpDecision {
   const matched: string[] = [];
   let firstDeny: string | null = null;
   let first: CompiledRule | null = null;
-  for (const r of c.rules) {
+  const idx = candidates(a, c);
+  const n = idx === null ? c.rules.length : idx.length;
+  for (let k = 0; k < n; k++) {
+    const r = c.rules[idx === null ? k : idx[k]!]!;
     if (!ruleMatches(r, a)) continue;
     matched.push(r.id);
     if (r.effect === 'deny' && firstDeny === null) firstDeny = r.id;

@@ -15,6 +15,7 @@ import { MAPPINGS, mappingForServer } from '../../../../src/enforcers/tools/oper
 import { normalizeCall } from '../../../../src/enforcers/tools/operations/normalize.js';
 import { gitOperation } from '../../../../src/enforcers/tools/operations/git.js';
 import { compileRules, decideAction } from '../../../../src/enforcers/tools/operations/rules.js';
+import { classifySql } from '../../../../src/enforcers/tools/operations/sql.js';
 
 const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'leash-ops-')));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -307,5 +308,143 @@ describe('the gate judgment with rules', () => {
         GATE_ENGINE,
       ),
     ).toThrow(GatePolicyError);
+  });
+});
+
+describe('SQL text (sqlite and postgres tables)', () => {
+  it.each([
+    ['SELECT * FROM t', 'db.read', false],
+    ['  select a from t where b = 1 ;  ', 'db.read', false],
+    ["SELECT * FROM t WHERE x = 'drop; delete -- /*'", 'db.read', false],
+    ['WITH x AS (SELECT 1) SELECT * FROM x', 'db.read', false],
+    ['EXPLAIN SELECT 1', 'db.read', false],
+    ['INSERT INTO t VALUES (1)', 'db.write', false],
+    ['drop table t', 'db.write', false],
+    ['COMMIT; DROP TABLE t', 'db.write', true],
+    ['SELECT 1; SELECT 2', 'db.write', true],
+    ['WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d', 'db.write', true],
+    ['SELECT * INTO copy FROM t', 'db.write', true],
+    ['EXPLAIN ANALYZE DELETE FROM t', 'db.write', true],
+    ['SELECT 1 -- ; DROP TABLE t', 'db.write', true],
+    ['SELECT /* x */ 1', 'db.write', true],
+    ["SELECT pg_read_file('/etc/passwd')", 'db.write', true],
+    ['SELECT lo_export(1, $$/tmp/x$$)', 'db.write', true],
+    ["SELECT 'unterminated", 'db.write', true],
+    ['', 'db.write', true],
+    ['VACUUMX', 'db.write', true],
+  ])('%j is %s (ambiguous %s)', (sql, op, amb) => {
+    expect(classifySql(sql)).toMatchObject({ operation: op, ambiguous: amb });
+  });
+
+  it('a read tool whose text writes is a write; a write tool stays a write; a missing argument is unknown', () => {
+    const SQ = MAPPINGS.get('sqlite')!;
+    expect(call('read_query', { query: 'SELECT 1' }, SQ)).toMatchObject({ operation: 'db.read', ambiguous: false });
+    expect(call('read_query', { query: 'DELETE FROM t' }, SQ)).toMatchObject({ operation: 'db.write' });
+    expect(call('write_query', { query: 'SELECT 1' }, SQ)).toMatchObject({ operation: 'db.write' });
+    expect(call('read_query', {}, SQ).operation).toBe('unknown');
+    expect(call('query', { sql: 'SELECT 1; DROP TABLE t' }, MAPPINGS.get('postgres')!)).toMatchObject({
+      operation: 'db.write',
+      ambiguous: true,
+    });
+  });
+
+  it('an ambiguous query never inherits a default allow', () => {
+    const open = rules([], 'allow');
+    const PG = MAPPINGS.get('postgres')!;
+    expect(decideAction(call('query', { sql: 'SELECT 1' }, PG), open).effect).toBe('allow');
+    expect(decideAction(call('query', { sql: 'COMMIT; DROP TABLE t' }, PG), open)).toMatchObject({
+      effect: 'ask',
+      reason: 'operation_unsure',
+    });
+  });
+});
+
+describe('the GitHub table', () => {
+  it('reads each tool as its REST method against api.github.com', () => {
+    const GH = MAPPINGS.get('github')!;
+    expect(mappingForServer('github-mcp-server')?.id).toBe('github');
+    expect(call('get_file_contents', { owner: 'o', repo: 'r', path: 'a' }, GH)).toMatchObject({
+      operation: 'net.request',
+      hosts: ['api.github.com'],
+      methods: ['GET'],
+    });
+    expect(call('merge_pull_request', { owner: 'o', repo: 'r', pull_number: 1 }, GH).methods).toEqual(['PUT']);
+    expect(call('delete_repository', {}, GH).operation).toBe('unknown');
+  });
+});
+
+describe('the rule index', () => {
+  // The index only narrows which rules are tried: the decision must be the one a scan of every
+  // rule gives, for rules under one top directory, under several, under none, and for paths
+  // anywhere (a CompiledRules without its index is judged by the scan).
+  const specs: OperationRuleSpec[] = [
+    { id: 'd-a', effect: 'deny', operations: ['fs.read'], resources: ['/a/secret/**'] },
+    { id: 'any-env', effect: 'deny', operations: ['fs.*'], resources: ['**/.env'] },
+    { id: 'a', effect: 'allow', operations: ['fs.read'], resources: ['/a/**'] },
+    { id: 'pre', effect: 'ask', operations: ['fs.read'], resources: ['/pr*/**'] },
+    { id: 'two', effect: 'allow', operations: ['fs.read'], resources: ['/b/**', '/c/**'] },
+    { id: 'exact', effect: 'allow', operations: ['fs.read'], resources: ['/d'] },
+    { id: 'all-ops', effect: 'deny', resources: ['/e/**'] },
+    { id: 'no-res', effect: 'ask', operations: ['fs.write'] },
+  ];
+  const c = rules(specs);
+  const scan = { rules: c.rules, default: c.default };
+  const act = (operation: 'fs.read' | 'fs.write', paths: string[]) => ({
+    tool: 't',
+    mapping: null,
+    operation,
+    paths,
+    commands: [],
+    hosts: [],
+    methods: [],
+    ambiguous: false,
+  });
+  it.each([
+    [['/a/x']],
+    [['/a/secret/k']],
+    [['/a/x', '/b/y']],
+    [['/b/y', '/c/z']],
+    [['/a/.env']],
+    [['/proj/x']],
+    [['/d']],
+    [['/d/x']],
+    [['/e/x']],
+    [['/']],
+    [['/zz/x', '/a/x']],
+  ])('%j is judged as a full scan judges it', (paths) => {
+    for (const op of ['fs.read', 'fs.write'] as const)
+      expect(decideAction(act(op, paths), c)).toEqual(decideAction(act(op, paths), scan));
+  });
+  it('finds the one rule among a thousand under other tops', () => {
+    const many: OperationRuleSpec[] = [];
+    for (let i = 0; i < 999; i++)
+      many.push({ id: `p${i}`, effect: 'allow', operations: ['fs.read'], resources: [`/p${i}/**`] });
+    many.push({ id: 'srv', effect: 'allow', operations: ['fs.read'], resources: ['/srv/**'] });
+    const m = rules(many);
+    expect(decideAction(act('fs.read', ['/srv/x']), m)).toMatchObject({
+      effect: 'allow',
+      rule: 'srv',
+      matched: ['srv'],
+    });
+    expect(decideAction(act('fs.read', ['/p7/x', '/srv/y']), m).effect).toBe('deny');
+  });
+});
+
+describe('paths the walk meets', () => {
+  it('a dangling link, a file in the middle and a loop resolve as the kernel would name them', () => {
+    fs.symlinkSync(path.join(root, 'nowhere'), path.join(ws, 'dangling'));
+    fs.symlinkSync(path.join(ws, 'loop'), path.join(ws, 'loop'));
+    fs.writeFileSync(path.join(ws, 'file'), 'x');
+    expect(call('read_text_file', { path: 'dangling/x' }).paths).toEqual([path.join(ws, 'dangling/x')]);
+    expect(call('read_text_file', { path: 'file/x' }).paths).toEqual([path.join(ws, 'file/x')]);
+    expect(call('read_text_file', { path: 'loop/x' }).paths).toEqual([path.join(ws, 'loop/x')]);
+    // A link to a directory outside, then `..`: the lexical reading stays inside, the kernel's
+    // leaves — both are resources.
+    fs.symlinkSync(path.join(root, 'o2', 'in'), path.join(ws, 'out'));
+    fs.mkdirSync(path.join(root, 'o2', 'in'), { recursive: true });
+    expect(call('read_text_file', { path: 'out/../src/a' }).paths).toEqual([
+      path.join(ws, 'src/a'),
+      path.join(root, 'o2', 'src/a'),
+    ]);
   });
 });

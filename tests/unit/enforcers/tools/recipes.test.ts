@@ -5,8 +5,16 @@ import { RECIPES, recipeTable, runCases } from '../../../../src/enforcers/tools/
 import { GATE_ENGINE } from '../../../../src/enforcers/tools/service.js';
 
 describe('recipes', () => {
-  it('ship filesystem, git, fetch and terminal, each for a built-in table', () => {
-    expect([...RECIPES.keys()].sort()).toEqual(['fetch', 'filesystem', 'git', 'terminal']);
+  it('ship filesystem, git, fetch, terminal, github, sqlite and postgres, each for a built-in table', () => {
+    expect([...RECIPES.keys()].sort()).toEqual([
+      'fetch',
+      'filesystem',
+      'git',
+      'github',
+      'postgres',
+      'sqlite',
+      'terminal',
+    ]);
     for (const r of RECIPES.values()) expect(recipeTable(r), r.recipe).not.toBeNull();
   });
 
