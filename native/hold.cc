@@ -58,6 +58,8 @@ bool Watcher::TryHold(const fanotify_event_metadata* m, DecisionRecord* decs, in
     h.deadlineWallMs = batchWallMs_ + ms;
     h.path = std::string(paths_.path());
     h.rule = d.rule ? *d.rule : std::string();
+    if (h.deadlineNs < hold_.earliestNs.load(std::memory_order_relaxed))
+      hold_.earliestNs.store(h.deadlineNs, std::memory_order_relaxed);
     hold_.held.emplace(h.id, h);
     hold_.asks.push_back(std::move(h));
     hold_.count.store(static_cast<int>(hold_.held.size()), std::memory_order_relaxed);
@@ -112,11 +114,15 @@ void Watcher::ServeAnswers() {
 }
 
 void Watcher::ExpireHeld(int64_t nowNs) {
+  // One compare per event while events are held; the table is walked only once a deadline may have passed.
+  if (nowNs < hold_.earliestNs.load(std::memory_order_relaxed)) return;
   std::vector<HeldEvent> late;
   {
     std::lock_guard<std::mutex> g(hold_.mu);
+    int64_t next = INT64_MAX;
     for (auto it = hold_.held.begin(); it != hold_.held.end();) {
       if (it->second.deadlineNs > nowNs) {
+        next = it->second.deadlineNs < next ? it->second.deadlineNs : next;
         ++it;
         continue;
       }
@@ -125,6 +131,7 @@ void Watcher::ExpireHeld(int64_t nowNs) {
       late.push_back(std::move(it->second));
       it = hold_.held.erase(it);
     }
+    hold_.earliestNs.store(next, std::memory_order_relaxed);
     hold_.count.store(static_cast<int>(hold_.held.size()), std::memory_order_relaxed);
   }
   const Reason why = Reason::kApprovalTimeout;
@@ -135,11 +142,7 @@ void Watcher::ExpireHeld(int64_t nowNs) {
 }
 
 int Watcher::HoldPollMs(int64_t nowNs) {
-  int64_t next = INT64_MAX;
-  {
-    std::lock_guard<std::mutex> g(hold_.mu);
-    for (const auto& [id, h] : hold_.held) next = h.deadlineNs < next ? h.deadlineNs : next;
-  }
+  int64_t next = hold_.earliestNs.load(std::memory_order_relaxed);
   if (next == INT64_MAX) return 1000;
   int64_t ms = (next - nowNs) / 1000000 + 1;
   return ms < 0 ? 0 : ms > 1000 ? 1000 : static_cast<int>(ms);
@@ -154,6 +157,7 @@ void Watcher::ReleaseHeld() {
     hold_.held.clear();
     hold_.perUid.clear();
     hold_.count.store(0, std::memory_order_relaxed);
+    hold_.earliestNs.store(INT64_MAX, std::memory_order_relaxed);
   }
   const Reason why = Reason::kApprovalCancelled;
   for (auto& h : rest) AnswerHeld(h, false, &why);

@@ -58,6 +58,8 @@ struct HoldState {
   std::vector<HeldEvent> answers;  // decided by JavaScript, not yet written by the loop
   uint64_t nextId = 1;
   std::atomic<int> count{0};
+  /** The nearest deadline of what is held (a lower bound: answered holds are not taken out of it). */
+  std::atomic<int64_t> earliestNs{INT64_MAX};
   std::atomic<bool> answersPending{false};
   std::atomic<uint64_t> total{0}, allowed{0}, denied{0}, expired{0}, limited{0};
 };
