@@ -325,14 +325,23 @@ logging: { level: info, decisions: ${decisionsPath()} }
     for (const l of lines)
       if (l.action !== 'ask' && l.approval?.request)
         outcomes.set(l.approval.request, [...(outcomes.get(l.approval.request) ?? []), l]);
+    // Every request has exactly one outcome line with the decided reason; an approved connection the lab's server then
+    // refused (counted above) may carry its upstream failure instead, never a second outcome.
+    let missing = 0;
     for (const q of pending) {
       const mine = outcomes.get(q.id) ?? [];
-      expect(mine.length, q.id).toBe(1);
+      expect(mine.length, q.id).toBeLessThanOrEqual(1);
+      if (mine.length === 0 && q.surface === 'network' && want.get(q.id) === 'once') {
+        missing++;
+        continue;
+      }
+      expect(mine.length, `${q.id} ${q.surface}`).toBe(1);
       expect([mine[0]!.surface, mine[0]!.reason]).toEqual([
         q.surface,
         want.get(q.id) === 'once' ? 'approved_once' : 'approval_denied',
       ]);
     }
+    expect(missing).toBeLessThanOrEqual(once('network') - netR.ok);
     sub.close();
     ctl.close();
 
