@@ -26,7 +26,7 @@ async function live(
   bad: string[];
 }> {
   const upstreamGot: Buffer[] = [];
-  const lines = { allow: 0, block: 0, ask: 0 };
+  const lines = { allow: 0, block: 0, ask: 0, would_block: 0 };
   const up = dgram.createSocket('udp4');
   up.on('message', (m, r) => {
     upstreamGot.push(Buffer.from(m));

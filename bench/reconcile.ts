@@ -19,7 +19,7 @@
  * update is part of each timed pass. Accounts are passwd entries only (LEASH_PASSWD): the service matches
  * `meta skuid <uid>` numerically and never looks them up through NSS; no real account is created.
  *
- *   npm run build && node dist/bench/reconcile.js        (root; BENCH_AGENTS, BENCH_REPS to change the size)
+ *   npm run build && node dist/bench/reconcile.js [--agents N]   (root; or BENCH_AGENTS; BENCH_REPS for passes)
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -27,7 +27,11 @@ import { cpus, loadavg } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const AGENTS = Number(process.env.BENCH_AGENTS ?? 200);
+const argAgents = process.argv.indexOf('--agents');
+const AGENTS = Number(argAgents > 0 ? process.argv[argAgents + 1] : (process.env.BENCH_AGENTS ?? 200));
+/** The service's resident set (VmRSS, MB) and the nft listing it would take of one chain vs the whole ruleset. */
+const rssMb = (pid: number) =>
+  Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN) / 1024;
 const REPS = Number(process.env.BENCH_REPS ?? 5);
 const UID_BASE = 62000;
 const NS = 'lt-rb-a';
@@ -329,6 +333,7 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
   setNft(true);
   const startMs = await startService();
   const startCalls = nftCalls();
+  const rssAtRest = rssMb(servicePid());
   const full = snapshot();
   const fullObjs = full.size;
   const subjectsWithChains = new Set([...full.values()].map((o) => o.uid).filter((u) => u !== null)).size;
@@ -397,6 +402,7 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
   const up = diff(stopped, snapshot());
   const restart: Touch = { added: up.added, removed: down.removed, uids: new Set([...down.uids, ...up.uids]) };
 
+  const rssAtEnd = rssMb(servicePid());
   const load1 = loadavg();
   const f1 = (n: number) => n.toFixed(1);
   console.log(
@@ -436,6 +442,10 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
   );
   for (const r of rows) console.log(`  ${r.scenario}: passes ${r.passes.map((p) => p.ms.toFixed(0)).join(', ')} ms`);
   console.log('');
+  console.log(
+    `service RSS after the passes and a restart: ${rssAtRest.toFixed(1)} MB after the first start, ${rssAtEnd.toFixed(1)} MB at the end ` +
+      `(${AGENTS} subjects; target <= 150 MB: ${Math.max(rssAtRest, rssAtEnd) <= 150 ? 'met' : 'MISSED'})`,
+  );
   const chainRow = rows.find((r) => r.scenario === 'one profile, chain change')!;
   const chainTouched = chainRow.counted.touch.added + chainRow.counted.touch.removed;
   const oneMed = Math.max(...rows.slice(1).map((r) => median(r.passes.map((p) => p.ms))));

@@ -204,7 +204,10 @@ void AppendDecisionLine(std::string* out, IsoTime* iso, const DecisionRecord& d)
   } else {
     out->append(",\"surface\":\"filesystem\",\"action\":\"");
   }
-  out->append(d.allow ? "allow" : "block", 5);
+  if (d.wouldBlock)
+    out->append("would_block", 11);
+  else
+    out->append(d.allow ? "allow" : "block", 5);
   out->append("\",\"reason\":\"", 12);
   out->append(ReasonName(d.reason));
   out->append(d.exec ? "\",\"subject\":{\"binary\":" : "\",\"subject\":{\"path\":");
@@ -267,6 +270,7 @@ Napi::Value FormatDecisionLines(const Napi::CallbackInfo& info) {
     d.uid = c.Get("uid").As<Napi::Number>().Uint32Value();
     d.exec = c.Get("exec").ToBoolean().Value();
     d.allow = c.Get("allow").ToBoolean().Value();
+    d.wouldBlock = c.Get("wouldBlock").ToBoolean().Value();
     d.reason = reason;
     d.subject = std::string_view(buf.Data(), buf.Length());
     d.rule = hasRule ? &rule : nullptr;

@@ -57,6 +57,7 @@ struct DecisionRecord {
   uint32_t uid = 0;
   bool exec = false;  // the commands surface (an exec), else the filesystem surface (an open)
   bool allow = false;
+  bool wouldBlock = false;  // shadow mode: allowed, but the policy would have blocked (action would_block)
   Reason reason = Reason::kEngineError;
   std::string_view subject;               // the path or binary, raw bytes from readlink
   const std::string* rule = nullptr;      // the entry that decided; null for a mode default

@@ -319,17 +319,23 @@ Napi::Value Watcher::Stats(const Napi::CallbackInfo& info) {
   a("takeoverAllowed", takeoverAllowed_);
   a("takeoverDenied", takeoverDenied_);
   a("takeoverUnrecorded", takeoverUnrecorded_);
+  a("takeoverFromArea", takeoverFromArea_);
+  a("takeoverHi", takeoverHi_);
+  a("takeoverFenceErrno", takeoverFenceErrno_);
+  a("takeoverNoCreds", takeoverNoCreds_);
+  a("takeoverDrained", takeoverDrained_);
+  a("takeoverDrainErrno", takeoverDrainErrno_);
   // Metrics: decisions by surface/action/reason, the judge-time histogram, the queue's depth.
   Napi::Array by = Napi::Array::New(env);
   uint32_t k = 0;
   for (int e = 0; e < 2; e++)
-    for (int al = 0; al < 2; al++)
+    for (int al = 0; al < 3; al++)
       for (int r = 0; r < kReasons; r++) {
         uint64_t v = byReason_[e][al][r].load(std::memory_order_relaxed);
         if (v == 0) continue;
         Napi::Object row = Napi::Object::New(env);
         row.Set("surface", e ? "commands" : "filesystem");
-        row.Set("action", al ? "allow" : "block");
+        row.Set("action", al == 2 ? "would_block" : al ? "allow" : "block");
         row.Set("reason", ReasonName(static_cast<Reason>(r)));
         row.Set("count", Napi::Number::New(env, static_cast<double>(v)));
         by.Set(k++, row);

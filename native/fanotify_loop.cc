@@ -32,8 +32,10 @@ void Watcher::Loop() {
     }
     TakeOver();
   }
-  std::vector<char> storage(kReadBytes + alignof(fanotify_event_metadata));
-  char* buf = storage.data();
+  // The read buffer is the in-flight table's read area (takeover.h): an event is in the table the
+  // moment the kernel hands it over. A crafted-event test descriptor has no table.
+  std::vector<char> storage(inflight_.ok() ? 0 : kReadBytes + alignof(fanotify_event_metadata));
+  char* buf = inflight_.ok() ? inflight_.Area() : storage.data();
   int64_t lastEvent = 0;
   int64_t spinOffUntil = 0;
   int64_t lastBatch = 0;  // when the previous batch was done
@@ -236,6 +238,7 @@ int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_me
           else askAt_ = n;
         }
       }
+      bool shadowed = ShadowAnswer(pol, &v);
       if (!v.allow) *allow = false;
       bool served = exec && v.reason == Reason::kInterpreterOf;
       if (served) interpreterOf_.fetch_add(1, std::memory_order_relaxed);
@@ -243,6 +246,7 @@ int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_me
       d.uid = uids[h];
       d.exec = exec;
       d.allow = v.allow;
+      d.wouldBlock = shadowed;
       d.reason = v.reason;
       d.rule = v.rule;
       d.program = served ? &execs_.program() : nullptr;
@@ -260,6 +264,7 @@ int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_me
     for (int i = 0; i < n; i++) {
       if (!decs[i].exec) continue;
       decs[i].allow = false;
+      decs[i].wouldBlock = false;
       decs[i].reason = Reason::kEngineError;
       decs[i].rule = nullptr;
       decs[i].program = nullptr;
@@ -269,7 +274,16 @@ int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_me
   return n;
 }
 
-// Denies are always queued; allows beyond queueAllows_ are counted instead and the
+// Shadow mode (FsPolicy::shadow): a verdict that denies is answered allow and logged as
+// would_block, its reason and rule kept. Returns true when it turned a deny into that. A subject
+// without a policy (no_policy) is never shadowed: there is no policy that asked for it.
+bool Watcher::ShadowAnswer(const FsPolicy* pol, MatchVerdict* v) {
+  if (v->allow || pol == nullptr || !pol->shadow) return false;
+  v->allow = true;
+  return true;
+}
+
+// Denies (and would-blocks) are always queued; allows beyond queueAllows_ are counted instead and the
 // count reaches the log with the next drain. The loop never waits for JavaScript: the
 // lock is held by Drain only for a swap. Each decision is queued as its finished log line
 // (decisionline.h), so JavaScript only writes a drain's bytes.
@@ -283,9 +297,11 @@ void Watcher::EnqueueAt(DecisionRecord* d, int n, std::string_view subject) {
   {
     std::lock_guard<std::mutex> g(qmu_);
     for (int i = 0; i < n; i++) {
-      auto& c = byReason_[d[i].exec ? 1 : 0][d[i].allow ? 1 : 0][static_cast<int>(d[i].reason)];
+      auto& c = byReason_[d[i].exec ? 1 : 0][d[i].wouldBlock ? 2 : d[i].allow ? 1 : 0][static_cast<int>(d[i].reason)];
       c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // one writer
-      if (!d[i].allow) {
+      if (d[i].wouldBlock) {
+        deny = true;  // as prompt as a block: what shadow mode is for
+      } else if (!d[i].allow) {
         deny = true;
         qDenies_++;
       } else if (qAllows_ >= queueAllows_) {

@@ -402,6 +402,7 @@ std::shared_ptr<FsPolicy> FsPolicyFromJs(Napi::Env env, Napi::Value v) {
   Napi::Value fm = o.Get("fail_mode");
   // Anything but exactly "open" is closed: a typo must not disable enforcement.
   p->failOpen = fm.IsString() && fm.As<Napi::String>().Utf8Value() == "open";
+  p->shadow = o.Get("shadow").StrictEquals(Napi::Boolean::New(env, true));
   Napi::Value fs = o.Get("filesystem");
   Napi::Value cmd = o.Get("commands");
   if (!fs.IsObject() || !cmd.IsObject()) {

@@ -125,6 +125,8 @@ struct FsPolicy {
   PathList fsAsk;
   CommandList cmdAsk;
   bool hasAsk = false;
+  /** Shadow mode: the watcher answers allow where this policy denies, and logs would_block. */
+  bool shadow = false;
 };
 
 /**

@@ -5,6 +5,7 @@
 #pragma once
 #include <napi.h>
 #include <sys/fanotify.h>
+#include <sys/resource.h>
 #include <v8.h>
 
 #include <atomic>
@@ -107,6 +108,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
             DecisionRecord* decs);
   void Enqueue(DecisionRecord* d, int n) { EnqueueAt(d, n, paths_.path()); }
   void EnqueueAt(DecisionRecord* d, int n, std::string_view subject);
+  static bool ShadowAnswer(const FsPolicy* pol, MatchVerdict* v);
 
   // The loop's timing and the queue's wake-up coalescing (fanotify_loop.cc explains them).
   static constexpr int64_t kWakeEveryNs = 20 * 1000 * 1000;
@@ -116,6 +118,9 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   static constexpr size_t kWakeBatch = 512;
   static constexpr size_t kKeepQueueBytes = 4 << 20;
   static constexpr size_t kReadBytes = 64 * 1024;
+  static_assert(kReadBytes <= InflightTable::kAreaBytes, "a read fits the in-flight table's read area");
+  /** Descriptors a takeover's fence leaves free below RLIMIT_NOFILE (takeover.cc). */
+  static constexpr rlim_t kFenceReserve = 256;
   /**
    * How much one read(2) asks for: exactly one event. A watcher killed inside read(2) then loses
    * at most one event that its standby cannot attribute from the in-flight table (takeover.h);
@@ -149,6 +154,13 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   std::mutex tmu_;
   std::vector<TakeoverRecord> takeoverRecs_;
   std::atomic<uint64_t> takeovers_{0}, takeoverAllowed_{0}, takeoverDenied_{0}, takeoverUnrecorded_{0};
+  // How the takeover went (its log line): the highest number fenced and answered, the errno that cut the
+  // fence short (0: none), recorded events whose process could not be read, events drained from the
+  // queue and the errno that ended the drain (0: EAGAIN, the queue was empty).
+  // fromArea: events the dead watcher had read but not recorded, found in the read area (takeover.h).
+  std::atomic<uint64_t> takeoverFromArea_{0};
+  std::atomic<uint64_t> takeoverHi_{0}, takeoverFenceErrno_{0}, takeoverNoCreds_{0}, takeoverDrained_{0},
+      takeoverDrainErrno_{0};
 
   HoldState hold_;
   int askAt_ = -1;  // loop thread: the decision Judge turned into an ask, or -1
@@ -181,13 +193,13 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
       writeErrors_{0}, interpreterOf_{0}, hardlinked_{0};
 
   // Metrics (stats(), the service's /metrics): written by the loop thread only, read by JavaScript.
-  // Decisions by surface (0 open, 1 exec), action (0 block, 1 allow) and reason, the ones counted
+  // Decisions by surface (0 open, 1 exec), action (0 block, 1 allow, 2 would_block) and reason, the ones counted
   // instead of queued included; and the time from reading a subject-era event to its answer, in
   // fixed buckets (kJudgeBucketUs, then +Inf). `timing_` off (option metrics: false) skips the
   // two clock reads per event: what bench/fanotify compares.
   static constexpr int kReasons = static_cast<int>(Reason::kLast) + 1;
   static constexpr int kJudgeBuckets = 12;
-  std::atomic<uint64_t> byReason_[2][2][kReasons]{};
+  std::atomic<uint64_t> byReason_[2][3][kReasons]{};  // action 2: would_block (shadow mode)
   std::atomic<uint64_t> judgeBuckets_[kJudgeBuckets]{};
   std::atomic<uint64_t> judgeNs_{0}, judgeCount_{0};
   bool timing_ = true;

@@ -12,7 +12,14 @@ done
 # libnss-extrausers (a test NSS source for account discovery that leaves /etc/passwd alone),
 # zsh (the generated zsh completion is loaded and run), python3-seccomp (the service is run under
 # the unit's system-call filter without systemd).
-for pkg in logrotate lintian dpkg-dev libnss-extrausers zsh python3-seccomp; do
+# chromium: the web console's browser tests (tests/integration/console-browser.test.ts, through playwright-core
+# pointed at /usr/bin/chromium; no browser is downloaded).
+for pkg in logrotate lintian dpkg-dev libnss-extrausers zsh python3-seccomp chromium; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+done
+# deploy/ checks (scripts/check-deploy.sh, tests/e2e/deploy.test.ts): ansible and ansible-lint. The cost: about
+# 500 MB on disk (Debian's ansible ships every collection), and the check takes 1-3 minutes on a loaded 2-vCPU VM.
+for pkg in ansible ansible-lint; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

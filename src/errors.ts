@@ -51,6 +51,15 @@ export const ERROR_CODES = {
   mcp_server_unrunnable: EXIT.refused,
   mcp_service_unreachable: EXIT.refused,
   mcp_learn_failed: EXIT.refused,
+  // leash host (docs/tools.md "Host set-up")
+  host_config_changed: EXIT.failed,
+  host_config_invalid: EXIT.refused,
+  host_config_missing: EXIT.refused,
+  host_entry_uneditable: EXIT.refused,
+  // leash learn (docs/cli.md)
+  learn_out_exists: EXIT.refused,
+  learn_out_unwritable: EXIT.failed,
+  learn_unresolved: EXIT.refused,
   // leash terminal (docs/terminal.md)
   terminal_audit_unavailable: EXIT.failed,
   terminal_jail_invalid: EXIT.refused,
@@ -68,6 +77,7 @@ export const ERROR_CODES = {
   nft_missing_multi: EXIT.failed,
   // policy store, subjects, reconcile (branch policy)
   ack_invalid: EXIT.refused,
+  apply_invalid: EXIT.refused,
   binding_not_found: EXIT.refused,
   bindings_corrupt: EXIT.failed,
   ledger_unwritable: EXIT.failed,
@@ -93,6 +103,14 @@ export const ERROR_CODES = {
   approval_persist_failed: EXIT.failed,
   // the metrics endpoint (config logging.metrics_*): logged, the service runs on without it
   metrics_unavailable: EXIT.failed,
+  // the web console (docs/console.md): HTTP refusals carry these codes; console_unavailable is the CLI's
+  console_unauthorized: EXIT.refused,
+  console_origin_refused: EXIT.refused,
+  console_host_refused: EXIT.refused,
+  console_method_refused: EXIT.refused,
+  console_not_found: EXIT.refused,
+  console_bad_request: EXIT.refused,
+  console_unavailable: EXIT.failed,
 } as const satisfies Record<string, ExitCode>;
 export type ErrorCode = keyof typeof ERROR_CODES;
 

@@ -25,6 +25,11 @@ export interface SplicerInstance {
 /** The filesystem + commands part of a subject's policy, as the native matcher reads it. */
 export interface FsCmdPolicy {
   fail_mode: 'closed' | 'open';
+  /**
+   * Shadow mode: the native judge answers allow where it would deny and queues the decision as
+   * `would_block` (its reason and rule the block's); the namespace scan logs instead of killing.
+   */
+  shadow?: boolean;
   /** `watch`: extra paths whose filesystems are marked (config filesystem.watch); the matcher ignores it. */
   filesystem: {
     mode: 'whitelist' | 'blacklist';
@@ -197,10 +202,26 @@ export interface WatcherStats {
   takeoverDenied: number;
   /** Of those, events read by the dead watcher but never recorded (it was killed inside read). */
   takeoverUnrecorded: number;
+  /** Events the dead watcher had read but not recorded, found in the in-flight table's read area and answered like recorded ones. */
+  takeoverFromArea: number;
+  /** The highest descriptor number the takeover fenced and answered by number. */
+  takeoverHi: number;
+  /** The errno that cut the fence short (EMFILE: out of descriptors), 0 when it was whole. */
+  takeoverFenceErrno: number;
+  /** Recorded events whose process could not be read (denied). */
+  takeoverNoCreds: number;
+  /** Events read from the queue and judged during the takeover, and the errno that ended that drain (0: empty). */
+  takeoverDrained: number;
+  takeoverDrainErrno: number;
   loopError: number;
   running: boolean;
   /** Decisions by surface, action and reason since start (the ones counted instead of queued included). */
-  decisions: { surface: 'filesystem' | 'commands'; action: 'allow' | 'block'; reason: string; count: number }[];
+  decisions: {
+    surface: 'filesystem' | 'commands';
+    action: 'allow' | 'block' | 'would_block';
+    reason: string;
+    count: number;
+  }[];
   /** Time from reading a subject-era event to its answer: `buckets[i]` are those <= bounds[i] seconds, the last +Inf. */
   judge: { bounds: number[]; buckets: number[]; sum: number; count: number };
   /** Decision lines waiting for JavaScript's next drain, and of those allows. */

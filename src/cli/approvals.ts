@@ -6,80 +6,12 @@
  *   leash approvals --watch                      interactive: each request as it arrives, a key decides
  * The socket decides who may act (root or approvals.operator, never a subject's UID); this side only talks.
  */
-import net from 'node:net';
 import readline from 'node:readline';
 import { Command, Option } from 'commander';
-import { LeashError, type ErrorCode } from '../errors.js';
-import { LineReader } from '../jsonl/lines.js';
+import { LeashError } from '../errors.js';
+import { check, connect } from '../service/approvals/client.js';
 import { DEFAULT_APPROVALS_SOCKET } from '../service/approvals/socket.js';
-import type { PendingView, QueueEvent } from '../service/approvals/queue.js';
-
-interface Reply {
-  seq?: number;
-  ok?: boolean;
-  requests?: PendingView[];
-  outcome?: { action: string; reason: string };
-  error?: { code: string; message: string };
-  event?: string;
-}
-
-/** One connection: `call` sends a request and resolves with the reply of the same seq; events go to `onEvent`. */
-async function connect(path: string, onEvent?: (ev: QueueEvent) => void) {
-  const sock = net.createConnection(path);
-  await new Promise<void>((resolve, reject) => {
-    sock.once('connect', resolve);
-    sock.once('error', (e: NodeJS.ErrnoException) =>
-      reject(
-        new LeashError('approvals_unreachable', `cannot reach the approvals socket ${path}: ${e.code ?? e.message}`, {
-          socket: path,
-        }),
-      ),
-    );
-  });
-  let seq = 0;
-  const waiting = new Map<number, (r: Reply) => void>();
-  let closedWith: LeashError | null = null;
-  const reader = new LineReader(
-    (line) => {
-      let r: Reply;
-      try {
-        r = JSON.parse(line.toString('utf8')) as Reply;
-      } catch {
-        return;
-      }
-      if (typeof r.seq === 'number' && waiting.has(r.seq)) {
-        waiting.get(r.seq)!(r);
-        waiting.delete(r.seq);
-      } else if (r.event) onEvent?.(r as unknown as QueueEvent);
-    },
-    () => sock.destroy(),
-    { maxBytes: 16 * 1024 * 1024 },
-  );
-  sock.on('data', (c: Buffer) => reader.push(c));
-  const closed = new Promise<void>((resolve) => {
-    sock.on('close', () => {
-      closedWith ??= new LeashError('approvals_unreachable', 'the approvals socket closed the connection');
-      for (const w of waiting.values()) w({ ok: false, error: { code: closedWith.code, message: closedWith.message } });
-      waiting.clear();
-      resolve();
-    });
-  });
-  sock.on('error', () => {});
-  const call = (msg: Record<string, unknown>): Promise<Reply> => {
-    const s = ++seq;
-    return new Promise<Reply>((resolve) => {
-      waiting.set(s, resolve);
-      sock.write(JSON.stringify({ ...msg, seq: s }) + '\n');
-    });
-  };
-  return { call, closed, close: () => sock.end() };
-}
-
-function check(r: Reply): Reply {
-  if (r.ok) return r;
-  const code = (r.error?.code ?? 'internal') as ErrorCode;
-  throw new LeashError(code, r.error?.message ?? 'the approvals socket refused the request');
-}
+import type { PendingView } from '../service/approvals/queue.js';
 
 function describeWhat(v: PendingView): string {
   const w = v.what as Record<string, unknown>;

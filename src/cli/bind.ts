@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { bind, listBindings, unbind } from '../policy/commands.js';
+import { LeashError } from '../errors.js';
 import { afterWrite, impactLines, loadContext, policyOptions, run } from './policy-common.js';
 import { registerProfileCommands } from './profile.js';
 
@@ -9,13 +10,25 @@ export function registerPolicyCommands(program: Command): void {
 
   const b = program
     .command('bind <scope> <profile>')
-    .description('attach a profile to global or agent:<account>; a loosening needs --ack per finding');
+    .description('attach a profile to global or agent:<account>; a loosening needs --ack per finding')
+    .option(
+      '--enforce <mode>',
+      "enforce (block) or shadow (log would_block, block nothing); wins over the profile's enforce",
+    );
   policyOptions(b, { write: true, ack: true }).action(
     async (scope: string, profile: string, _o: unknown, cmd: Command) =>
       run(cmd, async (o) => {
         const ctx = loadContext(o);
-        const r = await bind(ctx, scope, profile, o.ack ?? []);
+        const r = await bind(
+          ctx,
+          scope,
+          profile,
+          o.ack ?? [],
+          enforceOption(cmd.opts<{ enforce?: unknown }>().enforce),
+        );
         const lines = [`bound ${r.scope} -> ${r.profile}${r.replaced ? ` (was ${r.replaced})` : ''}`];
+        if (r.enforce === 'shadow')
+          lines.push('shadow: nothing is blocked for it; would-be blocks are logged as would_block (no protection)');
         if (r.scope === 'global') {
           lines.push(
             `global: this changes the floor for every subject on this host (${ctx.discovery.subjects.length} now)`,
@@ -30,6 +43,7 @@ export function registerPolicyCommands(program: Command): void {
             scope: r.scope,
             profile: r.profile,
             replaced: r.replaced,
+            enforce: r.enforce,
             acks: r.acks,
             findings: r.findings.map((f) => f.token),
             floor_changed: r.scope === 'global',
@@ -84,4 +98,11 @@ export function registerPolicyCommands(program: Command): void {
       process.stdout.write(`${out.join('\n')}\n`);
     }),
   );
+}
+
+/** `--enforce`: enforce or shadow, anything else is `usage` (exit 2). */
+function enforceOption(v: unknown): 'enforce' | 'shadow' | undefined {
+  if (v === undefined) return undefined;
+  if (v === 'enforce' || v === 'shadow') return v;
+  throw new LeashError('usage', `--enforce must be enforce or shadow, not ${JSON.stringify(v)}`, { option: 'enforce' });
 }

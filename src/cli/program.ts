@@ -2,14 +2,19 @@ import { Command, Option } from 'commander';
 import { DEFAULT_CONFIG_PATH, suggest } from '../validate/load.js';
 import { LeashError } from '../errors.js';
 import { runService } from '../service/start.js';
+import { register as apply } from './apply.js';
 import { register as approvals } from './approvals.js';
 import { register as check } from './check.js';
 import { register as completion } from './completion.js';
+import { register as consoleCmd } from './console.js';
 import { configPath } from './context.js';
 import { registerDemo } from './demo.js';
 import { registerTeardown } from './teardown.js';
 import { register as init } from './init.js';
+import { register as learn } from './learn.js';
 import { register as logs } from './logs.js';
+import { register as host } from './host.js';
+import { register as doctor } from './doctor.js';
 import { register as mcp } from './mcp.js';
 import { register as restart } from './reconcile.js';
 import { register as status } from './status.js';
@@ -36,11 +41,16 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   toolsPolicy,
   check,
   logs,
+  learn,
   restart,
   policy,
+  apply,
   mcp,
+  host,
+  doctor,
   terminal,
   approvals,
+  consoleCmd,
   registerDemo,
   registerTeardown,
   completion,

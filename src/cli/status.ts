@@ -81,6 +81,7 @@ export function register(program: Command): void {
         uid: account?.uid ?? null,
         subject,
         fail_mode: policy.fail_mode,
+        enforce: policy.enforce,
         surfaces,
         interpreters,
         namespaces,
@@ -100,6 +101,9 @@ export function register(program: Command): void {
     if (r.ok && r.layers.length > 1) print(`layers     ${r.layers.join(' + ')}`);
     if (!r.ok) print(`FAILED     ${r.failure.code}: ${r.failure.message} (files, exec and tools denied)`);
     print(`fail_mode  ${policy.fail_mode}`);
+    print(
+      `enforce    ${policy.enforce}${policy.enforce === 'shadow' ? ` (from ${r.ok ? (r.sources.enforce ?? 'floor') : 'floor'}: NOTHING IS BLOCKED, would-be blocks are logged as would_block)` : ''}`,
+    );
     for (const s of SURFACES) {
       const v = surfaces[s]!;
       const layers = [...new Set(Object.values(v.from))].filter((l) => l !== 'floor');
@@ -151,6 +155,10 @@ export function register(program: Command): void {
       if (live.watcherQueueDepth !== null)
         print(
           `  watcher    queue ${live.watcherQueueDepth}  allows counted, not written ${live.watcherAllowsCounted ?? 0}`,
+        );
+      if (live.approvals !== null)
+        print(
+          `  approvals  held ${live.approvals.pending}  decided ${live.approvals.decided}  timed out ${live.approvals.timeouts}`,
         );
       if (live.journal !== null)
         print(

@@ -7,7 +7,7 @@ import type { Config } from './types.js';
  * aliases a document that is edited later.
  */
 export function toPolicyInput(
-  c: Pick<Config, 'fail_mode' | 'network' | 'filesystem' | 'commands' | 'tools'>,
+  c: Pick<Config, 'fail_mode' | 'network' | 'filesystem' | 'commands' | 'tools'> & { enforce?: Config['enforce'] },
 ): PolicyInput {
   const sp = (s: { mode: Config['network']['mode']; allow: string[]; deny: string[]; ask?: string[] }) => ({
     mode: s.mode,
@@ -17,6 +17,7 @@ export function toPolicyInput(
   });
   return {
     fail_mode: c.fail_mode,
+    ...(c.enforce === 'shadow' ? { enforce: 'shadow' as const } : {}),
     network: sp(c.network),
     filesystem: sp(c.filesystem),
     commands: {

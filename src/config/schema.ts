@@ -244,7 +244,62 @@ function serviceSections<F extends boolean>(fragment: F) {
     'the approvals queue: who may decide, deadlines and bounds (docs/approvals.md; the floor only, a profile cannot set it)',
   );
 
-  return { logging, enforcers, host, approvals };
+  const consoleSection = obj(
+    {
+      enabled: opt(
+        bool('serve the web console from the service (docs/console.md); `leash console` serves it on its own'),
+        false,
+      ),
+      socket: opt(
+        z
+          .string({ error: 'must be an absolute path' })
+          .refine((s) => s.startsWith('/') && !s.endsWith('/') && !s.includes('\0'), 'must be an absolute file path')
+          .describe(
+            'the console on a unix socket: any process may connect, each request is let in by SO_PEERCRED (root or approvals.operator, never a process with a subject UID) or the token',
+          ),
+        '/run/leash/console.sock',
+      ),
+      listen: opt(
+        z
+          .string({ error: 'must be host:port or null' })
+          .refine((s) => /^(?:\[[^\]]+\]|[^:[\]]+):\d{1,5}$/.test(s), 'must be host:port')
+          .nullable()
+          .describe(
+            'also serve the console on this TCP address (the token is required there): a loopback host:port, or any address only with console.tls set; null = no port',
+          ),
+        null,
+      ),
+      tls: opt(
+        z
+          .strictObject(
+            {
+              cert: z
+                .string({ error: 'must be an absolute path' })
+                .refine((s) => s.startsWith('/'), 'must be an absolute file path'),
+              key: z
+                .string({ error: 'must be an absolute path' })
+                .refine((s) => s.startsWith('/'), 'must be an absolute file path'),
+            },
+            { error: 'must be a mapping with cert and key' },
+          )
+          .nullable()
+          .describe('certificate and key files (PEM) for console.listen: HTTPS; required for a non-loopback address'),
+        null,
+      ),
+    },
+    'the web console (docs/console.md): the floor only, a profile cannot set it',
+  ).refine(
+    (c) => {
+      const v = c as { listen?: string | null; tls?: unknown };
+      return v.listen == null || loopbackListen(v.listen) || (v.tls ?? null) !== null;
+    },
+    {
+      error: 'console.listen names a non-loopback address: that needs console.tls (cert and key)',
+      path: ['listen'],
+    },
+  );
+
+  return { logging, enforcers, host, approvals, console: consoleSection };
 }
 
 function build<F extends boolean>(fragment: F) {
@@ -413,7 +468,7 @@ function build<F extends boolean>(fragment: F) {
     'the tools surface: calls checked by the harness or the MCP gate (cooperative)',
   );
 
-  const { logging, enforcers, host, approvals } = serviceSections(fragment);
+  const { logging, enforcers, host, approvals, console: consoleSection } = serviceSections(fragment);
 
   return z.strictObject(
     {
@@ -433,6 +488,14 @@ function build<F extends boolean>(fragment: F) {
           ),
         'closed',
       ),
+      enforce: opt(
+        z
+          .enum(['enforce', 'shadow'], { error: 'must be enforce or shadow' })
+          .describe(
+            'shadow makes every decision and logs a block as would_block, blocking nothing (a profile tried on one agent without risk; never the configured user); enforce blocks',
+          ),
+        'enforce',
+      ),
       network: opt(network, {}),
       filesystem: opt(filesystem, {}),
       commands: opt(commands, {}),
@@ -441,6 +504,7 @@ function build<F extends boolean>(fragment: F) {
       enforcers: opt(enforcers, {}),
       host: opt(host, {}),
       approvals: opt(approvals, {}),
+      console: opt(consoleSection, {}),
     },
     { error: 'must be a mapping' },
   );

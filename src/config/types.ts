@@ -13,6 +13,11 @@ export interface Config {
   /** The leashed account of the single-subject path (null until `leash init`). */
   user: string | null;
   fail_mode: FailMode;
+  /**
+   * `shadow`: every decision is made and logged, a block as `would_block`, and nothing is blocked
+   * (docs/policy.md "Shadow mode"); `enforce` (the default) blocks. Never shadow for the configured user.
+   */
+  enforce: 'enforce' | 'shadow';
   network: SurfacePolicy & {
     /** Entries asked of a human (docs/approvals.md); [] by default. */
     ask: string[];
@@ -58,5 +63,12 @@ export interface Config {
     max_pending: number;
     max_pending_per_subject: number;
     session_seconds: number;
+  };
+  /** The web console (docs/console.md); the floor only. */
+  console: {
+    enabled: boolean;
+    socket: string;
+    listen: string | null;
+    tls: { cert: string; key: string } | null;
   };
 }

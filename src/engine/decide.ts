@@ -34,6 +34,8 @@ interface Lists<I> {
 /** A policy with its indexes built. Immutable once compiled; share it freely. */
 export interface CompiledPolicy {
   readonly failMode: FailMode;
+  /** Shadow mode (PolicyInput.enforce): blocks come back as allows marked `wouldBlock`. */
+  readonly shadow: boolean;
   readonly network: Lists<NetworkIndex>;
   readonly filesystem: Lists<PathIndex>;
   readonly commands: Lists<CommandIndex> & { interpreters: CommandIndex };
@@ -124,6 +126,7 @@ export function compilePolicy(p: PolicyInput): CompiledPolicy {
   const tools = build(() => new ToolIndex(), p.tools);
   return {
     failMode: effectiveFailMode(p.fail_mode),
+    shadow: p.enforce === 'shadow',
     network: build(() => new NetworkIndex(), p.network),
     filesystem: build(() => new PathIndex(), p.filesystem),
     commands: { ...build(() => new CommandIndex(), p.commands), interpreters: interpreterIndex(p.commands) },
@@ -226,12 +229,27 @@ export function decide<S extends Surface>(
   opts?: DecideOptions,
 ): Verdict {
   if (policy === null || policy === undefined) return decideNoPolicy(opts?.failMode);
+  let v: Verdict;
   try {
     if (subject === null || typeof subject !== 'object') throw new TypeError('subject is not an object');
-    return decideUnsafe(surface, subject, policy);
+    v = decideUnsafe(surface, subject, policy);
   } catch {
-    return engineError(policy.failMode);
+    v = engineError(policy.failMode);
   }
+  return policy.shadow ? shadowed(v) : v;
+}
+
+/**
+ * Shadow mode: a block becomes an allow that says it would have blocked (`wouldBlock`, with the
+ * block's reason, source and rule). Allows and asks are unchanged (an ask is a question, not a block).
+ */
+export function shadowed(v: Verdict): Verdict {
+  return v.action === 'block' ? { ...v, action: 'allow', wouldBlock: true } : v;
+}
+
+/** The decision log's action for a verdict: `would_block` for a shadowed block, else the verdict's action. */
+export function logAction(v: Pick<Verdict, 'action' | 'wouldBlock'>): 'allow' | 'block' | 'ask' | 'would_block' {
+  return v.wouldBlock ? 'would_block' : v.action;
 }
 
 const preparedDns = newPreparedNetwork();
@@ -245,6 +263,11 @@ const preparedDns = newPreparedNetwork();
  */
 export function decideDnsName(name: string, policy: CompiledPolicy | null, opts?: DecideOptions): Verdict {
   if (policy === null || policy === undefined) return decideNoPolicy(opts?.failMode);
+  const v = decideDnsUnsafe(name, policy);
+  return policy.shadow ? shadowed(v) : v;
+}
+
+function decideDnsUnsafe(name: string, policy: CompiledPolicy): Verdict {
   try {
     if (typeof name !== 'string') throw new TypeError('name is not a string');
     const s = prepareDnsName(name, preparedDns);

@@ -3,7 +3,15 @@
  * compiled once by `compilePolicy`; the config layer uses the entry grammar and `inertEntries`.
  */
 export * from './types.js';
-export { compilePolicy, decide, decideDnsName, decideNoPolicy, effectiveFailMode } from './decide.js';
+export {
+  compilePolicy,
+  decide,
+  decideDnsName,
+  decideNoPolicy,
+  effectiveFailMode,
+  logAction,
+  shadowed,
+} from './decide.js';
 export type { CompiledPolicy, DecideOptions } from './decide.js';
 export { networkEntryProblem, parseNetworkEntry, ptrAddress } from './network.js';
 export type { NetworkEntry } from './network.js';

@@ -37,6 +37,11 @@ export interface ToolsSurfacePolicy extends SurfacePolicy {
 /** The resolved, fully-defaulted policy of one subject (what the engine judges against). */
 export interface PolicyInput {
   fail_mode: FailMode;
+  /**
+   * `shadow`: a verdict that would block is returned as an allow marked `wouldBlock` (its reason,
+   * source and rule those of the block), for the enforcer to log as `would_block`. Absent = enforce.
+   */
+  enforce?: 'enforce' | 'shadow';
   network: SurfacePolicy;
   filesystem: SurfacePolicy;
   commands: CommandsSurfacePolicy;
@@ -118,6 +123,11 @@ export interface Verdict {
   rule: string | null;
   /** Inspection findings (tools), already masked; absent elsewhere. */
   findings?: InspectFinding[];
+  /**
+   * Shadow mode: this action would have been blocked (reason, source and rule say why) and is let
+   * through; the enforcer logs it as `would_block`. Never set on a real allow or a block.
+   */
+  wouldBlock?: true;
 }
 
 export interface InspectFinding {

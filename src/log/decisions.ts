@@ -9,8 +9,11 @@ import { jsonString, jsonText } from './json-text.js';
 export interface DecisionRecord {
   uid: number;
   surface: Surface;
-  /** `ask`: the action is held and a human asked; the outcome follows as its own line (docs/approvals.md). */
-  action: 'allow' | 'block' | 'ask';
+  /**
+   * `ask`: the action is held and a human asked; the outcome follows as its own line (docs/approvals.md).
+   * `would_block`: shadow mode let through what would have been blocked (reason and rule the block's).
+   */
+  action: 'allow' | 'block' | 'ask' | 'would_block';
   reason: string;
   subject: unknown;
   /** The entry that decided, or null for a mode default / failure. */

@@ -11,7 +11,9 @@
  *   leash_watcher_judge_seconds                       the watcher: event read to answer, subject-era events
  *   leash_watcher_queue_depth                         decision lines waiting for the watcher's drain
  *   leash_watcher_allows_counted_total                allows counted instead of written (log pressure)
- *   leash_approvals_held{surface}                     requests waiting for a human
+ *   leash_approvals_pending{surface}                  actions held now for a human
+ *   leash_approvals_decided_total{surface,outcome}    held actions answered (approved_*, approval_denied, _timeout…)
+ *   leash_approvals_timeouts_total{surface}           held actions whose deadline passed
  *   leash_subjects{state}                             active, failed, orphaned
  *   leash_host_setting{setting}                       the hardening settings in force (1) or not (0)
  *   leash_journal_entries_total{outcome}              sent, dropped, allows_skipped
@@ -172,6 +174,8 @@ export interface LiveSummary {
   watcherAllowsCounted: number | null;
   journal: Record<string, number> | null;
   hostSettings: Record<string, number>;
+  /** Held approvals: pending now, decided and timed out since start (all surfaces). */
+  approvals: { pending: number; decided: number; timeouts: number } | null;
 }
 
 export function summarize(samples: Sample[]): LiveSummary {
@@ -182,6 +186,7 @@ export function summarize(samples: Sample[]): LiveSummary {
     watcherAllowsCounted: null,
     journal: null,
     hostSettings: {},
+    approvals: null,
   };
   for (const x of samples) {
     if (x.name === 'leash_decisions_total') {
@@ -194,6 +199,12 @@ export function summarize(samples: Sample[]): LiveSummary {
     else if (x.name === 'leash_watcher_allows_counted_total') s.watcherAllowsCounted = x.value;
     else if (x.name === 'leash_journal_entries_total') (s.journal ??= {})[x.labels.outcome ?? '?'] = x.value;
     else if (x.name === 'leash_host_setting') s.hostSettings[x.labels.setting ?? '?'] = x.value;
+    else if (x.name === 'leash_approvals_pending')
+      (s.approvals ??= { pending: 0, decided: 0, timeouts: 0 }).pending += x.value;
+    else if (x.name === 'leash_approvals_decided_total')
+      (s.approvals ??= { pending: 0, decided: 0, timeouts: 0 }).decided += x.value;
+    else if (x.name === 'leash_approvals_timeouts_total')
+      (s.approvals ??= { pending: 0, decided: 0, timeouts: 0 }).timeouts += x.value;
   }
   return s;
 }

@@ -19,6 +19,13 @@ export type Scope = 'global' | `agent:${string}`;
 export interface Binding {
   profile: string;
   acks: string[];
+  /** Shadow mode set on the binding (`leash bind --enforce`): wins over the profile's `enforce`. Absent = the profile's. */
+  enforce?: 'enforce' | 'shadow';
+}
+
+/** The fragment a binding applies: its profile's, with the binding's own `enforce` over the profile's. */
+export function bindingFragment<F extends { enforce?: 'enforce' | 'shadow' }>(b: Binding, f: F): F {
+  return b.enforce === undefined ? f : { ...f, enforce: b.enforce };
 }
 
 export interface BindingsDoc {
@@ -41,7 +48,7 @@ function corrupt(file: string, why: string): LeashError {
   return new LeashError('bindings_corrupt', `${file} is corrupt: ${why}`, { file });
 }
 
-const SCOPE_RE = /^(global|agent:[a-z_][a-z0-9_.-]*\$?)$/;
+export const SCOPE_RE = /^(global|agent:[a-z_][a-z0-9_.-]*\$?)$/;
 
 /** Reads bindings.yaml; missing is empty, malformed is `bindings_corrupt` (never "no bindings"). */
 export function readBindings(stateDir: string): BindingsDoc {
@@ -53,6 +60,11 @@ export function readBindings(stateDir: string): BindingsDoc {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { version: 1, bindings: {} };
     throw corrupt(file, (e as Error).message);
   }
+  return parseBindingsText(text, file);
+}
+
+/** Parses bindings.yaml text (the store's file, or the one `leash apply` is committing). */
+export function parseBindingsText(text: string, file: string): BindingsDoc {
   let doc: unknown;
   try {
     // The strict reader: no anchors, aliases, merge keys or tags; bounded sizes.
@@ -66,12 +78,18 @@ export function readBindings(stateDir: string): BindingsDoc {
   const out: BindingsDoc = { version: 1, bindings: {} };
   for (const [scope, v] of Object.entries(b as Record<string, unknown>)) {
     if (!SCOPE_RE.test(scope)) throw corrupt(file, `bad scope ${scope}`);
-    const e = v as { profile?: unknown; acks?: unknown } | null;
+    const e = v as { profile?: unknown; acks?: unknown; enforce?: unknown } | null;
     if (typeof e?.profile !== 'string') throw corrupt(file, `${scope}: no profile`);
     const acks = e.acks ?? [];
     if (!Array.isArray(acks) || acks.some((a) => typeof a !== 'string'))
       throw corrupt(file, `${scope}: acks is not a list of strings`);
-    out.bindings[scope as Scope] = { profile: e.profile, acks: acks as string[] };
+    if (e.enforce !== undefined && e.enforce !== 'enforce' && e.enforce !== 'shadow')
+      throw corrupt(file, `${scope}: enforce is not enforce or shadow`);
+    out.bindings[scope as Scope] = {
+      profile: e.profile,
+      acks: acks as string[],
+      ...(e.enforce !== undefined ? { enforce: e.enforce } : {}),
+    };
   }
   return out;
 }

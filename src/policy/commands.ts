@@ -5,7 +5,8 @@
  */
 import fs from 'node:fs';
 import { LeashError } from '../errors.js';
-import { atomicWriteFileSync, testPause, withFileLock } from '../store/files.js';
+import { atomicWriteFileSync, testPause } from '../store/files.js';
+import { withWriterLock } from './pending.js';
 import type { Binding, BindingsDoc, Scope } from './bindings.js';
 import { bindingsFile, ledgerAppend, parseScope, readBindings, writeBindings } from './bindings.js';
 import type { BindJudgement, Impact, StoreContext } from './consent.js';
@@ -41,6 +42,8 @@ export interface BindResult {
   findings: Loosening[];
   acks: string[];
   replaced: string | null;
+  /** The binding's mode: its own `enforce`, else its profile's (`enforce` when neither sets it). */
+  enforce: 'enforce' | 'shadow';
   impact: Impact[];
   ignoredAcks: string[];
 }
@@ -50,7 +53,17 @@ export interface BindResult {
  * writer lock against the bindings as they are then, after checking that the profile judged is
  * still the one on disk.
  */
-export async function bind(ctx: StoreContext, scopeRaw: string, name: string, acks: string[]): Promise<BindResult> {
+/**
+ * `leash bind SCOPE PROFILE [--enforce enforce|shadow]`: `enforce` set on the binding wins over the
+ * profile's own `enforce`; absent, a re-bind keeps the binding's present setting for the same profile.
+ */
+export async function bind(
+  ctx: StoreContext,
+  scopeRaw: string,
+  name: string,
+  acks: string[],
+  enforceArg?: 'enforce' | 'shadow',
+): Promise<BindResult> {
   checkProfileName(name);
   checkAckTokens(acks);
   const scope = parseScope(scopeRaw, ctx.discovery.accounts, ctx.configuredUser);
@@ -59,8 +72,12 @@ export async function bind(ctx: StoreContext, scopeRaw: string, name: string, ac
     const old = bindings.bindings[scope];
     return old && old.profile === name ? old.acks : [];
   };
+  const enforceOf = (bindings: BindingsDoc): 'enforce' | 'shadow' | undefined => {
+    const old = bindings.bindings[scope];
+    return enforceArg ?? (old && old.profile === name ? old.enforce : undefined);
+  };
   const judge = (bindings: BindingsDoc, st: ProfileStatus): BindJudgement => {
-    const j = judgeBind(ctx, bindings, scope, name, st);
+    const j = judgeBind(ctx, bindings, scope, name, st, enforceOf(bindings));
     const have = [...acks, ...held(bindings)];
     const missing = j.required.filter((f) => !have.includes(f.token)).map((f) => f.token);
     if (missing.length) throw refuse(`bind ${scope} ${name}`, j.required, missing, { scope, profile: name });
@@ -68,7 +85,7 @@ export async function bind(ctx: StoreContext, scopeRaw: string, name: string, ac
   };
   const pre = judge(readBindings(ctx.stateDir), loadProfile(ctx.stateDir, name));
   fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
-  return withFileLock(bindingsFile(ctx.stateDir), () => {
+  return withWriterLock(ctx.stateDir, () => {
     const st = loadProfile(ctx.stateDir, name);
     if (st.status !== 'ok' || st.hash !== pre.hash) {
       throw new LeashError(
@@ -94,9 +111,13 @@ export async function bind(ctx: StoreContext, scopeRaw: string, name: string, ac
         acks: j.changeOnly.map((f) => f.token),
       });
     }
+    const enforce = enforceOf(bindings);
     const next: BindingsDoc = {
       version: 1,
-      bindings: { ...bindings.bindings, [scope]: { profile: name, acks: stored } },
+      bindings: {
+        ...bindings.bindings,
+        [scope]: { profile: name, acks: stored, ...(enforce !== undefined ? { enforce } : {}) },
+      },
     };
     writeBindings(ctx.stateDir, next);
     const requiredTokens = j.required.map((f) => f.token);
@@ -106,6 +127,7 @@ export async function bind(ctx: StoreContext, scopeRaw: string, name: string, ac
       findings: j.required,
       acks: stored,
       replaced: old ? old.profile : null,
+      enforce: enforce ?? st.fragment.enforce ?? 'enforce',
       impact: impactOf(withFloorState(ctx, next), ctx.discovery),
       ignoredAcks: acks.filter((a) => !requiredTokens.includes(a)),
     };
@@ -127,7 +149,7 @@ export interface UnbindResult {
 export async function unbind(ctx: StoreContext, scopeRaw: string, acks: string[]): Promise<UnbindResult> {
   checkAckTokens(acks);
   fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
-  return withFileLock(bindingsFile(ctx.stateDir), () => {
+  return withWriterLock(ctx.stateDir, () => {
     const bindings = readBindings(ctx.stateDir);
     const scope = (
       scopeRaw in bindings.bindings ? scopeRaw : parseScope(scopeRaw, ctx.discovery.accounts, ctx.configuredUser)
@@ -218,7 +240,7 @@ export async function saveProfile(
   }
   const newSt: ProfileStatus = { status: 'ok', name, fragment, hash: hashText(text), text };
   fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
-  return withFileLock(bindingsFile(ctx.stateDir), () => {
+  return withWriterLock(ctx.stateDir, () => {
     const bindings = readBindings(ctx.stateDir);
     const oldSt = loadProfile(ctx.stateDir, name);
     const loader = profileLoader(ctx.stateDir);
@@ -321,7 +343,7 @@ export interface DeleteResult {
 export async function deleteProfile(ctx: StoreContext, name: string): Promise<DeleteResult> {
   checkProfileName(name);
   fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
-  return withFileLock(bindingsFile(ctx.stateDir), () => {
+  return withWriterLock(ctx.stateDir, () => {
     if (loadProfile(ctx.stateDir, name).status === 'missing')
       throw new LeashError('profile_not_found', `no profile ${name}`, { profile: name });
     removeProfileFile(ctx.stateDir, name);

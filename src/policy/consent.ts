@@ -7,6 +7,7 @@
 import { LeashError } from '../errors.js';
 import type { Discovery, Subject } from '../subjects/discovery.js';
 import type { BindingsDoc, Scope } from './bindings.js';
+import { bindingFragment } from './bindings.js';
 import type { Effective, Fragment } from './fragment.js';
 import type { Loosening } from './loosen.js';
 import { judgeOverlay, loosenings, mergeFindings, parseToken } from './loosen.js';
@@ -156,6 +157,7 @@ export function judgeBind(
   scope: Scope,
   name: string,
   st: ProfileStatus,
+  enforce?: 'enforce' | 'shadow',
 ): BindJudgement {
   if (st.status === 'missing')
     throw new LeashError('profile_not_found', `no profile ${name} (leash profile save ${name} --from FILE)`, {
@@ -164,10 +166,11 @@ export function judgeBind(
   if (st.status === 'broken') throw new LeashError('profile_invalid', st.message, { profile: name });
   const loader = override(profileLoader(ctx.stateDir), name, st);
   const before = withFloorState(ctx, bindings, loader);
-  const base = bindingFindings(scope, st.fragment, before);
+  const binding = { profile: name, acks: [] as string[], ...(enforce !== undefined ? { enforce } : {}) };
+  const base = bindingFindings(scope, bindingFragment(binding, st.fragment), before);
   const afterDoc: BindingsDoc = {
     version: 1,
-    bindings: { ...bindings.bindings, [scope]: { profile: name, acks: base.map((f) => f.token) } },
+    bindings: { ...bindings.bindings, [scope]: { ...binding, acks: base.map((f) => f.token) } },
   };
   const t = judgeTransition(
     before,

@@ -6,14 +6,14 @@ import type { InspectCategory } from '../engine/types.js';
  * The part of a config a tier may set: everything that is policy (not `user`, `logging` or `host`).
  * A fully-resolved subject policy has this shape; it is a structural superset of the engine's PolicyInput.
  */
-export type Effective = Omit<Config, 'user' | 'logging' | 'host' | 'approvals'>;
+export type Effective = Omit<Config, 'user' | 'logging' | 'host' | 'approvals' | 'console'>;
 
 /**
  * A profile: only the keys it sets (the config's fragment schema, minus `user`, `logging` and `host`).
  * Every key present is a deliberate value of that tier and replaces the base's value (lists
  * included), so a dropped deny entry is visible to the judge.
  */
-export type Fragment = Omit<ConfigFragment, 'user' | 'logging' | 'host' | 'approvals'>;
+export type Fragment = Omit<ConfigFragment, 'user' | 'logging' | 'host' | 'approvals' | 'console'>;
 
 export const INSPECT_CATEGORIES: readonly InspectCategory[] = ['secrets', 'pii', 'priv_esc'];
 
@@ -21,6 +21,7 @@ export const INSPECT_CATEGORIES: readonly InspectCategory[] = ['secrets', 'pii',
 export function fold(base: Effective, f: Fragment): Effective {
   const out: Effective = structuredClone(base);
   if (f.fail_mode !== undefined) out.fail_mode = f.fail_mode;
+  if (f.enforce !== undefined) out.enforce = f.enforce;
   if (f.network) Object.assign(out.network, stripUndef(f.network));
   if (f.filesystem) Object.assign(out.filesystem, stripUndef(f.filesystem));
   if (f.commands) Object.assign(out.commands, stripUndef(f.commands));
@@ -39,7 +40,7 @@ function stripUndef<T extends object>(o: T): Partial<T> {
 
 /** The policy part of a loaded config: the floor every subject starts from. */
 export function floorOf(c: Config): Effective {
-  const { user: _u, logging: _l, host: _h, approvals: _a, ...rest } = c;
+  const { user: _u, logging: _l, host: _h, approvals: _a, console: _c, ...rest } = c;
   return structuredClone(rest);
 }
 

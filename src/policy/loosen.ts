@@ -77,6 +77,15 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
   if (before.fail_mode !== 'open' && after.fail_mode === 'open') {
     out.push(l('fail_mode', 'open', 'fail_mode closed -> open: when no decision can be made, every surface allows'));
   }
+  if (before.enforce !== 'shadow' && after.enforce === 'shadow') {
+    out.push(
+      l(
+        'enforce',
+        'shadow',
+        'enforce -> shadow: nothing is blocked any more, every block is only logged as would_block',
+      ),
+    );
+  }
   for (const s of SURFACES) {
     const b = before[s];
     const a = after[s];

@@ -63,7 +63,7 @@ export function parseProfileText(text: string, source: string): Fragment {
     throw e;
   }
   const issues: { path: string; message: string }[] = [];
-  for (const k of ['user', 'logging', 'host', 'approvals'] as const) {
+  for (const k of ['user', 'logging', 'host', 'approvals', 'console'] as const) {
     if (parsed.fragment[k] !== undefined)
       issues.push({ path: k, message: 'not policy: a profile sets only fail_mode, the four surfaces and enforcers' });
   }
@@ -72,7 +72,7 @@ export function parseProfileText(text: string, source: string): Fragment {
       issues.push({ path: f.path, message: f.message });
   if (issues.length)
     throw new LeashError('profile_invalid', `${source} is not a valid profile fragment`, { source, issues });
-  const { user: _u, logging: _l, host: _h, approvals: _a, ...fragment } = parsed.fragment;
+  const { user: _u, logging: _l, host: _h, approvals: _a, console: _c, ...fragment } = parsed.fragment;
   return fragment;
 }
 

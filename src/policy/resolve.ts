@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Subject } from '../subjects/discovery.js';
 import type { BindingsDoc, Scope } from './bindings.js';
+import { bindingFragment } from './bindings.js';
 import type { Effective, Fragment } from './fragment.js';
 import { canonicalJson, fold } from './fragment.js';
 import type { Loosening } from './loosen.js';
@@ -97,7 +98,8 @@ function applyBinding(base: Effective, scope: Scope, state: PolicyState): Layer 
       },
     };
   }
-  const missing = unacknowledged(judgeOverlay(base, p.fragment), b.acks);
+  const fragment = bindingFragment(b, p.fragment);
+  const missing = unacknowledged(judgeOverlay(base, fragment), b.acks);
   if (missing.length) {
     return {
       ok: false,
@@ -110,7 +112,7 @@ function applyBinding(base: Effective, scope: Scope, state: PolicyState): Layer 
       },
     };
   }
-  return { ok: true, policy: fold(base, p.fragment), name: `${scope}=${b.profile}`, fragment: p.fragment };
+  return { ok: true, policy: fold(base, fragment), name: `${scope}=${b.profile}`, fragment };
 }
 
 /**
@@ -143,6 +145,11 @@ export function resolveSubject(subject: Subject, state: PolicyState): Resolution
       layers.push(a.name);
       addSources(sources, a);
     }
+  } else if (policy.enforce === 'shadow') {
+    // The configured user is never in shadow mode: shadow never loosens the floor for the account
+    // the control plane belongs to (docs/policy.md "Shadow mode").
+    policy = { ...policy, enforce: 'enforce' };
+    sources.enforce = 'floor';
   }
   return { ok: true, policy, hash: policyHash(policy), layers, sources };
 }

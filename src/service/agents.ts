@@ -26,7 +26,7 @@ import type { SurfaceAdapter, SurfaceName } from './surfaces/contract.js';
 import { startNetworkSurface } from './surfaces/network.js';
 import { startToolsSurface } from './surfaces/tools.js';
 import { startWatcherSurface } from './surfaces/watcher.js';
-import { startApprovals, type Approvals } from './approvals/service.js';
+import { approvalFamilies, startApprovals, type Approvals } from './approvals/service.js';
 
 export interface AgentsEnforcerOptions {
   /** Where nft runs (default: this process's own network namespace). */
@@ -270,6 +270,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
             values: Object.entries(byState).map(([state, value]) => ({ value, labels: { state } })),
           },
         ];
+        out.push(...approvalFamilies(approvals.queue.counts()));
         for (const s of surfaces) if (s.families) out.push(...(await s.families()));
         return out;
       });

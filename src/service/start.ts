@@ -16,6 +16,8 @@ import {
 import { loadNative } from '../native.js';
 import { countDecisions, createMetrics, type Metrics, type MetricFamily } from '../metrics/metrics.js';
 import { startMetricsServer, type MetricsServer } from '../metrics/server.js';
+import { launchConsole } from './console/launch.js';
+import type { ConsoleServer } from './console/server.js';
 import {
   applyHostSettings,
   maxUserNamespacesStatus,
@@ -230,6 +232,21 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     logger.error({ code: 'metrics_unavailable' }, `metrics endpoint not served: ${(e as Error).message}`);
   }
 
+  // The web console (config console.enabled): like the metrics, a failure to serve it is logged.
+  let consoleServer: ConsoleServer | null = null;
+  if (loaded.config.console.enabled) {
+    try {
+      consoleServer = await launchConsole({
+        config: () => ctx.loaded.config,
+        stateDir: process.env.LEASH_STATE_DIR ?? '/var/lib/leash',
+        onError: (e) => logger.error({ code: 'internal' }, `console: ${e.message}`),
+      });
+      logger.info({ socket: consoleServer.socket, port: consoleServer.port }, 'console serving');
+    } catch (e) {
+      logger.error({ code: 'console_unavailable' }, `console not served: ${(e as Error).message}`);
+    }
+  }
+
   const status = () =>
     describe(
       ctx.loaded,
@@ -253,6 +270,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         await r.close().catch((e: unknown) => logger.error({ enforcer: r.name, err: e }, 'enforcer close failed'));
       }
       restoreHost();
+      await consoleServer?.close();
       await metricsServer?.close();
       await decisions.close();
       clearInterval(keepAlive);

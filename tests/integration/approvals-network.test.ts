@@ -10,6 +10,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LAB, canRunLab, stopChild, useLab, type LabUser, waitForServiceReady } from '../lab/index.js';
 import type { DecisionRecord } from '../../src/log/decisions.js';
+import { parseMetricsText, type Sample } from '../../src/metrics/metrics.js';
+import { fetchMetrics } from '../../src/metrics/server.js';
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
 
@@ -130,6 +132,7 @@ logging: { level: info, decisions: ${decisionsPath()} }
       LEASH_PID_FILE: path.join(dir, 'leash.pid'),
       LEASH_APPROVALS_SOCKET: path.join(dir, 'approvals.sock'),
       LEASH_TOOLS_SOCKET: path.join(dir, 'tools.sock'),
+      LEASH_METRICS_SOCKET: path.join(dir, 'metrics.sock'),
     };
     await startService();
   }, 120_000);
@@ -200,6 +203,48 @@ logging: { level: info, decisions: ${decisionsPath()} }
       action: 'block',
       reason: 'approval_timeout',
     });
+  });
+
+  it('held approvals are in the metrics (pending gauge, decided and timeout counters) and in leash status', async () => {
+    const scrape = async () => parseMetricsText((await fetchMetrics(env.LEASH_METRICS_SOCKET!)) ?? '');
+    const val = (xs: Sample[], name: string, labels: Record<string, string>) =>
+      xs
+        .filter((x) => x.name === name && Object.entries(labels).every(([k, v]) => x.labels[k] === v))
+        .reduce((a, x) => a + x.value, 0);
+    const before = await scrape();
+    expect(val(before, 'leash_approvals_pending', { surface: 'network' })).toBe(0);
+    // The deadline test above timed one out (the first test's unavailable one was never held).
+    const timeouts0 = val(before, 'leash_approvals_timeouts_total', { surface: 'network' });
+    expect(timeouts0).toBeGreaterThanOrEqual(1);
+    expect(val(before, 'leash_approvals_decided_total', { surface: 'network', outcome: 'approval_timeout' })).toBe(
+      timeouts0,
+    );
+    const denied0 = val(before, 'leash_approvals_decided_total', { surface: 'network', outcome: 'approval_denied' });
+    const p = tlsAs(asker, 'other.lab');
+    const req = await nextRequest(seen);
+    const held = await scrape();
+    expect(val(held, 'leash_approvals_pending', { surface: 'network' })).toBe(1);
+    expect(val(held, 'leash_approvals_pending', { surface: 'tools' })).toBe(0);
+    const d = leash(['approvals', 'deny', req.id]);
+    // Denied, or (on a loaded machine) timed out first: either way it left the gauge and was counted once.
+    expect([0, 2]).toContain(d.code);
+    expect(await p).toMatchObject({ ok: false });
+    const after = await scrape();
+    expect(val(after, 'leash_approvals_pending', { surface: 'network' })).toBe(0);
+    const denied = val(after, 'leash_approvals_decided_total', { surface: 'network', outcome: 'approval_denied' });
+    const timeouts = val(after, 'leash_approvals_timeouts_total', { surface: 'network' });
+    expect(denied - denied0 + (timeouts - timeouts0)).toBe(1);
+    if (d.code === 0) expect(denied).toBe(denied0 + 1);
+    // leash status reads the same figures.
+    const decided = val(after, 'leash_approvals_decided_total', {});
+    const st = leash(['status', '--json']);
+    expect(st.code, st.err).toBe(0);
+    expect((JSON.parse(st.out) as { live: { approvals: unknown } }).live.approvals).toEqual({
+      pending: 0,
+      decided,
+      timeouts,
+    });
+    expect(leash(['status']).out).toContain(`approvals  held 0  decided ${decided}  timed out ${timeouts}`);
   });
 
   it("refuses the agent's own UID, and a setuid-root helper the agent starts (approvals_refused)", () => {

@@ -337,6 +337,19 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
   });
 
   function logAllow(e: Entry<P>, verdict: Verdict, q: Query, transport: 'udp' | 'tcp'): void {
+    if (verdict.wouldBlock) {
+      // Shadow mode: a would-be refusal is logged like a block, never rate-limited.
+      const subject = subjectOf(q, transport);
+      opts.log.write({
+        uid: e.uid,
+        surface: 'network',
+        action: 'would_block',
+        reason: verdict.reason,
+        subject,
+        rule: verdict.rule,
+      });
+      return;
+    }
     const sec = Math.floor(Date.now() / 1000);
     const l = e.lines;
     if (l.second !== sec) {

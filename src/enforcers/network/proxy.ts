@@ -1,6 +1,7 @@
 import net from 'node:net';
 import os from 'node:os';
 import type { FailMode, NetworkSubject, Reason, Verdict } from '../../engine/types.js';
+import { logAction } from '../../engine/decide.js';
 import type { PROXY_REASONS } from '../../errors.js';
 import type { DecisionRecord, DecisionWriter } from '../../log/decisions.js';
 import { loadNative, type OriginalDst } from '../../native.js';
@@ -335,19 +336,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     sock.resetAndDestroy();
   }
 
-  function judge(e: Entry<P>, subject: NetworkSubject): Verdict {
-    // A listener without a resolved policy refuses everything (or, under fail_mode open, lets it through to the
-    // address asked for); it never borrows a default or another subject's policy.
-    if (e.policy === null) {
-      const open = failMode() === 'open';
-      return { action: open ? 'allow' : 'block', reason: 'no_policy', source: 'fail_mode', rule: null };
-    }
-    try {
-      return opts.decide('network', subject, e.policy);
-    } catch {
-      return { action: 'block', reason: 'engine_error', source: 'fail_mode', rule: null };
-    }
-  }
+  const judge = (e: Entry<P>, subject: NetworkSubject): Verdict => judgeEntry(opts.decide, failMode, e.policy, subject);
 
   async function handle(e: Entry<P>, sock: net.Socket): Promise<void> {
     sock.on('error', () => {});
@@ -370,8 +359,10 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       refuse(e, sock, { reason: early.reason, subject: bare, rule: early.rule });
       return;
     }
+    // A shadowed block is never connected early: the name may still allow it for real (and log it so).
     const byAddress =
       early.action === 'allow' &&
+      !early.wouldBlock &&
       (early.rule === null || isAddressRule(early.rule) || (isLoop && isLocalhostRule(early.rule)));
     const up = byAddress ? relay.connect(e, sock, ip, dst.port) : null;
 
@@ -399,8 +390,16 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     if (result.kind === 'tls') {
       domain = result.sni;
       if (result.ech && e.ech === 'refuse') {
-        drop({ reason: 'ech_refused', subject: { domain, ip, port: dst.port, ech: true }, rule: null });
-        return;
+        const subject = { domain, ip, port: dst.port, ech: true };
+        if (!isShadow(e.policy)) return drop({ reason: 'ech_refused', subject, rule: null });
+        opts.log.write({
+          uid: e.uid,
+          surface: 'network',
+          action: 'would_block',
+          reason: 'ech_refused',
+          subject,
+          rule: null,
+        });
       }
     } else if (result.kind === 'http') {
       if (result.conflict) {
@@ -417,7 +416,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       opts.log.write({
         uid: e.uid,
         surface: 'network',
-        action: 'allow',
+        action: logAction(verdict),
         reason: verdict.reason,
         subject: { ...subject, ...ech, ...(target === ip ? {} : { upstream: target }) },
         rule: verdict.rule,
@@ -460,7 +459,8 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     }
 
     let target = ip;
-    if (domain && verdict.rule !== null && !isAddressRule(verdict.rule)) {
+    // A shadowed block goes where the agent asked: no entry allowed the name, so no resolution vouches for it.
+    if (domain && verdict.rule !== null && !isAddressRule(verdict.rule) && !verdict.wouldBlock) {
       // Decided on the name: connect where the name resolves (through our resolvers), never to the address the
       // agent supplied, so a forged SNI/Host cannot carry an allowed name to an arbitrary address. A mode default
       // (blacklist, nothing denied) judged the address as well as the name, so it goes to the address.
@@ -577,4 +577,30 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       await relay.close();
     },
   };
+}
+
+/** Shadow mode on a subject's policy (the engine's CompiledPolicy carries it; any other policy type is enforced). */
+function isShadow(p: unknown): boolean {
+  return typeof p === 'object' && p !== null && (p as { shadow?: unknown }).shadow === true;
+}
+
+/**
+ * A listener without a resolved policy refuses everything (or, under fail_mode open, lets it through to the address
+ * asked for); it never borrows a default or another subject's policy. A decide that throws is `engine_error`.
+ */
+function judgeEntry<P>(
+  decide: NetworkDecide<P>,
+  failMode: () => FailMode,
+  policy: P | null,
+  subject: NetworkSubject,
+): Verdict {
+  if (policy === null) {
+    const open = failMode() === 'open';
+    return { action: open ? 'allow' : 'block', reason: 'no_policy', source: 'fail_mode', rule: null };
+  }
+  try {
+    return decide('network', subject, policy);
+  } catch {
+    return { action: 'block', reason: 'engine_error', source: 'fail_mode', rule: null };
+  }
 }

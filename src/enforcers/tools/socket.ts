@@ -12,7 +12,6 @@
  *                                               | {seq, ok:false, error:"no_policy"}   (leash terminal)
  * The service parses the gate's lines with the same strict reader the gate uses on MCP traffic.
  */
-import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { loadNative } from '../../native.js';
@@ -28,6 +27,7 @@ import {
   type JsonValue,
 } from '../../jsonl/json.js';
 import { LineReader } from '../../jsonl/lines.js';
+import { listenJsonLines } from '../../jsonl/server.js';
 import { deniedByName, judgeRequest, type CompiledGatePolicy } from './policy.js';
 import { DEFAULT_TOOLS_SOCKET } from '../../paths.js';
 
@@ -80,143 +80,95 @@ const noPolicyJudgment = (method: string): GateJudgment => ({
 
 /** Starts the service side of the tools socket. */
 export async function createToolsSocketServer(o: ToolsSocketServerOptions): Promise<ToolsSocketServer> {
-  const sockPath = o.path ?? DEFAULT_TOOLS_SOCKET;
   const mask = o.mask ?? ((s: string) => s);
   const peerUid = o.peerUid ?? peerUidFromAddon;
-  const conns = new Set<net.Socket>();
-  try {
-    // A stale socket from a previous run; refuse to remove anything that is not a socket.
-    if (fs.lstatSync(sockPath).isSocket()) fs.unlinkSync(sockPath);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-  }
-
-  const server = net.createServer((sock) => {
-    conns.add(sock);
-    sock.on('close', () => conns.delete(sock));
-    sock.on('error', () => sock.destroy());
-    let uid: number;
-    try {
-      uid = peerUid(sock);
-    } catch {
-      sock.destroy();
-      return;
-    }
-    const send = (v: JsonValue) => {
-      if (!sock.destroyed) sock.write(stringifyAscii(v) + '\n');
-    };
-    const handle = (line: Buffer) => {
-      let msg: JsonValue;
+  return listenJsonLines({
+    path: o.path ?? DEFAULT_TOOLS_SOCKET,
+    maxLineBytes: MAX_SOCKET_LINE,
+    mode: o.mode ?? 0o666,
+    accept: ({ sock, send }) => {
+      let uid: number;
       try {
-        msg = parseStrict(line);
+        uid = peerUid(sock);
       } catch {
-        sock.destroy();
-        return;
+        return null;
       }
-      if (!isObject(msg)) return sock.destroy();
-      const seq = msg.seq ?? null;
-      // The policy is looked up per message, so a reload reaches open sessions.
-      const policy = o.policyForUid(uid);
-      const ctx = { log: o.log, uid, logArgs: policy?.logArgs ?? 'denied', mask };
-      switch (msg.op) {
-        case 'hello':
-          send({
-            seq,
-            ok: true,
-            uid,
-            hide_denied: policy ? policy.hideDenied : true,
-            no_policy: policy === null,
-            redact_output: policy ? policy.redactOutput : true,
-          });
-          return;
-        case 'judge': {
-          const t0 = o.onJudge ? performance.now() : 0;
-          const method = typeof msg.method === 'string' ? msg.method : '';
-          const params = msg.params;
-          let j: GateJudgment;
-          if (policy === null) j = noPolicyJudgment(method);
-          else
-            j = judgeRequest(method, params, policy, {
-              serverName: typeof msg.server === 'string' ? msg.server : null,
-            }) as GateJudgment;
-          if (policy === null) {
-            j.ref = o.log.write({
+      return (msg: JsonObject) => {
+        const seq = msg.seq ?? null;
+        // The policy is looked up per message, so a reload reaches open sessions.
+        const policy = o.policyForUid(uid);
+        const ctx = { log: o.log, uid, logArgs: policy?.logArgs ?? 'denied', mask };
+        switch (msg.op) {
+          case 'hello':
+            send({
+              seq,
+              ok: true,
               uid,
-              surface: 'tools',
-              action: 'block',
-              reason: 'no_policy',
-              subject: { method },
-              rule: null,
+              hide_denied: policy ? policy.hideDenied : true,
+              no_policy: policy === null,
+              redact_output: policy ? policy.redactOutput : true,
             });
-          } else {
-            const ref = logJudgment(j, params, ctx);
-            if (ref !== undefined) j.ref = ref;
+            return;
+          case 'judge': {
+            const t0 = o.onJudge ? performance.now() : 0;
+            const method = typeof msg.method === 'string' ? msg.method : '';
+            const params = msg.params;
+            let j: GateJudgment;
+            if (policy === null) j = noPolicyJudgment(method);
+            else
+              j = judgeRequest(method, params, policy, {
+                serverName: typeof msg.server === 'string' ? msg.server : null,
+              }) as GateJudgment;
+            if (policy === null) {
+              j.ref = o.log.write({
+                uid,
+                surface: 'tools',
+                action: 'block',
+                reason: 'no_policy',
+                subject: { method },
+                rule: null,
+              });
+            } else {
+              const ref = logJudgment(j, params, ctx);
+              if (ref !== undefined) j.ref = ref;
+            }
+            const out: JsonObject = { action: j.action, method: j.method };
+            if (j.action === 'allow') out.policed = j.policed;
+            else {
+              out.code = j.code;
+              out.message = j.message;
+              out.reason = j.reason;
+              out.rule = j.rule;
+            }
+            if (j.ref !== undefined) out.ref = j.ref;
+            send({ seq, judgment: out });
+            o.onJudge?.((performance.now() - t0) / 1000);
+            return;
           }
-          const out: JsonObject = { action: j.action, method: j.method };
-          if (j.action === 'allow') out.policed = j.policed;
-          else {
-            out.code = j.code;
-            out.message = j.message;
-            out.reason = j.reason;
-            out.rule = j.rule;
+          case 'hidden': {
+            const names = Array.isArray(msg.names) ? msg.names.filter((n): n is string => typeof n === 'string') : [];
+            send({ seq, hidden: names.map((n) => (policy ? deniedByName(n, policy) : true)) });
+            return;
           }
-          if (j.ref !== undefined) out.ref = j.ref;
-          send({ seq, judgment: out });
-          o.onJudge?.((performance.now() - t0) / 1000);
-          return;
+          case 'event': {
+            const ev = isObject(msg.event) ? (toPlain(msg.event) as GateEvent) : null;
+            const reasons = ['protocol_client', 'protocol_server', 'server_timeout', 'server_closed', 'server_stalled'];
+            if (ev && reasons.includes(ev.reason)) logEvent(ev, ctx);
+            return;
+          }
+          case 'commands_policy': {
+            if (!o.commandsPolicyForUid) return sock.destroy();
+            const p = o.commandsPolicyForUid(uid);
+            if (p === null || p === undefined) send({ seq, ok: false, error: 'no_policy' });
+            else send({ seq, ok: true, uid, policy: fromPlain(p) });
+            return;
+          }
+          default:
+            sock.destroy();
         }
-        case 'hidden': {
-          const names = Array.isArray(msg.names) ? msg.names.filter((n): n is string => typeof n === 'string') : [];
-          send({ seq, hidden: names.map((n) => (policy ? deniedByName(n, policy) : true)) });
-          return;
-        }
-        case 'event': {
-          const ev = isObject(msg.event) ? (toPlain(msg.event) as GateEvent) : null;
-          const reasons = ['protocol_client', 'protocol_server', 'server_timeout', 'server_closed', 'server_stalled'];
-          if (ev && reasons.includes(ev.reason)) logEvent(ev, ctx);
-          return;
-        }
-        case 'commands_policy': {
-          if (!o.commandsPolicyForUid) return sock.destroy();
-          const p = o.commandsPolicyForUid(uid);
-          if (p === null || p === undefined) send({ seq, ok: false, error: 'no_policy' });
-          else send({ seq, ok: true, uid, policy: fromPlain(p) });
-          return;
-        }
-        default:
-          sock.destroy();
-      }
-    };
-    const lines = new LineReader(
-      (line) => {
-        if (!sock.destroyed) handle(line);
-      },
-      () => sock.destroy(),
-      { maxBytes: MAX_SOCKET_LINE },
-    );
-    sock.on('data', (chunk: Buffer) => lines.push(chunk));
-  });
-
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(sockPath, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  fs.chmodSync(sockPath, o.mode ?? 0o666);
-  return {
-    path: sockPath,
-    async close() {
-      for (const c of conns) c.destroy();
-      await new Promise<void>((r) => server.close(() => r()));
-      try {
-        fs.unlinkSync(sockPath);
-      } catch {
-        /* already gone */
-      }
+      };
     },
-  };
+  });
 }
 
 /**

@@ -11,27 +11,7 @@ import fs from 'node:fs';
 import type { DecisionRecord } from '../../log/decisions.js';
 import type { NativeAddon, NativeMountWatch, NativeWatcher, WatcherSubject } from '../../native.js';
 import { effectiveNamespaces } from '../../config/policy-input.js';
-import { parseMountinfo } from './policy.js';
-
-/** Filesystems whose files an agent cannot fill with a program of its own: not marked from a namespace. */
-const NOT_MARKED = new Set([
-  'proc',
-  'sysfs',
-  'cgroup',
-  'cgroup2',
-  'devpts',
-  'mqueue',
-  'bpf',
-  'debugfs',
-  'tracefs',
-  'securityfs',
-  'nsfs',
-  'pstore',
-  'configfs',
-  'binfmt_misc',
-  'fusectl',
-  'hugetlbfs',
-]);
+import { KERNEL_FILESYSTEMS, parseMountinfo } from './policy.js';
 
 export interface NamespaceStatus {
   /** Mount namespaces of subjects other than the watcher's, known now. */
@@ -124,7 +104,7 @@ export function createNamespaceScanner(o: NamespaceScannerOptions): NamespaceSca
       return; // gone
     }
     for (const m of parseMountinfo(text)) {
-      if (ours.has(m.dev) || markedDevs.has(m.dev) || NOT_MARKED.has(m.fsType)) continue;
+      if (ours.has(m.dev) || markedDevs.has(m.dev) || KERNEL_FILESYSTEMS.has(m.fsType)) continue;
       const [maj, min] = m.dev.split(':').map(Number) as [number, number];
       const at = `${proc}/${pid}/root${m.mountPoint === '/' ? '' : m.mountPoint}`;
       try {
@@ -165,6 +145,22 @@ export function createNamespaceScanner(o: NamespaceScannerOptions): NamespaceSca
     });
   };
 
+  // Shadow mode: the kill is logged once per process as would_block and not done; its mounts are marked as allowed.
+  const shadowLogged = new Set<number>();
+  const shadowed = (pid: number, uid: number, userIno: number): void => {
+    if (shadowLogged.has(pid)) return;
+    if (shadowLogged.size > 4096) shadowLogged.clear();
+    shadowLogged.add(pid);
+    o.log.write?.({
+      uid,
+      surface: 'commands',
+      action: 'would_block',
+      reason: 'namespace_denied',
+      subject: { pid, user_ns: userIno },
+      rule: 'filesystem.namespaces',
+    });
+  };
+
   const scan = (): void => {
     const subjects = o.subjects();
     if (subjects.size === 0 || ownMnt === null || ownUser === null) return;
@@ -190,8 +186,11 @@ export function createNamespaceScanner(o: NamespaceScannerOptions): NamespaceSca
       const pid = Number(name);
       const user = nsIno(proc, name, 'user');
       if (user !== null && user !== ownUser && denies(s)) {
-        kill(pid, uid, user);
-        continue;
+        if (!s.policy?.shadow) {
+          kill(pid, uid, user);
+          continue;
+        }
+        shadowed(pid, uid, user);
       }
       const mnt = nsIno(proc, name, 'mnt');
       if (mnt === null || mnt === ownMnt) continue;

@@ -14,7 +14,7 @@ export { effectiveNamespaces };
  * watcher. An absent commands.interpreters is `defaultInterpreters` (the system's dynamic loaders).
  */
 export function fsCmdPolicyOf(
-  p: Pick<PolicyInput, 'fail_mode' | 'commands'> & {
+  p: Pick<PolicyInput, 'fail_mode' | 'commands' | 'enforce'> & {
     filesystem: SurfacePolicy & { watch?: string[]; namespaces?: 'deny' | 'allow' };
   },
   defaultInterpreters: () => string[] = systemLoaders,
@@ -23,6 +23,7 @@ export function fsCmdPolicyOf(
   const interpreters = p.commands.interpreters ?? defaultInterpreters();
   return {
     fail_mode: p.fail_mode === 'open' ? 'open' : 'closed',
+    ...(p.enforce === 'shadow' ? { shadow: true } : {}),
     filesystem: {
       mode: p.filesystem.mode,
       allow: [...p.filesystem.allow],
@@ -155,8 +156,11 @@ export function mountOf(mounts: MountEntry[], p: string): MountEntry | null {
   return best;
 }
 
-/** Filesystems no fanotify mark can cover or that hold no files an agent opens. */
-const PSEUDO = new Set([
+/**
+ * Kernel filesystems whose files an agent cannot fill with a program of its own: the namespace scanner
+ * (namespaces.ts) does not mark them when a subject mounts one.
+ */
+export const KERNEL_FILESYSTEMS: ReadonlySet<string> = new Set([
   'proc',
   'sysfs',
   'cgroup',
@@ -164,18 +168,19 @@ const PSEUDO = new Set([
   'devpts',
   'mqueue',
   'bpf',
-  'tracefs',
   'debugfs',
+  'tracefs',
   'securityfs',
+  'nsfs',
   'pstore',
   'configfs',
+  'binfmt_misc',
   'fusectl',
   'hugetlbfs',
-  'binfmt_misc',
-  'autofs',
-  'efivarfs',
-  'nsfs',
 ]);
+
+/** Filesystems no fanotify mark can cover or that hold no files an agent opens (mark coverage skips them). */
+const PSEUDO = new Set([...KERNEL_FILESYSTEMS, 'autofs', 'efivarfs']);
 
 export interface CoverageWarning {
   surface: 'filesystem' | 'commands';

@@ -7,22 +7,17 @@
 // respawned from the current map (the group closed with it: the kernel let pending events
 // through). It gives up — a fatal error for the service to exit on — when watchers die more
 // than `maxDeaths` times in `windowMs`.
-import { spawn, type ChildProcess } from 'node:child_process';
-import fs from 'node:fs';
-import type net from 'node:net';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import type { Asker } from '../../approvals/contract.js';
+//
+// In three files: this one (the options, and every request routed to a watcher that has the current
+// map: set, status, reopen), takeover.ts (active and standby, respawn, takeover, the death count) and
+// watcher-proc.ts (one watcher process: spawn, its channel and pending requests, stop).
 import { LeashError } from '../../errors.js';
+import type { Asker } from '../../approvals/contract.js';
 import type { FsCmdPolicy, WatcherSubject } from '../../native.js';
-import {
-  lineReader,
-  type FromWatcher,
-  type ToWatcher,
-  type WatcherAsk,
-  type WatcherEvent,
-  type WatcherStatus,
-} from './protocol.js';
+import { createHoldRelay, holdArgs, type HoldBounds } from './hold-relay.js';
+import type { FromWatcher, WatcherStatus } from './protocol.js';
+import { startActive, type Succession } from './takeover.js';
+import { defaultScript, endProc, request, stopProc, type Proc, type Request } from './watcher-proc.js';
 
 export interface FsSupervisorOptions {
   /** The starting UID -> policy map. */
@@ -59,7 +54,7 @@ export interface FsSupervisorOptions {
    */
   ask?: Asker;
   /** The watcher's bounds on held events and the surfaces' deadlines (ms): config approvals. */
-  hold?: { max: number; perSubject: number; filesystemMs: number; commandsMs: number };
+  hold?: HoldBounds;
 }
 
 export interface FsSupervisor {
@@ -87,310 +82,88 @@ export interface FsSupervisor {
   close(): Promise<void>;
 }
 
-function defaultScript(): string {
-  const here = path.dirname(fileURLToPath(import.meta.url));
-  const local = path.join(here, 'watcher-main.js');
-  if (fs.existsSync(local)) return local;
-  // Running from TypeScript sources (tests): use the built watcher.
-  return path.resolve(here, '..', '..', '..', 'dist', 'src', 'enforcers', 'watcher', 'watcher-main.js');
+// Waits for a watcher that has the current map (the running one, or the next respawn).
+async function settle(st: Succession): Promise<WatcherStatus> {
+  for (;;) {
+    if (st.fatal) throw st.fatal;
+    if (st.closing) throw new Error('supervisor closed');
+    const c = st.current;
+    try {
+      return await c;
+    } catch (e) {
+      if (c === st.current) {
+        // The failed spawn's exit handler has not run yet; give it a moment.
+        await new Promise((r) => setTimeout(r, 50));
+        if (c === st.current && (st.fatal || st.closing || !st.act)) throw st.fatal ?? e;
+      }
+    }
+  }
 }
 
-type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+// Sends a request to a watcher that has the current map; retried on the next one if it dies.
+async function call(st: Succession, msg: Request): Promise<FromWatcher> {
+  for (;;) {
+    await settle(st);
+    const a = st.act;
+    try {
+      return await request(st, a, msg);
+    } catch (e) {
+      if (st.fatal || st.closing) throw st.fatal ?? e;
+      // Wait for the exit handler to install the successor before retrying.
+      const t0 = Date.now();
+      while (st.act === a && a !== null && Date.now() - t0 < 2000) await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+}
 
-interface Pending {
-  resolve: (m: FromWatcher) => void;
-  reject: (e: Error) => void;
+/** A map change reaches the standby too (it must judge with the current map the moment it takes over). */
+async function toStandby(st: Succession, msg: Request): Promise<void> {
+  const p = st.sb;
+  if (!p) return;
+  try {
+    await p.ready;
+    const m = await request(st, p, msg);
+    if (!m.ok) throw new Error(m.error);
+  } catch {
+    // A standby that missed a change must not take over with a stale map: replace it.
+    if (st.sb === p) {
+      st.sb = null;
+      endProc(p);
+    }
+  }
 }
 
 /** Starts the watcher and supervises it. */
 export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
   const map = new Map<number, WatcherSubject>();
   for (const s of opts.subjects) map.set(s.uid, s);
-  const maxDeaths = opts.maxDeaths ?? 3;
-  const windowMs = opts.windowMs ?? 10 * 60_000;
-  const script = opts.script ?? defaultScript();
-  const useStandby = opts.standby ?? true;
-  const deathTimes: number[] = [];
-  let deathCount = 0;
-  let closing = false;
-  let fatal: LeashError | null = null;
-
-  /** One watcher process: its channel, its pending requests, and whether it has acknowledged its map. */
-  interface Proc {
-    c: ChildProcess;
-    chan: net.Socket | null;
-    pending: Map<number, Pending>;
-    pid: number | null;
-    status: WatcherStatus | null;
-    ready: Promise<WatcherStatus>;
-    role: 'active' | 'standby';
-  }
-  let act: Proc | null = null;
-  let sb: Proc | null = null;
-  let nextId = 1;
-  let current!: Promise<WatcherStatus>;
-  let standbyWaiters: { resolve: (pid: number) => void; reject: (e: Error) => void }[] = [];
-  const relay = createHoldRelay(opts.ask, (p, msg) => request(p as Proc, msg));
-
-  const request = (p: Proc | null, msg: DistributiveOmit<ToWatcher, 'id'>): Promise<FromWatcher> =>
-    new Promise((resolve, reject) => {
-      if (!p || !p.chan || fatal) {
-        reject(fatal ?? new Error('watcher not running'));
-        return;
-      }
-      const id = nextId++;
-      p.pending.set(id, { resolve, reject });
-      p.chan.write(`${JSON.stringify({ ...msg, id })}\n`);
-    });
-
-  const giveUp = (err: LeashError): void => {
-    if (fatal) return;
-    fatal = err;
-    for (const w of standbyWaiters) w.reject(err);
-    standbyWaiters = [];
-    opts.onFatal?.(err);
+  const relay = createHoldRelay(opts.ask, (p, msg) => request(st, p as Proc, msg));
+  const st: Succession = {
+    map,
+    nextId: 1,
+    fatal: null,
+    spec: {
+      ...opts,
+      script: opts.script ?? defaultScript(),
+      args: [...(opts.args ?? []), ...holdArgs(opts.ask, opts.hold)],
+      onAsk: (p, a) => relay.ask(p, a),
+    },
+    hooks: { ...opts, onProcExit: (p) => relay.gone(p) },
+    maxDeaths: opts.maxDeaths ?? 3,
+    windowMs: opts.windowMs ?? 10 * 60_000,
+    useStandby: opts.standby ?? true,
+    act: null,
+    sb: null,
+    current: null as unknown as Promise<WatcherStatus>,
+    closing: false,
+    deathTimes: [],
+    deathCount: 0,
+    standbyFailures: 0,
+    standbyOff: false,
+    standbyWaiters: [],
   };
-
-  const endProc = (p: Proc): void => {
-    p.chan?.destroy();
-    p.c.kill('SIGTERM');
-  };
-
-  const countDeath = (): boolean => {
-    const now = Date.now();
-    deathCount++;
-    deathTimes.push(now);
-    while (deathTimes.length && deathTimes[0]! < now - windowMs) deathTimes.shift();
-    if (deathTimes.length > maxDeaths) {
-      giveUp(
-        new LeashError(
-          'watcher_failed',
-          `the filesystem watcher died ${deathTimes.length} times in ${Math.round(windowMs / 1000)} s`,
-          { deaths: deathTimes.length },
-        ),
-      );
-      return false;
-    }
-    return true;
-  };
-
-  const spawnProc = (role: 'active' | 'standby', of?: WatcherStatus): Proc => {
-    const extra =
-      role === 'standby' && of
-        ? ['--standby-of', String(of.pid), '--group-fd', String(of.groupFd), '--table-fd', String(of.tableFd)]
-        : [];
-    const argv = [
-      ...(opts.wrap ?? []),
-      process.execPath,
-      script,
-      '--decisions',
-      opts.decisions,
-      ...(opts.args ?? []),
-      ...holdArgs(opts),
-      ...extra,
-    ];
-    const stderrMode = opts.stderr === undefined || opts.stderr === 'inherit' ? 'inherit' : 'pipe';
-    const c = spawn(argv[0]!, argv.slice(1), {
-      stdio: ['ignore', 'inherit', stderrMode, 'pipe'],
-      env: opts.env ?? process.env,
-    });
-    const proc: Proc = {
-      c,
-      chan: c.stdio[3] as net.Socket,
-      pending: new Map(),
-      pid: null,
-      status: null,
-      ready: Promise.resolve(null as unknown as WatcherStatus),
-      role,
-    };
-    const s = proc.chan!;
-    s.on(
-      'data',
-      lineReader<FromWatcher | WatcherEvent>(
-        (m) => {
-          if ('ask' in m) return relay.ask(proc, m.ask);
-          const p = proc.pending.get(m.id);
-          if (!p) return;
-          proc.pending.delete(m.id);
-          p.resolve(m);
-        },
-        () => {},
-      ),
-    );
-    s.on('error', () => {});
-    if (typeof opts.stderr === 'function') {
-      const cb = opts.stderr;
-      c.stderr!.on('data', (b: Buffer) => cb(b.toString()));
-    }
-    c.on('exit', () => onExit(proc));
-    const timeoutMs = opts.readyTimeoutMs ?? 10_000;
-    const init = request(proc, { op: 'init', subjects: [...map.values()], watch: opts.watch ?? [] });
-    proc.ready = new Promise<WatcherStatus>((resolve, reject) => {
-      const t = setTimeout(() => {
-        // A watcher that never acknowledges is as good as dead: end it (closing its channel makes
-        // it exit; SIGTERM reaches it through a timeout(1) wrapper) and let the exit path decide.
-        endProc(proc);
-        reject(new Error('watcher did not acknowledge its map in time'));
-      }, timeoutMs);
-      init.then(
-        (m) => {
-          clearTimeout(t);
-          if (m.ok && m.status) {
-            proc.pid = m.status.pid;
-            proc.status = m.status;
-            resolve(m.status);
-          } else {
-            endProc(proc);
-            reject(new Error(m.ok ? 'no status' : m.error));
-          }
-        },
-        (e: Error) => {
-          clearTimeout(t);
-          reject(e);
-        },
-      );
-    });
-    proc.ready.catch(() => {});
-    return proc;
-  };
-
-  /** A standby for the active watcher, once the active has its map and its group. */
-  let standbyFailures = 0;
-  let standbyOff = false;
-  const startStandby = (): void => {
-    if (!useStandby || standbyOff || closing || fatal || sb) return;
-    const a = act;
-    if (!a?.status || a.status.groupFd === undefined || a.status.tableFd === undefined) return;
-    const p = spawnProc('standby', a.status);
-    sb = p;
-    p.ready.then(
-      () => {
-        if (sb !== p) return;
-        standbyFailures = 0;
-        for (const w of standbyWaiters) w.resolve(p.pid!);
-        standbyWaiters = [];
-      },
-      () => {},
-    );
-  };
-
-  const startActive = (): Promise<WatcherStatus> => {
-    const p = spawnProc('active');
-    act = p;
-    p.ready.then(
-      () => {
-        if (act === p) startStandby();
-      },
-      () => {},
-    );
-    return p.ready;
-  };
-
-  const onExit = (p: Proc): void => {
-    relay.gone(p);
-    for (const q of p.pending.values()) q.reject(new Error('watcher exited'));
-    p.pending.clear();
-    p.chan = null;
-    if (p === sb) {
-      sb = null;
-      if (closing || fatal) return;
-      if (!p.status) {
-        // It never held the group (e.g. pidfd_getfd refused by a system-call filter, or the active gone first):
-        // not a watcher death. Twice in a row and standbys are off; the active watcher is untouched.
-        standbyFailures++;
-        if (standbyFailures >= 2) {
-          standbyOff = true;
-          opts.onStandbyUnavailable?.(`the standby watcher could not take the group (${standbyFailures} tries)`);
-          return;
-        }
-        startStandby();
-        return;
-      }
-      // A standby that dies is a death like any other (a crash loop must end), then replaced.
-      if (countDeath()) startStandby();
-      return;
-    }
-    if (p !== act) return;
-    act = null;
-    if (closing || fatal) return;
-    if (!countDeath()) return;
-    const heir = sb;
-    if (heir?.status) {
-      // The standby's native thread saw the active's pidfd become readable and took over reading
-      // the same group (answering the dead watcher's in-flight events first): promote it.
-      sb = null;
-      act = heir;
-      current = Promise.resolve(heir.status);
-      opts.onRespawn?.({ pid: heir.pid!, deaths: deathCount, takeover: true });
-      startStandby();
-      return;
-    }
-    // No standby held the group: it closed with the watcher (the kernel let pending events
-    // through). Respawn from the current map; chains and listeners are not ours to touch.
-    if (heir) {
-      sb = null;
-      endProc(heir);
-    }
-    current = startActive();
-    current.then(
-      (st) => opts.onRespawn?.({ pid: st.pid, deaths: deathCount, takeover: false }),
-      () => {},
-    );
-  };
-
-  // Waits for a watcher that has the current map (the running one, or the next respawn).
-  const settle = async (): Promise<WatcherStatus> => {
-    for (;;) {
-      if (fatal) throw fatal;
-      if (closing) throw new Error('supervisor closed');
-      const c = current;
-      try {
-        return await c;
-      } catch (e) {
-        if (c === current) {
-          // The failed spawn's exit handler has not run yet; give it a moment.
-          await new Promise((r) => setTimeout(r, 50));
-          if (c === current && (fatal || closing || !act)) throw fatal ?? e;
-        }
-      }
-    }
-  };
-
-  // Sends a request to a watcher that has the current map; retried on the next one if it dies.
-  const call = async (msg: DistributiveOmit<ToWatcher, 'id'>): Promise<FromWatcher> => {
-    for (;;) {
-      await settle();
-      const a = act;
-      try {
-        return await request(a, msg);
-      } catch (e) {
-        if (fatal || closing) throw fatal ?? e;
-        // Wait for the exit handler to install the successor before retrying.
-        const t0 = Date.now();
-        while (act === a && a !== null && Date.now() - t0 < 2000) await new Promise((r) => setTimeout(r, 20));
-      }
-    }
-  };
-
-  /** A map change reaches the standby too (it must judge with the current map the moment it takes over). */
-  const toStandby = async (msg: DistributiveOmit<ToWatcher, 'id'>): Promise<void> => {
-    const p = sb;
-    if (!p) return;
-    try {
-      await p.ready;
-      const m = await request(p, msg);
-      if (!m.ok) throw new Error(m.error);
-    } catch {
-      // A standby that missed a change must not take over with a stale map: replace it.
-      if (sb === p) {
-        sb = null;
-        endProc(p);
-      }
-    }
-  };
-
-  current = startActive();
-  const ready = current;
+  st.current = startActive(st);
+  const ready = st.current;
 
   return {
     ready,
@@ -398,130 +171,45 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
       const subject: WatcherSubject = { uid, policy, failMode };
       map.set(uid, subject);
       // A watcher that dies with this in flight is followed by one that has the map.
-      await toStandby({ op: 'set', subject });
-      const m = await call({ op: 'set', subject });
+      await toStandby(st, { op: 'set', subject });
+      const m = await call(st, { op: 'set', subject });
       if (!m.ok) throw new LeashError('watcher_failed', `the watcher refused the map change: ${m.error}`);
     },
     async status() {
-      const m = await call({ op: 'status' });
+      const m = await call(st, { op: 'status' });
       if (!m.ok || !m.status) throw new Error(m.ok ? 'no status' : m.error);
       return m.status;
     },
     async reopenLog() {
-      await toStandby({ op: 'reopen' });
-      const m = await call({ op: 'reopen' });
+      await toStandby(st, { op: 'reopen' });
+      const m = await call(st, { op: 'reopen' });
       if (!m.ok) throw new LeashError('watcher_failed', `the watcher could not reopen its decision log: ${m.error}`);
     },
-    watcherPid: () => act?.pid ?? null,
-    standbyPid: () => (sb?.status ? sb.pid : null),
+    watcherPid: () => st.act?.pid ?? null,
+    standbyPid: () => (st.sb?.status ? st.sb.pid : null),
     standbyReady() {
-      if (!useStandby) return Promise.reject(new Error('standby is off'));
-      if (fatal) return Promise.reject(fatal);
-      if (sb?.status) return Promise.resolve(sb.pid!);
-      return new Promise((resolve, reject) => standbyWaiters.push({ resolve, reject }));
+      if (!st.useStandby) return Promise.reject(new Error('standby is off'));
+      if (st.fatal) return Promise.reject(st.fatal);
+      if (st.sb?.status) return Promise.resolve(st.sb.pid!);
+      return new Promise((resolve, reject) => st.standbyWaiters.push({ resolve, reject }));
     },
-    deaths: () => deathCount,
+    deaths: () => st.deathCount,
     async wedgeForTest() {
-      const m = await call({ op: 'wedge' });
+      const m = await call(st, { op: 'wedge' });
       if (!m.ok) throw new Error(m.error);
     },
     async selfOpenForTest(file) {
-      const m = await call({ op: 'selfopen', path: file });
+      const m = await call(st, { op: 'selfopen', path: file });
       if (!m.ok) throw new Error(m.error);
       return m.bytes ?? 0;
     },
     async close() {
-      closing = true;
-      for (const w of standbyWaiters) w.reject(new Error('supervisor closed'));
-      standbyWaiters = [];
+      st.closing = true;
+      for (const w of st.standbyWaiters) w.reject(new Error('supervisor closed'));
+      st.standbyWaiters = [];
       // The standby first: with the active gone it would take over.
-      await stopProc(sb);
-      await stopProc(act);
-    },
-  };
-}
-
-/** Ends one watcher process: its channel, SIGTERM, and SIGKILL (to it by PID, then its wrapper) after 3 s. */
-async function stopProc(p: { c: ChildProcess; chan: net.Socket | null; pid: number | null } | null): Promise<void> {
-  if (!p || p.c.exitCode !== null || p.c.signalCode !== null) return;
-  const exited = new Promise<void>((r) => p.c.once('exit', () => r()));
-  p.chan?.end();
-  p.c.kill('SIGTERM');
-  const wpid = p.pid;
-  const t = setTimeout(() => {
-    // The watcher is our grandchild under a wrapper: kill it by its own PID, then the wrapper.
-    if (wpid)
-      try {
-        process.kill(wpid, 'SIGKILL');
-      } catch {
-        /* already gone */
-      }
-    p.c.kill('SIGKILL');
-  }, 3000);
-  await exited;
-  clearTimeout(t);
-}
-
-/** The watcher's hold arguments (watcher-main.ts): present only when there is a queue to ask. */
-function holdArgs(o: FsSupervisorOptions): string[] {
-  if (!o.ask || !o.hold) return [];
-  const h = o.hold;
-  return [
-    '--hold-max',
-    String(h.max),
-    '--hold-per-subject',
-    String(h.perSubject),
-    '--hold-filesystem-ms',
-    String(h.filesystemMs),
-    '--hold-commands-ms',
-    String(h.commandsMs),
-  ];
-}
-
-/**
- * Relays a watcher's held events to the approvals queue and the outcomes back to the watcher that holds
- * them. A watcher that exits has its requests cancelled (the queue answers them approval_cancelled, a
- * block): what it held is answered by its standby's takeover (denied) or, with no standby, was let go
- * with the group.
- */
-function createHoldRelay(
-  ask: Asker | undefined,
-  send: (p: object, msg: DistributiveOmit<ToWatcher, 'id'>) => Promise<FromWatcher>,
-): { ask(p: object, a: WatcherAsk): void; gone(p: object): void } {
-  const open = new Map<object, Map<number, AbortController>>();
-  return {
-    ask(p, a) {
-      let mine = open.get(p);
-      if (!mine) open.set(p, (mine = new Map()));
-      const ac = new AbortController();
-      mine.set(a.id, ac);
-      const what = a.surface === 'commands' ? { binary: a.subject } : { path: a.subject };
-      const asked = ask
-        ? ask({
-            uid: a.uid,
-            surface: a.surface,
-            what,
-            rule: a.rule,
-            reason: 'ask_entry',
-            pid: a.pid,
-            cmdline: a.cmdline,
-            sessionKey: a.subject,
-            persistEntry: a.subject,
-            signal: ac.signal,
-          })
-        : Promise.resolve({ action: 'block' as const, reason: 'approval_unavailable' as const, request: null });
-      void asked.then((outcome) => {
-        mine.delete(a.id);
-        if (ac.signal.aborted) return;
-        send(p, { op: 'answer', hold: a.id, outcome }).catch(() => {
-          // The watcher is gone: its standby or the closed group answered the event.
-        });
-      });
-    },
-    gone(p) {
-      const mine = open.get(p);
-      open.delete(p);
-      for (const ac of mine?.values() ?? []) ac.abort();
+      await stopProc(st.sb);
+      await stopProc(st.act);
     },
   };
 }

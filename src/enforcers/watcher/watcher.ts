@@ -97,6 +97,13 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
       allowed: st.takeoverAllowed,
       denied: st.takeoverDenied,
       unrecorded: st.takeoverUnrecorded,
+      fromArea: st.takeoverFromArea,
+      hi: st.takeoverHi,
+      fenceErrno: st.takeoverFenceErrno,
+      noCreds: st.takeoverNoCreds,
+      drained: st.takeoverDrained,
+      drainErrno: st.takeoverDrainErrno,
+      unknownProcess: st.unknownProcess,
     });
   };
 
@@ -176,15 +183,17 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
   };
 
   // A standby marks nothing (its marks would be the group's twice); after its takeover it scans like the active one.
-  const nsTick = (): void => {
-    if (w.standby) return;
-    ns ??= createNamespaceScanner({
+  const newScanner = () =>
+    createNamespaceScanner({
       native: opts.native,
       watcher: w,
       subjects: () => subjects,
       log: opts.log,
       warn: opts.warn,
     });
+  const nsTick = (): void => {
+    if (w.standby) return;
+    ns ??= newScanner();
     ns.scan();
   };
 
@@ -198,13 +207,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
       rescan();
       const nsMs = opts.nsScanMs ?? 200;
       if (!standby && nsMs > 0) {
-        ns = createNamespaceScanner({
-          native: opts.native,
-          watcher: w,
-          subjects: () => subjects,
-          log: opts.log,
-          warn: opts.warn,
-        });
+        ns = newScanner();
         ns.scan();
       }
       // The loop coalesces its wake-ups (a deny or a full batch at once, else at most one per 20 ms), so allows

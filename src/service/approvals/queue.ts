@@ -80,9 +80,21 @@ export interface ApprovalQueue {
   /** Answers a subject's pending requests `approval_cancelled` (it left, or is held fail-closed). */
   cancelSubject(uid: number): void;
   stats(): { pending: number; subscribers: number; sessions: number };
+  /** What the metrics show (leash_approvals_*): held now by surface, decided and timed out since start. */
+  counts(): ApprovalCounts;
   /** Answers every pending request `approval_cancelled` (block) and refuses new ones. */
   close(): void;
 }
+
+/** Counters of the queue since the service started, by surface. */
+export interface ApprovalCounts {
+  pending: Record<Surface, number>;
+  /** Answered by a human or by the queue: outcome is the reason (approved_once, approval_denied, approval_timeout…). */
+  decided: Record<string, number>;
+  timeouts: Record<Surface, number>;
+}
+
+const zeroBySurface = (): Record<Surface, number> => ({ network: 0, filesystem: 0, commands: 0, tools: 0 });
 
 /** 10 random bytes in base32: an ID an approver can type, and no one can guess. */
 function newId(): string {
@@ -124,8 +136,13 @@ export function createApprovalQueue(opts: ApprovalQueueOptions): ApprovalQueue {
   };
   const sessionId = (uid: number, surface: Surface, key: string) => `${uid}\0${surface}\0${key}`;
 
+  const decidedCount = new Map<string, number>();
+  const timeouts = zeroBySurface();
   function finish(p: Pending, o: AskOutcome): void {
     if (!pending.delete(p.view.id)) return;
+    const k = `${p.view.surface}\0${o.reason}`;
+    decidedCount.set(k, (decidedCount.get(k) ?? 0) + 1);
+    if (o.reason === 'approval_timeout') timeouts[p.view.surface] += 1;
     clearTimeout(p.timer);
     if (p.signal && p.onAbort) p.signal.removeEventListener('abort', p.onAbort);
     const n = (perSubject.get(p.view.uid) ?? 1) - 1;
@@ -268,6 +285,11 @@ export function createApprovalQueue(opts: ApprovalQueueOptions): ApprovalQueue {
       for (const p of [...pending.values()]) if (p.view.uid === uid) finish(p, block('approval_cancelled', p.view.id));
     },
     stats: () => ({ pending: pending.size, subscribers: subscribers.size, sessions: sessions.size }),
+    counts() {
+      const held = zeroBySurface();
+      for (const p of pending.values()) held[p.view.surface] += 1;
+      return { pending: held, decided: Object.fromEntries(decidedCount), timeouts: { ...timeouts } };
+    },
     close() {
       closed = true;
       for (const p of [...pending.values()]) finish(p, block('approval_cancelled', p.view.id));

@@ -11,7 +11,8 @@ import type { Logger } from '../../log/logger.js';
 import { floorOf } from '../../policy/fragment.js';
 import { discoverFrom, readPasswd, type Subject } from '../../subjects/discovery.js';
 import { persistApproval } from './persist.js';
-import { createApprovalQueue, type ApprovalQueue } from './queue.js';
+import type { MetricFamily } from '../../metrics/metrics.js';
+import { createApprovalQueue, type ApprovalCounts, type ApprovalQueue } from './queue.js';
 import { createApprovalsSocket, DEFAULT_APPROVALS_SOCKET } from './socket.js';
 
 export interface ApprovalsOptions {
@@ -34,6 +35,33 @@ export interface Approvals {
   /** A subject held fail-closed or gone: its pending requests are blocked, its sessions end. */
   forget(uid: number): void;
   close(): Promise<void>;
+}
+
+/** The queue's counts as metric families (leash_approvals_pending, _decided_total, _timeouts_total). */
+export function approvalFamilies(c: ApprovalCounts): MetricFamily[] {
+  return [
+    {
+      name: 'leash_approvals_pending',
+      help: 'actions held now for a human, by surface',
+      type: 'gauge',
+      values: Object.entries(c.pending).map(([surface, value]) => ({ value, labels: { surface } })),
+    },
+    {
+      name: 'leash_approvals_decided',
+      help: 'held actions answered, by surface and outcome (approved_once, approved_session, approved_persist, approval_denied, approval_timeout, approval_cancelled)',
+      type: 'counter',
+      values: Object.entries(c.decided).map(([k, value]) => {
+        const [surface, outcome] = k.split('\0');
+        return { value, labels: { surface: surface ?? '', outcome: outcome ?? '' } };
+      }),
+    },
+    {
+      name: 'leash_approvals_timeouts',
+      help: 'held actions whose deadline passed (blocked), by surface',
+      type: 'counter',
+      values: Object.entries(c.timeouts).map(([surface, value]) => ({ value, labels: { surface } })),
+    },
+  ];
 }
 
 export async function startApprovals(o: ApprovalsOptions): Promise<Approvals> {

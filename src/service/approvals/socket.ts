@@ -7,12 +7,11 @@
  * A refused peer gets one {seq, ok:false, error:{code:"approvals_refused"}} and the connection is
  * closed. The console (#18) is meant to be a client of these three operations.
  */
-import fs from 'node:fs';
-import net from 'node:net';
+import type net from 'node:net';
 import { DECISIONS, type Decision } from '../../approvals/contract.js';
 import { isLeashError } from '../../errors.js';
-import { isObject, parseStrict, stringifyAscii, type JsonValue } from '../../jsonl/json.js';
-import { LineReader } from '../../jsonl/lines.js';
+import type { JsonObject, JsonValue } from '../../jsonl/json.js';
+import { listenJsonLines } from '../../jsonl/server.js';
 import { loadNative } from '../../native.js';
 import { judgePeer, procUids, type PeerIds } from './peer.js';
 import type { ApprovalQueue } from './queue.js';
@@ -39,7 +38,7 @@ export interface ApprovalsSocket {
   close(): Promise<void>;
 }
 
-function peerFromAddon(sock: net.Socket): PeerIds | null {
+export function peerFromAddon(sock: net.Socket): PeerIds | null {
   const fd = (sock as unknown as { _handle?: { fd?: number } })._handle?.fd;
   if (typeof fd !== 'number' || fd < 0) return null;
   try {
@@ -52,106 +51,65 @@ function peerFromAddon(sock: net.Socket): PeerIds | null {
 }
 
 export async function createApprovalsSocket(o: ApprovalsSocketOptions): Promise<ApprovalsSocket> {
-  const sockPath = o.path ?? DEFAULT_APPROVALS_SOCKET;
   const peerOf = o.peer ?? peerFromAddon;
-  const conns = new Set<net.Socket>();
-  try {
-    if (fs.lstatSync(sockPath).isSocket()) fs.unlinkSync(sockPath);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-  }
-  const server = net.createServer((sock) => {
-    conns.add(sock);
-    let unsubscribe: (() => void) | null = null;
-    sock.on('close', () => {
-      conns.delete(sock);
-      unsubscribe?.();
-    });
-    sock.on('error', () => sock.destroy());
-    const send = (v: unknown) => {
-      if (!sock.destroyed) sock.write(stringifyAscii(JSON.parse(JSON.stringify(v)) as JsonValue) + '\n');
-    };
-    const authorise = (seq: JsonValue): number | null => {
-      // Per message, not once: a peer whose UIDs changed, or that became a subject, is refused now.
-      const peer = peerOf(sock);
-      const v = judgePeer(peer, o.isSubject, o.operatorUid());
-      if (v.ok) return v.uid;
-      o.onRefused?.(v.why, peer);
-      send({ seq, ok: false, error: { code: 'approvals_refused', message: v.why } });
-      sock.end();
-      return null;
-    };
-    const handle = async (line: Buffer) => {
-      let msg: JsonValue;
-      try {
-        msg = parseStrict(line);
-      } catch {
-        sock.destroy();
-        return;
-      }
-      if (!isObject(msg)) return void sock.destroy();
-      const seq = msg.seq ?? null;
-      const uid = authorise(seq);
-      if (uid === null) return;
-      const by = { uid, account: o.accountOf?.(uid) ?? null };
-      switch (msg.op) {
-        case 'list':
-          send({ seq, ok: true, requests: o.queue.list() });
-          return;
-        case 'subscribe':
-          if (!unsubscribe) unsubscribe = o.queue.subscribe((ev) => send(ev));
-          send({ seq, ok: true, requests: o.queue.list() });
-          return;
-        case 'decide': {
-          const id = typeof msg.id === 'string' ? msg.id : '';
-          const d = msg.decision;
-          if (typeof d !== 'string' || !DECISIONS.includes(d as Decision)) {
-            send({
-              seq,
-              ok: false,
-              error: { code: 'usage', message: 'decision must be once, session, persist or deny' },
-            });
+  return listenJsonLines({
+    path: o.path ?? DEFAULT_APPROVALS_SOCKET,
+    maxLineBytes: MAX_LINE,
+    // Anyone may connect; who may act is decided per message from the peer's credentials.
+    mode: 0o666,
+    accept: (conn) => {
+      const sock = conn.sock;
+      let unsubscribe: (() => void) | null = null;
+      sock.on('close', () => unsubscribe?.());
+      const send = (v: unknown) => conn.send(JSON.parse(JSON.stringify(v)) as JsonValue);
+      const authorise = (seq: JsonValue): number | null => {
+        // Per message, not once: a peer whose UIDs changed, or that became a subject, is refused now.
+        const peer = peerOf(sock);
+        const v = judgePeer(peer, o.isSubject, o.operatorUid());
+        if (v.ok) return v.uid;
+        o.onRefused?.(v.why, peer);
+        send({ seq, ok: false, error: { code: 'approvals_refused', message: v.why } });
+        sock.end();
+        return null;
+      };
+      const handle = async (msg: JsonObject) => {
+        const seq = msg.seq ?? null;
+        const uid = authorise(seq);
+        if (uid === null) return;
+        const by = { uid, account: o.accountOf?.(uid) ?? null };
+        switch (msg.op) {
+          case 'list':
+            send({ seq, ok: true, requests: o.queue.list() });
+            return;
+          case 'subscribe':
+            if (!unsubscribe) unsubscribe = o.queue.subscribe((ev) => send(ev));
+            send({ seq, ok: true, requests: o.queue.list() });
+            return;
+          case 'decide': {
+            const id = typeof msg.id === 'string' ? msg.id : '';
+            const d = msg.decision;
+            if (typeof d !== 'string' || !DECISIONS.includes(d as Decision)) {
+              send({
+                seq,
+                ok: false,
+                error: { code: 'usage', message: 'decision must be once, session, persist or deny' },
+              });
+              return;
+            }
+            try {
+              const outcome = await o.queue.decide(id, d as Decision, by);
+              send({ seq, ok: true, outcome });
+            } catch (e) {
+              const code = isLeashError(e) ? e.code : 'internal';
+              send({ seq, ok: false, error: { code, message: (e as Error).message } });
+            }
             return;
           }
-          try {
-            const outcome = await o.queue.decide(id, d as Decision, by);
-            send({ seq, ok: true, outcome });
-          } catch (e) {
-            const code = isLeashError(e) ? e.code : 'internal';
-            send({ seq, ok: false, error: { code, message: (e as Error).message } });
-          }
-          return;
+          default:
+            send({ seq, ok: false, error: { code: 'usage', message: 'unknown op' } });
         }
-        default:
-          send({ seq, ok: false, error: { code: 'usage', message: 'unknown op' } });
-      }
-    };
-    const reader = new LineReader(
-      (line) => void handle(line),
-      () => sock.destroy(),
-      { maxBytes: MAX_LINE },
-    );
-    sock.on('data', (c: Buffer) => reader.push(c));
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(sockPath, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  // Anyone may connect; who may act is decided per message from the peer's credentials.
-  fs.chmodSync(sockPath, 0o666);
-  return {
-    path: sockPath,
-    async close() {
-      for (const c of conns) c.destroy();
-      await new Promise<void>((r) => server.close(() => r()));
-      try {
-        if (fs.lstatSync(sockPath).isSocket()) fs.unlinkSync(sockPath);
-      } catch {
-        // already gone
-      }
+      };
+      return (msg: JsonObject) => void handle(msg);
     },
-  };
+  });
 }

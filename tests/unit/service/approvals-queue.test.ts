@@ -57,6 +57,22 @@ describe('approvals queue', () => {
     q.close();
   });
 
+  it('counts what the metrics show: held by surface, decided by outcome, timeouts', async () => {
+    const { q } = setup({ deadlines: { network: 30, filesystem: 10, commands: 10, tools: 0.05 } });
+    const a = q.ask(req());
+    const t = q.ask(req({ surface: 'tools', sessionKey: 'read_file' }));
+    expect(q.counts().pending).toEqual({ network: 1, filesystem: 0, commands: 0, tools: 1 });
+    await expect(t).resolves.toMatchObject({ reason: 'approval_timeout' });
+    const net = q.list().find((v) => v.surface === 'network')!;
+    await q.decide(net.id, 'deny', root);
+    await a;
+    const c = q.counts();
+    expect(c.pending).toEqual({ network: 0, filesystem: 0, commands: 0, tools: 0 });
+    expect(c.timeouts).toEqual({ network: 0, filesystem: 0, commands: 0, tools: 1 });
+    expect(c.decided).toEqual({ 'tools\0approval_timeout': 1, 'network\0approval_denied': 1 });
+    q.close();
+  });
+
   it('blocks at once with approval_unavailable when nobody is subscribed, whatever the request', async () => {
     const { q, unsub } = setup();
     unsub();

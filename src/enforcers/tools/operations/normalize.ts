@@ -27,7 +27,8 @@ export interface Action {
   why?: string;
 }
 
-const unknown = (tool: string, mapping: string | null, why: string): Action => ({
+/** An action whose operation is unknown (it names no path, command or host). */
+export const unknownAction = (tool: string, mapping: string | null, why: string): Action => ({
   tool,
   mapping,
   operation: 'unknown',
@@ -53,12 +54,12 @@ export function normalizeCall(
   table: MappingTable | null,
   ctx: PathContext,
 ): Action {
-  if (table === null) return unknown(tool, null, 'no mapping table for this server');
+  if (table === null) return unknownAction(tool, null, 'no mapping table for this server');
   const mapping = `${table.id}@${table.version}`;
   const m = Object.prototype.hasOwnProperty.call(table.tools, tool) ? table.tools[tool] : undefined;
-  if (m === undefined) return unknown(tool, mapping, `tool not in the ${table.id} table`);
+  if (m === undefined) return unknownAction(tool, mapping, `tool not in the ${table.id} table`);
   const a = args === undefined ? {} : args;
-  if (!isObject(a)) return unknown(tool, mapping, 'arguments are not an object');
+  if (!isObject(a)) return unknownAction(tool, mapping, 'arguments are not an object');
   const str = (k: string): string | null | undefined => {
     if (!Object.prototype.hasOwnProperty.call(a, k)) return undefined;
     const v = a[k];
@@ -84,32 +85,34 @@ export function normalizeCall(
     let base = ctx.workspace;
     if (spec.base !== undefined) {
       const b = str(spec.base);
-      if (typeof b !== 'string') return unknown(tool, mapping, `argument ${spec.base} is missing or not a string`);
+      if (typeof b !== 'string')
+        return unknownAction(tool, mapping, `argument ${spec.base} is missing or not a string`);
       const rb = resolvePath(b, ctx.workspace, ctx);
-      if (rb === null) return unknown(tool, mapping, `argument ${spec.base} is not a path`);
+      if (rb === null) return unknownAction(tool, mapping, `argument ${spec.base} is not a path`);
       base = rb[0]!;
     }
     const v = Object.prototype.hasOwnProperty.call(a, spec.arg) ? a[spec.arg] : undefined;
     if (spec.array) {
       if (!Array.isArray(v) || v.length === 0)
-        return unknown(tool, mapping, `argument ${spec.arg} is not a non-empty array of paths`);
+        return unknownAction(tool, mapping, `argument ${spec.arg} is not a non-empty array of paths`);
       for (const el of v) {
         if (typeof el !== 'string' || !add(el, base))
-          return unknown(tool, mapping, `argument ${spec.arg} holds something that is not a path`);
+          return unknownAction(tool, mapping, `argument ${spec.arg} holds something that is not a path`);
       }
     } else if (typeof v !== 'string' || !add(v, base))
-      return unknown(tool, mapping, `argument ${spec.arg} is missing or not a path`);
+      return unknownAction(tool, mapping, `argument ${spec.arg} is missing or not a path`);
   }
   if (m.url !== undefined) {
     const u = str(m.url.arg);
-    if (typeof u !== 'string') return unknown(tool, mapping, `argument ${m.url.arg} is missing or not a string`);
+    if (typeof u !== 'string') return unknownAction(tool, mapping, `argument ${m.url.arg} is missing or not a string`);
     let url: URL;
     try {
       url = new URL(u);
     } catch {
-      return unknown(tool, mapping, 'invalid URL');
+      return unknownAction(tool, mapping, 'invalid URL');
     }
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') return unknown(tool, mapping, 'not an http(s) URL');
+    if (url.protocol !== 'http:' && url.protocol !== 'https:')
+      return unknownAction(tool, mapping, 'not an http(s) URL');
     act.hosts.push(hostOf(url));
     act.methods.push((m.method ?? 'GET').toUpperCase());
   }
@@ -119,7 +122,7 @@ export function normalizeCall(
   }
   if (m.sql !== undefined) {
     const q = str(m.sql.arg);
-    if (typeof q !== 'string') return unknown(tool, mapping, `argument ${m.sql.arg} is missing or not a string`);
+    if (typeof q !== 'string') return unknownAction(tool, mapping, `argument ${m.sql.arg} is missing or not a string`);
     const c = classifySql(q);
     // A tool declared as a write stays a write whatever its text says; a read tool whose text
     // writes is a write (the server may refuse it, the policy judges it as what it asks for).
@@ -131,12 +134,13 @@ export function normalizeCall(
   }
   if (m.command !== undefined) {
     const line = str(m.command.arg);
-    if (typeof line !== 'string') return unknown(tool, mapping, `argument ${m.command.arg} is missing or not a string`);
+    if (typeof line !== 'string')
+      return unknownAction(tool, mapping, `argument ${m.command.arg} is missing or not a string`);
     if (m.command.cwd !== undefined) {
       const c = str(m.command.cwd);
-      if (c === null) return unknown(tool, mapping, `argument ${m.command.cwd} is not a string`);
+      if (c === null) return unknownAction(tool, mapping, `argument ${m.command.cwd} is not a string`);
       if (c !== undefined && !add(c, ctx.workspace))
-        return unknown(tool, mapping, `argument ${m.command.cwd} is not a path`);
+        return unknownAction(tool, mapping, `argument ${m.command.cwd} is not a path`);
     }
     if (act.paths.length === 0) act.paths.push(...(resolvePath('.', ctx.workspace, ctx) ?? []));
     // A compound or quoted command line is never taken as a safe argv: it is ambiguous, with no

@@ -124,15 +124,10 @@ export interface RuleVariables {
 
 const NET_FIELDS = ['hosts', 'methods'] as const;
 const EXEC_OPS: ReadonlySet<Operation> = new Set(['shell.exec', 'git.read', 'git.write', 'git.remote']);
-const PATH_OPS: ReadonlySet<Operation> = new Set([
-  'fs.read',
-  'fs.write',
-  'fs.delete',
-  'shell.exec',
-  'git.read',
-  'git.write',
-  'git.remote',
-]);
+/** The operations whose actions name paths: fs.*, shell.exec and git.* (not net.request, db.*, unknown). */
+const PATH_OPS: ReadonlySet<Operation> = new Set(
+  OPERATIONS.filter((op) => op.startsWith('fs.') || op.startsWith('git.') || op === 'shell.exec'),
+);
 
 /** `${workspace}`, `${home}` and a leading `~` substituted; anything else in `${...}` is a problem. */
 export function expandVariables(text: string, vars: RuleVariables): string | { problem: string } {

@@ -348,6 +348,17 @@ describe('SQL text (sqlite and postgres tables)', () => {
     });
   });
 
+  it('a rule with resources over db operations only is an impossible combination', () => {
+    const problems: string[] = [];
+    compileRules(
+      [{ id: 'x', effect: 'allow', operations: ['db.*'], resources: ['/srv/**'] }],
+      'deny',
+      { workspace: ws, home: '/h' },
+      problems,
+    );
+    expect(problems).toHaveLength(1);
+  });
+
   it('an ambiguous query never inherits a default allow', () => {
     const open = rules([], 'allow');
     const PG = MAPPINGS.get('postgres')!;

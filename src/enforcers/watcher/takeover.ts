@@ -1,0 +1,150 @@
+// Who is the watcher (supervisor.ts): the active process and its standby, what happens when one exits
+// — the standby is promoted (it already reads the same fanotify group: takeover), or with no standby
+// holding the group a new active is spawned from the current map (respawn) — and the death count
+// that makes the supervisor give up. One process's spawn and channel are watcher-proc.ts.
+import { LeashError } from '../../errors.js';
+import type { WatcherStatus } from './protocol.js';
+import { endProc, spawnProc, type Channels, type Proc, type SpawnSpec } from './watcher-proc.js';
+
+export interface SuccessionHooks {
+  onFatal?: (err: LeashError) => void;
+  onRespawn?: (info: { pid: number; deaths: number; takeover: boolean }) => void;
+  onStandbyUnavailable?: (why: string) => void;
+  /** Runs first when any watcher process exits (its held events' requests are cancelled). */
+  onProcExit?: (p: Proc) => void;
+}
+
+/** The supervisor's state: which processes hold which role, the deaths, and the standby's tries. */
+export interface Succession extends Channels {
+  readonly spec: SpawnSpec;
+  readonly hooks: SuccessionHooks;
+  readonly maxDeaths: number;
+  readonly windowMs: number;
+  readonly useStandby: boolean;
+  act: Proc | null;
+  sb: Proc | null;
+  /** Resolves with the status of a watcher that has the current map (the running one, or the next respawn). */
+  current: Promise<WatcherStatus>;
+  closing: boolean;
+  deathTimes: number[];
+  deathCount: number;
+  standbyFailures: number;
+  standbyOff: boolean;
+  standbyWaiters: { resolve: (pid: number) => void; reject: (e: Error) => void }[];
+}
+
+function giveUp(st: Succession, err: LeashError): void {
+  if (st.fatal) return;
+  st.fatal = err;
+  for (const w of st.standbyWaiters) w.reject(err);
+  st.standbyWaiters = [];
+  st.hooks.onFatal?.(err);
+}
+
+/** Counts a watcher death; false (and the supervisor has given up) when there were too many in the window. */
+function countDeath(st: Succession): boolean {
+  const now = Date.now();
+  st.deathCount++;
+  st.deathTimes.push(now);
+  while (st.deathTimes.length && st.deathTimes[0]! < now - st.windowMs) st.deathTimes.shift();
+  if (st.deathTimes.length > st.maxDeaths) {
+    giveUp(
+      st,
+      new LeashError(
+        'watcher_failed',
+        `the filesystem watcher died ${st.deathTimes.length} times in ${Math.round(st.windowMs / 1000)} s`,
+        { deaths: st.deathTimes.length },
+      ),
+    );
+    return false;
+  }
+  return true;
+}
+
+/** A standby for the active watcher, once the active has its map and its group. */
+function startStandby(st: Succession): void {
+  if (!st.useStandby || st.standbyOff || st.closing || st.fatal || st.sb) return;
+  const a = st.act;
+  if (!a?.status || a.status.groupFd === undefined || a.status.tableFd === undefined) return;
+  const p = spawnProc(st, st.spec, 'standby', a.status, (q) => onExit(st, q));
+  st.sb = p;
+  p.ready.then(
+    () => {
+      if (st.sb !== p) return;
+      st.standbyFailures = 0;
+      for (const w of st.standbyWaiters) w.resolve(p.pid!);
+      st.standbyWaiters = [];
+    },
+    () => {},
+  );
+}
+
+/** Spawns the active watcher (its standby follows once it has its map); resolves when it has acknowledged the map. */
+export function startActive(st: Succession): Promise<WatcherStatus> {
+  const p = spawnProc(st, st.spec, 'active', undefined, (q) => onExit(st, q));
+  st.act = p;
+  p.ready.then(
+    () => {
+      if (st.act === p) startStandby(st);
+    },
+    () => {},
+  );
+  return p.ready;
+}
+
+/** A standby that exits: replaced, or standbys given up when it never held the group twice in a row. */
+function standbyExited(st: Succession, p: Proc): void {
+  st.sb = null;
+  if (st.closing || st.fatal) return;
+  if (!p.status) {
+    // It never held the group (e.g. pidfd_getfd refused by a system-call filter, or the active gone first):
+    // not a watcher death. Twice in a row and standbys are off; the active watcher is untouched.
+    st.standbyFailures++;
+    if (st.standbyFailures >= 2) {
+      st.standbyOff = true;
+      st.hooks.onStandbyUnavailable?.(`the standby watcher could not take the group (${st.standbyFailures} tries)`);
+      return;
+    }
+    startStandby(st);
+    return;
+  }
+  // A standby that dies is a death like any other (a crash loop must end), then replaced.
+  if (countDeath(st)) startStandby(st);
+}
+
+function onExit(st: Succession, p: Proc): void {
+  st.hooks.onProcExit?.(p);
+  for (const q of p.pending.values()) q.reject(new Error('watcher exited'));
+  p.pending.clear();
+  p.chan = null;
+  if (p === st.sb) {
+    standbyExited(st, p);
+    return;
+  }
+  if (p !== st.act) return;
+  st.act = null;
+  if (st.closing || st.fatal) return;
+  if (!countDeath(st)) return;
+  const heir = st.sb;
+  if (heir?.status) {
+    // The standby's native thread saw the active's pidfd become readable and took over reading
+    // the same group (answering the dead watcher's in-flight events first): promote it.
+    st.sb = null;
+    st.act = heir;
+    st.current = Promise.resolve(heir.status);
+    st.hooks.onRespawn?.({ pid: heir.pid!, deaths: st.deathCount, takeover: true });
+    startStandby(st);
+    return;
+  }
+  // No standby held the group: it closed with the watcher (the kernel let pending events
+  // through). Respawn from the current map; chains and listeners are not ours to touch.
+  if (heir) {
+    st.sb = null;
+    endProc(heir);
+  }
+  st.current = startActive(st);
+  st.current.then(
+    (s) => st.hooks.onRespawn?.({ pid: s.pid, deaths: st.deathCount, takeover: false }),
+    () => {},
+  );
+}

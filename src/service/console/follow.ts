@@ -1,0 +1,244 @@
+/**
+ * The console's source of decisions: the decision log file (logging.decisions), followed the way
+ * `tail -F` follows it — read from where it was on each inotify change (fs.watch) and every `pollMs`; a rename-style rotation (the path
+ * names another inode) is read to its end, then the new file from its start; a truncation starts
+ * again at 0. Kept: the last `ringSize` lines (the page's first screen and the ref details), and
+ * counts per surface and action in `bucketMs` buckets over the last `buckets` (the charts). All
+ * bounded; a line over `maxLine` bytes is skipped and counted.
+ */
+import fs from 'node:fs';
+import readline from 'node:readline';
+
+export interface FollowedLine {
+  text: string;
+  ts: string;
+  ref: string;
+  uid: number;
+  surface: string;
+  action: string;
+  reason: string;
+}
+
+export interface Bucket {
+  start: number;
+  counts: Record<string, number>;
+}
+
+export interface Follower {
+  recent(n: number, pred?: (l: FollowedLine) => boolean): FollowedLine[];
+  /** The line of a ref: the ring first, then the file itself (older lines). */
+  byRef(ref: string): Promise<FollowedLine | null>;
+  buckets(): Bucket[];
+  stats(): { lines: number; skipped: number; ring: number; rotations: number };
+  /** Reads what was appended now (tests, the benchmark); the timer does it every pollMs. */
+  poll(): void;
+  close(): void;
+}
+
+export interface FollowOptions {
+  path: string;
+  onLine: (l: FollowedLine) => void;
+  pollMs?: number;
+  ringSize?: number;
+  bucketMs?: number;
+  buckets?: number;
+  maxLine?: number;
+  /** Wake on inotify changes (default true); the poll timer runs either way. */
+  watch?: boolean;
+  /** Read the last `preload` bytes of the file at start into the ring (not to onLine). */
+  preload?: number;
+}
+
+export const REF = /^[a-z2-7]{8}$/;
+
+export function parseLine(text: string): FollowedLine | null {
+  let v: Record<string, unknown>;
+  try {
+    v = JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    return null;
+  }
+  if (typeof v !== 'object' || v === null || typeof v.ref !== 'string') return null;
+  return {
+    text,
+    ts: typeof v.ts === 'string' ? v.ts : '',
+    ref: v.ref,
+    uid: typeof v.uid === 'number' ? v.uid : -1,
+    surface: String(v.surface ?? ''),
+    action: String(v.action ?? ''),
+    reason: String(v.reason ?? ''),
+  };
+}
+
+export function followDecisions(o: FollowOptions): Follower {
+  const ringSize = o.ringSize ?? 5000;
+  const bucketMs = o.bucketMs ?? 10_000;
+  const nBuckets = o.buckets ?? 180;
+  const maxLine = o.maxLine ?? 256 * 1024;
+  const ring: FollowedLine[] = [];
+  let ringStart = 0;
+  const buckets: Bucket[] = [];
+  let fd: number | null = null;
+  let ino = -1;
+  let pos = 0;
+  let partial = '';
+  let lines = 0;
+  let skipped = 0;
+  let rotations = 0;
+  const buf = Buffer.alloc(1 << 20);
+  let watcher: fs.FSWatcher | null = null;
+  let woken = false;
+  const wake = () => {
+    if (woken) return;
+    woken = true;
+    setImmediate(() => {
+      woken = false;
+      if (fd !== null) poll();
+    });
+  };
+  const watch = () => {
+    watcher?.close();
+    try {
+      watcher = fs.watch(o.path, { persistent: false }, wake);
+      watcher.on('error', () => {
+        watcher?.close();
+        watcher = null;
+      });
+    } catch {
+      watcher = null; // the timer still polls
+    }
+  };
+
+  const keep = (l: FollowedLine) => {
+    if (ring.length < ringSize) ring.push(l);
+    else {
+      ring[ringStart] = l;
+      ringStart = (ringStart + 1) % ringSize;
+    }
+    const t = Date.parse(l.ts);
+    const start = Math.floor((Number.isFinite(t) ? t : Date.now()) / bucketMs) * bucketMs;
+    let b = buckets.at(-1);
+    if (!b || b.start < start) {
+      b = { start, counts: {} };
+      buckets.push(b);
+      while (buckets.length > nBuckets) buckets.shift();
+    } else if (b.start > start) b = buckets.find((x) => x.start === start) ?? b;
+    const k = `${l.surface}/${l.action}`;
+    b.counts[k] = (b.counts[k] ?? 0) + 1;
+  };
+  const take = (text: string, live: boolean) => {
+    if (text.length === 0) return;
+    if (text.length > maxLine) return void skipped++;
+    const l = parseLine(text);
+    if (!l) return void skipped++;
+    lines++;
+    keep(l);
+    if (live) o.onLine(l);
+  };
+  const open = (fromEnd: boolean): boolean => {
+    try {
+      fd = fs.openSync(o.path, 'r');
+    } catch {
+      fd = null;
+      return false;
+    }
+    const st = fs.fstatSync(fd);
+    ino = st.ino;
+    if (o.watch !== false) watch();
+    pos = 0;
+    partial = '';
+    if (fromEnd) {
+      const pre = Math.min(st.size, o.preload ?? 2 * 1024 * 1024);
+      const start = st.size - pre;
+      if (pre > 0) {
+        const b = Buffer.alloc(pre);
+        fs.readSync(fd, b, 0, pre, start);
+        const parts = b.toString('utf8').split('\n');
+        if (start > 0) parts.shift();
+        parts.pop();
+        for (const p of parts) take(p, false);
+      }
+      pos = st.size;
+    }
+    return true;
+  };
+  const drain = () => {
+    if (fd === null) return;
+    for (;;) {
+      const n = fs.readSync(fd, buf, 0, buf.length, pos);
+      if (n <= 0) break;
+      pos += n;
+      const parts = (partial + buf.toString('utf8', 0, n)).split('\n');
+      partial = parts.pop()!;
+      if (partial.length > maxLine) {
+        partial = '';
+        skipped++;
+      }
+      for (const p of parts) take(p, true);
+    }
+  };
+  const poll = () => {
+    if (fd === null) {
+      if (open(false)) drain();
+      return;
+    }
+    drain();
+    let st: fs.Stats | null = null;
+    try {
+      st = fs.statSync(o.path);
+    } catch {
+      st = null;
+    }
+    if (st && st.ino !== ino) {
+      // Rotated: the old file has been read to its end above; the new one from its start.
+      fs.closeSync(fd);
+      rotations++;
+      if (open(false)) drain();
+    } else if (st && st.size < pos) {
+      pos = 0;
+      partial = '';
+      drain();
+    }
+  };
+  open(true);
+  const timer = setInterval(poll, o.pollMs ?? 100);
+  timer.unref();
+
+  const ordered = () => [...ring.slice(ringStart), ...ring.slice(0, ringStart)];
+  return {
+    recent(n, pred) {
+      const all = ordered();
+      const out: FollowedLine[] = [];
+      for (let i = all.length - 1; i >= 0 && out.length < n; i--) if (!pred || pred(all[i]!)) out.push(all[i]!);
+      return out.reverse();
+    },
+    async byRef(ref) {
+      if (!REF.test(ref)) return null;
+      const hit = ring.find((l) => l.ref === ref);
+      if (hit) return hit;
+      if (!fs.existsSync(o.path)) return null;
+      const needle = `"ref":"${ref}"`;
+      const rl = readline.createInterface({ input: fs.createReadStream(o.path, { encoding: 'utf8' }) });
+      for await (const text of rl) {
+        if (text.includes(needle)) {
+          const l = parseLine(text);
+          if (l && l.ref === ref) {
+            rl.close();
+            return l;
+          }
+        }
+      }
+      return null;
+    },
+    buckets: () => buckets.map((b) => ({ start: b.start, counts: { ...b.counts } })),
+    stats: () => ({ lines, skipped, ring: ring.length, rotations }),
+    poll,
+    close() {
+      clearInterval(timer);
+      watcher?.close();
+      watcher = null;
+      if (fd !== null) fs.closeSync(fd);
+      fd = null;
+    },
+  };
+}
