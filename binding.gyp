@@ -26,6 +26,7 @@
         "native/exec_state.cc",
         "native/watchdog.cc",
         "native/takeover.cc",
+        "native/hold.cc",
         "native/hardlinks.cc",
         "native/jsonscan.cc",
         "native/mntns.cc",

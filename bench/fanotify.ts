@@ -48,6 +48,11 @@ const { values } = parseArgs({
     'exec-only': { type: 'boolean', default: false },
     /** Openers at once in the concurrent rows (where a batch read could take several events). */
     parallel: { type: 'string', default: '4' },
+    /**
+     * Another build's watcher-main.js (e.g. main's, built in a copy of the tree): rows "(baseline build)" measured in
+     * the same rounds, for a change to the loop to be judged against the code before it.
+     */
+    'baseline-watcher': { type: 'string', default: '' },
   },
 });
 const OPENS = Number(values.opens);
@@ -230,7 +235,9 @@ async function stop(c: ChildProcess): Promise<void> {
 }
 
 async function leash(tag: string, extraArgs: string[] = [], policy = bigPolicy()): Promise<FsSupervisor> {
+  const baseline = tag.includes('baseline build');
   const sup = createFsSupervisor({
+    ...(baseline ? { script: values['baseline-watcher'] } : {}),
     subjects: [{ uid: S.uid, policy, failMode: 'closed' }],
     decisions: path.join(tmp, `decisions-${tag.replace(/[^a-z0-9]+/gi, '-') || 'default'}.jsonl`),
     wrap: ['timeout', '-s', 'KILL', '300'],
@@ -317,6 +324,7 @@ async function main(): Promise<void> {
       [' (no metrics)', ['--metrics=off']],
     ];
     if (spin !== null) variants.push([` (spin ${spin} µs)`, [`--spin-us=${spin}`]]);
+    if (values['baseline-watcher']) variants.push([' (baseline build)', []]);
     if (values.explore) variants.push([' (no spin)', ['--spin-us=0']]);
     // Alternate the order round by round, so that a drift in load falls on every variant alike.
     if (round % 2 === 1) variants.reverse();

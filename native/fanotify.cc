@@ -41,6 +41,7 @@ Napi::Function Watcher::Define(Napi::Env env) {
                          InstanceAccessor("tableFd", &Watcher::TableFd, nullptr),
                          InstanceAccessor("standby", &Watcher::Standby, nullptr),
                          InstanceMethod("takeoverRecords", &Watcher::TakeoverRecords),
+                         InstanceMethod("answer", &Watcher::Answer),
                      });
 }
 
@@ -74,6 +75,18 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
   paths_.set_facts(linkCheck_);
   bool readBatch = o.Get("readBatch").IsBoolean() && o.Get("readBatch").As<Napi::Boolean>().Value();
   int responseFd = static_cast<int>(num("responseFd", -1));
+  // hold: {max, perSubject, filesystemMs, commandsMs}: ask entries are held for an approver (hold.h).
+  if (o.Get("hold").IsObject()) {
+    Napi::Object h = o.Get("hold").As<Napi::Object>();
+    auto hn = [&](const char* k, int64_t d) -> int64_t {
+      Napi::Value v = h.Get(k);
+      return v.IsNumber() ? v.As<Napi::Number>().Int64Value() : d;
+    };
+    hold_.settings.max = static_cast<size_t>(hn("max", 1000));
+    hold_.settings.perSubject = static_cast<size_t>(hn("perSubject", 200));
+    hold_.settings.filesystemMs = hn("filesystemMs", 10000);
+    hold_.settings.commandsMs = hn("commandsMs", 10000);
+  }
 
   // identity: how the opener's credentials are read (identity.h): 'pidfd-cache' (default),
   // 'report-pidfd' or 'proc'.
@@ -274,6 +287,7 @@ Napi::Value Watcher::Drain(const Napi::CallbackInfo& info) {
   out.Set("count", Napi::Number::New(env, static_cast<double>(count)));
   out.Set("denies", Napi::Number::New(env, static_cast<double>(denies)));
   out.Set("droppedAllows", Napi::Number::New(env, static_cast<double>(dropped)));
+  DrainAsks(env, out);
   return out;
 }
 
@@ -344,6 +358,7 @@ Napi::Value Watcher::Stats(const Napi::CallbackInfo& info) {
     n("queuedAllows", qAllows_);
   }
   n("allowsCounted", dropped_);
+  HoldStats(env, o);
   o.Set("loopError", Napi::Number::New(env, loopErrno_.load()));
   o.Set("running", Napi::Boolean::New(env, started_ && !dog_.loop_done()));
   return o;
@@ -370,6 +385,8 @@ void Watcher::StopThreads() {
   }
   dog_.Stop();
   if (loop_.joinable()) loop_.join();
+  // What is held is answered before the group is let go of: decided answers as decided, the rest denied.
+  if (fd_ >= 0 && !standby_.load()) ReleaseHeld();
   // Closing the group answers every pending event allow once no standby holds it: the host is released.
   if (ownsFd_ && fd_ >= 0) close(fd_);
   inflight_.Close();

@@ -41,6 +41,7 @@ void Watcher::Loop() {
   int64_t lastBatch = 0;  // when the previous batch was done
   bool burst = false;     // the last two batches came close together: spin after this one
   while (!stop_.load(std::memory_order_relaxed)) {
+    if (hold_.answersPending.load(std::memory_order_relaxed)) ServeAnswers();
     dog_.SetPhase(kReading);
     ssize_t n = read(fd_, buf, readLen_);
     if (n > 0) {
@@ -49,6 +50,7 @@ void Watcher::Loop() {
       burst = t - lastBatch < kBurstGapFactor * spinNs_;
       lastBatch = lastEvent = t;
       dog_.BeatLoop(t / 1000000);
+      if (hold_.count.load(std::memory_order_relaxed) > 0) ExpireHeld(t);
       continue;
     }
     if (n == 0) break;  // a test pipe reached EOF
@@ -77,9 +79,16 @@ void Watcher::Loop() {
     }
     dog_.SetPhase(kIdle);
     pollfd p[2] = {{fd_, POLLIN, 0}, {stopFd_, POLLIN, 0}};
-    int r = poll(p, 2, 1000);
+    int held = hold_.count.load(std::memory_order_relaxed);
+    int r = poll(p, 2, held > 0 ? HoldPollMs(NowNs()) : 1000);
     int64_t t = NowNs();
     dog_.BeatLoop(t / 1000000);
+    if (r > 0 && (p[1].revents & POLLIN) && !stop_.load()) {
+      uint64_t v;  // an answer woke us (Watcher::Answer), not a stop: reset the eventfd
+      ssize_t ignored = read(stopFd_, &v, sizeof v);
+      (void)ignored;
+    }
+    if (held > 0 || hold_.count.load(std::memory_order_relaxed) > 0) ExpireHeld(t);
     if (r > 0 && (p[0].revents & POLLIN)) lastEvent = t;
     if (r > 0 && (p[0].revents & (POLLHUP | POLLERR)) && !(p[0].revents & POLLIN)) break;
   }
@@ -143,6 +152,15 @@ void Watcher::HandleEvent(const fanotify_event_metadata* m) {
       } else {
         ndec = Judge(*snap, c, m, &allow, decs);
         if (ndec == 0) nonSubject_.fetch_add(1, std::memory_order_relaxed);
+        // An ask entry: the event is held (answered later, hold.cc), or the ask becomes a block.
+        if (askAt_ >= 0 && TryHold(m, decs, &ndec)) {
+          if (t0 != 0) CountJudge(NowNs() - t0);
+          if (seen_) seen_->insert(m->pid);
+          execs_.AfterAnswer(batchMonoNs_);
+          if (pidfd >= 0) close(pidfd);
+          if (ndec > 0) Enqueue(decs, ndec);
+          return;
+        }
       }
     }
     dog_.SetPhase(kAnswering);
@@ -176,6 +194,7 @@ int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_me
     uids[nh++] = c.uid[i];
   }
   if (nh == 0) return 0;
+  askAt_ = -1;
   bool havePath = paths_.PathOf(m->fd);
   std::string_view subject = paths_.path();
   // A file with more than one name that the process could have linked itself: an allow by this
@@ -210,6 +229,13 @@ int Watcher::Judge(const Snapshot& snap, const Creds& c, const fanotify_event_me
         if (linked && v.allow && pol) {
           v = JudgeLinks(*pol, exec, facts, v);
           if (v.reason == Reason::kHardlinked) hardlinked_.fetch_add(1, std::memory_order_relaxed);
+        }
+        if (pol && pol->hasAsk && AskOf(*pol, exec, subject, &v)) {
+          // Asked: a human sees one name, so a file with other names the process could have made
+          // is judged by them as an allow would be, and blocked (hardlinked) rather than asked.
+          MatchVerdict asAllowed = linked ? JudgeLinks(*pol, exec, facts, {true, Reason::kAllowEntry, v.rule}) : v;
+          if (linked && asAllowed.reason == Reason::kHardlinked) v = asAllowed;
+          else askAt_ = n;
         }
       }
       bool shadowed = ShadowAnswer(pol, &v);
@@ -264,11 +290,10 @@ bool Watcher::ShadowAnswer(const FsPolicy* pol, MatchVerdict* v) {
 // Waking JavaScript costs the loop an eventfd write and a futex per wake, so wakes are
 // coalesced: a deny or a full batch wakes at once, otherwise at most one wake per
 // kWakeEveryNs; JavaScript also drains on a short timer, which picks up the rest.
-void Watcher::Enqueue(DecisionRecord* d, int n) {
+void Watcher::EnqueueAt(DecisionRecord* d, int n, std::string_view subject) {
   refs_.Reserve(static_cast<size_t>(n));  // any getrandom happens outside the lock
   bool wake = false;
   bool deny = false;
-  std::string_view subject = paths_.path();
   {
     std::lock_guard<std::mutex> g(qmu_);
     for (int i = 0; i < n; i++) {
@@ -301,7 +326,7 @@ void Watcher::Enqueue(DecisionRecord* d, int n) {
       }
     }
   }
-  if (wake) tsfn_.NonBlockingCall();
+  if (wake && haveTsfn_) tsfn_.NonBlockingCall();
 }
 
 extern const int64_t kJudgeBucketUs[11];

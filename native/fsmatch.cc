@@ -11,7 +11,9 @@ namespace {
 
 const char* const kReasonNames[] = {"allow_entry", "mode_allow",   "deny_entry",        "not_allowed",
                                     "no_policy",   "engine_error", "interpreter_of", "interpreter_direct",
-                                    "hardlinked",  "namespace_denied"};
+                                    "hardlinked",  "namespace_denied", "ask_entry",
+                                    "approval_limit", "approval_unavailable", "approval_timeout",
+                                    "approval_cancelled"};
 
 bool IsGlob(std::string_view s) { return s.find_first_of("*?[") != std::string_view::npos; }
 
@@ -422,6 +424,8 @@ std::shared_ptr<FsPolicy> FsPolicyFromJs(Napi::Env env, Napi::Value v) {
     p->cmdInterpreters.Add(e);
     p->hasInterpreters = true;
   }
+  for (const auto& e : StringArray(fo.Get("ask"))) p->fsAsk.Add(e), p->hasAsk = true;
+  for (const auto& e : StringArray(co.Get("ask"))) p->cmdAsk.Add(e), p->hasAsk = true;
   return p;
 }
 

@@ -28,7 +28,13 @@ enum class Reason : uint8_t {
   kHardlinked,
   /** A file on a filesystem the agent mounted in a namespace of its own, under a whitelist (never matched). */
   kNamespaceDenied,
-  kLast = kNamespaceDenied
+  // An ask entry (the engine's ask_entry), and how a held ask ended without an approver's answer (hold.h).
+  kAskEntry,
+  kApprovalLimit,
+  kApprovalUnavailable,
+  kApprovalTimeout,
+  kApprovalCancelled,
+  kLast = kApprovalCancelled
 };
 
 /** The snake_case name of a reason, as the engine and the decision log spell it. */
@@ -115,6 +121,10 @@ struct FsPolicy {
   /** commands.interpreters: absolute paths only (a basename would imply any file of that name). */
   CommandList cmdInterpreters;
   bool hasInterpreters = false;
+  /** The ask entries (hold.h AskOf): what the watcher holds for an approver instead of answering. */
+  PathList fsAsk;
+  CommandList cmdAsk;
+  bool hasAsk = false;
   /** Shadow mode: the watcher answers allow where this policy denies, and logs would_block. */
   bool shadow = false;
 };

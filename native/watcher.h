@@ -21,6 +21,7 @@
 #include "decisionline.h"
 #include "exec_state.h"
 #include "fsmatch.h"
+#include "hold.h"
 #include "identity.h"
 #include "paths.h"
 #include "takeover.h"
@@ -74,7 +75,24 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   Napi::Value TableFd(const Napi::CallbackInfo& info);
   Napi::Value Standby(const Napi::CallbackInfo& info);
   Napi::Value TakeoverRecords(const Napi::CallbackInfo& info);
+  Napi::Value Answer(const Napi::CallbackInfo& info);
   void StopThreads();
+
+  // ---- held events (hold.cc; hold.h explains them) ----
+  /** After Judge asked (askAt_): holds the event (true: not answered now) or turns the ask into a block. */
+  bool TryHold(const fanotify_event_metadata* m, DecisionRecord* decs, int* ndec);
+  /** Loop thread: writes the answers JavaScript decided. */
+  void ServeAnswers();
+  /** Loop thread: denies the holds whose deadline has passed (approval_timeout). */
+  void ExpireHeld(int64_t nowNs);
+  /** The poll timeout while events are held: until the nearest deadline, at most 1000 ms. */
+  int HoldPollMs(int64_t nowNs);
+  /** After the loop stopped: writes decided answers, denies the rest (approval_cancelled). */
+  void ReleaseHeld();
+  /** Writes one held event's answer (loop thread, or after it stopped) and queues its line when `reason` is set. */
+  void AnswerHeld(HeldEvent& h, bool allow, const Reason* reason);
+  void HoldStats(Napi::Env env, Napi::Object o);
+  void DrainAsks(Napi::Env env, Napi::Object out);
 
   // ---- the standby's takeover (takeover.cc; loop thread) ----
   /** Waits until the active watcher has exited (true) or this one is stopped (false). */
@@ -88,7 +106,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   void HandleEvent(const fanotify_event_metadata* m);
   int Judge(const Snapshot& snap, const Creds& c, const fanotify_event_metadata* m, bool* allow,
             DecisionRecord* decs);
-  void Enqueue(DecisionRecord* d, int n);
+  void Enqueue(DecisionRecord* d, int n) { EnqueueAt(d, n, paths_.path()); }
+  void EnqueueAt(DecisionRecord* d, int n, std::string_view subject);
   static bool ShadowAnswer(const FsPolicy* pol, MatchVerdict* v);
 
   // The loop's timing and the queue's wake-up coalescing (fanotify_loop.cc explains them).
@@ -142,6 +161,9 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   std::atomic<uint64_t> takeoverFromArea_{0};
   std::atomic<uint64_t> takeoverHi_{0}, takeoverFenceErrno_{0}, takeoverNoCreds_{0}, takeoverDrained_{0},
       takeoverDrainErrno_{0};
+
+  HoldState hold_;
+  int askAt_ = -1;  // loop thread: the decision Judge turned into an ask, or -1
 
   Identity identity_;  // loop thread only
   PathResolver paths_;  // loop thread, and Mark (its mounts, under its lock)

@@ -42,9 +42,17 @@ export interface FsCmdPolicy {
      * commands is a whitelist. The matcher ignores it (the watcher's namespace scan reads it).
      */
     namespaces?: 'deny' | 'allow';
+    /** Ask entries: an open they cover is held for an approver (WatcherOptions.hold), or blocked. */
+    ask?: string[];
   };
   /** `interpreters`: commands.interpreters (absolute paths), implied only as an allowed program's interpreter. */
-  commands: { mode: 'whitelist' | 'blacklist'; allow: string[]; deny: string[]; interpreters?: string[] };
+  commands: {
+    mode: 'whitelist' | 'blacklist';
+    allow: string[];
+    deny: string[];
+    interpreters?: string[];
+    ask?: string[];
+  };
 }
 /** Opaque handle to a natively compiled FsCmdPolicy. */
 export type NativeFsPolicyHandle = { readonly __nativeFsPolicy: unique symbol };
@@ -81,6 +89,21 @@ export interface WatcherDrain {
   denies: number;
   /** Allow decisions counted instead of queued since the last drain (log pressure). */
   droppedAllows: number;
+  /** Events held for an approver since the last drain (native/hold.h): answer each with `answer(id, allow)`. */
+  asks: HeldAsk[];
+}
+/** One held open or exec, as the loop passes it up. */
+export interface HeldAsk {
+  id: number;
+  pid: number;
+  uid: number;
+  surface: 'filesystem' | 'commands';
+  /** The path opened, or the binary executed. */
+  subject: string;
+  /** The ask entry that covers it. */
+  rule: string | null;
+  /** When the loop itself denies it unanswered (ms since the epoch). */
+  deadline: number;
 }
 /** One case for the decision-line differential test (`formatDecisionLines`). */
 export interface DecisionLineCase {
@@ -147,6 +170,12 @@ export interface WatcherOptions {
    * then answer the events it had read and not answered (its table), and read on.
    */
   standbyOf?: { pid: number; groupFd: number; tableFd: number };
+  /**
+   * Hold the events an ask entry covers for an approver (native/hold.h): at most `max` at once and
+   * `perSubject` per subject (beyond: denied at once, approval_limit), each denied unanswered after its
+   * surface's deadline (approval_timeout). Absent: an ask is denied at once (approval_unavailable).
+   */
+  hold?: { max: number; perSubject: number; filesystemMs: number; commandsMs: number };
 }
 export interface WatcherStats {
   events: number;
@@ -200,6 +229,13 @@ export interface WatcherStats {
   queuedAllows: number;
   /** Allow decisions counted instead of written since start (log pressure). */
   allowsCounted: number;
+  /** Events held now, and since start: held, answered allow, answered deny, denied at their deadline, refused over the bound. */
+  held: number;
+  heldTotal: number;
+  heldAllowed: number;
+  heldDenied: number;
+  heldExpired: number;
+  heldLimited: number;
 }
 export interface NativeWatcher {
   readonly fd: number;
@@ -221,6 +257,8 @@ export interface NativeWatcher {
   mark(path: string, scope: 'agent', major: number, minor: number): void;
   setSubjects(entries: WatcherSubject[]): number;
   drain(): WatcherDrain;
+  /** Answers a held event (HeldAsk.id); false when it is no longer held (its deadline passed). */
+  answer(id: number, allow: boolean): boolean;
   heartbeat(): void;
   stats(): WatcherStats;
   close(): void;

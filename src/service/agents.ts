@@ -162,6 +162,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
                     : 'watcher respawned from the current map',
                 ),
               onStandbyUnavailable: (why) => logger.warn({}, `${why}: a watcher death reopens the respawn window`),
+              ask: approvals.queue.ask,
             }),
           );
         if (c.enforcers.network)

@@ -27,26 +27,19 @@ export function fsCmdPolicyOf(
     filesystem: {
       mode: p.filesystem.mode,
       allow: [...p.filesystem.allow],
-      deny: [...p.filesystem.deny, ...askedAsDenied(p.filesystem)],
+      deny: [...p.filesystem.deny],
+      ...(p.filesystem.ask?.length ? { ask: [...p.filesystem.ask] } : {}),
       ...(watch && watch.length ? { watch: [...watch] } : {}),
       namespaces: effectiveNamespaces(p),
     },
     commands: {
       mode: p.commands.mode,
       allow: [...p.commands.allow],
-      deny: [...p.commands.deny, ...askedAsDenied(p.commands)],
+      deny: [...p.commands.deny],
       interpreters: [...interpreters],
+      ...(p.commands.ask?.length ? { ask: [...p.commands.ask] } : {}),
     },
   };
-}
-
-/**
- * The watcher does not hold events for a human yet (docs/approvals.md): an ask entry is answered as
- * a block. In a whitelist that is what leaving it out gives (not_allowed, and an allow entry still
- * wins as in the engine); in a blacklist the entry must be denied, or it would pass unasked.
- */
-function askedAsDenied(sp: SurfacePolicy): string[] {
-  return sp.mode === 'blacklist' ? [...(sp.ask ?? [])] : [];
 }
 
 /** The longest non-glob directory prefix of a path entry (`/srv/*.log` -> `/srv`), or null when inert. */
@@ -71,11 +64,11 @@ export function policyRoots(p: FsCmdPolicy | null): string[] {
     const n = typeof w === 'string' ? normalizePath(w) : null;
     if (n) out.add(n);
   }
-  for (const e of [...p.filesystem.allow, ...p.filesystem.deny]) {
+  for (const e of [...p.filesystem.allow, ...p.filesystem.deny, ...(p.filesystem.ask ?? [])]) {
     const r = typeof e === 'string' ? nonGlobPrefix(e) : null;
     if (r) out.add(r);
   }
-  for (const e of [...p.commands.allow, ...p.commands.deny]) {
+  for (const e of [...p.commands.allow, ...p.commands.deny, ...(p.commands.ask ?? [])]) {
     if (typeof e !== 'string' || !e.startsWith('/')) continue;
     const n = normalizePath(e);
     if (n && n !== '/') out.add(n.slice(0, n.lastIndexOf('/')) || '/');

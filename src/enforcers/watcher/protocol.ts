@@ -1,7 +1,8 @@
 // The map protocol between the service (supervisor) and the watcher: JSON lines over
 // the watcher's fd 3. Every request carries an id and is acknowledged with that id.
 import { LineReader } from '../../jsonl/lines.js';
-import type { FsCmdPolicy, WatcherStats, WatcherSubject } from '../../native.js';
+import type { AskOutcome } from '../../approvals/contract.js';
+import type { FsCmdPolicy, HeldAsk, WatcherStats, WatcherSubject } from '../../native.js';
 import type { NamespaceStatus } from './namespaces.js';
 
 export type ToWatcher =
@@ -10,6 +11,8 @@ export type ToWatcher =
   | { id: number; op: 'status' }
   /** Reopen the decision log by its path (after a rename-style rotation). */
   | { id: number; op: 'reopen' }
+  /** The approvals queue's outcome for a held event (`hold`: the id of its `ask` line). */
+  | { id: number; op: 'answer'; hold: number; outcome: AskOutcome }
   /** Test hook: honoured only when the watcher runs with LEASH_TEST_WEDGE_JS=1. */
   | { id: number; op: 'wedge' }
   /** Test hook (same switch): the watcher opens and reads a file itself, e.g. on its own marked filesystem. */
@@ -34,8 +37,15 @@ export interface WatcherStatus {
 }
 
 export type FromWatcher =
-  | { id: number; ok: true; status?: WatcherStatus; bytes?: number }
+  | { id: number; ok: true; status?: WatcherStatus; bytes?: number; held?: boolean }
   | { id: number; ok: false; error: string; code?: string };
+
+/** A held open or exec, sent by the watcher unasked (no `id`): the service asks its approvals queue and answers. */
+export interface WatcherAsk extends HeldAsk {
+  /** The asking process's command line (/proc/PID/cmdline), for the approver. */
+  cmdline: string[];
+}
+export type WatcherEvent = { ask: WatcherAsk };
 
 export type { FsCmdPolicy, WatcherSubject };
 

@@ -12,10 +12,12 @@
 // map: set, status, reopen), takeover.ts (active and standby, respawn, takeover, the death count) and
 // watcher-proc.ts (one watcher process: spawn, its channel and pending requests, stop).
 import { LeashError } from '../../errors.js';
+import type { Asker } from '../../approvals/contract.js';
 import type { FsCmdPolicy, WatcherSubject } from '../../native.js';
+import { createHoldRelay, holdArgs, type HoldBounds } from './hold-relay.js';
 import type { FromWatcher, WatcherStatus } from './protocol.js';
 import { startActive, type Succession } from './takeover.js';
-import { defaultScript, endProc, request, stopProc, type Request } from './watcher-proc.js';
+import { defaultScript, endProc, request, stopProc, type Proc, type Request } from './watcher-proc.js';
 
 export interface FsSupervisorOptions {
   /** The starting UID -> policy map. */
@@ -46,6 +48,13 @@ export interface FsSupervisorOptions {
   standby?: boolean;
   /** Called once when standbys are given up (a standby could not take the group twice in a row). */
   onStandbyUnavailable?: (why: string) => void;
+  /**
+   * The approvals queue: an open or exec an ask entry covers is held by the watcher (native/hold.h) and asked
+   * here; the outcome is the watcher's answer. Absent: the watcher denies an ask at once (approval_unavailable).
+   */
+  ask?: Asker;
+  /** The watcher's bounds on held events and the surfaces' deadlines (ms): config approvals. */
+  hold?: HoldBounds;
 }
 
 export interface FsSupervisor {
@@ -128,12 +137,18 @@ async function toStandby(st: Succession, msg: Request): Promise<void> {
 export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
   const map = new Map<number, WatcherSubject>();
   for (const s of opts.subjects) map.set(s.uid, s);
+  const relay = createHoldRelay(opts.ask, (p, msg) => request(st, p as Proc, msg));
   const st: Succession = {
     map,
     nextId: 1,
     fatal: null,
-    spec: { ...opts, script: opts.script ?? defaultScript() },
-    hooks: opts,
+    spec: {
+      ...opts,
+      script: opts.script ?? defaultScript(),
+      args: [...(opts.args ?? []), ...holdArgs(opts.ask, opts.hold)],
+      onAsk: (p, a) => relay.ask(p, a),
+    },
+    hooks: { ...opts, onProcExit: (p) => relay.gone(p) },
     maxDeaths: opts.maxDeaths ?? 3,
     windowMs: opts.windowMs ?? 10 * 60_000,
     useStandby: opts.standby ?? true,

@@ -10,6 +10,8 @@ export interface SuccessionHooks {
   onFatal?: (err: LeashError) => void;
   onRespawn?: (info: { pid: number; deaths: number; takeover: boolean }) => void;
   onStandbyUnavailable?: (why: string) => void;
+  /** Runs first when any watcher process exits (its held events' requests are cancelled). */
+  onProcExit?: (p: Proc) => void;
 }
 
 /** The supervisor's state: which processes hold which role, the deaths, and the standby's tries. */
@@ -111,6 +113,7 @@ function standbyExited(st: Succession, p: Proc): void {
 }
 
 function onExit(st: Succession, p: Proc): void {
+  st.hooks.onProcExit?.(p);
   for (const q of p.pending.values()) q.reject(new Error('watcher exited'));
   p.pending.clear();
   p.chan = null;

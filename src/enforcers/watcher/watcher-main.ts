@@ -9,7 +9,9 @@ import { parseArgs } from 'node:util';
 import { createDecisionLog } from '../../log/decisions.js';
 import { createJournal, operationalFields, teeDecisionsToJournal } from '../../log/journal.js';
 import { loadNative } from '../../native.js';
-import { lineReader, type FromWatcher, type ToWatcher } from './protocol.js';
+import { approvalOf } from '../../approvals/contract.js';
+import type { HeldAsk } from '../../native.js';
+import { lineReader, type FromWatcher, type ToWatcher, type WatcherEvent } from './protocol.js';
 import { createWatcherCore } from './watcher.js';
 
 process.title = 'leash-watcher';
@@ -37,8 +39,20 @@ const { values } = parseArgs({
     // The journal's socket (the service found it: config logging.journal) and logging.journal_allows.
     journal: { type: 'string' },
     'journal-allows': { type: 'string', default: '0' },
+    // Holding asked events for the service's approvals queue (native/hold.h): the bounds and the deadlines
+    // (ms) of config approvals. Absent: an ask entry is answered as a block at once (approval_unavailable).
+    'hold-max': { type: 'string' },
+    'hold-per-subject': { type: 'string', default: '200' },
+    'hold-filesystem-ms': { type: 'string', default: '10000' },
+    'hold-commands-ms': { type: 'string', default: '10000' },
   },
 });
+
+/**
+ * The loop's own deadline is the queue's plus this: normally the queue's timeout answers first (its line
+ * names the request); the loop's is the backstop when that answer never comes (the service is wedged).
+ */
+const HOLD_GRACE_MS = 1000;
 
 const native = loadNative();
 const journal =
@@ -82,6 +96,17 @@ const core = createWatcherCore({
   linkCheck: values['link-check'] !== 'off',
   readBatch: values.read === 'batch',
   metrics: values.metrics !== 'off',
+  ...(values['hold-max'] !== undefined
+    ? {
+        hold: {
+          max: Number(values['hold-max']),
+          perSubject: Number(values['hold-per-subject']),
+          filesystemMs: Number(values['hold-filesystem-ms']) + HOLD_GRACE_MS,
+          commandsMs: Number(values['hold-commands-ms']) + HOLD_GRACE_MS,
+        },
+        onAsk: (a: HeldAsk) => onAsk(a),
+      }
+    : {}),
   ...(values['standby-of'] !== undefined
     ? {
         standbyOf: {
@@ -94,9 +119,24 @@ const core = createWatcherCore({
 });
 
 const chan = new net.Socket({ fd: 3, readable: true, writable: true });
-const send = (m: FromWatcher): void => {
+const send = (m: FromWatcher | WatcherEvent): void => {
   chan.write(`${JSON.stringify(m)}\n`);
 };
+
+/** /proc/PID/cmdline (procfs is never marked): the asking process is blocked in its open, so still there. */
+function cmdlineOf(pid: number): string[] {
+  try {
+    const raw = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    return raw.split('\0').filter((a, i, all) => a !== '' || i < all.length - 1);
+  } catch {
+    return [];
+  }
+}
+const asked = new Map<number, HeldAsk>();
+function onAsk(a: HeldAsk): void {
+  asked.set(a.id, a);
+  send({ ask: { ...a, cmdline: cmdlineOf(a.pid) } });
+}
 let initialised = false;
 
 chan.on(
@@ -122,6 +162,24 @@ chan.on(
           case 'status':
             send({ id: m.id, ok: true, status: core.status() });
             break;
+          case 'answer': {
+            const a = asked.get(m.hold);
+            asked.delete(m.hold);
+            const held = core.answer(m.hold, m.outcome.action === 'allow');
+            // The outcome's line, when this answer is the one the kernel got (else the loop's deadline was).
+            if (held && a)
+              log.write({
+                uid: a.uid,
+                surface: a.surface,
+                action: m.outcome.action,
+                reason: m.outcome.reason,
+                subject: a.surface === 'commands' ? { binary: a.subject } : { path: a.subject },
+                rule: a.rule,
+                approval: approvalOf(m.outcome),
+              });
+            send({ id: m.id, ok: true, held });
+            break;
+          }
           case 'wedge':
             if (process.env.LEASH_TEST_WEDGE_JS !== '1') throw new Error('wedge is a test hook');
             send({ id: m.id, ok: true });

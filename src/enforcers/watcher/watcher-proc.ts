@@ -9,7 +9,14 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { LeashError } from '../../errors.js';
 import type { WatcherSubject } from '../../native.js';
-import { lineReader, type FromWatcher, type ToWatcher, type WatcherStatus } from './protocol.js';
+import {
+  lineReader,
+  type FromWatcher,
+  type ToWatcher,
+  type WatcherAsk,
+  type WatcherEvent,
+  type WatcherStatus,
+} from './protocol.js';
 
 export type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 export type Request = DistributiveOmit<ToWatcher, 'id'>;
@@ -40,6 +47,8 @@ export interface SpawnSpec {
   env?: NodeJS.ProcessEnv;
   stderr?: 'inherit' | ((chunk: string) => void);
   readyTimeoutMs?: number;
+  /** A held event the watcher asks about (hold-relay.ts). */
+  onAsk?: (p: Proc, a: WatcherAsk) => void;
 }
 
 /** What the processes of one supervisor share: request ids, the map they start with, the end state. */
@@ -116,8 +125,12 @@ export function spawnProc(
   const s = proc.chan!;
   s.on(
     'data',
-    lineReader<FromWatcher>(
+    lineReader<FromWatcher | WatcherEvent>(
       (m) => {
+        if ('ask' in m) {
+          spec.onAsk?.(proc, m.ask);
+          return;
+        }
         const p = proc.pending.get(m.id);
         if (!p) return;
         proc.pending.delete(m.id);

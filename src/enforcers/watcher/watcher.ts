@@ -4,7 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { DecisionRecord } from '../../log/decisions.js';
-import type { NativeAddon, NativeWatcher, WatcherSubject } from '../../native.js';
+import type { HeldAsk, NativeAddon, NativeWatcher, WatcherOptions, WatcherSubject } from '../../native.js';
 import { createNamespaceScanner, type NamespaceScanner } from './namespaces.js';
 import { parseMountinfo, policyRoots } from './policy.js';
 import type { WatcherStatus } from './protocol.js';
@@ -41,6 +41,12 @@ export interface WatcherCoreOptions {
   readMountinfo?: () => string;
   /** Be the standby of another watcher process (see NativeWatcher's standbyOf). */
   standbyOf?: { pid: number; groupFd: number; tableFd: number };
+  /**
+   * Hold the events an ask entry covers (native/hold.h) and hand each to `onAsk`; answer it with
+   * `answer`. Absent: an ask is denied at once (approval_unavailable).
+   */
+  hold?: NonNullable<WatcherOptions['hold']>;
+  onAsk?: (ask: HeldAsk) => void;
 }
 
 export interface WatcherCore {
@@ -48,6 +54,8 @@ export interface WatcherCore {
   init(subjects: WatcherSubject[], watch: string[]): void;
   /** Replaces one subject's entry (a subject is never removed: null policy denies). */
   set(subject: WatcherSubject): void;
+  /** Answers a held event; false when it is no longer held (the loop denied it at its deadline, or closed). */
+  answer(id: number, allow: boolean): boolean;
   status(): WatcherStatus;
   close(): void;
 }
@@ -101,8 +109,13 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
 
   const drain = (): void => {
     if (standby && !w.standby) tookOver();
-    const { lines, droppedAllows: dropped } = w.drain();
+    const { lines, droppedAllows: dropped, asks } = w.drain();
     if (lines.length > 0) opts.log.writeLines(lines);
+    for (const a of asks) {
+      // No one to ask (a hold without onAsk is a caller's mistake): denied now, never left to its deadline.
+      if (opts.onAsk) opts.onAsk(a);
+      else w.answer(a.id, false);
+    }
     if (dropped > 0) {
       droppedAllows += dropped;
       opts.warn({ msg: 'allow records counted instead of written (log pressure)', count: dropped });
@@ -120,6 +133,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     ...(opts.readBatch ? { readBatch: true } : {}),
     ...(opts.metrics === false ? { metrics: false } : {}),
     ...(opts.standbyOf ? { standbyOf: opts.standbyOf } : {}),
+    ...(opts.hold ? { hold: opts.hold } : {}),
   });
   standby = w.standby;
 
@@ -211,6 +225,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
       apply();
       rescan();
     },
+    answer: (id, allow) => w.answer(id, allow),
     status() {
       return {
         pid: process.pid,
@@ -229,8 +244,9 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
       for (const t of timers) clearInterval(t);
       timers = [];
       ns?.close();
-      drain();
+      // Closing answers what is held (native/hold.h: approval_cancelled); the drain after it writes those lines.
       w.close();
+      drain();
     },
   };
 }

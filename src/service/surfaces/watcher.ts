@@ -3,6 +3,7 @@
  * map. A subject's map entry is acknowledged by the watcher before apply returns, so a new subject is denied on
  * the filesystem before any other surface lets it through.
  */
+import type { Asker } from '../../approvals/contract.js';
 import type { Config } from '../../config/types.js';
 import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks } from '../../enforcers/watcher/index.js';
 import type { LeashError } from '../../errors.js';
@@ -23,6 +24,8 @@ export interface WatcherSurfaceOptions {
   onFatal: (e: LeashError) => void;
   onRespawn: (info: { pid: number; deaths: number; takeover: boolean }) => void;
   onStandbyUnavailable?: (why: string) => void;
+  /** The approvals queue: opens and execs an ask entry covers are held by the watcher for it. */
+  ask?: Asker;
 }
 
 export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<SurfaceAdapter> {
@@ -46,6 +49,18 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
     onFatal: o.onFatal,
     onRespawn: o.onRespawn,
     ...(o.onStandbyUnavailable ? { onStandbyUnavailable: o.onStandbyUnavailable } : {}),
+    // The watcher's own bounds on held events are the queue's (a hold beyond them would be refused there anyway).
+    ...(o.ask
+      ? {
+          ask: o.ask,
+          hold: {
+            max: c.approvals.max_pending,
+            perSubject: c.approvals.max_pending_per_subject,
+            filesystemMs: c.approvals.deadlines.filesystem * 1000,
+            commandsMs: c.approvals.deadlines.commands * 1000,
+          },
+        }
+      : {}),
   });
   await sup.ready;
   const hooks = watcherMapHooks(sup, {
