@@ -122,7 +122,7 @@ export function normalizeCall(
   }
   if (m.sql !== undefined) {
     const q = str(m.sql.arg);
-    if (typeof q !== 'string') return unknown(tool, mapping, `argument ${m.sql.arg} is missing or not a string`);
+    if (typeof q !== 'string') return unknownAction(tool, mapping, `argument ${m.sql.arg} is missing or not a string`);
     const c = classifySql(q);
     // A tool declared as a write stays a write whatever its text says; a read tool whose text
     // writes is a write (the server may refuse it, the policy judges it as what it asks for).
