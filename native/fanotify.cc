@@ -305,6 +305,12 @@ Napi::Value Watcher::Stats(const Napi::CallbackInfo& info) {
   a("takeoverAllowed", takeoverAllowed_);
   a("takeoverDenied", takeoverDenied_);
   a("takeoverUnrecorded", takeoverUnrecorded_);
+  a("takeoverFromArea", takeoverFromArea_);
+  a("takeoverHi", takeoverHi_);
+  a("takeoverFenceErrno", takeoverFenceErrno_);
+  a("takeoverNoCreds", takeoverNoCreds_);
+  a("takeoverDrained", takeoverDrained_);
+  a("takeoverDrainErrno", takeoverDrainErrno_);
   // Metrics: decisions by surface/action/reason, the judge-time histogram, the queue's depth.
   Napi::Array by = Napi::Array::New(env);
   uint32_t k = 0;

@@ -32,8 +32,10 @@ void Watcher::Loop() {
     }
     TakeOver();
   }
-  std::vector<char> storage(kReadBytes + alignof(fanotify_event_metadata));
-  char* buf = storage.data();
+  // The read buffer is the in-flight table's read area (takeover.h): an event is in the table the
+  // moment the kernel hands it over. A crafted-event test descriptor has no table.
+  std::vector<char> storage(inflight_.ok() ? 0 : kReadBytes + alignof(fanotify_event_metadata));
+  char* buf = inflight_.ok() ? inflight_.Area() : storage.data();
   int64_t lastEvent = 0;
   int64_t spinOffUntil = 0;
   int64_t lastBatch = 0;  // when the previous batch was done

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -40,13 +41,14 @@ bool InflightTable::Create() {
   // Its size is fixed for good: a standby maps exactly this much.
   fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
   if (!Adopt(fd)) return false;
+  memset(area_, 0, kAreaBytes);  // written once here, so its pages are there before the first read
   hdr_->magic = kMagic;
   hdr_->slots = kSlots;
   return true;
 }
 
 bool InflightTable::Adopt(int fd) {
-  void* m = mmap(nullptr, Bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* m = mmap(nullptr, Bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (m == MAP_FAILED) {
     int e = errno;
     close(fd);
@@ -64,7 +66,16 @@ bool InflightTable::Adopt(int fd) {
   map_ = m;
   hdr_ = h;
   slots_ = reinterpret_cast<Slot*>(static_cast<char*>(m) + sizeof(Header));
+  area_ = static_cast<char*>(m) + SlotBytes();
+  mlock(area_, kAreaBytes);  // best effort: without swap its pages stay anyway
   return true;
+}
+
+void InflightTable::Reset() {
+  if (!slots_) return;
+  for (uint32_t i = 0; i < kSlots; i++) slots_[i].pid.store(0, std::memory_order_relaxed);
+  memset(area_, 0, 64);  // the last read's metadata: answered, and not to be answered again
+  hdr_->maxFd.store(0, std::memory_order_release);
 }
 
 void InflightTable::Close() {
@@ -72,6 +83,7 @@ void InflightTable::Close() {
   map_ = nullptr;
   hdr_ = nullptr;
   slots_ = nullptr;
+  area_ = nullptr;
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
 }
@@ -117,21 +129,50 @@ bool ReadSmall(const char* path, char* buf, size_t n) {
 void Watcher::TakeOver() {
   std::shared_ptr<const Snapshot> snap = std::atomic_load(&snap_);
   std::vector<TakeoverRecord> recs;
+  // 0. The dead watcher's last read, which the kernel wrote into the read area before read(2)
+  // returned: if it was killed inside read(2), or before it recorded the event, the event is
+  // recorded now, as the dead watcher would have. (If it was answered already, answering it again
+  // finds nothing: a descriptor number is used by one pending event of a reader at a time, and a
+  // later read would have overwritten the area.)
+  int areaFd = -1;
+  {
+    const auto* m = reinterpret_cast<const fanotify_event_metadata*>(inflight_.Area());
+    if (m && m->vers == FANOTIFY_METADATA_VERSION && m->event_len >= FAN_EVENT_METADATA_LEN &&
+        (m->mask & kPermMask) && m->fd >= 0 && static_cast<uint32_t>(m->fd) < InflightTable::kSlots && m->pid > 0 &&
+        inflight_.PidAt(m->fd) == 0) {
+      areaFd = m->fd;
+      inflight_.Record(m->fd, m->pid, static_cast<uint32_t>(m->mask));
+    }
+  }
   // A fence: every free descriptor number up to the highest one the dead watcher's events can
   // have had is taken (copies of the stop eventfd), so that the events this watcher reads now
   // get numbers above it and a response by number reaches only the dead watcher's events.
   int hi = inflight_.MaxFd() + static_cast<int>(kReadBytes / sizeof(fanotify_event_metadata)) + 64;
   if (hi >= static_cast<int>(InflightTable::kSlots)) hi = static_cast<int>(InflightTable::kSlots) - 1;
+  // The fence never takes the last descriptors: the takeover itself needs some (the /proc scan, each
+  // opener's pidfd, each drained event's own descriptor, which the kernel cannot make in a full table
+  // and then answers FAN_DENY itself, whoever's event it is). A dead watcher with that many open
+  // descriptors (its limit is ours: the same service spawned both) is not a case we meet.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+      static_cast<rlim_t>(hi) + kFenceReserve >= nofile.rlim_cur) {
+    hi = nofile.rlim_cur > kFenceReserve ? static_cast<int>(nofile.rlim_cur - kFenceReserve) - 1 : 0;
+    takeoverFenceErrno_.store(EMFILE, std::memory_order_relaxed);
+  }
   std::vector<int> fence;
   for (;;) {
     int d = fcntl(stopFd_, F_DUPFD_CLOEXEC, 0);
-    if (d < 0) break;  // out of descriptors: the numbers above are ours anyway
+    if (d < 0) {
+      takeoverFenceErrno_.store(static_cast<uint64_t>(errno), std::memory_order_relaxed);
+      break;  // out of descriptors: the numbers above are ours anyway
+    }
     if (d > hi) {
       close(d);
       break;
     }
     fence.push_back(d);
   }
+  takeoverHi_.store(static_cast<uint64_t>(hi), std::memory_order_relaxed);
   std::vector<bool> recorded(static_cast<size_t>(hi) + 1, false);
   std::unordered_set<int32_t> known;  // openers whose event is accounted for
   auto answer = [&](int fd, bool allow) -> bool {
@@ -143,13 +184,18 @@ void Watcher::TakeOver() {
     int32_t pid = inflight_.PidAt(fd);
     if (pid == 0) continue;
     recorded[static_cast<size_t>(fd)] = true;
-    known.insert(pid);
+    if (fd != areaFd) known.insert(pid);
     uint32_t mask = inflight_.MaskAt(fd);
     Creds c;
     bool alive = identity_.CredsOf(-1, pid, &c);
+    if (!alive) takeoverNoCreds_.fetch_add(1, std::memory_order_relaxed);
     int64_t uid = alive ? SubjectUid(*snap, c) : -1;
     bool allow = alive && uid < 0;
     if (answer(fd, allow)) {
+      if (fd == areaFd) {
+        known.insert(pid);
+        takeoverFromArea_.fetch_add(1, std::memory_order_relaxed);
+      }
       (allow ? takeoverAllowed_ : takeoverDenied_).fetch_add(1, std::memory_order_relaxed);
       if (uid >= 0)
         recs.push_back({pid, static_cast<uint32_t>(uid), (mask & FAN_OPEN_EXEC_PERM) != 0, allow, true});
@@ -192,15 +238,17 @@ void Watcher::TakeOver() {
   // 3. What is queued: read and judged as usual, every event answered before the next read.
   // Its openers are accounted for; events arriving now get numbers above the fence.
   {
-    std::vector<char> storage(kReadBytes + alignof(fanotify_event_metadata));
+    char* buf = inflight_.Area();  // the dead watcher's last read is recorded (step 0): the area is ours
     seen_ = &known;
     for (;;) {
-      ssize_t n = read(fd_, storage.data(), readLen_);
+      ssize_t n = read(fd_, buf, readLen_);
       if (n > 0) {
-        Process(storage.data(), n);
+        Process(buf, n);
+        takeoverDrained_.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno != EAGAIN) takeoverDrainErrno_.store(static_cast<uint64_t>(errno), std::memory_order_relaxed);
       break;
     }
     seen_ = nullptr;
@@ -219,6 +267,7 @@ void Watcher::TakeOver() {
     }
   }
   for (int d : fence) close(d);
+  inflight_.Reset();  // nothing of the dead watcher's is pending now; this watcher's events start afresh
   {
     std::lock_guard<std::mutex> g(tmu_);
     takeoverRecs_.insert(takeoverRecs_.end(), recs.begin(), recs.end());

@@ -23,6 +23,15 @@ class InflightTable {
  public:
   /** Event descriptor numbers beyond this are not recorded (answered like unrecorded ones at a takeover). */
   static constexpr uint32_t kSlots = 1 << 16;
+  /**
+   * The read area: the active watcher's read(2) buffer, in the table itself. The kernel writes each
+   * event's metadata (descriptor number, PID, mask) there before read(2) returns, so an event the
+   * active took out of the queue is in the table from that moment: a watcher killed inside read(2),
+   * or before it recorded the event, leaves it here for its standby. It holds the last read only.
+   * Its pages are populated and locked, so the kernel's copy into it cannot fault (a fault with the
+   * reader's SIGKILL pending fails the copy, and the kernel then denies the event itself).
+   */
+  static constexpr size_t kAreaBytes = 64 * 1024;
 
   InflightTable() = default;
   InflightTable(const InflightTable&) = delete;
@@ -36,6 +45,8 @@ class InflightTable {
   void Close();
   int fd() const { return fd_; }
   bool ok() const { return slots_ != nullptr; }
+  /** The read area (kAreaBytes, aligned for fanotify_event_metadata), or null. */
+  char* Area() const { return area_; }
 
   void Record(int evfd, int32_t pid, uint32_t mask) {
     if (!slots_ || evfd < 0 || static_cast<uint32_t>(evfd) >= kSlots) return;
@@ -49,8 +60,15 @@ class InflightTable {
   }
   int32_t PidAt(int evfd) const { return slots_[evfd].pid.load(std::memory_order_acquire); }
   uint32_t MaskAt(int evfd) const { return slots_[evfd].mask.load(std::memory_order_relaxed); }
-  /** The highest event descriptor number ever recorded (by any watcher on this table). */
+  /** The highest event descriptor number recorded since the table was made or last Reset. */
   int MaxFd() const { return slots_ ? hdr_->maxFd.load(std::memory_order_relaxed) : 0; }
+  /**
+   * Every slot and the read area cleared, the high-water mark back to 0: the end of a takeover, when none of the
+   * dead watcher's events is left pending. Without it the mark would keep the numbers of the events
+   * drained above the fence, and each takeover's fence would start where the last one ended, until
+   * it took every descriptor the process may have (RLIMIT_NOFILE).
+   */
+  void Reset();
 
  private:
   struct Header {
@@ -63,13 +81,15 @@ class InflightTable {
     std::atomic<int32_t> pid;
     std::atomic<uint32_t> mask;
   };
-  static constexpr uint32_t kMagic = 0x4c534831;  // "LSH1"
-  static size_t Bytes() { return sizeof(Header) + sizeof(Slot) * kSlots; }
+  static constexpr uint32_t kMagic = 0x4c534832;  // "LSH2": with the read area
+  static size_t SlotBytes() { return sizeof(Header) + sizeof(Slot) * kSlots; }
+  static size_t Bytes() { return SlotBytes() + kAreaBytes; }
 
   int fd_ = -1;
   void* map_ = nullptr;
   Header* hdr_ = nullptr;
   Slot* slots_ = nullptr;
+  char* area_ = nullptr;
 };
 
 /** What a takeover answered, for the decision log (drained by JavaScript: takeoverRecords()). */

@@ -5,6 +5,7 @@
 #pragma once
 #include <napi.h>
 #include <sys/fanotify.h>
+#include <sys/resource.h>
 #include <v8.h>
 
 #include <atomic>
@@ -98,6 +99,9 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   static constexpr size_t kWakeBatch = 512;
   static constexpr size_t kKeepQueueBytes = 4 << 20;
   static constexpr size_t kReadBytes = 64 * 1024;
+  static_assert(kReadBytes <= InflightTable::kAreaBytes, "a read fits the in-flight table's read area");
+  /** Descriptors a takeover's fence leaves free below RLIMIT_NOFILE (takeover.cc). */
+  static constexpr rlim_t kFenceReserve = 256;
   /**
    * How much one read(2) asks for: exactly one event. A watcher killed inside read(2) then loses
    * at most one event that its standby cannot attribute from the in-flight table (takeover.h);
@@ -131,6 +135,13 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   std::mutex tmu_;
   std::vector<TakeoverRecord> takeoverRecs_;
   std::atomic<uint64_t> takeovers_{0}, takeoverAllowed_{0}, takeoverDenied_{0}, takeoverUnrecorded_{0};
+  // How the takeover went (its log line): the highest number fenced and answered, the errno that cut the
+  // fence short (0: none), recorded events whose process could not be read, events drained from the
+  // queue and the errno that ended the drain (0: EAGAIN, the queue was empty).
+  // fromArea: events the dead watcher had read but not recorded, found in the read area (takeover.h).
+  std::atomic<uint64_t> takeoverFromArea_{0};
+  std::atomic<uint64_t> takeoverHi_{0}, takeoverFenceErrno_{0}, takeoverNoCreds_{0}, takeoverDrained_{0},
+      takeoverDrainErrno_{0};
 
   Identity identity_;  // loop thread only
   PathResolver paths_;  // loop thread, and Mark (its mounts, under its lock)

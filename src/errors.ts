@@ -51,6 +51,11 @@ export const ERROR_CODES = {
   mcp_server_unrunnable: EXIT.refused,
   mcp_service_unreachable: EXIT.refused,
   mcp_learn_failed: EXIT.refused,
+  // leash host (docs/tools.md "Host set-up")
+  host_config_changed: EXIT.failed,
+  host_config_invalid: EXIT.refused,
+  host_config_missing: EXIT.refused,
+  host_entry_uneditable: EXIT.refused,
   // leash learn (docs/cli.md)
   learn_out_exists: EXIT.refused,
   learn_out_unwritable: EXIT.failed,
@@ -72,6 +77,7 @@ export const ERROR_CODES = {
   nft_missing_multi: EXIT.failed,
   // policy store, subjects, reconcile (branch policy)
   ack_invalid: EXIT.refused,
+  apply_invalid: EXIT.refused,
   binding_not_found: EXIT.refused,
   bindings_corrupt: EXIT.failed,
   ledger_unwritable: EXIT.failed,

@@ -173,6 +173,17 @@ export interface WatcherStats {
   takeoverDenied: number;
   /** Of those, events read by the dead watcher but never recorded (it was killed inside read). */
   takeoverUnrecorded: number;
+  /** Events the dead watcher had read but not recorded, found in the in-flight table's read area and answered like recorded ones. */
+  takeoverFromArea: number;
+  /** The highest descriptor number the takeover fenced and answered by number. */
+  takeoverHi: number;
+  /** The errno that cut the fence short (EMFILE: out of descriptors), 0 when it was whole. */
+  takeoverFenceErrno: number;
+  /** Recorded events whose process could not be read (denied). */
+  takeoverNoCreds: number;
+  /** Events read from the queue and judged during the takeover, and the errno that ended that drain (0: empty). */
+  takeoverDrained: number;
+  takeoverDrainErrno: number;
   loopError: number;
   running: boolean;
   /** Decisions by surface, action and reason since start (the ones counted instead of queued included). */

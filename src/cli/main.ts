@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { CommanderError } from 'commander';
 import { EXIT, isLeashError } from '../errors.js';
+import { applyExit } from './apply.js';
 import { buildProgram, type CommandGroup } from './program.js';
 
 /**
@@ -23,18 +24,29 @@ export async function run(argv: string[] = process.argv, extra: CommandGroup[] =
         const error = { code: 'usage', message: e.message.replace(/^error: /, ''), details: { commander: e.code } };
         process.stdout.write(`${JSON.stringify({ error }, null, 2)}\n`);
       }
-      return EXIT.refused;
+      return commandOf(argv) === 'apply' ? applyExit(EXIT.refused) : EXIT.refused;
     }
     if (isLeashError(e)) {
       if (json) process.stdout.write(`${JSON.stringify(e.toJSON(), null, 2)}\n`);
       else for (const l of e.lines()) process.stderr.write(`${l}\n`);
-      return e.exitCode;
+      return commandOf(argv) === 'apply' ? applyExit(e.exitCode) : e.exitCode;
     }
     const err = e as Error;
     process.stderr.write(`leash: internal error: ${err?.message ?? String(e)} [internal]\n`);
     if (process.env.LEASH_DEBUG === '1' && err?.stack) process.stderr.write(`${err.stack}\n`);
     return EXIT.internal;
   }
+}
+
+/** The subcommand named on a command line (the global `-c PATH` skipped), or null. */
+export function commandOf(argv: string[]): string | null {
+  const a = argv.slice(2);
+  for (let i = 0; i < a.length; i++) {
+    const x = a[i]!;
+    if (x === '-c' || x === '--config') i++;
+    else if (!x.startsWith('-')) return x;
+  }
+  return null;
 }
 
 function isMain(): boolean {

@@ -81,7 +81,8 @@ export function report(e: unknown, o: PolicyOpts): void {
     return;
   }
   const details = { ...(e.details ?? {}) };
-  if (e.code === 'loosening_unacknowledged') {
+  // With a hint (the refusal is not fixed by re-running with --ack) there is no re-run line.
+  if (e.code === 'loosening_unacknowledged' && typeof details.hint !== 'string') {
     const missing = (details.missing as string[]) ?? [];
     details.rerun = `${typedCommand()} ${ackFlags(missing)}`;
   }
@@ -93,7 +94,9 @@ export function report(e: unknown, o: PolicyOpts): void {
       lines.push('every loosening (each needs its --ack):');
       for (const f of details.findings as { token: string; words: string }[])
         lines.push(`  ${f.token}\n      ${f.words}`);
-      lines.push(`missing consent: ${ackFlags(details.missing as string[])}`);
+      // apply takes consent from its files, not from --ack.
+      if (details.consentInFiles === true) lines.push(`missing consent: ${(details.missing as string[]).join(', ')}`);
+      else lines.push(`missing consent: ${ackFlags(details.missing as string[])}`);
       if (typeof details.hint === 'string') lines.push(details.hint);
       else lines.push('re-run with consent:', `  ${details.rerun as string}`);
     }

@@ -2,6 +2,7 @@ import { Command, Option } from 'commander';
 import { DEFAULT_CONFIG_PATH, suggest } from '../validate/load.js';
 import { LeashError } from '../errors.js';
 import { runService } from '../service/start.js';
+import { register as apply } from './apply.js';
 import { register as approvals } from './approvals.js';
 import { register as check } from './check.js';
 import { register as completion } from './completion.js';
@@ -12,6 +13,8 @@ import { registerTeardown } from './teardown.js';
 import { register as init } from './init.js';
 import { register as learn } from './learn.js';
 import { register as logs } from './logs.js';
+import { register as host } from './host.js';
+import { register as doctor } from './doctor.js';
 import { register as mcp } from './mcp.js';
 import { register as restart } from './reconcile.js';
 import { register as status } from './status.js';
@@ -41,7 +44,10 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   learn,
   restart,
   policy,
+  apply,
   mcp,
+  host,
+  doctor,
   terminal,
   approvals,
   consoleCmd,

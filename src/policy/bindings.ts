@@ -48,7 +48,7 @@ function corrupt(file: string, why: string): LeashError {
   return new LeashError('bindings_corrupt', `${file} is corrupt: ${why}`, { file });
 }
 
-const SCOPE_RE = /^(global|agent:[a-z_][a-z0-9_.-]*\$?)$/;
+export const SCOPE_RE = /^(global|agent:[a-z_][a-z0-9_.-]*\$?)$/;
 
 /** Reads bindings.yaml; missing is empty, malformed is `bindings_corrupt` (never "no bindings"). */
 export function readBindings(stateDir: string): BindingsDoc {
@@ -60,6 +60,11 @@ export function readBindings(stateDir: string): BindingsDoc {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { version: 1, bindings: {} };
     throw corrupt(file, (e as Error).message);
   }
+  return parseBindingsText(text, file);
+}
+
+/** Parses bindings.yaml text (the store's file, or the one `leash apply` is committing). */
+export function parseBindingsText(text: string, file: string): BindingsDoc {
   let doc: unknown;
   try {
     // The strict reader: no anchors, aliases, merge keys or tags; bounded sizes.

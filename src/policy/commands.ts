@@ -5,7 +5,8 @@
  */
 import fs from 'node:fs';
 import { LeashError } from '../errors.js';
-import { atomicWriteFileSync, testPause, withFileLock } from '../store/files.js';
+import { atomicWriteFileSync, testPause } from '../store/files.js';
+import { withWriterLock } from './pending.js';
 import type { Binding, BindingsDoc, Scope } from './bindings.js';
 import { bindingsFile, ledgerAppend, parseScope, readBindings, writeBindings } from './bindings.js';
 import type { BindJudgement, Impact, StoreContext } from './consent.js';
@@ -84,7 +85,7 @@ export async function bind(
   };
   const pre = judge(readBindings(ctx.stateDir), loadProfile(ctx.stateDir, name));
   fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
-  return withFileLock(bindingsFile(ctx.stateDir), () => {
+  return withWriterLock(ctx.stateDir, () => {
     const st = loadProfile(ctx.stateDir, name);
     if (st.status !== 'ok' || st.hash !== pre.hash) {
       throw new LeashError(
@@ -148,7 +149,7 @@ export interface UnbindResult {
 export async function unbind(ctx: StoreContext, scopeRaw: string, acks: string[]): Promise<UnbindResult> {
   checkAckTokens(acks);
   fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
-  return withFileLock(bindingsFile(ctx.stateDir), () => {
+  return withWriterLock(ctx.stateDir, () => {
     const bindings = readBindings(ctx.stateDir);
     const scope = (
       scopeRaw in bindings.bindings ? scopeRaw : parseScope(scopeRaw, ctx.discovery.accounts, ctx.configuredUser)
@@ -239,7 +240,7 @@ export async function saveProfile(
   }
   const newSt: ProfileStatus = { status: 'ok', name, fragment, hash: hashText(text), text };
   fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
-  return withFileLock(bindingsFile(ctx.stateDir), () => {
+  return withWriterLock(ctx.stateDir, () => {
     const bindings = readBindings(ctx.stateDir);
     const oldSt = loadProfile(ctx.stateDir, name);
     const loader = profileLoader(ctx.stateDir);
@@ -342,7 +343,7 @@ export interface DeleteResult {
 export async function deleteProfile(ctx: StoreContext, name: string): Promise<DeleteResult> {
   checkProfileName(name);
   fs.mkdirSync(ctx.stateDir, { recursive: true, mode: 0o750 });
-  return withFileLock(bindingsFile(ctx.stateDir), () => {
+  return withWriterLock(ctx.stateDir, () => {
     if (loadProfile(ctx.stateDir, name).status === 'missing')
       throw new LeashError('profile_not_found', `no profile ${name}`, { profile: name });
     removeProfileFile(ctx.stateDir, name);

@@ -67,7 +67,15 @@ describe.skipIf(!hasDpkg && !isRoot)('packaging (.deb)', () => {
       dependencies: Record<string, string>;
       devDependencies: Record<string, string>;
     };
-    expect(Object.keys(pkg.dependencies).sort()).toEqual(['commander', 'pino', 'prom-client', 're2js', 'yaml', 'zod']);
+    expect(Object.keys(pkg.dependencies).sort()).toEqual([
+      'commander',
+      'pino',
+      'prom-client',
+      're2js',
+      'smol-toml',
+      'yaml',
+      'zod',
+    ]);
     expect(pkg.devDependencies).toHaveProperty('node-gyp');
     expect(pkg.devDependencies).toHaveProperty('node-addon-api');
   });

@@ -52,6 +52,8 @@ export function validateTerminalPolicy(doc: unknown): TerminalPolicy {
   const d = doc as Record<string, unknown>;
   const failMode = d.fail_mode ?? 'closed';
   if (failMode !== 'closed' && failMode !== 'open') problems.push('fail_mode: must be closed or open');
+  const enforce = d.enforce ?? 'enforce';
+  if (enforce !== 'enforce' && enforce !== 'shadow') problems.push('enforce: must be enforce or shadow');
   const c = d.commands;
   if (c === undefined || c === null || typeof c !== 'object' || Array.isArray(c)) {
     throw new TerminalPolicyError(
@@ -95,6 +97,7 @@ export function validateTerminalPolicy(doc: unknown): TerminalPolicy {
   if (problems.length > 0) throw new TerminalPolicyError(problems, 'invalid');
   return {
     fail_mode: failMode as TerminalPolicy['fail_mode'],
+    ...(enforce === 'shadow' ? { enforce: 'shadow' as const } : {}),
     commands: { mode: mode as TerminalPolicy['commands']['mode'], allow, deny, ...(ask ? { ask } : {}), args },
   };
 }

@@ -15,6 +15,8 @@ export interface Judgement {
   binary: string;
   /** Human-readable and names what decided; returned to the client as policy_reason. */
   policyReason: string;
+  /** Shadow mode: the policy denies it (reason, rule), and it runs; logged as would_block. */
+  wouldBlock?: true;
 }
 
 function describe(name: string, binary: string): string {
@@ -57,6 +59,17 @@ function why(v: Verdict, name: string, binary: string, mode: string | null): str
  * binary outside PATH needs an absolute-path entry.
  */
 export function judge(
+  argv: readonly string[],
+  resolved: ResolvedBinary,
+  policy: TerminalPolicy | null,
+  decide: CommandDecider,
+  pathDirs?: readonly string[],
+): Judgement {
+  const j = judgeEnforced(argv, resolved, policy, decide, pathDirs);
+  return policy?.enforce === 'shadow' && !j.allowed ? { ...j, allowed: true, wouldBlock: true } : j;
+}
+
+function judgeEnforced(
   argv: readonly string[],
   resolved: ResolvedBinary,
   policy: TerminalPolicy | null,

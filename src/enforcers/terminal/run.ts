@@ -64,7 +64,13 @@ export async function runCommand(command: string, cwd: string | undefined, deps:
   const policy = await deps.policy();
   const j = judge(argv, resolved, policy, deps.decider(policy), pathDirs(deps.searchPath));
   const subject = { binary: j.binary, argv: redactedArgv };
-  const ref = logDecision(deps, j.allowed ? 'allow' : 'block', j.reason, subject, j.rule);
+  const ref = logDecision(
+    deps,
+    j.wouldBlock ? 'would_block' : j.allowed ? 'allow' : 'block',
+    j.reason,
+    subject,
+    j.rule,
+  );
   const verdictFields = { argv: redactedArgv, binary: j.binary, reason: j.reason, rule: j.rule, ref };
 
   if (!j.allowed) return audited(result('POLICY_DENIED', j.policyReason), verdictFields);
@@ -127,7 +133,7 @@ function classify(o: Awaited<ReturnType<typeof execute>>, reason: string, timeou
 
 function logDecision(
   deps: RunDeps,
-  action: 'allow' | 'block',
+  action: 'allow' | 'block' | 'would_block',
   reason: string,
   subject: unknown,
   rule: string | null,

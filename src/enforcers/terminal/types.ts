@@ -44,6 +44,8 @@ export interface TerminalCommandsPolicy extends SurfacePolicy {
 /** What the terminal judges against (a file given with --policy, or the service's answer). */
 export interface TerminalPolicy {
   fail_mode: FailMode;
+  /** Shadow mode: a command the policy denies runs, and its line says would_block. Absent = enforce. */
+  enforce?: 'enforce' | 'shadow';
   commands: TerminalCommandsPolicy;
 }
 

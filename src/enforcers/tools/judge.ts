@@ -94,7 +94,9 @@ const MAX_ALLOW_TAILS = 4096;
 /** Builds the log record of a judgment and writes it; returns the ref (undefined when not logged). */
 export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: LogContext): string | undefined {
   if (j.action === 'allow' && !j.policed) return undefined;
-  const withArgs = ctx.logArgs === 'all' || (ctx.logArgs === 'denied' && j.action === 'deny');
+  const shadowed = j.action === 'allow' ? j.wouldBlock : undefined;
+  const withArgs =
+    ctx.logArgs === 'all' || (ctx.logArgs === 'denied' && (j.action === 'deny' || shadowed !== undefined));
   const tails = ctx.allowTails;
   let tailKey: string | undefined;
   let hit: AllowTail | undefined;
@@ -102,6 +104,7 @@ export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: Log
     tails !== undefined &&
     ctx.log.writeTail !== undefined &&
     j.action === 'allow' &&
+    shadowed === undefined &&
     !withArgs &&
     j.verdict !== undefined &&
     j.verdict.at === undefined &&
@@ -136,10 +139,10 @@ export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: Log
   const rec = {
     uid: ctx.uid,
     surface: 'tools' as const,
-    action: j.action === 'allow' ? ('allow' as const) : ('block' as const),
-    reason: j.action === 'allow' ? (j.verdict?.reason ?? 'allow_entry') : j.reason,
+    action: shadowed ? ('would_block' as const) : j.action === 'allow' ? ('allow' as const) : ('block' as const),
+    reason: shadowed ? shadowed.reason : j.action === 'allow' ? (j.verdict?.reason ?? 'allow_entry') : j.reason,
     subject,
-    rule: j.action === 'allow' ? (j.verdict?.rule ?? null) : j.rule,
+    rule: shadowed ? shadowed.rule : j.action === 'allow' ? (j.verdict?.rule ?? null) : j.rule,
   };
   if (tailKey !== undefined) {
     const tail = formatDecisionTail(rec);

@@ -37,6 +37,8 @@ export interface CompiledGatePolicy {
   redactOutput: boolean;
   /** The audit file (tools.audit), or null. */
   audit: string | null;
+  /** Shadow mode: denials are relayed and logged as would_block (CompileOptions.shadow). */
+  shadow?: boolean;
 }
 
 /** The operation layer of a compiled policy. */
@@ -66,6 +68,8 @@ export interface CompileOptions {
   workspace?: string;
   /** Default: $HOME, else os.homedir() of the caller. */
   home?: string;
+  /** Shadow mode (`enforce: shadow`): a call that would be denied is relayed and logged as would_block. */
+  shadow?: boolean;
 }
 
 /** A gate policy that does not validate (config_invalid); `problems` are `path: message` lines. */
@@ -182,6 +186,7 @@ export function compileGatePolicy(
     ops,
     redactOutput: tools.redact_output ?? true,
     audit: tools.audit ?? null,
+    shadow: opts.shadow === true,
   };
 }
 
@@ -237,7 +242,16 @@ export const SELECTORS = ['name', 'arguments', 'uri', 'ref'] as const;
 
 /** The result of judging one client request or notification. */
 export type Judgment =
-  | { action: 'allow'; policed: boolean; method: string; name?: string; verdict?: ToolVerdict; op?: OpJudgment }
+  | {
+      action: 'allow';
+      policed: boolean;
+      method: string;
+      name?: string;
+      verdict?: ToolVerdict;
+      op?: OpJudgment;
+      /** Shadow mode: the denial this call would have met (logged as would_block), relayed instead. */
+      wouldBlock?: { reason: string; rule: string | null; code: number };
+    }
   | {
       action: 'deny';
       code: number;
@@ -320,6 +334,19 @@ function selectorOf(method: string, params: JsonObject): { sel: string; args?: J
  * malformed params of a policed method → -32602.
  */
 export function judgeRequest(
+  method: string,
+  params: JsonValue | undefined,
+  policy: CompiledGatePolicy,
+  session?: GateSession,
+): Judgment {
+  const j = judgeEnforced(method, params, policy, session);
+  if (!policy.shadow || j.action !== 'deny') return j;
+  // Shadow mode: relayed, with the denial it would have been.
+  const { reason, rule, code, name, verdict, op } = j;
+  return { action: 'allow', policed: true, method: j.method, name, verdict, op, wouldBlock: { reason, rule, code } };
+}
+
+function judgeEnforced(
   method: string,
   params: JsonValue | undefined,
   policy: CompiledGatePolicy,

@@ -89,6 +89,13 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
       allowed: st.takeoverAllowed,
       denied: st.takeoverDenied,
       unrecorded: st.takeoverUnrecorded,
+      fromArea: st.takeoverFromArea,
+      hi: st.takeoverHi,
+      fenceErrno: st.takeoverFenceErrno,
+      noCreds: st.takeoverNoCreds,
+      drained: st.takeoverDrained,
+      drainErrno: st.takeoverDrainErrno,
+      unknownProcess: st.unknownProcess,
     });
   };
 

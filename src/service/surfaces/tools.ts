@@ -45,14 +45,23 @@ export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<Surface
   return {
     surface: 'tools',
     prepare(a) {
-      prepared.set(a.uid, compileGatePolicy(gatePolicyOf(a.policy), a.policy.fail_mode, GATE_ENGINE));
+      prepared.set(
+        a.uid,
+        compileGatePolicy(gatePolicyOf(a.policy), a.policy.fail_mode, GATE_ENGINE, {
+          shadow: a.policy.enforce === 'shadow',
+        }),
+      );
     },
     async apply(actions) {
       for (const a of actions) {
         const g = prepared.get(a.uid);
         prepared.delete(a.uid);
         if (g) gate.set(a.uid, g);
-        commandsOf.set(a.uid, { fail_mode: a.policy.fail_mode, commands: a.policy.commands });
+        commandsOf.set(a.uid, {
+          fail_mode: a.policy.fail_mode,
+          ...(a.policy.enforce === 'shadow' ? { enforce: 'shadow' } : {}),
+          commands: a.policy.commands,
+        });
       }
       return new Map();
     },

@@ -1,0 +1,194 @@
+/**
+ * `leash doctor [--json] [--policy FILE] [--socket PATH] [--timeout MS] [-- SERVER [ARGS...]]`:
+ * whether `leash mcp` can run here. Checks Node's version, the policy (a tools policy file with
+ * --policy, else the service config as `leash validate` loads it), the service's tools socket
+ * (answering a connection), and, given a server command, a short MCP probe: the server started,
+ * `initialize` and `tools/list` answered within the timeout, then stopped. Exit 0 when every check
+ * passed, 1 when one failed, 2 on bad usage (docs/cli.md).
+ */
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import type { Command } from 'commander';
+import { EXIT, isLeashError, LeashError } from '../errors.js';
+import { DEFAULT_TOOLS_SOCKET } from '../paths.js';
+import { loadConfig } from '../validate/load.js';
+import { mappingForServer } from '../enforcers/tools/operations/mappings.js';
+import { configPath, print, printJson } from './context.js';
+import { loadPolicy } from './mcp.js';
+
+export interface Check {
+  check: 'node' | 'policy' | 'socket' | 'server';
+  ok: boolean;
+  detail: string;
+  /** The error code when a check failed on one (docs/errors.md). */
+  code?: string;
+}
+
+const MIN_NODE = 20;
+
+export function nodeCheck(version = process.versions.node): Check {
+  const major = Number(version.split('.')[0]);
+  return {
+    check: 'node',
+    ok: major >= MIN_NODE,
+    detail: major >= MIN_NODE ? `node ${version}` : `node ${version}: Leash needs Node ${MIN_NODE} or newer`,
+  };
+}
+
+function policyCheck(policy: string | undefined, config: string): Check {
+  try {
+    if (policy !== undefined) {
+      const { policy: p } = loadPolicy(policy);
+      const n = p.ops?.rules.rules.length ?? 0;
+      return { check: 'policy', ok: true, detail: `${policy}: valid tools policy (${n} rules over operations)` };
+    }
+    const loaded = loadConfig(config);
+    const critical = loaded.findings.filter((f) => f.severity === 'critical');
+    if (critical.length)
+      return {
+        check: 'policy',
+        ok: false,
+        detail: `${config}: ${critical.length} critical finding(s) (leash validate lists them)`,
+        code: critical[0]!.code,
+      };
+    return { check: 'policy', ok: true, detail: `${config}: valid` };
+  } catch (e) {
+    if (isLeashError(e)) return { check: 'policy', ok: false, detail: e.message, code: e.code };
+    throw e;
+  }
+}
+
+function socketCheck(socket: string, needed: boolean, timeoutMs: number): Promise<Check> {
+  const fail = (detail: string): Check =>
+    needed
+      ? { check: 'socket', ok: false, detail, code: 'mcp_service_unreachable' }
+      : { check: 'socket', ok: true, detail: `${detail} (not needed with --policy)` };
+  let st: fs.Stats;
+  try {
+    st = fs.statSync(socket);
+  } catch (e) {
+    return Promise.resolve(fail(`${socket}: ${(e as NodeJS.ErrnoException).code ?? 'cannot stat'}`));
+  }
+  if (!st.isSocket()) return Promise.resolve(fail(`${socket}: not a socket`));
+  return new Promise((resolve) => {
+    const c = net.connect(socket);
+    const t = setTimeout(() => {
+      c.destroy();
+      resolve(fail(`${socket}: no answer to a connection within ${timeoutMs} ms`));
+    }, timeoutMs);
+    c.on('connect', () => {
+      clearTimeout(t);
+      c.destroy();
+      resolve({ check: 'socket', ok: true, detail: `${socket}: the service answers` });
+    });
+    c.on('error', (e: NodeJS.ErrnoException) => {
+      clearTimeout(t);
+      resolve(fail(`${socket}: ${e.code ?? e.message}`));
+    });
+  });
+}
+
+/** Starts the server, asks initialize and tools/list, stops it (by its PID) whatever happened. */
+export function probeServer(command: string[], timeoutMs: number): Promise<Check> {
+  return new Promise((resolve) => {
+    const [cmd, ...args] = command;
+    const child = spawn(cmd!, args, { stdio: ['pipe', 'pipe', 'ignore'] });
+    let done = false;
+    let serverName: string | null = null;
+    const finish = (c: Check) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      child.stdin.destroy();
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      const hard = setTimeout(() => child.kill('SIGKILL'), 1000);
+      hard.unref();
+      child.once('exit', () => clearTimeout(hard));
+      resolve(c);
+    };
+    const fail = (detail: string) => finish({ check: 'server', ok: false, detail, code: 'mcp_server_unrunnable' });
+    const timer = setTimeout(() => fail(`${cmd}: no answer within ${timeoutMs} ms`), timeoutMs);
+    child.on('error', (e: NodeJS.ErrnoException) => fail(`${cmd}: cannot start: ${e.code ?? e.message}`));
+    child.on('exit', (code, sig) => fail(`${cmd}: exited (${sig ?? `code ${code}`}) before answering`));
+    child.stdin.on('error', () => undefined);
+    const send = (v: unknown) => child.stdin.write(`${JSON.stringify(v)}\n`);
+    let rest = '';
+    child.stdout.on('data', (b: Buffer) => {
+      const s = rest + b.toString('utf8');
+      const lines = s.split('\n');
+      rest = lines.pop() ?? '';
+      for (const line of lines) {
+        if (line.trim() === '') continue;
+        let m: { id?: unknown; result?: Record<string, unknown>; error?: { message?: unknown } };
+        try {
+          m = JSON.parse(line) as typeof m;
+        } catch {
+          return fail(`${cmd}: wrote a line that is not JSON on stdout`);
+        }
+        if (m.id === 1) {
+          if (m.error) return fail(`${cmd}: refused initialize: ${String(m.error.message ?? '')}`);
+          const info = m.result?.serverInfo as { name?: unknown } | undefined;
+          serverName = typeof info?.name === 'string' ? info.name : null;
+          send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+          send({ jsonrpc: '2.0', id: 2, method: 'tools/list', params: {} });
+        } else if (m.id === 2) {
+          if (m.error) return fail(`${cmd}: refused tools/list: ${String(m.error.message ?? '')}`);
+          const tools = Array.isArray(m.result?.tools) ? (m.result.tools as unknown[]).length : 0;
+          const table = serverName === null ? null : mappingForServer(serverName);
+          return finish({
+            check: 'server',
+            ok: true,
+            detail: `${serverName ?? '(no serverInfo.name)'}: ${tools} tools; mapping table ${table ? table.id : 'none (tools.mapping names one, or calls are unknown)'}`,
+          });
+        }
+      }
+    });
+    send({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: {
+        protocolVersion: '2025-06-18',
+        capabilities: {},
+        clientInfo: { name: 'leash-doctor', version: '0.1.0' },
+      },
+    });
+  });
+}
+
+export function register(program: Command): void {
+  program
+    .command('doctor')
+    .description('check that leash mcp can run here: Node, the policy, the service socket, optionally a server probe')
+    .usage('[--json] [--policy FILE] [--socket PATH] [--timeout MS] [-- SERVER [ARGS...]]')
+    .option('--policy <file>', 'check this tools policy file (default: the service config)')
+    .option('--socket <path>', 'the service tools socket', DEFAULT_TOOLS_SOCKET)
+    .option('--timeout <ms>', 'for the socket and for each probe answer', '5000')
+    .option('--json', 'JSON output')
+    .argument('[server...]', 'a server command to probe, after --')
+    .action(
+      async (
+        server: string[] | undefined,
+        o: { policy?: string; socket: string; timeout: string; json?: boolean },
+        cmd: Command,
+      ) => {
+        const timeoutMs = Number(o.timeout);
+        if (!Number.isFinite(timeoutMs) || timeoutMs <= 0)
+          throw new LeashError('usage', `--timeout must be a positive number of milliseconds: ${o.timeout}`, {
+            option: '--timeout',
+          });
+        const checks: Check[] = [nodeCheck(), policyCheck(o.policy, configPath(cmd.parent ?? cmd))];
+        checks.push(await socketCheck(path.resolve(o.socket), o.policy === undefined, timeoutMs));
+        if (server !== undefined && server.length > 0) checks.push(await probeServer(server, timeoutMs));
+        const ok = checks.every((c) => c.ok);
+        if (o.json) printJson({ ok, checks });
+        else {
+          for (const c of checks)
+            print(`${c.ok ? 'ok  ' : 'FAIL'} ${c.check.padEnd(7)} ${c.detail}${c.code ? ` [${c.code}]` : ''}`);
+        }
+        if (!ok) process.exitCode = EXIT.verdict;
+      },
+    );
+}
