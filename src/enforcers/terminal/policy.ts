@@ -58,17 +58,13 @@ function why(v: Verdict, name: string, binary: string, mode: string | null): str
  * without this a copy of any program saved in the jail as `ls` would run under an `ls` entry; a
  * binary outside PATH needs an absolute-path entry.
  */
-export function judge(
-  argv: readonly string[],
-  resolved: ResolvedBinary,
-  policy: TerminalPolicy | null,
-  decide: CommandDecider,
-  pathDirs?: readonly string[],
-): Judgement {
-  const j = judgeEnforced(argv, resolved, policy, decide, pathDirs);
+export function judge(...args: Parameters<typeof judgeEnforced>): Judgement {
+  const j = judgeEnforced(...args);
+  const policy = args[2];
   return policy?.enforce === 'shadow' && !j.allowed ? { ...j, allowed: true, wouldBlock: true } : j;
 }
 
+/** judge() before shadow mode: argv, the binary resolved, the policy, the engine's decider, the PATH directories. */
 function judgeEnforced(
   argv: readonly string[],
   resolved: ResolvedBinary,

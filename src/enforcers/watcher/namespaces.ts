@@ -132,17 +132,21 @@ export function createNamespaceScanner(o: NamespaceScannerOptions): NamespaceSca
     for (const ns of known.values()) markMounts(ns.pid, ours);
   };
 
-  const kill = (pid: number, uid: number, userIno: number): void => {
-    if (!o.native.nsKill(pid, userIno)) return;
-    killed++;
+  const logDenied = (action: 'block' | 'would_block', pid: number, uid: number, userIno: number): void => {
     o.log.write?.({
       uid,
       surface: 'commands',
-      action: 'block',
+      action,
       reason: 'namespace_denied',
       subject: { pid, user_ns: userIno },
       rule: 'filesystem.namespaces',
     });
+  };
+
+  const kill = (pid: number, uid: number, userIno: number): void => {
+    if (!o.native.nsKill(pid, userIno)) return;
+    killed++;
+    logDenied('block', pid, uid, userIno);
   };
 
   // Shadow mode: the kill is logged once per process as would_block and not done; its mounts are marked as allowed.
@@ -151,14 +155,7 @@ export function createNamespaceScanner(o: NamespaceScannerOptions): NamespaceSca
     if (shadowLogged.has(pid)) return;
     if (shadowLogged.size > 4096) shadowLogged.clear();
     shadowLogged.add(pid);
-    o.log.write?.({
-      uid,
-      surface: 'commands',
-      action: 'would_block',
-      reason: 'namespace_denied',
-      subject: { pid, user_ns: userIno },
-      rule: 'filesystem.namespaces',
-    });
+    logDenied('would_block', pid, uid, userIno);
   };
 
   const scan = (): void => {
