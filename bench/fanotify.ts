@@ -461,13 +461,16 @@ async function main(): Promise<void> {
     vs('Leash, non-subject', 'Leash, non-subject (no metrics)'),
     vs('Leash, subject, 1,000 entries', 'Leash, subject, 1,000 entries (no metrics)'),
     vs(`Leash, subject, ${PARALLEL} openers at once`, `Leash, subject, ${PARALLEL} openers at once (no metrics)`),
+    vs('Leash, non-subject', 'Leash, non-subject (baseline build)'),
+    vs('Leash, subject, 1,000 entries', 'Leash, subject, 1,000 entries (baseline build)'),
+    vs(`Leash, subject, ${PARALLEL} openers at once`, `Leash, subject, ${PARALLEL} openers at once (baseline build)`),
     vs('Leash, non-subject (batch read)', 'Leash, non-subject'),
     vs('Leash, subject, 1,000 entries (batch read)', 'Leash, subject, 1,000 entries'),
     vs(`Leash, subject, ${PARALLEL} openers at once (batch read)`, `Leash, subject, ${PARALLEL} openers at once`),
   ].filter((x) => x !== null);
   if (ratios.length) {
     console.log(
-      'the checks (hard links) against none, the metrics (judge-time histogram) against none, and a batch read against one event per read(2), same rounds:',
+      'the checks (hard links) against none, the metrics (judge-time histogram) against none, this build against --baseline-watcher, and a batch read against one event per read(2), same rounds:',
     );
     console.table(ratios);
   }
