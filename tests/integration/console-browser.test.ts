@@ -173,12 +173,22 @@ fetch(${JSON.stringify(base + '/api/subjects')}).catch(() => {});</script>`,
     await cdp.send('Network.enable');
     const sent = new Map<string, { method: string; url: string; origin?: string }>();
     const status = new Map<string, number>();
-    cdp.on('Network.requestWillBeSent', (e) => sent.set(e.requestId, { method: e.request.method, url: e.request.url }));
+    // The two events of one request come in either order: merge them (the extra info carries the Origin sent).
+    cdp.on('Network.requestWillBeSent', (e) => {
+      const o = (e.request.headers as Record<string, string>)['Origin'];
+      const cur = sent.get(e.requestId);
+      sent.set(e.requestId, {
+        method: e.request.method,
+        url: e.request.url,
+        ...(cur?.origin !== undefined ? { origin: cur.origin } : o !== undefined ? { origin: o } : {}),
+      });
+    });
     cdp.on('Network.requestWillBeSentExtraInfo', (e) => {
       const o = (e.headers as Record<string, string>)['Origin'];
       const cur = sent.get(e.requestId);
-      if (cur) cur.origin = o;
-      else sent.set(e.requestId, { method: '', url: '', ...(o ? { origin: o } : {}) });
+      if (cur) {
+        if (o !== undefined) cur.origin = o;
+      } else sent.set(e.requestId, { method: '', url: '', ...(o ? { origin: o } : {}) });
     });
     cdp.on('Network.responseReceivedExtraInfo', (e) => status.set(e.requestId, e.statusCode));
     const foreignUrl = `http://127.0.0.1:${PORT + 1}/`;
@@ -191,7 +201,9 @@ fetch(${JSON.stringify(base + '/api/subjects')}).catch(() => {});</script>`,
       await new Promise((res) => setTimeout(res, 100));
     }
     const seenStatus = (method: string, suffix: string) =>
-      [...sent.entries()].find(([id, v]) => v.method === method && v.url.endsWith(suffix) && status.has(id));
+      [...sent.entries()].find(
+        ([id, v]) => v.method === method && v.url.endsWith(suffix) && v.origin !== undefined && status.has(id),
+      );
     await expect
       .poll(() => !!seenStatus('POST', '/api/approvals/aaaaaaaaaaaaaaaa') && !!seenStatus('GET', '/api/subjects'), {
         timeout: 10_000,
