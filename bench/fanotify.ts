@@ -24,6 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { createFsSupervisor, type FsSupervisor } from '../src/enforcers/watcher/supervisor.js';
 import type { FsCmdPolicy } from '../src/native.js';
+import { benchTmpdir, cleanups, compileC, requireRoot } from './common.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const pkgRoot = [path.resolve(here, '..'), path.resolve(here, '..', '..')].find((r) =>
@@ -60,32 +61,12 @@ const PARALLEL = Number(values.parallel);
 const EXECS = Number(values.execs);
 const ROUNDS = Number(values.rounds);
 
-if (process.getuid?.() !== 0) {
-  console.error('bench/fanotify needs root (fanotify, mount, useradd)');
-  process.exit(2);
-}
+requireRoot('bench/fanotify', 'fanotify, mount, useradd');
 
-const cleanups: (() => void)[] = [];
-function cleanup(): void {
-  while (cleanups.length) {
-    try {
-      cleanups.pop()!();
-    } catch (e) {
-      console.error(`cleanup: ${(e as Error).message}`);
-    }
-  }
-}
-process.on('exit', cleanup);
-process.on('SIGINT', () => process.exit(130));
-
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-bench-fan-'));
-cleanups.push(() => fs.rmSync(tmp, { recursive: true, force: true }));
-const listenerBin = path.join(tmp, 'listener');
-const openerBin = path.join(tmp, 'opener');
-execFileSync('cc', ['-O2', '-o', listenerBin, path.join(srcDir, 'listener.c')]);
-execFileSync('cc', ['-O2', '-o', openerBin, path.join(srcDir, 'opener.c')]);
-const execerBin = path.join(tmp, 'execer');
-execFileSync('cc', ['-O2', '-o', execerBin, path.join(srcDir, 'execer.c')]);
+const tmp = benchTmpdir('leash-bench-fan-');
+const listenerBin = compileC(srcDir, tmp, 'listener');
+const openerBin = compileC(srcDir, tmp, 'opener');
+const execerBin = compileC(srcDir, tmp, 'execer');
 fs.chmodSync(tmp, 0o755);
 
 const mnt = path.join(tmp, 'ramfs');

@@ -13,6 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { benchTmpdir, cleanups, compileC, requireRoot } from './common.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const srcDir = [path.resolve(here, 'fanotify'), path.resolve(here, '..', '..', 'bench', 'fanotify')].find((d) =>
@@ -32,30 +33,11 @@ if (HELD.some((n) => !Number.isInteger(n) || n < 0) || !(OPENS > 0) || !(ROUNDS 
   console.error('bench/hold-herd: --held takes counts like 0,1,10,100; --opens and --rounds positive integers');
   process.exit(2);
 }
-if (process.getuid?.() !== 0) {
-  console.error('bench/hold-herd needs root (fanotify, mount)');
-  process.exit(2);
-}
+requireRoot('bench/hold-herd', 'fanotify, mount');
 
-const cleanups: (() => void)[] = [];
-const cleanup = (): void => {
-  while (cleanups.length) {
-    try {
-      cleanups.pop()!();
-    } catch (e) {
-      console.error(`cleanup: ${(e as Error).message}`);
-    }
-  }
-};
-process.on('exit', cleanup);
-process.on('SIGINT', () => process.exit(130));
-
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-bench-herd-'));
-cleanups.push(() => fs.rmSync(tmp, { recursive: true, force: true }));
-const holderBin = path.join(tmp, 'holder');
-const openerBin = path.join(tmp, 'opener');
-execFileSync('cc', ['-O2', '-o', holderBin, path.join(srcDir, 'holder.c')]);
-execFileSync('cc', ['-O2', '-o', openerBin, path.join(srcDir, 'opener.c')]);
+const tmp = benchTmpdir('leash-bench-herd-');
+const holderBin = compileC(srcDir, tmp, 'holder');
+const openerBin = compileC(srcDir, tmp, 'opener');
 const mnt = path.join(tmp, 'tmpfs');
 fs.mkdirSync(mnt);
 execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m,mode=0755', 'tmpfs', mnt]);
