@@ -132,7 +132,7 @@ fail_mode: closed
 network: { mode: blacklist }
 filesystem: { mode: blacklist }
 commands: { mode: blacklist }
-tools: { mode: whitelist, allow: [echo, mutate], ask: [run_shell] }
+tools: { mode: whitelist, allow: [echo, mutate], ask: [run_shell, deploy] }
 enforcers: { network: false, filesystem: false, tools: true }
 approvals: { deadlines: { tools: ${DEADLINE_S} } }
 logging: { level: info, decisions: ${decisionsPath()} }
@@ -248,6 +248,40 @@ logging: { level: info, decisions: ${decisionsPath()} }
     await c.close();
   });
 
+  it('a held call the client cancels (notifications/cancelled) leaves the queue at once and never reaches the server', async () => {
+    const c = await connect();
+    const ran = executed().length;
+    const ac = new AbortController();
+    const p = c.callTool({ name: 'run_shell', arguments: { cmd: 'cancel me' } }, undefined, { signal: ac.signal });
+    const req = await nextRequest();
+    // The SDK sends notifications/cancelled for the call's id and gives up on it.
+    ac.abort();
+    await expect(p).rejects.toThrow();
+    let listed = true;
+    for (let i = 0; i < 100 && listed; i++) {
+      const l = leash(['approvals', '--json']);
+      expect(l.code, l.err).toBe(0);
+      listed = l.out.includes(req.id);
+      if (listed) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(listed, `${req.id} still pending after the cancel`).toBe(false);
+    // An approval that comes after the cancel finds nothing to let through.
+    const late = leash(['approvals', 'allow', req.id, '--once', '--json']);
+    expect(late.code).not.toBe(0);
+    expect(late.out + late.err).toMatch(/approval_not_found/);
+    expect(linesOf(req.id).map((x) => [x.action, x.reason])).toEqual([
+      ['ask', 'ask_entry'],
+      ['block', 'approval_cancelled'],
+    ]);
+    // The gate goes on: the next call is answered, and the cancelled one was never executed.
+    const echo = (await c.callTool({ name: 'echo', arguments: { text: 'after the cancel' } })) as {
+      content: { text: string }[];
+    };
+    expect(echo.content[0]!.text).toBe('after the cancel');
+    expect(executed().slice(ran)).toEqual(['echo']);
+    await c.close();
+  });
+
   it('a session approval passes later calls until the server changes the tool schema; then it asks again', async () => {
     const c = await connect();
     await c.listTools();
@@ -330,5 +364,25 @@ logging: { level: info, decisions: ${decisionsPath()} }
     });
     expect(seen.size).toBe(n);
     await c2.close();
+  });
+
+  // Last: it stops the service.
+  it('the service stopped with a call held: the call is refused, never allowed, and the server never sees it', async () => {
+    const c = await connect();
+    const ran = executed().length;
+    const p = c.callTool({ name: 'deploy', arguments: { target: 'prod' } });
+    const req = await nextRequest();
+    expect(req).toMatchObject({ uid: agent.uid, surface: 'tools', what: { name: 'deploy' } });
+    const s = svc!;
+    const exited = new Promise<void>((r) => (s.exitCode !== null ? r() : s.once('exit', () => r())));
+    s.kill('SIGTERM'); // timeout(1) passes it on to the service
+    expect(await refused(p)).toEqual({ code: -32001, reason: 'approval_cancelled' });
+    await exited;
+    expect(executed().slice(ran)).toEqual([]);
+    expect(linesOf(req.id).map((x) => [x.action, x.reason])).toEqual([
+      ['ask', 'ask_entry'],
+      ['block', 'approval_cancelled'],
+    ]);
+    await c.close().catch(() => undefined);
   });
 });
