@@ -223,8 +223,8 @@ async function leash(tag: string, extraArgs: string[] = [], policy = bigPolicy()
     decisions: path.join(tmp, `decisions-${tag.replace(/[^a-z0-9]+/gi, '-') || 'default'}.jsonl`),
     wrap: ['timeout', '-s', 'KILL', '300'],
     args: [`--nice=${values.nice}`, ...extraArgs],
-    // A baseline build older than the standby watcher has none to start (its script would be
-    // spawned as a second watcher); a build with one is measured with it in place.
+    // The baseline build runs without a standby (one older than the standby watcher has none: its
+    // script would be spawned as a second watcher); this build is measured with its standby in place.
     standby: !baseline,
   });
   const st = await sup.ready;
