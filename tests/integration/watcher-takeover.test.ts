@@ -58,7 +58,8 @@ function startHammer(argv: string[]): { child: ChildProcess; done: Promise<Tally
   let out = '';
   child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
   const done = new Promise<Tally>((resolve, reject) => {
-    child.on('exit', (code, sig) => {
+    // 'close', not 'exit': the tally can still be in the pipe when the process has exited.
+    child.on('close', (code, sig) => {
       const m = /ok=(\d+) eperm=(\d+) other=(\d+) lasterr=(\d+) worstms=([\d.]+)/.exec(out);
       if (!m) reject(new Error(`hammer ${argv.join(' ')} exited ${code ?? sig} without a tally: ${out}`));
       else resolve({ ok: +m[1]!, eperm: +m[2]!, other: +m[3]!, lasterr: +m[4]!, worstms: +m[5]! });
