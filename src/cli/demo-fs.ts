@@ -22,7 +22,7 @@ import type { RunResult } from '../enforcers/network/run.js';
 import { hostRunner } from '../enforcers/network/run.js';
 import type { Config } from '../config/types.js';
 import type { Cleanups, Lab, LabUser } from '../lab/lab.js';
-import { copyStartFiles, resolveInRoot } from '../lab/miniroot.js';
+import { copyStartFiles, lddFiles, resolveInRoot } from '../lab/miniroot.js';
 import type { FsCmdPolicy } from '../native.js';
 import type { DemoContext, DemoStep, LoggedDecision, StepOutcome } from './demo.js';
 
@@ -74,6 +74,8 @@ export interface DemoFs {
   loader: string;
   /** The copied programs' ELF interpreter as they name it (`/lib64/ld-linux-x86-64.so.2`), inside the small root. */
   loaderInRoot: string;
+  /** The host's libc copied onto the tmpfs (its real path there: what the loader opens for a program run chrooted). */
+  libc: string;
   marks: string[];
   watcherPid: number;
   /** Gives the demo account `policy` or `whitelist` (a no-op when it has it already). */
@@ -166,6 +168,9 @@ export async function setupDemoFs(o: {
   const loader = resolveInRoot(root, interp);
   if (!loader.startsWith(root + '/') || !fs.statSync(loader, { throwIfNoEntry: false })?.isFile())
     throw new Error(`the loader ${interp} was not copied onto the demo tmpfs (${loader})`);
+  const hostLibc = lddFiles(bin.ls!).find((f) => path.basename(f).startsWith('libc.so.'));
+  if (!hostLibc) throw new Error(`${bin.ls} links no libc.so: the whitelist steps need a dynamic program`);
+  const libc = resolveInRoot(root, hostLibc);
 
   const policy = rerootPolicy(fsCmdPolicyOf(o.config), root);
   const whitelist: FsCmdPolicy = {
@@ -204,6 +209,7 @@ export async function setupDemoFs(o: {
     whitelist,
     loader,
     loaderInRoot: interp,
+    libc,
     marks: st.marks,
     watcherPid: st.pid,
     async usePolicy(which) {
@@ -276,7 +282,7 @@ function fsStep(
   surface: 'filesystem' | 'commands',
   title: string,
   expect: DemoStep['expect'],
-  make: (f: DemoFs) => { argv: string[]; subject: string },
+  make: (f: DemoFs) => { argv: string[]; subject: string; opens?: string[] },
   under: 'policy' | 'whitelist' = 'policy',
 ): DemoStep {
   return {
@@ -287,10 +293,13 @@ function fsStep(
       const f = ctx.fs;
       if (!f) throw new Error('the filesystem demo is not set up');
       await f.usePolicy(under);
-      const { argv, subject } = make(f);
+      const { argv, subject, opens = [] } = make(f);
       const since = ctx.decisions().length;
       const r = under === 'whitelist' ? await f.runInRoot(argv) : await f.runAs(argv);
       const decision = await decisionFor(ctx, since, surface, subject);
+      // The step's row lists every decision it caused: wait, too, for the lines about the files it says it opens
+      // (the watcher writes its records in batches, so the line about the subject can come before them).
+      for (const o of opens) await decisionFor(ctx, since, 'filesystem', o);
       return { ...outcomeOf(r, f.root), decision };
     },
   };
@@ -335,7 +344,7 @@ export const FS_DEMO_STEPS: DemoStep[] = [
     'commands',
     'Whitelist: run <t>/bin/ls, its loader and libc on <t>',
     'allowed',
-    (f) => ({ argv: ['/bin/ls', inRoot(f, path.join(f.home, 'work'))], subject: f.loader }),
+    (f) => ({ argv: ['/bin/ls', inRoot(f, path.join(f.home, 'work'))], subject: f.loader, opens: [f.libc] }),
     'whitelist',
   ),
   fsStep(

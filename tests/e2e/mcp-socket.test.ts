@@ -144,7 +144,7 @@ describe.skipIf(!fs.existsSync(CLI) || !nativeAvailable() || !root)(
       while (out.trim().split('\n').filter(Boolean).length < 3 && Date.now() < deadline)
         await new Promise((r) => setTimeout(r, 50));
       proc.stdin.end();
-      const code = await new Promise<number | null>((r) => proc.on('exit', (c) => r(c)));
+      const code = await new Promise<number | null>((r) => proc.on('close', (c) => r(c)));
       expect(code, err).toBe(0);
       const answers = out
         .trim()

@@ -126,7 +126,7 @@ describe.skipIf(!canRunLab)('approvals load: 1,000 pending across surfaces, deci
     let out = '';
     c.stdout.on('data', (b: Buffer) => (out += b.toString()));
     c.stderr.on('data', (b: Buffer) => (out += b.toString()));
-    return { out: new Promise((res) => c.on('exit', () => res(out))) };
+    return { out: new Promise((res) => c.on('close', () => res(out))) };
   };
   const good = () => LAB.hosts.find((h) => h.name === 'good.lab')!.v4;
   const other = () => LAB.hosts.find((h) => h.name === 'other.lab')!.v4;

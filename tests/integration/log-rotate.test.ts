@@ -86,7 +86,7 @@ describe.skipIf(!canRunLab)('decision log rotation: rename, SIGHUP, no line lost
       let err = '';
       c.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
       c.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
-      c.on('exit', (code) => {
+      c.on('close', (code) => {
         try {
           resolve(JSON.parse(out) as Record<string, number>);
         } catch {

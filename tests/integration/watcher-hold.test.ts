@@ -79,7 +79,7 @@ function runAsAsync(user: { uid: number; gid: number }, argv: string[], timeoutM
   c.stderr.on('data', (b: Buffer) => (out += b.toString()));
   const t = setTimeout(() => c.kill('SIGKILL'), timeoutMs);
   return new Promise((resolve) =>
-    c.on('exit', (code) => {
+    c.on('close', (code) => {
       clearTimeout(t);
       resolve({ code, out, ms: Date.now() - t0 });
     }),

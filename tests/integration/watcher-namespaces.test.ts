@@ -121,7 +121,7 @@ describe.skipIf(!root)('filesystems in namespaces the agent makes (unshare -Urm,
       child.stdout.on('data', (b: Buffer) => (out += b.toString()));
       child.stderr.on('data', (b: Buffer) => (out += b.toString()));
       child.on('error', reject);
-      child.on('exit', (code, signal) => resolve({ code, signal, lines: out.trim().split('\n') }));
+      child.on('close', (code, signal) => resolve({ code, signal, lines: out.trim().split('\n') }));
     });
   const readDecisions = (): Record<string, unknown>[] =>
     fs.existsSync(decisions)

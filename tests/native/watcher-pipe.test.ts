@@ -135,7 +135,12 @@ describe.skipIf(!nativeAvailable())('watcher loop on crafted events', () => {
 
   it('judges exec events against the commands policy', () => {
     expect(answer(FAN_OPEN_EXEC_PERM, path.join(dir, 'other'), childPid)).toBe(FAN_DENY);
-    const sleepBin = fs.realpathSync(execFileSync('sh', ['-c', 'command -v sleep'], { encoding: 'utf8' }).trim());
+    // A copy of its own, named sleep: the host's binary can have other hard links (perf's ~/.debug cache makes
+    // them), and a file with another name the subject (root here) could have made is judged by it (hardlinked).
+    const hostSleep = fs.realpathSync(execFileSync('sh', ['-c', 'command -v sleep'], { encoding: 'utf8' }).trim());
+    const sleepBin = path.join(dir, 'bin', 'sleep');
+    fs.mkdirSync(path.dirname(sleepBin));
+    fs.copyFileSync(hostSleep, sleepBin);
     expect(answer(FAN_OPEN_EXEC_PERM, sleepBin, childPid)).toBe(FAN_ALLOW);
   });
 
