@@ -30,7 +30,8 @@
         "native/hardlinks.cc",
         "native/jsonscan.cc",
         "native/mntns.cc",
-        "native/memory.cc"
+        "native/memory.cc",
+        "native/walkpath.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "libraries": ["-lpthread"]

@@ -11,6 +11,7 @@
 #include "notify.h"
 #include "sockopt.h"
 #include "splice.h"
+#include "walkpath.h"
 
 namespace {
 
@@ -27,6 +28,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("formatDecisionLines", Napi::Function::New(env, leash::FormatDecisionLines, "formatDecisionLines"));
   leash::InitWatcher(env, exports);
   leash::InitMntns(env, exports);
+  exports.Set("walkPath", Napi::Function::New(env, leash::WalkPathJs, "walkPath"));
   exports.Set("createJsonScanner", Napi::Function::New(env, leash::CreateJsonScanner, "createJsonScanner"));
   return exports;
 }

@@ -274,6 +274,12 @@ export interface NativeAddon {
    * malloc_trim(0); true when malloc_trim returned pages to the kernel.
    */
   releaseMemory(): boolean;
+  /**
+   * The tools gate's reading of an absolute path (src/enforcers/tools/operations/paths.ts): existing symlinks
+   * resolved, `..` by the parent reached so far, the rest appended once a component is missing; one openat2
+   * for a plain existing path. Throws a TypeError for a relative path or one with a NUL.
+   */
+  walkPath(path: string): string;
   /** Sends one serialised journal entry (src/log/journal.ts) to journald's socket: 0, or the errno that refused it. */
   journalSend(socketPath: string, entry: Buffer): number;
   compileFsPolicy(policy: FsCmdPolicy): NativeFsPolicyHandle;
