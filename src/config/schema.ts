@@ -233,6 +233,12 @@ function serviceSections<F extends boolean>(fragment: F) {
         count('pending requests at most per subject; beyond it its asks are blocked at once'),
         200,
       ),
+      max_held_opens: opt(
+        count(
+          'opens and execs the watcher holds at most, all subjects together (each one held slows every other open of the marked filesystems: docs/approvals.md, Load); beyond it an ask on files or commands is blocked at once',
+        ),
+        2,
+      ),
       session_seconds: opt(
         seconds(
           "how long a session approval lasts on the host surfaces (also ended by the subject's next reconcile)",

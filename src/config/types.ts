@@ -62,6 +62,8 @@ export interface Config {
     deadlines: { network: number; filesystem: number; commands: number; tools: number };
     max_pending: number;
     max_pending_per_subject: number;
+    /** The watcher's own, lower bound on held opens and execs (each one held slows every other open). */
+    max_held_opens: number;
     session_seconds: number;
   };
   /** The web console (docs/console.md); the floor only. */

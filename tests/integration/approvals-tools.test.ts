@@ -40,6 +40,8 @@ describe.skipIf(!canRunLab)('approvals: MCP tool calls held for a human (root, t
   let dir = '';
   let env: NodeJS.ProcessEnv = {};
   let agent: LabUser;
+  /** A second account, bound to a profile of rules over operations (the terminal mapping table). */
+  let opsAgent: LabUser;
   let svc: ChildProcess | null = null;
   let svcErr = '';
   let followed = '';
@@ -53,6 +55,16 @@ describe.skipIf(!canRunLab)('approvals: MCP tool calls held for a human (root, t
           .split('\n')
           .filter(Boolean)
           .map((l) => JSON.parse(l) as DecisionRecord)
+      : [];
+  const opsRecord = () => path.join(dir, 'rec-ops', 'received.jsonl');
+  /** The commands the server's run_command executed for the second account, in order. */
+  const executedOps = (): string[] =>
+    fs.existsSync(opsRecord())
+      ? fs
+          .readFileSync(opsRecord(), 'utf8')
+          .split('\n')
+          .filter(Boolean)
+          .map((l) => (JSON.parse(l) as { args: { command: string } }).args.command)
       : [];
   /** The tool calls the server executed, in order. */
   const executed = (): string[] =>
@@ -88,12 +100,12 @@ describe.skipIf(!canRunLab)('approvals: MCP tool calls held for a human (root, t
   const linesOf = (request: string) => decisions().filter((d) => d.approval?.request === request);
 
   /** A gate as the leashed account (its UID is what the service knows it by), driven by the SDK client. */
-  const connect = async () => {
+  const connect = async (as: LabUser = agent, rec: string = record()) => {
     const transport = new StdioClientTransport({
       command: 'setpriv',
       args: [
-        `--reuid=${agent.uid}`,
-        `--regid=${agent.gid}`,
+        `--reuid=${as.uid}`,
+        `--regid=${as.gid}`,
         '--clear-groups',
         process.execPath,
         CLI,
@@ -104,7 +116,7 @@ describe.skipIf(!canRunLab)('approvals: MCP tool calls held for a human (root, t
         process.execPath,
         SERVER,
       ],
-      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, FAKE_RECORD: record() },
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, FAKE_RECORD: rec },
       stderr: 'pipe',
     });
     const client = new Client({ name: 'leash-approvals-e2e', version: '1.0.0' });
@@ -119,11 +131,15 @@ describe.skipIf(!canRunLab)('approvals: MCP tool calls held for a human (root, t
     dir = fs.mkdtempSync(path.join(l.dir, 'gtl-'));
     fs.chmodSync(dir, 0o755);
     agent = await l.createUser('leash-tgt1');
+    opsAgent = await l.createUser('leash-tgt2');
     fs.mkdirSync(path.join(dir, 'rec'));
     fs.chownSync(path.join(dir, 'rec'), agent.uid, agent.gid);
+    fs.mkdirSync(path.join(dir, 'rec-ops'));
+    fs.chownSync(path.join(dir, 'rec-ops'), opsAgent.uid, opsAgent.gid);
     fs.writeFileSync(
       path.join(dir, 'passwd'),
-      `root:x:0:0:root:/root:/bin/bash\n${agent.name}:x:${agent.uid}:${agent.gid}::/nonexistent:/usr/sbin/nologin\n`,
+      `root:x:0:0:root:/root:/bin/bash\n${agent.name}:x:${agent.uid}:${agent.gid}::/nonexistent:/usr/sbin/nologin\n` +
+        `${opsAgent.name}:x:${opsAgent.uid}:${opsAgent.gid}::/nonexistent:/usr/sbin/nologin\n`,
     );
     fs.writeFileSync(
       path.join(dir, 'leash.yaml'),
@@ -145,6 +161,32 @@ logging: { level: info, decisions: ${decisionsPath()} }
       LEASH_APPROVALS_SOCKET: path.join(dir, 'approvals.sock'),
       LEASH_TOOLS_SOCKET: path.join(dir, 'tools.sock'),
     };
+    // The second account's profile: rules over operations read through the terminal table; `rm` asks, `ls` passes,
+    // anything else is denied. Bound with the acknowledgements the loosening needs.
+    fs.writeFileSync(
+      path.join(dir, 'ops.yaml'),
+      `tools:
+  mapping: terminal
+  default: deny
+  rules:
+    - { id: rm-ask, effect: ask, operations: [shell.exec], commands: [[rm, '**']] }
+    - { id: ls-ok, effect: allow, operations: [shell.exec], commands: [[ls, '**']] }
+`,
+    );
+    expect(leash(['profile', 'save', 'ops', '--from', path.join(dir, 'ops.yaml')]).code).toBe(0);
+    const bind = leash(['bind', `agent:${opsAgent.name}`, 'ops', '--no-reconcile', '--json']);
+    const missing =
+      bind.code === 0
+        ? []
+        : (JSON.parse(bind.out) as { error: { details: { missing: string[] } } }).error.details.missing;
+    const bound = leash([
+      'bind',
+      `agent:${opsAgent.name}`,
+      'ops',
+      '--no-reconcile',
+      ...missing.flatMap((t) => ['--ack', t]),
+    ]);
+    expect(bound.code, bound.out + bound.err).toBe(0);
     svc = spawn('timeout', ['-s', 'KILL', '300', process.execPath, CLI, '-c', path.join(dir, 'leash.yaml')], {
       env: { ...process.env, ...env },
       stdio: ['ignore', 'ignore', 'pipe'],
@@ -367,6 +409,44 @@ logging: { level: info, decisions: ${decisionsPath()} }
   });
 
   // Last: it stops the service.
+  it('an operations rule with effect ask holds the call in the service queue while an allowed operation flows', async () => {
+    const c = await connect(opsAgent, opsRecord());
+    const held = c.callTool({ name: 'run_command', arguments: { command: 'rm -rf build' } });
+    const req = await nextRequest();
+    expect(req).toMatchObject({
+      uid: opsAgent.uid,
+      surface: 'tools',
+      what: { name: 'run_command', arguments: { command: 'rm -rf build' } },
+    });
+    // An allow rule's call is answered while the asked one is held; nothing asked reached the server.
+    const ls = (await c.callTool({ name: 'run_command', arguments: { command: 'ls -l' } })) as {
+      content: { text: string }[];
+    };
+    expect(ls.content[0]!.text).toBe('ran ls -l');
+    expect(executedOps()).toEqual(['ls -l']);
+    expect(leash(['approvals', 'allow', req.id, '--once']).code).toBe(0);
+    expect(((await held) as { content: { text: string }[] }).content[0]!.text).toBe('ran rm -rf build');
+    expect(executedOps()).toEqual(['ls -l', 'rm -rf build']);
+    const mine = linesOf(req.id);
+    expect(mine.map((x) => [x.uid, x.action, x.reason, x.rule])).toEqual([
+      [opsAgent.uid, 'ask', 'ask_rule', 'rm-ask'],
+      [opsAgent.uid, 'allow', 'approved_once', 'rm-ask'],
+    ]);
+    // Once is once: the next rm asks again and, denied, never reaches the server; a command no rule allows is
+    // denied at once by the default, never asked.
+    const again = c.callTool({ name: 'run_command', arguments: { command: 'rm notes' } });
+    const req2 = await nextRequest();
+    expect(req2.id).not.toBe(req.id);
+    expect(leash(['approvals', 'deny', req2.id]).code).toBe(0);
+    expect(await refused(again)).toEqual({ code: -32001, reason: 'approval_denied' });
+    expect((await refused(c.callTool({ name: 'run_command', arguments: { command: 'curl x' } }))).reason).toBe(
+      'operation_default_denied',
+    );
+    expect(followed).not.toContain('curl x');
+    expect(executedOps()).toEqual(['ls -l', 'rm -rf build']);
+    await c.close();
+  });
+
   it('the service stopped with a call held: the call is refused, never allowed, and the server never sees it', async () => {
     const c = await connect();
     const ran = executed().length;

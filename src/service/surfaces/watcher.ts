@@ -28,6 +28,26 @@ export interface WatcherSurfaceOptions {
   ask?: Asker;
 }
 
+/**
+ * The watcher's bounds and deadlines on held events: its own, lower total (every event held costs each answer the
+ * group gets a wake-up of the held process: docs/approvals.md, Load), within the queue's (a hold beyond them would
+ * be refused there anyway).
+ */
+export function watcherHoldSettings(c: Config): {
+  max: number;
+  perSubject: number;
+  filesystemMs: number;
+  commandsMs: number;
+} {
+  const a = c.approvals;
+  return {
+    max: Math.min(a.max_pending, a.max_held_opens),
+    perSubject: Math.min(a.max_pending_per_subject, a.max_held_opens),
+    filesystemMs: a.deadlines.filesystem * 1000,
+    commandsMs: a.deadlines.commands * 1000,
+  };
+}
+
 export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<SurfaceAdapter> {
   const c = o.config;
   const subjects = o.initial.flatMap((a): WatcherSubject[] => {
@@ -49,18 +69,7 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
     onFatal: o.onFatal,
     onRespawn: o.onRespawn,
     ...(o.onStandbyUnavailable ? { onStandbyUnavailable: o.onStandbyUnavailable } : {}),
-    // The watcher's own bounds on held events are the queue's (a hold beyond them would be refused there anyway).
-    ...(o.ask
-      ? {
-          ask: o.ask,
-          hold: {
-            max: c.approvals.max_pending,
-            perSubject: c.approvals.max_pending_per_subject,
-            filesystemMs: c.approvals.deadlines.filesystem * 1000,
-            commandsMs: c.approvals.deadlines.commands * 1000,
-          },
-        }
-      : {}),
+    ...(o.ask ? { ask: o.ask, hold: watcherHoldSettings(c) } : {}),
   });
   await sup.ready;
   const hooks = watcherMapHooks(sup, {
