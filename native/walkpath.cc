@@ -34,20 +34,28 @@ std::vector<std::string_view> Components(std::string_view raw, bool* dots) {
   return out;
 }
 
-/** True when every component of `norm` exists and none is a symlink (one openat2; false on any doubt). */
-bool PlainAndPresent(const std::string& norm) {
+/**
+ * True when the walk would give `norm` (no `..` in it) as written, told by one openat2 with
+ * RESOLVE_NO_SYMLINKS: the kernel walks the components in order and fails with ELOOP at the first
+ * symlink it meets. So success means every component exists and none is a symlink; ENOENT, ENOTDIR
+ * and EACCES mean the walk stopped at a component that is missing (or under a file, or behind a
+ * directory this process cannot search: the walk's lstat fails there too) after a prefix with no
+ * symlink in it, and the walk appends the rest as written. Anything else (ELOOP: a symlink to
+ * resolve) is for the component walk.
+ */
+bool WalkGivesItself(const std::string& norm) {
   static bool unsupported = false;  // ENOSYS once (a kernel before 5.6): the walk answers from then on
   if (unsupported) return false;
   struct open_how how = {};
   how.flags = O_PATH | O_CLOEXEC;
   how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
   int fd = static_cast<int>(syscall(SYS_openat2, AT_FDCWD, norm.c_str(), &how, sizeof how));
-  if (fd < 0) {
-    if (errno == ENOSYS) unsupported = true;
-    return false;
+  if (fd >= 0) {
+    close(fd);
+    return true;
   }
-  close(fd);
-  return true;
+  if (errno == ENOSYS) unsupported = true;
+  return errno == ENOENT || errno == ENOTDIR || errno == EACCES;
 }
 
 std::string Parent(const std::string& p) {
@@ -67,7 +75,7 @@ std::string WalkPath(const std::string& raw) {
       norm.append(c);
     }
     if (norm.empty()) norm = "/";
-    if (PlainAndPresent(norm)) return norm;
+    if (WalkGivesItself(norm)) return norm;
   }
   std::string cur = "/";
   bool missing = false;
