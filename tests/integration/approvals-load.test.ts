@@ -1,13 +1,13 @@
 /**
- * The approvals load test (#17 "A load test"), the whole service for real in the lab: 1,000 requests pending at once
- * across surfaces — 400 connections held by the proxy, 400 opens and 200 execs held by the watcher, all made by one
- * leashed account — decided by a script over the approvals socket (half once, half deny, every tenth decided twice
- * at the same moment). Asserts: every request reaches the approver, is decided exactly once (the second decision is
- * approval_not_found), and its action gets the outcome decided (no request lost, none answered twice); another
- * account's proxy and watcher traffic meanwhile goes on (every open and connection succeeds) and is measured before,
- * during and after (printed; see docs/approvals.md, "Load", for why its rate is not bounded). The watcher's own
- * bound on held events (approvals.max_held_opens, 2 by default because of that cost) is raised to the 600 held here:
- * the test is of the queue and the watcher's hold table under load, not of the default.
+ * The approvals load test (#17 "A load test"), the whole service for real in the lab, at the default bounds: 1,000
+ * requests pending at once across surfaces — 998 connections held by the proxy and the 2 opens or execs the watcher
+ * holds (approvals.max_held_opens: every event it holds slows each other open of the group, docs/approvals.md "Load"),
+ * all made by one leashed account that asks for 40 opens and 20 execs; the 58 beyond the watcher's bound are EPERM at
+ * once (approval_limit). Decided by a script over the approvals socket (half once, half deny, every tenth decided
+ * twice at the same moment). Asserts: every request reaches the approver, is decided exactly once (the second
+ * decision is approval_not_found), and its action gets the outcome decided (no request lost, none answered twice);
+ * another account's proxy and watcher traffic meanwhile goes on (every open and connection succeeds) at a rate
+ * within the noise of before and after (measured and printed).
  */
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -18,10 +18,12 @@ import { LAB, canRunLab, stopChild, useLab, type LabUser, waitForServiceReady } 
 import type { DecisionRecord } from '../../src/log/decisions.js';
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
-const N_NET = 400;
-const N_OPEN = 400;
-const N_EXEC = 200;
-const TOTAL = N_NET + N_OPEN + N_EXEC;
+const N_NET = 998;
+/** The watcher's default bound on held opens and execs (approvals.max_held_opens). */
+const N_HELD = 2;
+const N_OPEN = 40;
+const N_EXEC = 20;
+const TOTAL = N_NET + N_HELD;
 
 /** argv[2] threads each open(argv[1]) once: prints "ok=<n> eperm=<n> other=<n>". */
 const OPENMANY_C = `#define _GNU_SOURCE
@@ -214,7 +216,7 @@ filesystem: { mode: blacklist, ask: [${p('asked')}] }
 commands: { mode: blacklist, ask: [${p('bin', 'hello')}] }
 tools: { mode: whitelist }
 enforcers: { network: true, filesystem: true, tools: false }
-approvals: { deadlines: { network: 120, filesystem: 120, commands: 120 }, max_pending: ${TOTAL}, max_pending_per_subject: ${TOTAL}, max_held_opens: ${N_OPEN + N_EXEC} }
+approvals: { deadlines: { network: 120, filesystem: 120, commands: 120 }, max_pending: ${TOTAL}, max_pending_per_subject: ${TOTAL} }
 logging: { level: info, decisions: ${decisionsPath()} }
 `,
     );
@@ -258,9 +260,9 @@ logging: { level: info, decisions: ${decisionsPath()} }
     await new Promise((r) => setTimeout(r, 300));
     const before = await slices();
 
-    const net400 = asUser(A, [process.execPath, p('bin', 'tls.js'), 'many', 'other.lab', other(), String(N_NET)]);
-    const open400 = asUser(A, [p('bin', 'openmany'), p('asked', 'a.txt'), String(N_OPEN)]);
-    const exec200 = asUser(A, [p('bin', 'execmany'), p('bin', 'hello'), String(N_EXEC)]);
+    const conns = asUser(A, [process.execPath, p('bin', 'tls.js'), 'many', 'other.lab', other(), String(N_NET)]);
+    const opens = asUser(A, [p('bin', 'openmany'), p('asked', 'a.txt'), String(N_OPEN)]);
+    const execs = asUser(A, [p('bin', 'execmany'), p('bin', 'hello'), String(N_EXEC)]);
     const ctl = await client();
     const t0 = Date.now();
     let pending: { id: string; surface: string }[] = [];
@@ -272,11 +274,10 @@ logging: { level: info, decisions: ${decisionsPath()} }
     }
     const bySurface = (xs: { surface: string }[]) =>
       xs.reduce<Record<string, number>>((m, x) => ((m[x.surface] = (m[x.surface] ?? 0) + 1), m), {});
-    expect(bySurface(pending), svcErr.slice(-2000)).toEqual({
-      network: N_NET,
-      filesystem: N_OPEN,
-      commands: N_EXEC,
-    });
+    const counts = bySurface(pending);
+    expect(counts.network, svcErr.slice(-2000)).toBe(N_NET);
+    // The watcher holds its bound, whichever of the opens and execs came first.
+    expect((counts.filesystem ?? 0) + (counts.commands ?? 0), JSON.stringify(counts)).toBe(N_HELD);
     const tPending = Date.now() - t0;
     const during = await slices();
     const t1 = Date.now();
@@ -300,7 +301,7 @@ logging: { level: info, decisions: ${decisionsPath()} }
     expect(oks).toBe(TOTAL);
     expect(notFound.length).toBe(Math.ceil(TOTAL / 10));
 
-    const [n, o, e] = await Promise.all([net400.out, open400.out, exec200.out]);
+    const [n, o, e] = await Promise.all([conns.out, opens.out, execs.out]);
     const after = await slices();
     const once = (s: string) => pending.filter((q) => q.surface === s && want.get(q.id) === 'once').length;
     const netR = JSON.parse(n.trim()) as { ok: number; reset: number; other: number };
@@ -310,6 +311,7 @@ logging: { level: info, decisions: ${decisionsPath()} }
     expect(netR.ok + netR.reset).toBe(N_NET);
     expect(netR.ok).toBeLessThanOrEqual(once('network'));
     expect(netR.ok).toBeGreaterThanOrEqual(Math.floor(once('network') * 0.95));
+    // The approved opens and execs succeed; the denied ones and those beyond the watcher's bound are EPERM.
     expect(o.trim()).toBe(`ok=${once('filesystem')} eperm=${N_OPEN - once('filesystem')} other=0`);
     expect(e.trim()).toBe(`ran=${once('commands')} eperm=${N_EXEC - once('commands')} other=0`);
 
@@ -344,6 +346,12 @@ logging: { level: info, decisions: ${decisionsPath()} }
       ]);
     }
     expect(missing).toBeLessThanOrEqual(once('network') - netR.ok);
+    // The asks beyond the watcher's bound: each EPERM at once, with its approval_limit line and no request.
+    const limited = lines.filter(
+      (l) => l.reason === 'approval_limit' && (l.surface === 'filesystem' || l.surface === 'commands'),
+    );
+    expect(limited.length).toBe(N_OPEN + N_EXEC - N_HELD);
+    for (const l of limited) expect([l.uid, l.action, l.approval?.request ?? null]).toEqual([A.uid, 'block', null]);
     sub.close();
     ctl.close();
 
@@ -360,7 +368,7 @@ logging: { level: info, decisions: ${decisionsPath()} }
       ).padStart(8)} |`;
     process.stdout.write(
       [
-        `approvals load: ${TOTAL} pending (${N_NET} network, ${N_OPEN} filesystem, ${N_EXEC} commands); load ${fs.readFileSync('/proc/loadavg', 'utf8').trim()}`,
+        `approvals load: ${TOTAL} pending (${JSON.stringify(counts)}; ${limited.length} opens and execs beyond the watcher's bound refused at once); load ${fs.readFileSync('/proc/loadavg', 'utf8').trim()}`,
         `all pending after ${tPending} ms; all decided by the script in ${tDecided} ms; network: ${netR.ok} of ${once('network')} approved connections completed their handshake`,
         "the other account's traffic, three 0.5 s samples each (opens on the marked tmpfs; TLS connections through the proxy):",
         '| when                   |         opens (samples) | conns (samples) | worst ms | worst ms |',
@@ -371,9 +379,13 @@ logging: { level: info, decisions: ${decisionsPath()} }
       ].join('\n'),
     );
     // The other account's traffic goes on while 1,000 are pending: every open and connection it makes succeeds, none
-    // waits anywhere near a deadline. Its rate is printed, not bounded: on this shared machine the samples are bimodal
-    // (about 300 or 12,000 opens per 0.5 s, with nothing held at all) and the runs so far could not tell the rate
-    // during the load from that noise (docs/approvals.md, "Load").
+    // waits anywhere near a deadline, and its rate stays in the range of before and after: the best sample during the
+    // load reaches half the median sample outside it (2 held events cost another process's opens nothing measurable:
+    // bench/hold-herd, docs/approvals.md "Load"; the bound leaves room for a shared machine's noise).
+    const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
+    const outside = [...before, ...after];
+    expect(Math.max(...during.map((t) => t.opens))).toBeGreaterThan(0.5 * median(outside.map((t) => t.opens)));
+    expect(Math.max(...during.map((t) => t.conns))).toBeGreaterThan(0.5 * median(outside.map((t) => t.conns)));
     for (const t of during) expect(t.opens).toBeGreaterThan(0);
     for (const t of during) expect(t.opensWorst).toBeLessThan(5000);
     for (const t of during) expect(t.conns).toBeGreaterThan(0);
