@@ -217,7 +217,7 @@ export const PROXY_REASONS = {
   http_malformed:
     'a plain-HTTP request the strict framer cannot frame exactly (smuggling shapes, bad chunking, oversized head): answered 400, closed',
   no_original_dst: 'SO_ORIGINAL_DST could not be read, so the connection cannot be shown to be redirected (critical)',
-  not_redirected: 'a direct connection to a proxy listener, or to the reserved loopback range 18000-18999 (critical)',
+  not_redirected: 'a direct connection to a proxy listener, or to the reserved loopback range 18000-20999 (critical)',
   resolve_failed: 'a name-decided allow whose name did not resolve through the configured resolvers',
 } as const;
 

@@ -474,7 +474,7 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
       dst = null;
     }
     // Only connections the chain redirected (original port 53) are served: a direct connection to this port, by
-    // the subject (its loopback TCP to 18000-18999 lands on its proxy instead) or by anyone else, is refused.
+    // the subject (its loopback TCP to 18000-20999 lands on its proxy instead) or by anyone else, is refused.
     if (!dst || dst.port !== 53) {
       logBlock(
         e,

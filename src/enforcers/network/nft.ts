@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { LeashError } from '../../errors.js';
+import { PORT_MAX, PORT_MIN } from '../../subjects/ports.js';
 import type { Runner } from './run.js';
 
 /**
@@ -14,9 +15,9 @@ import type { Runner } from './run.js';
  * another subject is applied, because that would silently disarm the others.
  */
 
-/** Ports 18000-18999 on loopback are Leash's: an attempt at any of them is refused by the UID's own listener. */
-export const PROXY_PORT_MIN = 18000;
-export const PROXY_PORT_MAX = 18999;
+/** Ports 18000-20999 on loopback are Leash's: an attempt at any of them is refused by the UID's own listener. */
+export const PROXY_PORT_MIN = PORT_MIN;
+export const PROXY_PORT_MAX = PORT_MAX;
 /** The single-subject listener port (inside the reserved range, so a direct attempt is refused at the attempter's own listener). */
 export const SINGLE_SUBJECT_PORT = 18443;
 

@@ -10,7 +10,7 @@ import {
   readPasswd,
   readPasswdAsync,
 } from '../../../src/subjects/discovery.js';
-import { assignPorts, dnsPortFor, PORT_MIN, PORT_RESERVED, readPorts } from '../../../src/subjects/ports.js';
+import { assignPorts, dnsPortFor, PORT_MAX, PORT_MIN, PORT_RESERVED, readPorts } from '../../../src/subjects/ports.js';
 
 const PASSWD = `root:x:0:0:root:/root:/bin/bash
 fido:x:1000:1000:Fido:/home/fido:/bin/bash
@@ -111,17 +111,44 @@ describe('port map', () => {
     const dir = tmp();
     const ports: Record<string, { port: number; uid: number }> = {};
     let uid = 10;
-    // Every pair (p, p+500) taken but one: 18498 with its forwarder port 18998.
-    for (let p = PORT_MIN; p < PORT_MIN + 500; p++)
-      if (p !== PORT_RESERVED && p !== 18498) ports[`leash-x${p}`] = { port: p, uid: uid++ };
+    // Every pair (p, p+500) of every block taken but one: 20498 with its forwarder port 20998.
+    for (let b = PORT_MIN; b < PORT_MAX; b += 1000)
+      for (let p = b; p < b + 500; p++)
+        if (p !== PORT_RESERVED && p !== 20498) ports[`leash-x${p}`] = { port: p, uid: uid++ };
+    expect(Object.keys(ports).length).toBe(1498);
     fs.writeFileSync(path.join(dir, 'ports.json'), JSON.stringify({ version: 1, ports }));
     const r = await assignPorts(dir, [
       { account: 'leash-new', uid: 1 },
       { account: 'leash-new2', uid: 2 },
     ]);
-    expect(r.ports['leash-new']?.port).toBe(18498);
-    expect(dnsPortFor(18498)).toBe(18998);
+    expect(r.ports['leash-new']?.port).toBe(20498);
+    expect(dnsPortFor(20498)).toBe(20998);
     expect(r.unassigned).toEqual(['leash-new2']);
+  });
+
+  it('pairs ports within each block of 1,000: room for 1,499 subjects, none of whose ports collide', async () => {
+    const dir = tmp();
+    const accounts = Array.from({ length: 1500 }, (_, i) => ({ account: `leash-a${i}`, uid: 5000 + i }));
+    const r = await assignPorts(dir, accounts);
+    expect(r.unassigned).toEqual(['leash-a1499']);
+    const all = Object.values(r.ports).flatMap((e) => [e.port, dnsPortFor(e.port)]);
+    expect(all.length).toBe(2998);
+    expect(new Set(all).size).toBe(2998);
+    expect(Math.min(...all)).toBe(PORT_MIN);
+    expect(Math.max(...all)).toBe(PORT_MAX);
+    expect(PORT_MAX).toBe(20999);
+    expect(all).not.toContain(PORT_RESERVED);
+    expect(all).not.toContain(dnsPortFor(PORT_RESERVED));
+    for (const [p, d] of [
+      [18000, 18500],
+      [18499, 18999],
+      [19000, 19500],
+      [19499, 19999],
+      [20000, 20500],
+      [20499, 20999],
+    ])
+      expect([dnsPortFor(p!), dnsPortFor(d!)]).toEqual([d, p]);
+    expect(readPorts(dir)['leash-a1000']?.port).toBe(20001);
   });
 
   it('hands out a port only when its DNS half is free too (a map from before the forwarder)', async () => {
