@@ -9,21 +9,10 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadNative, nativeAvailable } from '../../../../src/native.js';
 import { resolvePath, walkJs } from '../../../../src/enforcers/tools/operations/paths.js';
+import { mulberry32 as rng } from '../../../../src/lab/prng.js';
 
 const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'leash-walk-')));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
-
-/** A small deterministic generator (mulberry32): the same trees on every run. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const NAMES = ['a', 'b', 'c', 'd', 'e'];
 
