@@ -91,6 +91,16 @@ export function renderSubject(s: SubjectRules): RenderedSubject {
   // TCP goes to the proxy (nat above); anything else that is not inspected is not let through: UDP (QUIC), and
   // the other unprivileged IP protocols (ICMP echo sockets, SCTP) a TCP proxy cannot broker either.
   filter.push('meta l4proto != tcp drop');
+  // The nat chain only sees a connection's first packet. A SYN whose addresses and ports match a conntrack entry
+  // still held from an earlier connection (one closed by a reset stays 10 s) joins that entry and keeps its
+  // translation: none when another account (the proxy's own upstream connection, any daemon) made it, which would
+  // send the subject straight to the destination, or another subject's redirect. So TCP is checked after nat too:
+  // it leaves only to this subject's own listener and forwarder, or as the answer on a connection made to it.
+  const ports = `{ ${s.port}, ${s.dnsPort} }`;
+  filter.push(`ip daddr 127.0.0.1 tcp dport ${ports} return`);
+  filter.push(`ip6 daddr ::1 tcp dport ${ports} return`);
+  filter.push('ct direction reply ct state established return');
+  filter.push('drop');
   const hash = createHash('sha256')
     .update(JSON.stringify([s.uid, ip, ip6, filter]))
     .digest('hex')

@@ -47,12 +47,16 @@ describe('nft rendering', () => {
     ]);
   });
 
-  it('lets UDP out only to its own forwarder (where port 53 was redirected), both families', () => {
+  it('lets UDP out only to its own forwarder and TCP only to its own listener or forwarder after nat, both families', () => {
     const r = renderSubject(base);
     expect(r.filter).toEqual([
       'ip daddr 127.0.0.1 udp dport 18501 return',
       'ip6 daddr ::1 udp dport 18501 return',
       'meta l4proto != tcp drop',
+      'ip daddr 127.0.0.1 tcp dport { 18001, 18501 } return',
+      'ip6 daddr ::1 tcp dport { 18001, 18501 } return',
+      'ct direction reply ct state established return',
+      'drop',
     ]);
   });
 
@@ -60,6 +64,10 @@ describe('nft rendering', () => {
     expect(renderSubject({ ...base, udp: 'allow' }).filter).toEqual([
       'meta l4proto udp return',
       'meta l4proto != tcp drop',
+      'ip daddr 127.0.0.1 tcp dport { 18001, 18501 } return',
+      'ip6 daddr ::1 tcp dport { 18001, 18501 } return',
+      'ct direction reply ct state established return',
+      'drop',
     ]);
   });
 
