@@ -14,6 +14,7 @@
         "native/module.cc",
         "native/errors.cc",
         "native/sockopt.cc",
+        "native/conntrack.cc",
         "native/notify.cc",
         "native/journal.cc",
         "native/splice.cc",

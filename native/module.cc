@@ -1,6 +1,7 @@
 // The addon's one entry point: each mechanism lives in its own file.
 #include <napi.h>
 
+#include "conntrack.h"
 #include "decisionline.h"
 #include "fanotify.h"
 #include "fsmatch.h"
@@ -17,6 +18,8 @@ namespace {
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("originalDst", Napi::Function::New(env, leash::OriginalDst, "originalDst"));
+  exports.Set("conntrackRequest", Napi::Function::New(env, leash::ConntrackRequest, "conntrackRequest"));
+  exports.Set("conntrackDelete", Napi::Function::New(env, leash::ConntrackDelete, "conntrackDelete"));
   exports.Set("peerCred", Napi::Function::New(env, leash::PeerCred, "peerCred"));
   exports.Set("releaseMemory", Napi::Function::New(env, leash::ReleaseMemory, "releaseMemory"));
   exports.Set("journalSend", Napi::Function::New(env, leash::JournalSend, "journalSend"));

@@ -267,6 +267,10 @@ export interface NativeAddon {
   /** new Splicer(onDone): onDone(id, errno (0 = both sides closed cleanly), bytesAtoB, bytesBtoA). */
   Splicer: new (onDone: (id: number, errno: number, ab: number, ba: number) => void) => SplicerInstance;
   originalDst(fd: number): OriginalDst;
+  /** The ctnetlink delete request for a connected TCP socket's entry, by the tuple of the packets it sends. */
+  conntrackRequest(fd: number, direction: 'orig' | 'reply'): Buffer;
+  /** Sends one conntrackRequest: 0 when deleted, else the errno name ("ENOENT": no such entry). */
+  conntrackDelete(request: Buffer): 0 | string;
   peerCred(fd: number): PeerCred;
   sdNotify(state: string): boolean;
   /**

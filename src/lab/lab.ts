@@ -105,11 +105,12 @@ export interface Lab {
   startEnforcer(spec: LabEnforcerSpec): Promise<EnforcerHandle>;
   /**
    * Starts a small TCP service as root inside the agent (`agent`) or upstream namespace: on each `ports` entry it
-   * answers `svc:<port>\n` and closes; a `banner` port speaks first (`220 banner`) and closes 100 ms later.
+   * answers `svc:<port>\n` and closes; a `banner` port speaks first (`220 banner`) and closes 100 ms later; a
+   * `reset` port answers the same, then resets the connection 200 ms later.
    */
   serve(
     where: 'agent' | 'upstream',
-    listen: { host: string; port: number; banner?: boolean; hold?: boolean }[],
+    listen: { host: string; port: number; banner?: boolean; hold?: boolean; reset?: boolean }[],
   ): Promise<void>;
   /** Every message the lab resolver received so far (its own log; empty when built with dnsLog: false). */
   dnsQueries(): LabDnsQuery[];
@@ -470,6 +471,7 @@ for (const l of spec) {
   const srv = net.createServer((s) => {
     s.on('error', () => {});
     if (l.hold) return;
+    if (l.reset) { s.write('svc:' + l.port + '\\n'); setTimeout(() => s.resetAndDestroy(), 200); return; }
     if (l.banner) { s.write('220 banner\\r\\n'); setTimeout(() => s.end(), 100); }
     else s.end('svc:' + l.port + '\\n');
   });

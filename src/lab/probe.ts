@@ -10,10 +10,11 @@ import net from 'node:net';
 import tls from 'node:tls';
 
 export type Probe =
-  | { kind: 'tls'; host: string; port: number; servername?: string }
+  /** `localPort`: the source port to connect from (an attacker choosing one that a conntrack entry still holds). */
+  | { kind: 'tls'; host: string; port: number; servername?: string; localPort?: number }
   | { kind: 'http'; host: string; port: number; hostHeader: string }
   /** `hex`: raw bytes to send instead of `send`; `firstData`: done at the first bytes back (a handshake that stalls). */
-  | { kind: 'tcp'; host: string; port: number; send?: string; hex?: string; firstData?: boolean }
+  | { kind: 'tcp'; host: string; port: number; send?: string; hex?: string; firstData?: boolean; localPort?: number }
   | { kind: 'udp'; host: string; port: number }
   | { kind: 'dns'; name: string }
   /** One A query in one datagram, straight to `server`:53: the errno is the one sendto really returned. */
@@ -226,7 +227,14 @@ export async function runProbe(p: Probe): Promise<ProbeResult> {
     case 'tls':
       return stream(
         p,
-        () => tls.connect({ host: p.host, port: p.port, servername: p.servername, rejectUnauthorized: false }),
+        () =>
+          tls.connect({
+            host: p.host,
+            port: p.port,
+            servername: p.servername,
+            rejectUnauthorized: false,
+            ...(p.localPort ? { localPort: p.localPort } : {}),
+          }),
         null,
       );
     case 'http':
@@ -238,7 +246,7 @@ export async function runProbe(p: Probe): Promise<ProbeResult> {
     case 'tcp':
       return stream(
         p,
-        () => net.connect(p.port, p.host),
+        () => net.connect({ port: p.port, host: p.host, ...(p.localPort ? { localPort: p.localPort } : {}) }),
         p.hex !== undefined ? Buffer.from(p.hex, 'hex') : (p.send ?? ''),
         p.firstData,
       );

@@ -11,6 +11,7 @@ import dgram from 'node:dgram';
 import net from 'node:net';
 import type { Verdict } from '../../engine/types.js';
 import { loadNative, type OriginalDst } from '../../native.js';
+import { createForgetter } from './forget.js';
 import {
   RCODE,
   encodeError,
@@ -313,6 +314,7 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
 
   const upstream = createUpstream(timeoutMs, onError);
   const forward = upstream.forward;
+  const forget = createForgetter(onError);
 
   function remember(e: Entry<P>, name: string, a: Answer): void {
     if (a.addresses.length === 0) return;
@@ -487,7 +489,7 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
         },
         null,
       );
-      sock.resetAndDestroy();
+      forget.reset(sock, 'reply', e.uid);
       return;
     }
     sock.setTimeout(TCP_IDLE_MS, () => sock.destroy());

@@ -11,6 +11,7 @@ import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket } from './peek.js';
 import { createListenerTable } from './listeners.js';
 import { HttpRequestGate } from './http-gate.js';
 import { createRelay, type RelayOwner } from './relay.js';
+import { createForgetter } from './forget.js';
 import { createNameResolver, plainIp, type Resolved } from './resolve.js';
 import { approvalOf, type Asker, type AskOutcome } from '../../approvals/contract.js';
 
@@ -312,10 +313,12 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   });
   const subjects = table.entries;
   const resolve = createNameResolver(opts.resolvers, opts.resolve);
+  const forget = createForgetter(onError);
   const relay = createRelay({
     splice: opts.splice !== false,
     connectTimeoutMs: opts.connectTimeoutMs ?? 10_000,
     onError,
+    forget,
   });
 
   /** Every address:port this proxy listens on: a connection whose original destination is one of them was not redirected. */
@@ -333,7 +336,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     },
   ): void {
     opts.log.write({ uid: e.uid, surface: 'network', action: 'block', ...rec });
-    sock.resetAndDestroy();
+    forget.reset(sock, 'reply', e.uid);
   }
 
   const judge = (e: Entry<P>, subject: NetworkSubject): Verdict => judgeEntry(opts.decide, failMode, e.policy, subject);
@@ -383,7 +386,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       return;
     }
     const drop = (rec: Parameters<typeof refuse>[2]) => {
-      up?.resetAndDestroy();
+      if (up) forget.reset(up, 'orig', e.uid);
       refuse(e, sock, rec);
     };
     let domain: string | null = null;
@@ -450,7 +453,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     if (up && verdict.action === 'block' && verdict.reason === 'deny_entry')
       return drop({ reason: verdict.reason, subject, rule: verdict.rule });
     if (up && verdict.action !== 'ask') return allowAndRelay(ip, early, up);
-    up?.resetAndDestroy();
+    if (up) forget.reset(up, 'orig', e.uid);
     if (verdict.action === 'ask')
       ({ verdict, approval } = await holdConnection(opts.ask, e.uid, sock, subject, verdict));
     if (verdict.action === 'block') {
@@ -510,7 +513,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
             uid: e.uid,
             stage: 'capacity',
           });
-          sock.resetAndDestroy();
+          forget.reset(sock, 'reply', e.uid);
           return;
         }
         active++;
@@ -527,7 +530,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
           () => opts.onSetup?.((performance.now() - t0) / 1000),
           (err: Error) => {
             onError(err, { uid: e.uid, stage: 'handle' });
-            sock.resetAndDestroy();
+            forget.reset(sock, 'reply', e.uid);
           },
         );
       });

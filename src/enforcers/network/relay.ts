@@ -8,6 +8,7 @@
 import net from 'node:net';
 import { HttpRequestGate, refusalResponse, upgradeAgreed, type GateRefusal, type GateStep } from './http-gate.js';
 import { createSplicePump, stopReading, type SplicePump } from './splice.js';
+import { createForgetter, type Forgetter } from './forget.js';
 
 /** What a relay tracks for one subject's listener, so closing the subject can end its connections. */
 export interface RelayOwner {
@@ -49,7 +50,10 @@ export function createRelay(o: {
   splice: boolean;
   connectTimeoutMs: number;
   onError: (err: Error, ctx: { uid: number; stage: string }) => void;
+  /** How a reset is given (and the connection's conntrack entry deleted); one of its own by default. */
+  forget?: Forgetter;
 }): Relay {
+  const forget = o.forget ?? createForgetter(o.onError);
   const pump = o.splice ? createSplicePump() : null;
   const pumped = new WeakSet<net.Socket>();
   /** Upstream sockets still in their early phase (bytes passed straight to the client), with that listener. */
@@ -95,8 +99,8 @@ export function createRelay(o: {
         } catch (err) {
           // Out of descriptors or memory for this one (epoll_ctl ENOMEM, ...): it is refused, the rest go on.
           o.onError(err as Error, { uid: e.uid, stage: 'splice' });
-          client.resetAndDestroy();
-          up.resetAndDestroy();
+          forget.reset(client, 'reply', e.uid);
+          forget.reset(up, 'orig', e.uid);
           return;
         }
         pumped.add(client);
@@ -114,8 +118,8 @@ export function createRelay(o: {
                 uid: e.uid,
                 stage: 'splice',
               });
-            client.resetAndDestroy();
-            up.resetAndDestroy();
+            forget.reset(client, 'reply', e.uid);
+            forget.reset(up, 'orig', e.uid);
           } else {
             client.destroy();
             up.destroy();
@@ -161,7 +165,7 @@ export function createRelay(o: {
     up.on('error', (err) => {
       clearTimeout(timer);
       o.onError(err, { uid: e.uid, stage: 'upstream' });
-      if (!pumped.has(client)) client.resetAndDestroy();
+      if (!pumped.has(client)) forget.reset(client, 'reply', e.uid);
     });
     client.on('error', () => {
       if (!pumped.has(up)) up.destroy();
