@@ -3,8 +3,9 @@
  * requests pending at once across surfaces — 998 connections held by the proxy and the 2 opens or execs the watcher
  * holds (approvals.max_held_opens: every event it holds slows each other open of the group, docs/approvals.md "Load"),
  * all made by one leashed account that asks for 40 opens and 20 execs; the 58 beyond the watcher's bound are EPERM at
- * once (approval_limit). Decided by a script over the approvals socket (one connection in 25 once, the rest
- * deny; the first watcher request of each surface once; every tenth decided twice at the same moment). Asserts: every request reaches the approver, is decided exactly once (the second
+ * once (approval_limit). Decided by a script over the approvals socket (half of each surface's requests once, the
+ * rest deny; every tenth decided twice at the same moment). Asserts: every request reaches the approver, is decided
+ * exactly once (the second
  * decision is approval_not_found), and its action gets the outcome decided (no request lost, none answered twice);
  * another account's proxy and watcher traffic meanwhile goes on (every open and connection succeeds) at a rate
  * within the noise of before and after (measured and printed).
@@ -77,13 +78,20 @@ const one = () => new Promise((res) => {
   const s = tls.connect({ host: ip, port: 443, servername: host, rejectUnauthorized: false });
   s.setTimeout(200000);
   s.once('secureConnect', () => { s.destroy(); res({ ok: true, ms: Date.now() - t0 }); });
-  s.once('error', (e) => res({ ok: false, code: e.code, ms: Date.now() - t0 }));
+  s.once('error', (e) => res({ ok: false, code: e.code, msg: e.message, ms: Date.now() - t0 }));
   s.once('timeout', () => { s.destroy(); res({ ok: false, code: 'TIMEOUT', ms: Date.now() - t0 }); });
 });
 (async () => {
   if (mode === 'many') {
     const rs = await Promise.all(Array.from({ length: Number(n) }, one));
-    console.log(JSON.stringify({ ok: rs.filter((r) => r.ok).length, reset: rs.filter((r) => !r.ok && r.code === 'ECONNRESET').length, other: rs.filter((r) => !r.ok && r.code !== 'ECONNRESET').length }));
+    // How the failures failed (for a failing assertion's message): per error message, how many and when.
+    const how = {};
+    for (const r of rs.filter((r) => !r.ok)) {
+      const k = r.code + ' ' + r.msg;
+      const h = (how[k] = how[k] ?? { n: 0, minMs: r.ms, maxMs: r.ms });
+      h.n++; h.minMs = Math.min(h.minMs, r.ms); h.maxMs = Math.max(h.maxMs, r.ms);
+    }
+    console.log(JSON.stringify({ ok: rs.filter((r) => r.ok).length, reset: rs.filter((r) => !r.ok && r.code === 'ECONNRESET').length, other: rs.filter((r) => !r.ok && r.code !== 'ECONNRESET').length, how }));
   } else {
     const end = Date.now() + Number(n); let k = 0, worst = 0, fail = 0;
     while (Date.now() < end) { const r = await one(); if (r.ok) k++; else fail++; worst = Math.max(worst, r.ms); }
@@ -282,16 +290,17 @@ logging: { level: info, decisions: ${decisionsPath()} }
     const during = await slices();
     const t1 = Date.now();
 
-    // The script: once for every 25th connection (40: every approved one is a TLS handshake with the lab's one server
-    // process at the same moment; 200 and 499 at once have each lost a tenth of them to its backlog, the connections
-    // stalling in SYN retries until the proxy's upstream connect failed) and for the first of each watcher surface's
-    // requests, deny for the rest; every tenth decided twice at the same moment.
+    // The script: once for every other request of each surface (the first included), deny for the rest; every tenth
+    // decided twice at the same moment. 499 approved connections connect upstream at once, right after 499 refused
+    // ones were reset (the proxy deletes each reset connection's conntrack entry, forget.ts, so none of those
+    // redirects is left for an upstream connection on the same port). An approved connection that does not complete
+    // fails the test with how it failed and when (the client's error messages, the service's stderr).
     const want = new Map<string, 'once' | 'deny'>();
     const nth: Record<string, number> = {};
     const answers = await Promise.all(
       pending.map(async (q, i) => {
         const k = (nth[q.surface] = (nth[q.surface] ?? 0) + 1);
-        const decision = (q.surface === 'network' ? k % 25 === 1 : k % 2 === 1) ? 'once' : 'deny';
+        const decision = k % 2 === 1 ? 'once' : 'deny';
         want.set(q.id, decision);
         const calls = [ctl.call({ op: 'decide', id: q.id, decision })];
         if (i % 10 === 0) calls.push(ctl.call({ op: 'decide', id: q.id, decision: i % 4 === 0 ? 'deny' : 'once' }));
@@ -309,13 +318,14 @@ logging: { level: info, decisions: ${decisionsPath()} }
     const [n, o, e] = await Promise.all([conns.out, opens.out, execs.out]);
     const after = await slices();
     const once = (s: string) => pending.filter((q) => q.surface === s && want.get(q.id) === 'once').length;
-    const netR = JSON.parse(n.trim()) as { ok: number; reset: number; other: number };
-    // No denied connection passes; an approved one is spliced to the lab's server, which may itself refuse a few of
-    // 200 handshakes arriving at once (its backlog): the decision lines below prove each was approved.
-    expect(netR.other).toBe(0);
-    expect(netR.ok + netR.reset).toBe(N_NET);
-    expect(netR.ok).toBeLessThanOrEqual(once('network'));
-    expect(netR.ok).toBeGreaterThanOrEqual(Math.floor(once('network') * 0.95));
+    const netR = JSON.parse(n.trim()) as { ok: number; reset: number; other: number; how: object };
+    // No denied connection passes and every approved one completes its handshake with the lab's server.
+    const why = `${JSON.stringify(netR.how)} ${tDecided} ms to decide; service stderr: ${svcErr.slice(-1500)}`;
+    expect({ ok: netR.ok, reset: netR.reset, other: netR.other }, why).toEqual({
+      ok: once('network'),
+      reset: N_NET - once('network'),
+      other: 0,
+    });
     // The approved opens and execs succeed; the denied ones and those beyond the watcher's bound are EPERM.
     expect(o.trim()).toBe(`ok=${once('filesystem')} eperm=${N_OPEN - once('filesystem')} other=0`);
     expect(e.trim()).toBe(`ran=${once('commands')} eperm=${N_EXEC - once('commands')} other=0`);
@@ -334,23 +344,15 @@ logging: { level: info, decisions: ${decisionsPath()} }
     for (const l of lines)
       if (l.action !== 'ask' && l.approval?.request)
         outcomes.set(l.approval.request, [...(outcomes.get(l.approval.request) ?? []), l]);
-    // Every request has exactly one outcome line with the decided reason; an approved connection the lab's server then
-    // refused (counted above) may carry its upstream failure instead, never a second outcome.
-    let missing = 0;
+    // Every request has exactly one outcome line with the decided reason.
     for (const q of pending) {
       const mine = outcomes.get(q.id) ?? [];
-      expect(mine.length, q.id).toBeLessThanOrEqual(1);
-      if (mine.length === 0 && q.surface === 'network' && want.get(q.id) === 'once') {
-        missing++;
-        continue;
-      }
       expect(mine.length, `${q.id} ${q.surface}`).toBe(1);
       expect([mine[0]!.surface, mine[0]!.reason]).toEqual([
         q.surface,
         want.get(q.id) === 'once' ? 'approved_once' : 'approval_denied',
       ]);
     }
-    expect(missing).toBeLessThanOrEqual(once('network') - netR.ok);
     // The asks beyond the watcher's bound: each EPERM at once, with its approval_limit line and no request.
     const limited = lines.filter(
       (l) => l.reason === 'approval_limit' && (l.surface === 'filesystem' || l.surface === 'commands'),
