@@ -486,13 +486,18 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
         const same = net.isIPv4(ip) ? r.v4 : r.v6;
         const pick = same[0] ?? all[0];
         if (!pick) {
-          refuse(e, sock, { reason: 'resolve_failed', subject, rule: verdict.rule });
+          refuse(e, sock, { reason: 'resolve_failed', subject, rule: verdict.rule, ...(approval ? { approval } : {}) });
           return;
         }
         // The resolved address is judged too: a deny entry covering it still wins.
         const again = judge(e, { domain, ip: pick, port: dst.port });
         if (again.action === 'block') {
-          refuse(e, sock, { reason: again.reason, subject: { ...subject, upstream: pick }, rule: again.rule });
+          refuse(e, sock, {
+            reason: again.reason,
+            subject: { ...subject, upstream: pick },
+            rule: again.rule,
+            ...(approval ? { approval } : {}),
+          });
           return;
         }
         target = pick;
