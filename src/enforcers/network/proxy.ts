@@ -227,6 +227,32 @@ function isLocalhostName(name: string): boolean {
 
 const LOCALHOST: Resolved = { v4: ['127.0.0.1'], v6: ['::1'], expires: 0 };
 
+/**
+ * Where a name-decided connection goes: `ip` (the address asked for) when the name resolves there, else the first
+ * resolved address of the same family (or any); null when the name resolves to nothing. An address the subject's
+ * own answers gave for this name (`told`) counts as resolved; `localhost` names are loopback, never asked.
+ */
+async function resolveTarget(
+  ip: string,
+  domain: string,
+  told: string[],
+  resolve: (name: string) => Promise<Resolved>,
+): Promise<string | null> {
+  let r: Resolved;
+  try {
+    r = told.includes(ip)
+      ? { v4: [ip], v6: [], expires: 0 }
+      : isLocalhostName(domain)
+        ? LOCALHOST
+        : await resolve(domain);
+  } catch {
+    r = { v4: [], v6: [], expires: 0 };
+  }
+  const all = [...r.v4, ...r.v6];
+  if (all.includes(ip)) return ip;
+  return (net.isIPv4(ip) ? r.v4 : r.v6)[0] ?? all[0] ?? null;
+}
+
 /** An entry naming localhost (`localhost`, `localhost:3000`): on a loopback destination it decides by address. */
 function isLocalhostRule(rule: string): boolean {
   return /^localhost(:\d+)?$/i.test(rule);
@@ -467,41 +493,23 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       // Decided on the name: connect where the name resolves (through our resolvers), never to the address the
       // agent supplied, so a forged SNI/Host cannot carry an allowed name to an arbitrary address. A mode default
       // (blacklist, nothing denied) judged the address as well as the name, so it goes to the address.
-      let r: Resolved;
-      const told = opts.seen?.(e.uid, domain) ?? [];
-      try {
-        // An address the subject's own answers gave for this name is where it may go; else our own resolution
-        // (`localhost` names are loopback, never asked of a resolver).
-        r = told.includes(ip)
-          ? { v4: [ip], v6: [], expires: 0 }
-          : isLocalhostName(domain)
-            ? LOCALHOST
-            : await resolve(domain);
-      } catch {
-        r = { v4: [], v6: [], expires: 0 };
+      const to = await resolveTarget(ip, domain, opts.seen?.(e.uid, domain) ?? [], resolve);
+      if (to === null) {
+        refuse(e, sock, { reason: 'resolve_failed', subject, rule: verdict.rule, ...(approval ? { approval } : {}) });
+        return;
       }
-      const all = [...r.v4, ...r.v6];
-      if (all.includes(ip)) target = ip;
-      else {
-        const same = net.isIPv4(ip) ? r.v4 : r.v6;
-        const pick = same[0] ?? all[0];
-        if (!pick) {
-          refuse(e, sock, { reason: 'resolve_failed', subject, rule: verdict.rule, ...(approval ? { approval } : {}) });
-          return;
-        }
-        // The resolved address is judged too: a deny entry covering it still wins.
-        const again = judge(e, { domain, ip: pick, port: dst.port });
-        if (again.action === 'block') {
-          refuse(e, sock, {
-            reason: again.reason,
-            subject: { ...subject, upstream: pick },
-            rule: again.rule,
-            ...(approval ? { approval } : {}),
-          });
-          return;
-        }
-        target = pick;
+      // The resolved address is judged too: a deny entry covering it still wins.
+      const again = to === ip ? null : judge(e, { domain, ip: to, port: dst.port });
+      if (again?.action === 'block') {
+        refuse(e, sock, {
+          reason: again.reason,
+          subject: { ...subject, upstream: to },
+          rule: again.rule,
+          ...(approval ? { approval } : {}),
+        });
+        return;
       }
+      target = to;
     }
     if (sock.destroyed) return;
     allowAndRelay(target, verdict, null);
