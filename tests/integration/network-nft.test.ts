@@ -29,18 +29,31 @@ describe.skipIf(!isRoot)('nft apply in a namespace', () => {
   });
 
   const listing = async () => (await run(['nft', '-a', 'list', 'ruleset'])).stdout;
+  /** Per table: the dispatch rule's handle, the UID's element, and the handles of the UID's chain and rules. */
   const handlesOf = async (uid: number) => {
-    const st = await readState(run);
-    return [...st.values()].map((t) => t.dispatch.get(uid));
+    const json = JSON.parse((await run(['nft', '-j', '-a', 'list', 'ruleset'])).stdout) as {
+      nftables: Record<string, { chain?: string; name?: string; handle?: number }>[];
+    };
+    const mine = json.nftables
+      .filter(
+        (i) =>
+          (i.rule && (i.rule.chain === `agent_${uid}` || i.rule.chain === 'output')) ||
+          i.chain?.name === `agent_${uid}`,
+      )
+      .map((i) => (i.rule ? `rule ${i.rule.chain}#${i.rule.handle}` : `chain #${i.chain!.handle}`));
+    const st = await readState(run, [uid]);
+    return { mine, elements: [...st.values()].map((t) => t.elements.get(uid)) };
   };
 
-  it('adds subjects one transaction each, each in its own chain behind one dispatch rule', async () => {
+  it('adds subjects one transaction each, each in its own chain behind one dispatch map', async () => {
     expect(await applySubject(run, a)).toBe('added');
     expect(await applySubject(run, b)).toBe('added');
     const text = await listing();
     for (const fam of ['table ip leash', 'table ip6 leash', 'table inet leash_filter']) expect(text).toContain(fam);
-    expect(text.match(/meta skuid 61001 jump agent_61001/g)).toHaveLength(3);
-    expect(text.match(/meta skuid 61002 jump agent_61002/g)).toHaveLength(3);
+    // One dispatch rule per hooked chain, whatever the number of subjects; each subject an element of its map.
+    expect(text.match(/meta skuid vmap @agents/g)).toHaveLength(3);
+    expect(text.match(/61001 : jump agent_61001/g)).toHaveLength(3);
+    expect(text.match(/61002 : jump agent_61002/g)).toHaveLength(3);
     expect(text).toContain('redirect to :18001');
     expect(text).toContain('redirect to :18002');
   });
@@ -77,10 +90,10 @@ describe.skipIf(!isRoot)('nft apply in a namespace', () => {
     const more = [61011, 61012, 61013].map((uid, i) => ({ ...b, uid, port: 18021 + i }));
     const out = await applySubjects(counting, [b, ...more]);
     expect(Object.fromEntries(out)).toEqual({ 61002: 'unchanged', 61011: 'added', 61012: 'added', 61013: 'added' });
-    expect(runs).toBe(4); // three table listings and one transaction
+    expect(runs).toBe(2); // one listing of these subjects' chains (nft -i) and one transaction
     const text = await listing();
-    for (const s of more)
-      expect(text.match(new RegExp(`meta skuid ${s.uid} jump agent_${s.uid}`, 'g'))).toHaveLength(3);
+    for (const s of more) expect(text.match(new RegExp(`${s.uid} : jump agent_${s.uid}`, 'g'))).toHaveLength(3);
+    expect(text.match(/meta skuid vmap @agents/g)).toHaveLength(3);
     expect(await handlesOf(b.uid)).toEqual(bBefore);
     for (const s of more) expect(await applySubject(run, s)).toBe('unchanged');
     await releaseSubjects(
@@ -89,11 +102,12 @@ describe.skipIf(!isRoot)('nft apply in a namespace', () => {
     );
   });
 
-  it('releasing one subject removes only its chain and dispatch rules', async () => {
+  it('releasing one subject removes only its chains and map elements', async () => {
     const bBefore = await handlesOf(b.uid);
     await releaseSubjects(run, [a.uid]);
     const text = await listing();
     expect(text).not.toContain('61001');
+    expect(text.match(/61002 : jump agent_61002/g)).toHaveLength(3);
     expect(text).toContain('agent_61002');
     expect(await handlesOf(b.uid)).toEqual(bBefore);
   });
@@ -113,6 +127,17 @@ describe.skipIf(!isRoot)('nft apply in a namespace', () => {
     expect(after).not.toContain('61009');
     expect(after).toContain('table ip leash'); // the per-UID tables were not touched
     expect(await applySubject(run, b)).toBe('changed'); // ip6 part re-created on the next apply
+    expect(await applySubject(run, b)).toBe('unchanged');
+    // The shape before the dispatch map (a jump rule per UID in the hooked chain) is old too: left there, such a
+    // rule would keep sending its UID to a chain the service no longer keeps.
+    const perUid = await run(
+      ['nft', '-f', '-'],
+      'add chain inet leash_filter agent_61008\nadd rule inet leash_filter output meta skuid 61008 jump agent_61008\n',
+    );
+    expect(perUid.code).toBe(0);
+    expect(await dropLegacyShape(run, (m) => warned.push(m))).toEqual(['inet leash_filter']);
+    expect(await listing()).not.toContain('61008');
+    expect(await applySubject(run, b)).toBe('changed');
     expect(await applySubject(run, b)).toBe('unchanged');
   });
 

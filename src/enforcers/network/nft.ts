@@ -9,10 +9,13 @@ import type { Runner } from './run.js';
  * Layout (one per host, shared by every subject):
  *   table ip leash / table ip6 leash   chain output: nat, hook output, priority -100 (dstnat is refused there)
  *   table inet leash_filter           chain output: filter, hook output, priority 0
- * The hooked chains are dispatchers holding only `meta skuid <uid> jump agent_<uid>`; a subject's rules live in
- * its own hookless chain `agent_<uid>`. Adding, changing or releasing one subject is one `nft -f` transaction
- * touching only its chains and its dispatch rules: nothing flushes a shared chain or deletes a shared table while
- * another subject is applied, because that would silently disarm the others.
+ * Each hooked chain holds one rule, `meta skuid vmap @agents`: a verdict map from UID to `jump agent_<uid>`, so a
+ * packet finds its subject's chain in one lookup however many subjects there are (a rule per UID made every packet
+ * of the host walk them all). A subject's rules live in its own hookless chain `agent_<uid>`. Adding, changing or
+ * releasing one subject is one `nft -f` transaction touching only its chains and its map element: nothing flushes
+ * a shared chain or deletes a shared table while another subject is applied, because that would silently disarm
+ * the others. Reading the state for one subject lists only its chains, the hooked chains and the maps, in one
+ * `nft -i` run, never whole tables (at 1,000 subjects a table listing is ~15,000 objects).
  */
 
 /** Ports 18000-20999 on loopback are Leash's: an attempt at any of them is refused by the UID's own listener. */
@@ -96,9 +99,10 @@ export function renderSubject(s: SubjectRules): RenderedSubject {
   // translation: none when another account (the proxy's own upstream connection, any daemon) made it, which would
   // send the subject straight to the destination, or another subject's redirect. So TCP is checked after nat too:
   // it leaves only to this subject's own listener and forwarder, or as the answer on a connection made to it.
-  const ports = `{ ${s.port}, ${s.dnsPort} }`;
-  filter.push(`ip daddr 127.0.0.1 tcp dport ${ports} return`);
-  filter.push(`ip6 daddr ::1 tcp dport ${ports} return`);
+  // One rule per port rather than an anonymous set `{ port, dnsPort }`: nft reads every set of a table to list any
+  // chain of it, so 1,000 subjects' anonymous sets made listing one chain cost as much as listing the table.
+  for (const port of [s.port, s.dnsPort]) filter.push(`ip daddr 127.0.0.1 tcp dport ${port} return`);
+  for (const port of [s.port, s.dnsPort]) filter.push(`ip6 daddr ::1 tcp dport ${port} return`);
   filter.push('ct direction reply ct state established return');
   filter.push('drop');
   const hash = createHash('sha256')
@@ -122,71 +126,134 @@ function ruleComment(r: RenderedSubject): string {
   return `leash:${r.uid}:${r.hash}`;
 }
 
-/** What is in the kernel now, per table: the dispatch rules and the agent chains. */
+/** What is in the kernel now, per table: the hooked chain's dispatch rule, the map's elements and the agent chains. */
 export interface TableState {
   exists: boolean;
-  /** uid -> handles of `meta skuid <uid> jump agent_<uid>` rules in the hooked chain. */
-  dispatch: Map<number, number[]>;
-  /** Handles of hooked-chain rules that are not a dispatch rule (the pre-per-UID shape). */
+  /** Handles of the hooked chain's dispatch rule (`meta skuid vmap @agents`): exactly one when in shape. */
+  dispatch: number[];
+  /** uid -> the chain its map element jumps to. Always the whole map, in a scoped read too. */
+  elements: Map<number, string>;
+  /** Handles of hooked-chain rules that are not the dispatch rule (an older shape: redirects, or a rule per UID). */
   foreign: number[];
-  /** chain name -> comments of its rules, in order. */
+  /** chain name -> comments of its rules, in order: every agent chain in a full read, the asked ones in a scoped read. */
   chains: Map<string, (string | null)[]>;
 }
 export type RulesetState = Map<string, TableState>;
 
-function key(t: TableRef): string {
+const MAP = 'agents';
+const DISPATCH_COMMENT = 'leash:dispatch';
+
+function key(t: { family: string; table: string }): string {
   return `${t.family} ${t.table}`;
 }
 
 interface NftJsonRule {
+  family: string;
+  table: string;
   chain: string;
   handle: number;
   comment?: string;
   expr: unknown[];
 }
 
-function dispatchUid(rule: NftJsonRule): number | null {
-  // Exactly: match meta skuid == N ; jump agent_N. Anything else in the hooked chain is foreign.
-  if (rule.expr.length !== 2) return null;
-  const [m, j] = rule.expr as [Record<string, unknown>, Record<string, unknown>];
-  const match = m.match as { op?: string; left?: { meta?: { key?: string } }; right?: unknown } | undefined;
-  const jump = j.jump as { target?: string } | undefined;
-  if (!match || match.op !== '==' || match.left?.meta?.key !== 'skuid' || typeof match.right !== 'number') return null;
-  if (!jump || jump.target !== chainName(match.right)) return null;
-  return match.right;
+function isDispatch(rule: NftJsonRule): boolean {
+  // Exactly: meta skuid vmap @agents. Anything else in the hooked chain is foreign.
+  if (rule.expr.length !== 1) return false;
+  const v = (rule.expr[0] as { vmap?: { key?: { meta?: { key?: string } }; data?: unknown } }).vmap;
+  return v?.key?.meta?.key === 'skuid' && v.data === `@${MAP}`;
 }
 
-/** Reads the three leash tables (missing tables are reported as such, not as an error). */
-export async function readState(runner: Runner): Promise<RulesetState> {
-  const out: RulesetState = new Map();
+/** One map element as nft -j prints it: `[uid, {"jump": {"target": "agent_uid"}}]`. */
+function element(e: unknown): [number, string] | null {
+  if (!Array.isArray(e) || e.length !== 2) return null;
+  const k = typeof e[0] === 'number' ? e[0] : (e[0] as { elem?: { val?: unknown } })?.elem?.val;
+  const target = (e[1] as { jump?: { target?: unknown } })?.jump?.target;
+  return typeof k === 'number' && typeof target === 'string' ? [k, target] : null;
+}
+
+function emptyState(): RulesetState {
+  return new Map(
+    ALL_TABLES.map((t) => [
+      key(t),
+      { exists: false, dispatch: [], elements: new Map(), foreign: [], chains: new Map() } as TableState,
+    ]),
+  );
+}
+
+/** Files the objects of one `nft -j` document under their tables. */
+function absorb(state: RulesetState, doc: { nftables?: Record<string, unknown>[] }): void {
+  for (const item of doc.nftables ?? []) {
+    const obj = (item.table ?? item.chain ?? item.map ?? item.rule) as {
+      family?: string;
+      table?: string;
+      name?: string;
+    };
+    if (!obj) continue;
+    const st = state.get(key({ family: obj.family ?? '', table: item.table ? (obj.name ?? '') : (obj.table ?? '') }));
+    if (!st) continue;
+    st.exists = true;
+    if (item.chain) {
+      const name = (item.chain as { name: string }).name;
+      if (name !== 'output' && !st.chains.has(name)) st.chains.set(name, []);
+    } else if (item.map) {
+      const m = item.map as { name: string; elem?: unknown[] };
+      if (m.name !== MAP) continue;
+      for (const e of m.elem ?? []) {
+        const el = element(e);
+        if (el) st.elements.set(el[0], el[1]);
+      }
+    } else if (item.rule) {
+      const r = item.rule as NftJsonRule;
+      if (r.chain === 'output') (isDispatch(r) ? st.dispatch : st.foreign).push(r.handle);
+      else st.chains.set(r.chain, [...(st.chains.get(r.chain) ?? []), r.comment ?? null]);
+    }
+  }
+}
+
+function nftError(what: string, stderr: string): LeashError {
+  return new LeashError('nft_failed', `${what}: ${stderr.trim()}`, { stderr: stderr.trim() });
+}
+
+/** Every leash table listed whole (missing tables are reported as such, not as an error). */
+async function readWhole(runner: Runner): Promise<RulesetState> {
+  const out = emptyState();
   for (const t of ALL_TABLES) {
     const res = await runner(['nft', '-j', '-a', 'list', 'table', t.family, t.table]);
-    const st: TableState = { exists: false, dispatch: new Map(), foreign: [], chains: new Map() };
-    out.set(key(t), st);
     if (res.code !== 0) {
       if (/No such file or directory|does not exist/i.test(res.stderr)) continue;
-      throw new LeashError('nft_failed', `nft list table ${t.family} ${t.table}: ${res.stderr.trim()}`, {
-        stderr: res.stderr.trim(),
-      });
+      throw nftError(`nft list table ${t.family} ${t.table}`, res.stderr);
     }
-    st.exists = true;
-    const doc = JSON.parse(res.stdout) as { nftables: Record<string, unknown>[] };
-    for (const item of doc.nftables) {
-      if (item.chain) {
-        const c = item.chain as { name: string };
-        if (c.name !== 'output') st.chains.set(c.name, []);
-      } else if (item.rule) {
-        const r = item.rule as NftJsonRule;
-        if (r.chain === 'output') {
-          const uid = dispatchUid(r);
-          if (uid === null) st.foreign.push(r.handle);
-          else st.dispatch.set(uid, [...(st.dispatch.get(uid) ?? []), r.handle]);
-        } else {
-          const list = st.chains.get(r.chain) ?? [];
-          list.push(r.comment ?? null);
-          st.chains.set(r.chain, list);
-        }
-      }
+    absorb(out, JSON.parse(res.stdout) as { nftables: Record<string, unknown>[] });
+  }
+  return out;
+}
+
+/**
+ * Reads the leash tables. With `uids`, only what applying or releasing those subjects needs: each table's hooked
+ * chain and dispatch map, and those subjects' own chains, all listed by one `nft -i` run (one process, a document a
+ * line; a list of something absent is an ENOENT on stderr, which means "not there"). Without, every table whole.
+ * An nft that cannot run `-i` (built without its CLI) is read whole instead.
+ */
+export async function readState(runner: Runner, uids?: readonly number[]): Promise<RulesetState> {
+  if (!uids) return readWhole(runner);
+  const cmds: string[] = [];
+  for (const t of ALL_TABLES) {
+    const p = `${t.family} ${t.table}`;
+    cmds.push(`list chain ${p} output`, `list map ${p} ${MAP}`);
+    for (const uid of uids) cmds.push(`list chain ${p} ${chainName(uid)}`);
+  }
+  const res = await runner(['nft', '-j', '-a', '-i'], cmds.join('\n') + '\n');
+  if (res.code !== 0) return readWhole(runner);
+  const errors = res.stderr.split('\n').filter((l) => /Error:/.test(l));
+  const other = errors.find((l) => !/No such file or directory/.test(l));
+  if (other !== undefined) throw nftError('nft -i (list)', res.stderr);
+  const out = emptyState();
+  for (const line of res.stdout.split('\n')) {
+    if (!line.trim()) continue;
+    try {
+      absorb(out, JSON.parse(line) as { nftables: Record<string, unknown>[] });
+    } catch {
+      throw nftError('nft -i (list): not a JSON document', line.slice(0, 200));
     }
   }
   return out;
@@ -196,32 +263,39 @@ export async function readState(runner: Runner): Promise<RulesetState> {
 export function isApplied(state: RulesetState, r: RenderedSubject): boolean {
   for (const t of ALL_TABLES) {
     const st = state.get(key(t));
-    if (!st?.exists) return false;
+    if (!st?.exists || st.dispatch.length !== 1 || st.elements.get(r.uid) !== r.chain) return false;
     const want = rulesFor(r, t);
     const have = st.chains.get(r.chain);
     if (!have || have.length !== want.length || have.some((c) => c !== ruleComment(r))) return false;
-    if ((st.dispatch.get(r.uid) ?? []).length !== 1) return false;
   }
   return true;
 }
 
-/** The `nft -f` transaction that makes one subject's chains and dispatch rules exactly `r`. */
-export function renderApply(state: RulesetState, r: RenderedSubject): string {
+/**
+ * The `nft -f` transaction that makes these subjects' chains and map elements exactly theirs (the tables, hooked
+ * chains, maps and the one dispatch rule made first where missing).
+ */
+export function renderApply(state: RulesetState, subjects: RenderedSubject | readonly RenderedSubject[]): string {
+  const list = Array.isArray(subjects) ? subjects : [subjects as RenderedSubject];
   const lines: string[] = [];
   for (const t of ALL_TABLES) {
     const st = state.get(key(t));
     const p = `${t.family} ${t.table}`;
     lines.push(`add table ${p}`);
     lines.push(`add chain ${p} output ${hookSpec(t)}`);
-    // `add` is idempotent; the flush touches this subject's own chain only, inside the same transaction.
-    lines.push(`add chain ${p} ${r.chain}`);
-    lines.push(`flush chain ${p} ${r.chain}`);
-    for (const rule of rulesFor(r, t)) lines.push(`add rule ${p} ${r.chain} ${rule} comment "${ruleComment(r)}"`);
-    const handles = st?.dispatch.get(r.uid) ?? [];
-    if (handles.length === 0) {
-      lines.push(`add rule ${p} output meta skuid ${r.uid} jump ${r.chain} comment "${dispatchComment(r.uid)}"`);
-    } else {
-      for (const h of handles.slice(1)) lines.push(`delete rule ${p} output handle ${h}`);
+    lines.push(`add map ${p} ${MAP} { type uid : verdict; }`);
+    const handles = st?.dispatch ?? [];
+    if (handles.length === 0) lines.push(`add rule ${p} output meta skuid vmap @${MAP} comment "${DISPATCH_COMMENT}"`);
+    for (const h of handles.slice(1)) lines.push(`delete rule ${p} output handle ${h}`);
+    for (const r of list) {
+      // `add` is idempotent; the flush touches this subject's own chain only, inside the same transaction.
+      lines.push(`add chain ${p} ${r.chain}`);
+      lines.push(`flush chain ${p} ${r.chain}`);
+      for (const rule of rulesFor(r, t)) lines.push(`add rule ${p} ${r.chain} ${rule} comment "${ruleComment(r)}"`);
+      const have = st?.elements.get(r.uid);
+      if (have === r.chain) continue;
+      if (have !== undefined) lines.push(`delete element ${p} ${MAP} { ${r.uid} }`);
+      lines.push(`add element ${p} ${MAP} { ${r.uid} : jump ${r.chain} }`);
     }
   }
   return lines.join('\n') + '\n';
@@ -229,9 +303,11 @@ export function renderApply(state: RulesetState, r: RenderedSubject): string {
 
 /** The transaction releasing `uids`; when no other subject remains, the tables themselves go. */
 export function renderRelease(state: RulesetState, uids: number[]): string {
-  const going = new Set(uids.map(chainName));
+  const going = new Set(uids);
+  const goingChains = new Set(uids.map(chainName));
   const remaining = [...state.values()].some(
-    (st) => [...st.chains.keys()].some((c) => !going.has(c)) || [...st.dispatch.keys()].some((u) => !uids.includes(u)),
+    (st) =>
+      [...st.elements.keys()].some((u) => !going.has(u)) || [...st.chains.keys()].some((c) => !goingChains.has(c)),
   );
   const lines: string[] = [];
   for (const t of ALL_TABLES) {
@@ -243,7 +319,8 @@ export function renderRelease(state: RulesetState, uids: number[]): string {
       continue;
     }
     for (const uid of uids) {
-      for (const h of st.dispatch.get(uid) ?? []) lines.push(`delete rule ${p} output handle ${h}`);
+      // The element first: a chain a map element still jumps to cannot be deleted.
+      if (st.elements.has(uid)) lines.push(`delete element ${p} ${MAP} { ${uid} }`);
       if (st.chains.has(chainName(uid))) lines.push(`delete chain ${p} ${chainName(uid)}`);
     }
   }
@@ -252,11 +329,13 @@ export function renderRelease(state: RulesetState, uids: number[]): string {
 
 async function nftApply(runner: Runner, script: string): Promise<void> {
   const res = await runner(['nft', '-f', '-'], script);
-  if (res.code !== 0)
-    throw new LeashError('nft_failed', `nft -f failed: ${res.stderr.trim()}`, { stderr: res.stderr.trim() });
+  if (res.code !== 0) throw nftError('nft -f failed', res.stderr);
 }
 
 export type ApplyOutcome = 'added' | 'changed' | 'unchanged';
+
+/** Up to this many subjects at once, the state is read for them alone; more (a start) read the tables whole. */
+const SCOPED_READ_MAX = 64;
 
 /**
  * Renders each subject, reads the tables once and applies every subject whose chains differ in one
@@ -273,19 +352,19 @@ async function applyTogether(runner: Runner, list: SubjectRules[]): Promise<Map<
     }
   }
   if (rendered.length === 0) return out;
-  const state = await readState(runner);
-  let script = '';
+  const state = await readState(runner, rendered.length <= SCOPED_READ_MAX ? rendered.map((r) => r.uid) : undefined);
+  const todo: RenderedSubject[] = [];
   const changed = new Map<number, ApplyOutcome>();
   for (const r of rendered) {
     if (isApplied(state, r)) {
       out.set(r.uid, 'unchanged');
       continue;
     }
-    const existed = [...state.values()].some((st) => st.chains.has(r.chain) || st.dispatch.has(r.uid));
-    script += renderApply(state, r);
+    const existed = [...state.values()].some((st) => st.chains.has(r.chain) || st.elements.has(r.uid));
+    todo.push(r);
     changed.set(r.uid, existed ? 'changed' : 'added');
   }
-  if (script) await nftApply(runner, script);
+  if (todo.length) await nftApply(runner, renderApply(state, todo));
   for (const [uid, o] of changed) out.set(uid, o);
   return out;
 }
@@ -299,9 +378,9 @@ export async function applySubject(runner: Runner, s: SubjectRules): Promise<App
 
 /**
  * Applies many subjects with one read of the tables and one `nft -f` transaction (a service start
- * with hundreds of subjects would otherwise pay four nft runs per subject, each reading every
- * chain). When that fails, each subject is applied on its own, so one that cannot be applied fails
- * alone. Returns each subject's outcome, or the error of one that failed.
+ * with hundreds of subjects would otherwise pay two nft runs per subject). When that fails, each subject is
+ * applied on its own, so one that cannot be applied fails alone. Returns each subject's outcome, or the error of
+ * one that failed.
  */
 export async function applySubjects(runner: Runner, list: SubjectRules[]): Promise<Map<number, ApplyOutcome | Error>> {
   try {
@@ -319,18 +398,18 @@ export async function applySubjects(runner: Runner, list: SubjectRules[]): Promi
   }
 }
 
-/** Releases the given subjects (their chains and dispatch rules); drops the tables when none remain. */
+/** Releases the given subjects (their chains and map elements); drops the tables when none remain. */
 export async function releaseSubjects(runner: Runner, uids: number[]): Promise<void> {
-  const state = await readState(runner);
+  const state = await readState(runner, uids.length <= SCOPED_READ_MAX ? uids : undefined);
   const script = renderRelease(state, uids);
   if (script) await nftApply(runner, script);
 }
 
-/** The UIDs that have a chain or a dispatch rule in any leash table. */
+/** The UIDs that have a chain or a map element in any leash table (of a whole read). */
 export function appliedUids(state: RulesetState): number[] {
   const uids = new Set<number>();
   for (const st of state.values()) {
-    for (const u of st.dispatch.keys()) uids.add(u);
+    for (const u of st.elements.keys()) uids.add(u);
     for (const c of st.chains.keys()) {
       const m = /^agent_(\d+)$/.exec(c);
       if (m) uids.add(Number(m[1]));
@@ -340,12 +419,13 @@ export function appliedUids(state: RulesetState): number[] {
 }
 
 /**
- * Drops any leash table still in the pre-per-UID shape (rules straight in the hooked chain). A stale redirect there
- * is a terminal verdict that wins over the new dispatch rule, freezing that UID on its old policy. Called once at
- * startup, before the first subject is applied. Returns the tables dropped.
+ * Drops any leash table still in an older shape: rules straight in the hooked chain (redirects, or one
+ * `meta skuid <uid> jump agent_<uid>` rule per subject from before the dispatch map). A stale redirect there is a
+ * terminal verdict that wins over the map, freezing that UID on its old policy. Called once at startup, before
+ * the first subject is applied. Returns the tables dropped.
  */
 export async function dropLegacyShape(runner: Runner, warn: (msg: string) => void): Promise<string[]> {
-  const state = await readState(runner);
+  const state = await readState(runner, []);
   const dropped: string[] = [];
   for (const t of ALL_TABLES) {
     const st = state.get(key(t));
