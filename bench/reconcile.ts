@@ -9,7 +9,7 @@
  *   profile, chain change   one profile changes its network.udp (drop <-> allow): that subject's nft chains are
  *                           rewritten (its resolvers are not in its chain: they go to its DNS forwarder only)
  *
- * For each pass it counts the nft objects touched (chains/rules added or removed, by handle, between
+ * For each pass it counts the nft objects touched (chains/rules added or removed, by handle, map elements, between
  * `nft -a -j list ruleset` snapshots taken before and after) and whose they are, and, in one extra counted pass per
  * scenario, the number of nft invocations (an `nft` wrapper swapped onto the service's PATH only for that pass, so
  * the timed passes pay nothing for it). The baseline, measured in the same run: a restart (SIGTERM, start again,
@@ -30,8 +30,10 @@ import { fileURLToPath } from 'node:url';
 const argAgents = process.argv.indexOf('--agents');
 const AGENTS = Number(argAgents > 0 ? process.argv[argAgents + 1] : (process.env.BENCH_AGENTS ?? 200));
 /** The service's resident set (VmRSS, MB) and the nft listing it would take of one chain vs the whole ruleset. */
-const rssMb = (pid: number) =>
-  Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN) / 1024;
+const rssMb = (pid: number, field: 'VmRSS' | 'VmHWM' = 'VmRSS') =>
+  Number(new RegExp(`${field}:\\s+(\\d+)`).exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN) / 1024;
+/** How long the service is left alone after it is ready before its resident set is read: RSS at rest, not mid-start. */
+const SETTLE_MS = 2000;
 const REPS = Number(process.env.BENCH_REPS ?? 5);
 const UID_BASE = 62000;
 const NS = 'lt-rb-a';
@@ -82,7 +84,8 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const)
   });
 
 // ---------------------------------------------------------------------------------------------------------------
-// nft snapshots: every chain and rule, identified by family/table/chain/handle, attributed to a UID.
+// nft snapshots: every chain and rule, identified by family/table/chain/handle, and every dispatch map element
+// (by its UID and the chain it jumps to), attributed to a UID.
 interface NftObj {
   id: string;
   uid: number | null;
@@ -105,6 +108,12 @@ function snapshot(): Map<string, NftObj> {
       const id = `rule ${rl.family} ${rl.table} ${rl.chain} #${rl.handle}`;
       const m = /^leash:(\d+)/.exec(rl.comment ?? '');
       out.set(id, { id, uid: uidOfChain(rl.chain) ?? (m ? Number(m[1]) : null) });
+    } else if (item.map) {
+      const mp = item.map as { family: string; table: string; name: string; elem?: [unknown, unknown][] };
+      for (const [k, v] of mp.elem ?? []) {
+        const id = `element ${mp.family} ${mp.table} ${mp.name} ${JSON.stringify(k)}:${JSON.stringify(v)}`;
+        out.set(id, { id, uid: typeof k === 'number' ? k : null });
+      }
     }
   }
   return out;
@@ -280,6 +289,8 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     counts: Record<string, number>;
     touch: Touch;
     nftCalls: number | null;
+    /** The service's own split of the pass (the reconciled line's `ms`): observe, plan, execute. */
+    stages: Record<string, number>;
   }
   async function hup(counting: boolean): Promise<Pass> {
     setNft(counting);
@@ -314,6 +325,7 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
       counts,
       touch,
       nftCalls: counting ? nftCalls() : null,
+      stages: (line.ms as Record<string, number> | undefined) ?? {},
     };
   }
 
@@ -333,7 +345,9 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
   setNft(true);
   const startMs = await startService();
   const startCalls = nftCalls();
+  await sleep(SETTLE_MS);
   const rssAtRest = rssMb(servicePid());
+  const hwmAtStart = rssMb(servicePid(), 'VmHWM');
   const full = snapshot();
   const fullObjs = full.size;
   const subjectsWithChains = new Set([...full.values()].map((o) => o.uid).filter((u) => u !== null)).size;
@@ -402,6 +416,7 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
   const up = diff(stopped, snapshot());
   const restart: Touch = { added: up.added, removed: down.removed, uids: new Set([...down.uids, ...up.uids]) };
 
+  await sleep(SETTLE_MS);
   const rssAtEnd = rssMb(servicePid());
   const load1 = loadavg();
   const f1 = (n: number) => n.toFixed(1);
@@ -415,7 +430,7 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
   );
   console.log(
     `first start: ready after ${f1(startMs)} ms (nft wrapper on), ${startCalls} nft invocations, ${fullObjs} nft objects ` +
-      `(chains+rules) for ${subjectsWithChains} subjects`,
+      `(chains, rules, map elements) for ${subjectsWithChains} subjects`,
   );
   console.log('');
   console.log(
@@ -441,10 +456,15 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     `${'restart (baseline, 1 run)'.padEnd(26)} ${f1(restartMs).padStart(6)}   (stop ${f1(stopMs)} + start to ready ${f1(readyMs)})       ${String(restart.added).padStart(5)} ${String(restart.removed).padStart(7)} ${String([...restart.uids].filter((u) => u !== 'shared').length + ' +shared').padStart(8)}    ${String(startCalls).padStart(5)}+stop`,
   );
   for (const r of rows) console.log(`  ${r.scenario}: passes ${r.passes.map((p) => p.ms.toFixed(0)).join(', ')} ms`);
+  for (const r of rows) {
+    const names = [...new Set(r.passes.flatMap((p) => Object.keys(p.stages)))];
+    const split = names.map((n) => `${n} ${f1(median(r.passes.map((p) => p.stages[n] ?? NaN)))}`).join(', ');
+    if (split) console.log(`  ${r.scenario}: the service's split, median ms: ${split}`);
+  }
   console.log('');
   console.log(
-    `service RSS after the passes and a restart: ${rssAtRest.toFixed(1)} MB after the first start, ${rssAtEnd.toFixed(1)} MB at the end ` +
-      `(${AGENTS} subjects; target <= 150 MB: ${Math.max(rssAtRest, rssAtEnd) <= 150 ? 'met' : 'MISSED'})`,
+    `service RSS at rest (${SETTLE_MS} ms after ready): ${rssAtRest.toFixed(1)} MB after the first start, ${rssAtEnd.toFixed(1)} MB after the passes and a restart ` +
+      `(${AGENTS} subjects; target <= 150 MB: ${Math.max(rssAtRest, rssAtEnd) <= 150 ? 'met' : 'MISSED'}); peak while starting (VmHWM) ${hwmAtStart.toFixed(1)} MB`,
   );
   const chainRow = rows.find((r) => r.scenario === 'one profile, chain change')!;
   const chainTouched = chainRow.counted.touch.added + chainRow.counted.touch.removed;

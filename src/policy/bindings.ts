@@ -50,8 +50,18 @@ function corrupt(file: string, why: string): LeashError {
 
 export const SCOPE_RE = /^(global|agent:[a-z_][a-z0-9_.-]*\$?)$/;
 
-/** Reads bindings.yaml; missing is empty, malformed is `bindings_corrupt` (never "no bindings"). */
-export function readBindings(stateDir: string): BindingsDoc {
+/** The last text of bindings.yaml a long-lived reader parsed, and its document (read-only to that reader). */
+export interface BindingsCache {
+  text?: string;
+  doc?: BindingsDoc;
+}
+
+/**
+ * Reads bindings.yaml; missing is empty, malformed is `bindings_corrupt` (never "no bindings"). With `cache`, a
+ * text equal to the last one read gives the last document again without parsing it (the service's reconcile;
+ * a command that edits the document reads without one).
+ */
+export function readBindings(stateDir: string, cache?: BindingsCache): BindingsDoc {
   const file = bindingsFile(stateDir);
   let text: string;
   try {
@@ -60,7 +70,13 @@ export function readBindings(stateDir: string): BindingsDoc {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { version: 1, bindings: {} };
     throw corrupt(file, (e as Error).message);
   }
-  return parseBindingsText(text, file);
+  if (cache?.doc && cache.text === text) return cache.doc;
+  const doc = parseBindingsText(text, file);
+  if (cache) {
+    cache.text = text;
+    cache.doc = doc;
+  }
+  return doc;
 }
 
 /** Parses bindings.yaml text (the store's file, or the one `leash apply` is committing). */

@@ -9,9 +9,10 @@
  */
 import type { Config } from '../config/types.js';
 import { hostRunner, type Runner } from '../enforcers/network/run.js';
+import { releaseMemory } from '../enforcers/network/settle.js';
 import { LeashError } from '../errors.js';
 import { createReconciler } from './coalesce.js';
-import { observe } from './observe.js';
+import { observe, observeCache } from './observe.js';
 import {
   emptyApplied,
   executePlan,
@@ -111,7 +112,9 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
       const critical = (message: string, detail: Record<string, unknown>) =>
         logger.error({ severity: 'critical', ...detail }, message);
 
-      const first = await observe({ config: () => current.config, stateDir });
+      // Kept across passes: each pass re-reads every file but parses and resolves only what changed.
+      const cache = observeCache();
+      const first = await observe({ config: () => current.config, stateDir, cache });
       if (!first.ok) throw new LeashError('service_failed', `cannot discover subjects: ${first.message}`);
       for (const w of first.warnings) logger.warn(w);
       const initialPlan = planReconcile(emptyApplied(first.mode), first);
@@ -244,10 +247,30 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         critical,
       };
 
-      const report = (what: string, plan: ReturnType<typeof planReconcile>, applied: AppliedState) => {
+      const report = (
+        what: string,
+        plan: ReturnType<typeof planReconcile>,
+        applied: AppliedState,
+        ms?: Record<string, number>,
+      ) => {
         const counts: Record<string, number> = {};
         for (const a of plan.actions) counts[a.kind] = (counts[a.kind] ?? 0) + 1;
-        logger.info({ mode: applied.mode, subjects: applied.subjects.size, ...counts }, what);
+        logger.info({ mode: applied.mode, subjects: applied.subjects.size, ...counts, ...(ms ? { ms } : {}) }, what);
+      };
+
+      // Applying many subjects at once (a start, a pass adding a fleet's accounts) parses and compiles every policy:
+      // the heap and glibc's arenas grow for it and keep the pages. One memory-reducing collection and malloc_trim
+      // afterwards (settle.ts) bring RSS back to what the subjects hold, off the pass's own time.
+      const giveBack = (plan: ReturnType<typeof planReconcile>) => {
+        const heavy = plan.actions.filter((a) => a.kind === 'add' || a.kind === 'reapply').length;
+        if (heavy >= 64)
+          setImmediate(() => {
+            try {
+              releaseMemory();
+            } catch {
+              // no addon (a build without it): memory stays where the collector leaves it
+            }
+          });
       };
 
       let prev: AppliedState;
@@ -255,6 +278,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         const done = await executePlan(initialPlan, hooks);
         prev = done.state;
         report('subjects applied', initialPlan, prev);
+        giveBack(initialPlan);
       } catch (e) {
         await closeAll();
         throw e;
@@ -280,13 +304,22 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
       const reconciler = createReconciler({
         pass: async () => {
           const t0 = performance.now();
-          const obs = await observe({ config: () => current.config, stateDir });
+          const obs = await observe({ config: () => current.config, stateDir, cache });
+          const t1 = performance.now();
           if (obs.ok) for (const w of obs.warnings) logger.warn(w);
           if (obs.ok) approvals.setSubjects(obs.subjects.map((s) => s.subject));
           const plan = planReconcile(prev, obs);
+          const t2 = performance.now();
           const done = await executePlan(plan, hooks);
           prev = done.state;
-          report('reconciled', plan, prev);
+          // Where the pass went (ms): reading the host's state, planning, and the surfaces' work.
+          const ms = (a: number, b: number) => Math.round((b - a) * 10) / 10;
+          report('reconciled', plan, prev, {
+            observe: ms(t0, t1),
+            plan: ms(t1, t2),
+            execute: ms(t2, performance.now()),
+          });
+          giveBack(plan);
           ctx.metrics?.observe('reconcile', (performance.now() - t0) / 1000);
         },
         onSlow: () => dumpStacks((m) => logger.error({ severity: 'critical' }, m)),

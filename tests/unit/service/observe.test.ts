@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../../src/validate/load.js';
 import { configSchema } from '../../../src/config/schema.js';
-import { observe } from '../../../src/service/observe.js';
+import { observe, observeCache } from '../../../src/service/observe.js';
 import { emptyApplied, planReconcile } from '../../../src/service/plan.js';
 
 let dir: string;
@@ -86,5 +86,82 @@ describe('reconcile observation', () => {
     const plan = planReconcile(prev, o);
     expect(plan.actions).toEqual([]);
     expect(plan.next).toBe(prev);
+  });
+});
+
+describe("observing again with the service's cache", () => {
+  const agents = ['leash-a', 'leash-b', 'leash-c'];
+  const setup = () => {
+    fs.writeFileSync(passwd, BASE + agents.map((a, i) => `${a}:x:${2001 + i}:${2001 + i}::/:/bin/sh\n`).join(''));
+    fs.mkdirSync(path.join(stateDir, 'profiles'), { recursive: true });
+    for (const a of agents)
+      fs.writeFileSync(path.join(stateDir, `profiles/${a}.yaml`), 'network: { allow: [github.com] }\n');
+    fs.writeFileSync(
+      path.join(stateDir, 'bindings.yaml'),
+      `version: 1\nbindings:\n${agents.map((a) => `  agent:${a}: { profile: ${a}, acks: [] }`).join('\n')}\n`,
+    );
+  };
+  const run = async (cache: ReturnType<typeof observeCache>, cfg = config) => {
+    const o = await observe({ config: cfg, stateDir, passwd: { path: passwd }, cache });
+    if (!o.ok) throw new Error(o.message);
+    return new Map(o.subjects.map((s) => [s.subject.account, s.resolution]));
+  };
+  const allow = (r: unknown) => (r as { ok: true; policy: { network: { allow: string[] } } }).policy.network.allow;
+
+  it('resolves an unchanged subject to the same object, and sees every change to what it reads', async () => {
+    setup();
+    const cache = observeCache();
+    const first = await run(cache);
+    const again = await run(cache);
+    for (const a of agents) expect(again.get(a)).toBe(first.get(a));
+
+    // A profile edited: that subject alone is resolved anew, from the new text.
+    fs.writeFileSync(path.join(stateDir, 'profiles/leash-b.yaml'), 'network: { allow: [api.github.com] }\n');
+    const edited = await run(cache);
+    expect(allow(edited.get('leash-b'))).toEqual(['api.github.com']);
+    expect(edited.get('leash-a')).toBe(first.get('leash-a'));
+    expect(edited.get('leash-c')).toBe(first.get('leash-c'));
+
+    // The same result as observing without a cache, subject for subject.
+    const fresh = await observe({ config, stateDir, passwd: { path: passwd } });
+    if (!fresh.ok) throw new Error(fresh.message);
+    for (const s of fresh.subjects) expect(edited.get(s.subject.account)).toEqual(s.resolution);
+
+    // A binding's acks, a profile removed, and the floor: each is an input.
+    fs.writeFileSync(
+      path.join(stateDir, 'bindings.yaml'),
+      'version: 1\nbindings:\n  agent:leash-a: { profile: leash-a, acks: [x] }\n  agent:leash-c: { profile: leash-c, acks: [] }\n',
+    );
+    fs.rmSync(path.join(stateDir, 'profiles/leash-c.yaml'));
+    const rebound = await run(cache);
+    expect(rebound.get('leash-a')).not.toBe(first.get('leash-a'));
+    expect(rebound.get('leash-b')).toMatchObject({ ok: true });
+    expect(allow(rebound.get('leash-b'))).toEqual(['github.com']); // unbound now: the floor's
+    expect(rebound.get('leash-c')).toMatchObject({ ok: false, failure: { code: 'dangling_profile' } });
+    const wider = configSchema.parse({ user: 'fido', network: { allow: ['github.com', 'example.org'] } });
+    const floorChanged = await run(cache, wider);
+    expect(floorChanged.get('leash-a')).not.toBe(rebound.get('leash-a'));
+  });
+
+  it('a profile whose text is the same is not parsed again, one whose text changed is', async () => {
+    setup();
+    const cache = observeCache();
+    await run(cache);
+    const file = path.join(stateDir, 'profiles/leash-a.yaml');
+    const before = cache.state.profiles.get(file)!.status;
+    await run(cache);
+    expect(cache.state.profiles.get(file)!.status).toBe(before);
+    // Same length, same mtime granularity does not matter: the text is compared, not the file's stat.
+    fs.writeFileSync(file, 'network: { allow: [gitlab.com] }\n');
+    await run(cache);
+    expect(cache.state.profiles.get(file)!.status).not.toBe(before);
+    expect(cache.state.profiles.get(file)!.status).toMatchObject({
+      status: 'ok',
+      fragment: { network: { allow: ['gitlab.com'] } },
+    });
+    // A profile no binding names any more leaves the cache with the pass after.
+    fs.writeFileSync(path.join(stateDir, 'bindings.yaml'), 'version: 1\nbindings: {}\n');
+    await run(cache);
+    expect(cache.state.profiles.has(file)).toBe(false);
   });
 });
