@@ -27,22 +27,14 @@
 namespace leash {
 
 Napi::Function Watcher::Define(Napi::Env env) {
-  return DefineClass(env, "Watcher",
-                     {
-                         InstanceMethod("start", &Watcher::Start),
-                         InstanceMethod("mark", &Watcher::Mark),
-                         InstanceMethod("setSubjects", &Watcher::SetSubjects),
-                         InstanceMethod("drain", &Watcher::Drain),
-                         InstanceMethod("heartbeat", &Watcher::Heartbeat),
-                         InstanceMethod("stats", &Watcher::Stats),
-                         InstanceMethod("close", &Watcher::Close),
-                         InstanceAccessor("fd", &Watcher::Fd, nullptr),
-                         InstanceAccessor("reportsPidfd", &Watcher::ReportsPidfd, nullptr),
-                         InstanceAccessor("tableFd", &Watcher::TableFd, nullptr),
-                         InstanceAccessor("standby", &Watcher::Standby, nullptr),
-                         InstanceMethod("takeoverRecords", &Watcher::TakeoverRecords),
-                         InstanceMethod("answer", &Watcher::Answer),
-                     });
+  std::vector<PropertyDescriptor> props;
+#define LEASH_WATCHER_METHOD(js, member) props.push_back(InstanceMethod(js, &Watcher::member));
+#define LEASH_WATCHER_ACCESSOR(js, member) props.push_back(InstanceAccessor(js, &Watcher::member, nullptr));
+  LEASH_WATCHER_METHODS(LEASH_WATCHER_METHOD)
+  LEASH_WATCHER_ACCESSORS(LEASH_WATCHER_ACCESSOR)
+#undef LEASH_WATCHER_METHOD
+#undef LEASH_WATCHER_ACCESSOR
+  return DefineClass(env, "Watcher", props);
 }
 
 Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(info) {

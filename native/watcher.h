@@ -55,6 +55,17 @@ struct Snapshot {
 /** The judge-time histogram's upper bounds in microseconds (Watcher::kJudgeBuckets - 1 of them, then +Inf). */
 extern const int64_t kJudgeBucketUs[11];
 
+/**
+ * The watcher's JavaScript surface, one list of (name in JavaScript, member): the class declares each member from
+ * it and Define (fanotify.cc) registers each, so a method is added in one place.
+ */
+#define LEASH_WATCHER_METHODS(X)                                                                          \
+  X("start", Start) X("mark", Mark) X("setSubjects", SetSubjects) X("drain", Drain) X("heartbeat", Heartbeat) \
+      X("stats", Stats) X("close", Close) X("takeoverRecords", TakeoverRecords) X("answer", Answer)
+/** Read-only properties: (name in JavaScript, getter). */
+#define LEASH_WATCHER_ACCESSORS(X) \
+  X("fd", Fd) X("reportsPidfd", ReportsPidfd) X("tableFd", TableFd) X("standby", Standby)
+
 class Watcher : public Napi::ObjectWrap<Watcher> {
  public:
   static Napi::Function Define(Napi::Env env);
@@ -62,20 +73,11 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   ~Watcher() override { StopThreads(); }
 
  private:
-  // ---- JavaScript surface (fanotify.cc) ----
-  Napi::Value Start(const Napi::CallbackInfo& info);
-  Napi::Value Mark(const Napi::CallbackInfo& info);
-  Napi::Value SetSubjects(const Napi::CallbackInfo& info);
-  Napi::Value Drain(const Napi::CallbackInfo& info);
-  Napi::Value Heartbeat(const Napi::CallbackInfo& info);
-  Napi::Value Stats(const Napi::CallbackInfo& info);
-  Napi::Value Close(const Napi::CallbackInfo& info);
-  Napi::Value Fd(const Napi::CallbackInfo& info);
-  Napi::Value ReportsPidfd(const Napi::CallbackInfo& info);
-  Napi::Value TableFd(const Napi::CallbackInfo& info);
-  Napi::Value Standby(const Napi::CallbackInfo& info);
-  Napi::Value TakeoverRecords(const Napi::CallbackInfo& info);
-  Napi::Value Answer(const Napi::CallbackInfo& info);
+  // ---- JavaScript surface (fanotify.cc): declared from the one list Define registers ----
+#define LEASH_WATCHER_DECLARE(js, member) Napi::Value member(const Napi::CallbackInfo& info);
+  LEASH_WATCHER_METHODS(LEASH_WATCHER_DECLARE)
+  LEASH_WATCHER_ACCESSORS(LEASH_WATCHER_DECLARE)
+#undef LEASH_WATCHER_DECLARE
   void StopThreads();
 
   // ---- held events (hold.cc; hold.h explains them) ----
