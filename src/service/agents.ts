@@ -210,6 +210,8 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
       // Applies subjects: every surface prepares each subject (a gate policy that does not compile fails it
       // alone, with nothing applied), then each surface in order applies those still standing: every watcher map
       // entry (each acknowledged), then every listener and one nft transaction for all chains, then the gate.
+      /** Time each surface spent applying in the current pass (ms), for the reconciled line. */
+      let surfaceMs: Record<string, number> = {};
       const applyAll = async (actions: ApplyAction[]): Promise<Map<number, Error>> => {
         const errors = new Map<number, Error>();
         let standing: ApplyAction[] = [];
@@ -223,7 +225,9 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           }
         }
         for (const s of surfaces) {
+          const t = performance.now();
           for (const [uid, e] of await s.apply(standing)) errors.set(uid, e);
+          surfaceMs[s.surface] = (surfaceMs[s.surface] ?? 0) + (performance.now() - t);
           standing = standing.filter((a) => !errors.has(a.uid));
         }
         // A subject's policy changed: its session approvals end (docs/approvals.md).
@@ -304,6 +308,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
       const reconciler = createReconciler({
         pass: async () => {
           const t0 = performance.now();
+          surfaceMs = {};
           const obs = await observe({ config: () => current.config, stateDir, cache });
           const t1 = performance.now();
           if (obs.ok) for (const w of obs.warnings) logger.warn(w);
@@ -314,10 +319,13 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           prev = done.state;
           // Where the pass went (ms): reading the host's state, planning, and the surfaces' work.
           const ms = (a: number, b: number) => Math.round((b - a) * 10) / 10;
+          // The surfaces' part of execute, each (apply_network, apply_watcher, ...).
+          const applied = Object.fromEntries(Object.entries(surfaceMs).map(([k, v]) => [`apply_${k}`, ms(0, v)]));
           report('reconciled', plan, prev, {
             observe: ms(t0, t1),
             plan: ms(t1, t2),
             execute: ms(t2, performance.now()),
+            ...applied,
           });
           giveBack(plan);
           ctx.metrics?.observe('reconcile', (performance.now() - t0) / 1000);
