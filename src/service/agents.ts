@@ -214,7 +214,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
       let surfaceMs: Record<string, number> = {};
       const applyAll = async (actions: ApplyAction[]): Promise<Map<number, Error>> => {
         const errors = new Map<number, Error>();
-        let standing: ApplyAction[] = [];
+        const standing: ApplyAction[] = [];
         for (const a of actions) {
           noteEnforcers(a);
           try {
@@ -224,11 +224,25 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
             errors.set(a.uid, e as Error);
           }
         }
-        for (const s of surfaces) {
-          const t = performance.now();
-          for (const [uid, e] of await s.apply(standing)) errors.set(uid, e);
-          surfaceMs[s.surface] = (surfaceMs[s.surface] ?? 0) + (performance.now() - t);
-          standing = standing.filter((a) => !errors.has(a.uid));
+        // The surfaces apply side by side (the watcher's map and the network's listener and chains are independent;
+        // at 1,000 subjects one after the other added the watcher's ~40 ms to the network's ~110 ms of a chain change).
+        // A subject that fails on any surface is reported failed, and executePlan then denies it on every surface, so
+        // a surface that did apply it is withdrawn again: the end state is the one the sequential order gave.
+        // Every surface is let finish before anything is reported, so nothing denies a subject while a surface is
+        // still applying it; a surface that threw throws here, after the others are done.
+        const results = await Promise.allSettled(
+          surfaces.map(async (s) => {
+            const t = performance.now();
+            try {
+              return await s.apply(standing);
+            } finally {
+              surfaceMs[s.surface] = (surfaceMs[s.surface] ?? 0) + (performance.now() - t);
+            }
+          }),
+        );
+        for (const r of results) {
+          if (r.status === 'rejected') throw r.reason;
+          for (const [uid, e] of r.value) errors.set(uid, e);
         }
         // A subject's policy changed: its session approvals end (docs/approvals.md).
         for (const a of actions) approvals.queue.endSessions(a.uid);
