@@ -15,6 +15,7 @@
         "native/errors.cc",
         "native/sockopt.cc",
         "native/conntrack.cc",
+        "native/nftread.cc",
         "native/notify.cc",
         "native/journal.cc",
         "native/splice.cc",

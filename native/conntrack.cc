@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "nlmsg.h"
 
 namespace leash {
 
@@ -29,42 +30,6 @@ namespace {
 
 int g_sock = -1;
 uint32_t g_seq = 0;
-
-class Msg {
- public:
-  explicit Msg(uint16_t type, uint16_t flags, uint8_t family) {
-    buf_.resize(NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(nfgenmsg)));
-    auto* h = reinterpret_cast<nlmsghdr*>(buf_.data());
-    h->nlmsg_type = type;
-    h->nlmsg_flags = flags;
-    auto* g = reinterpret_cast<nfgenmsg*>(buf_.data() + NLMSG_HDRLEN);
-    g->nfgen_family = family;
-    g->version = NFNETLINK_V0;
-    g->res_id = 0;
-  }
-  void Attr(uint16_t type, const void* data, size_t len) {
-    size_t at = buf_.size();
-    buf_.resize(at + NLA_ALIGN(NLA_HDRLEN + len));
-    auto* a = reinterpret_cast<nlattr*>(buf_.data() + at);
-    a->nla_type = type;
-    a->nla_len = static_cast<uint16_t>(NLA_HDRLEN + len);
-    std::memcpy(buf_.data() + at + NLA_HDRLEN, data, len);
-  }
-  size_t Open(uint16_t type) {
-    size_t at = buf_.size();
-    buf_.resize(at + NLA_HDRLEN);
-    reinterpret_cast<nlattr*>(buf_.data() + at)->nla_type = type | NLA_F_NESTED;
-    return at;
-  }
-  void Close(size_t at) { reinterpret_cast<nlattr*>(buf_.data() + at)->nla_len = buf_.size() - at; }
-  std::vector<char>& Done() {
-    reinterpret_cast<nlmsghdr*>(buf_.data())->nlmsg_len = buf_.size();
-    return buf_;
-  }
-
- private:
-  std::vector<char> buf_;
-};
 
 /** The endpoint as an address family and raw bytes; an IPv4-mapped IPv6 address is IPv4 (so is its entry). */
 bool Raw(const sockaddr_storage& ss, int* family, unsigned char addr[16], uint16_t* port) {
@@ -122,7 +87,7 @@ Napi::Value ConntrackRequest(const Napi::CallbackInfo& info) {
     ErrnoError(env, EAFNOSUPPORT, "conntrackRequest").ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  Msg m((NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, lf);
+  NlMsg m((NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, lf);
   size_t tuple = m.Open(dir == "orig" ? CTA_TUPLE_ORIG : CTA_TUPLE_REPLY);
   size_t ip = m.Open(CTA_TUPLE_IP);
   size_t alen = lf == AF_INET ? 4 : 16;

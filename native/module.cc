@@ -9,6 +9,7 @@
 #include "jsonscan.h"
 #include "memory.h"
 #include "mntns.h"
+#include "nftread.h"
 #include "notify.h"
 #include "sockopt.h"
 #include "splice.h"
@@ -20,6 +21,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("originalDst", Napi::Function::New(env, leash::OriginalDst, "originalDst"));
   exports.Set("conntrackRequest", Napi::Function::New(env, leash::ConntrackRequest, "conntrackRequest"));
   exports.Set("conntrackDelete", Napi::Function::New(env, leash::ConntrackDelete, "conntrackDelete"));
+  exports.Set("nftRead", Napi::Function::New(env, leash::NftRead, "nftRead"));
   exports.Set("peerCred", Napi::Function::New(env, leash::PeerCred, "peerCred"));
   exports.Set("releaseMemory", Napi::Function::New(env, leash::ReleaseMemory, "releaseMemory"));
   exports.Set("journalSend", Napi::Function::New(env, leash::JournalSend, "journalSend"));

@@ -271,6 +271,11 @@ export interface NativeAddon {
   conntrackRequest(fd: number, direction: 'orig' | 'reply'): Buffer;
   /** Sends one conntrackRequest: 0 when deleted, else the errno name ("ENOENT": no such entry). */
   conntrackDelete(request: Buffer): 0 | string;
+  /**
+   * Reads nf_tables objects straight from the kernel (native/nftread.cc), in the network namespace at `netns`
+   * (null: the process's own), from one generation of the ruleset. Throws an errno error (EPERM: not root).
+   */
+  nftRead(netns: string | null, tables: NftReadAsk[]): NftReadTable[];
   peerCred(fd: number): PeerCred;
   sdNotify(state: string): boolean;
   /**
@@ -359,6 +364,24 @@ function candidates(): string[] {
     out.push(path.join(r, 'build', 'Debug', 'leash_native.node'));
   }
   return out;
+}
+
+/** One table to read: `chains` null for every chain of it. */
+export interface NftReadAsk {
+  family: 'ip' | 'ip6' | 'inet';
+  table: string;
+  /** The verdict map whose jump elements are read. */
+  map: string;
+  chains: string[] | null;
+}
+
+export interface NftReadTable {
+  exists: boolean;
+  /** The asked chains that exist (every chain for `chains: null`), the hooked ones included. */
+  chains: string[];
+  /** Their rules in order; `dispatch` is exactly `meta skuid vmap @<map>`. */
+  rules: { chain: string; handle: number; comment: string | null; dispatch: boolean }[];
+  elements: [number, string][];
 }
 
 let cached: NativeAddon | null = null;

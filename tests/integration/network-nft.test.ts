@@ -6,6 +6,7 @@ import {
   dropLegacyShape,
   openFirewall,
   readState,
+  readStateByProgram,
   releaseSubjects,
   type SubjectRules,
 } from '../../src/enforcers/network/nft.js';
@@ -82,15 +83,19 @@ describe.skipIf(!isRoot)('nft apply in a namespace', () => {
 
   it('applies many subjects in one transaction, leaving an unchanged one alone', async () => {
     const bBefore = await handlesOf(b.uid);
-    let runs = 0;
-    const counting: Runner = (argv, input) => {
-      runs++;
-      return run(argv, input);
-    };
+    const runs: string[] = [];
+    // Said to act in the namespace, as the service's runner is: the state is read from the kernel, not by nft.
+    const counting: Runner = Object.assign(
+      (argv: string[], input?: string) => {
+        runs.push(argv.join(' '));
+        return run(argv, input);
+      },
+      { netns: run.netns },
+    );
     const more = [61011, 61012, 61013].map((uid, i) => ({ ...b, uid, port: 18021 + i }));
     const out = await applySubjects(counting, [b, ...more]);
     expect(Object.fromEntries(out)).toEqual({ 61002: 'unchanged', 61011: 'added', 61012: 'added', 61013: 'added' });
-    expect(runs).toBe(2); // one listing of these subjects' chains (nft -i) and one transaction
+    expect(runs).toEqual(['nft -f -']); // the one transaction; the read asked the kernel
     const text = await listing();
     for (const s of more) expect(text.match(new RegExp(`${s.uid} : jump agent_${s.uid}`, 'g'))).toHaveLength(3);
     expect(text.match(/meta skuid vmap @agents/g)).toHaveLength(3);
@@ -172,6 +177,94 @@ describe.skipIf(!isRoot)('nft apply in a namespace', () => {
         code: 'nft_missing_multi',
       });
     });
+  });
+});
+
+describe.skipIf(!isRoot)('reading the leash tables from the kernel', () => {
+  const RNS = 'lt-net-read';
+  let run: Runner;
+  let cleanup: (() => Promise<void>) | null = null;
+  beforeAll(async () => {
+    cleanup = await bareNetns(RNS);
+    run = netnsRunner(RNS);
+  });
+  afterAll(async () => {
+    await cleanup?.();
+  });
+
+  /** The kernel read and nft's own listing agree, scoped and whole. */
+  const same = async (uids: number[]) => {
+    for (const scope of [uids, undefined]) {
+      const kernel = await readState(run, scope);
+      const program = await readStateByProgram(run, scope);
+      expect(kernel).toEqual(program);
+    }
+    return readState(run, uids);
+  };
+  const nft = async (script: string) => {
+    const res = await run(['nft', '-f', '-'], script);
+    expect(res.stderr).toBe('');
+    expect(res.code).toBe(0);
+  };
+
+  it('sees what nft sees in every shape the service meets', async () => {
+    // No table at all.
+    let st = await same([a.uid]);
+    expect([...st.values()].every((t) => !t.exists)).toBe(true);
+    // Two subjects, in shape.
+    await applySubject(run, a);
+    await applySubject(run, b);
+    st = await same([a.uid, 61099]);
+    const ip = st.get('ip leash')!;
+    expect(ip.dispatch).toHaveLength(1);
+    expect(ip.foreign).toEqual([]);
+    expect(ip.elements).toEqual(
+      new Map([
+        [a.uid, 'agent_61001'],
+        [b.uid, 'agent_61002'],
+      ]),
+    );
+    expect(ip.chains.get('agent_61001')).toHaveLength(3);
+    expect(ip.chains.has('agent_61099')).toBe(false);
+    // A tampered chain (a rule without a comment), an empty chain, a second dispatch rule and a foreign rule.
+    await nft(
+      [
+        'add rule ip leash agent_61001 accept',
+        'add chain ip6 leash agent_61099',
+        'add rule inet leash_filter output meta skuid vmap @agents',
+        'add rule ip6 leash output meta skuid 61009 tcp dport 443 redirect to :8443',
+        // Look-alikes of the dispatch rule are foreign: an anonymous map, a negated lookup.
+        'add rule inet leash_filter output meta skuid vmap { 61010 : accept }',
+        'add set inet leash_filter uids { type uid; }',
+        'add rule inet leash_filter output meta skuid != @uids drop',
+      ].join('\n') + '\n',
+    );
+    st = await same([a.uid, b.uid, 61099]);
+    expect(st.get('ip leash')!.chains.get('agent_61001')!.at(-1)).toBeNull();
+    expect(st.get('ip6 leash')!.chains.get('agent_61099')).toEqual([]);
+    expect(st.get('inet leash_filter')!.dispatch).toHaveLength(2);
+    expect(st.get('inet leash_filter')!.foreign).toHaveLength(2);
+    expect(st.get('ip6 leash')!.foreign).toHaveLength(1);
+    // An element whose chain is gone from one table's map: the map and the chains are read apart.
+    await nft('delete element ip leash agents { 61002 }\n');
+    st = await same([b.uid]);
+    expect(st.get('ip leash')!.elements.has(b.uid)).toBe(false);
+    expect(st.get('ip leash')!.chains.has('agent_61002')).toBe(true);
+    await teardownNetwork(run);
+    st = await same([a.uid]);
+    expect([...st.values()].every((t) => !t.exists)).toBe(true);
+  });
+
+  it("reads a namespace named by the runner, never the process's own", async () => {
+    await applySubject(run, a);
+    const elsewhere = Object.assign(() => Promise.resolve({ code: 1, stdout: '', stderr: '' }), {
+      netns: '/run/netns/lt-net-read-absent',
+    });
+    // A namespace that is not there: the kernel read gives way to the program's, which here fails.
+    await expect(readState(elsewhere, [a.uid])).rejects.toMatchObject({ code: 'nft_failed' });
+    const here = await readState(run, [a.uid]);
+    expect(here.get('ip leash')!.elements.get(a.uid)).toBe('agent_61001');
+    await teardownNetwork(run);
   });
 });
 

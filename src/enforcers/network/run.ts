@@ -11,7 +11,15 @@ export interface RunResult {
  * Runs a program (argv[0] looked up on PATH) with optional stdin. Every nft/iptables call goes through one, so
  * tests run them inside a namespace they made (`ip netns exec <ns> nft ...`) and never touch the host's ruleset.
  */
-export type Runner = (argv: string[], input?: string) => Promise<RunResult>;
+export interface Runner {
+  (argv: string[], input?: string): Promise<RunResult>;
+  /**
+   * The network namespace the commands act in, for a reader that asks the kernel itself rather than running a
+   * program (src/enforcers/network/nft.ts): null for the process's own, a path such as `/run/netns/<name>` for a
+   * named one. Absent: unknown (a test's fake), so such readers run the program through the runner instead.
+   */
+  netns?: string | null;
+}
 
 function spawnRun(argv: string[], input?: string): Promise<RunResult> {
   return new Promise((resolve) => {
@@ -30,10 +38,12 @@ function spawnRun(argv: string[], input?: string): Promise<RunResult> {
 
 /** Runs in the caller's own network namespace (the service's, which is the host's). */
 export function hostRunner(): Runner {
-  return spawnRun;
+  return Object.assign((argv: string[], input?: string) => spawnRun(argv, input), { netns: null });
 }
 
 /** Runs every command inside the named network namespace. */
 export function netnsRunner(ns: string): Runner {
-  return (argv, input) => spawnRun(['ip', 'netns', 'exec', ns, ...argv], input);
+  return Object.assign((argv: string[], input?: string) => spawnRun(['ip', 'netns', 'exec', ns, ...argv], input), {
+    netns: `/run/netns/${ns}`,
+  });
 }

@@ -1,0 +1,6 @@
+#pragma once
+#include <napi.h>
+
+namespace leash {
+Napi::Value NftRead(const Napi::CallbackInfo& info);
+}  // namespace leash
