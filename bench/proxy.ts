@@ -234,7 +234,8 @@ async function main(): Promise<void> {
     const checks = [
       ['throughput vs direct', L.bulkGbit / D.bulkGbit, '>= 0.90x', L.bulkGbit / D.bulkGbit >= 0.9],
       ['throughput vs nginx', L.bulkGbit / N.bulkGbit, '>= 1.00x', L.bulkGbit / N.bulkGbit >= 1.0],
-      ['conns/s vs nginx', L.connsPerSec / N.connsPerSec, '>= 0.70x', L.connsPerSec / N.connsPerSec >= 0.7],
+      // Issue #15 raised this from 0.70x; its bulk target (0.85x direct) is under the 0.90x above.
+      ['conns/s vs nginx', L.connsPerSec / N.connsPerSec, '>= 1.00x', L.connsPerSec / N.connsPerSec >= 1.0],
       ['conns/s vs direct', L.connsPerSec / D.connsPerSec, '(info)', true],
     ] as const;
     process.stdout.write('\nLeash ratios:\n');
