@@ -23,7 +23,7 @@ import {
 } from './plan.js';
 import type { MetricFamily } from '../metrics/metrics.js';
 import type { Enforcer, EnforcerFactory, ServiceContext } from './start.js';
-import type { SurfaceAdapter, SurfaceName } from './surfaces/contract.js';
+import { applySideBySide, type SurfaceAdapter, type SurfaceName } from './surfaces/contract.js';
 import { startNetworkSurface } from './surfaces/network.js';
 import { startToolsSurface } from './surfaces/tools.js';
 import { startWatcherSurface } from './surfaces/watcher.js';
@@ -208,8 +208,8 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         }
       };
       // Applies subjects: every surface prepares each subject (a gate policy that does not compile fails it
-      // alone, with nothing applied), then each surface in order applies those still standing: every watcher map
-      // entry (each acknowledged), then every listener and one nft transaction for all chains, then the gate.
+      // alone, with nothing applied), then the surfaces apply those still standing side by side (applySideBySide):
+      // the watcher map entries (each acknowledged), every listener and one nft transaction for all chains, the gate.
       /** Time each surface spent applying in the current pass (ms), for the reconciled line. */
       let surfaceMs: Record<string, number> = {};
       const applyAll = async (actions: ApplyAction[]): Promise<Map<number, Error>> => {
@@ -224,26 +224,8 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
             errors.set(a.uid, e as Error);
           }
         }
-        // The surfaces apply side by side (the watcher's map and the network's listener and chains are independent;
-        // at 1,000 subjects one after the other added the watcher's ~40 ms to the network's ~110 ms of a chain change).
-        // A subject that fails on any surface is reported failed, and executePlan then denies it on every surface, so
-        // a surface that did apply it is withdrawn again: the end state is the one the sequential order gave.
-        // Every surface is let finish before anything is reported, so nothing denies a subject while a surface is
-        // still applying it; a surface that threw throws here, after the others are done.
-        const results = await Promise.allSettled(
-          surfaces.map(async (s) => {
-            const t = performance.now();
-            try {
-              return await s.apply(standing);
-            } finally {
-              surfaceMs[s.surface] = (surfaceMs[s.surface] ?? 0) + (performance.now() - t);
-            }
-          }),
-        );
-        for (const r of results) {
-          if (r.status === 'rejected') throw r.reason;
-          for (const [uid, e] of r.value) errors.set(uid, e);
-        }
+        for (const [uid, e] of await applySideBySide(surfaces, standing, surfaceMs))
+          if (!errors.has(uid)) errors.set(uid, e);
         // A subject's policy changed: its session approvals end (docs/approvals.md).
         for (const a of actions) approvals.queue.endSessions(a.uid);
         return errors;

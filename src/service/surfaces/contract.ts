@@ -21,7 +21,7 @@ export interface SurfaceAdapter {
    * alone, with nothing applied for it anywhere.
    */
   prepare?(a: ApplyAction): void;
-  /** Applies subjects (in the loop's order of surfaces); the error of each that failed here. */
+  /** Applies subjects (side by side with the other surfaces: applySideBySide); the error of each that failed here. */
   apply(actions: ApplyAction[]): Promise<Map<number, Error>>;
   /** A subject that cannot be resolved: held fail-closed on this surface. */
   deny(a: FailAction): Promise<void>;
@@ -56,4 +56,35 @@ export function enforcedSet(
     },
     status: () => ({ surface, subjects: enforced.size }),
   };
+}
+
+/**
+ * Every surface applies the same subjects at once (the watcher's map and the network's listener and chains are
+ * independent; at 1,000 subjects one after the other added the watcher's ~40 ms to the network's ~110 ms of a
+ * chain change). Every surface is let finish before anything is reported, so nothing denies a subject while a
+ * surface is still applying it; then a surface that threw throws (the first in the surfaces' order), else the
+ * failures of all are merged: a subject that failed on any surface is failed, and the plan denies it on every one.
+ * Each surface's time is added to `ms` under its name.
+ */
+export async function applySideBySide(
+  surfaces: readonly SurfaceAdapter[],
+  actions: ApplyAction[],
+  ms: Record<string, number>,
+): Promise<Map<number, Error>> {
+  const results = await Promise.allSettled(
+    surfaces.map(async (s) => {
+      const t = performance.now();
+      try {
+        return await s.apply(actions);
+      } finally {
+        ms[s.surface] = (ms[s.surface] ?? 0) + (performance.now() - t);
+      }
+    }),
+  );
+  const errors = new Map<number, Error>();
+  for (const r of results) {
+    if (r.status === 'rejected') throw r.reason;
+    for (const [uid, e] of r.value) if (!errors.has(uid)) errors.set(uid, e);
+  }
+  return errors;
 }
