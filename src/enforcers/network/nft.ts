@@ -229,11 +229,6 @@ async function readWhole(runner: Runner): Promise<RulesetState> {
   return out;
 }
 
-/** The chains a scoped read asks for: the hooked chain and each subject's own. */
-function scopedChains(uids: readonly number[]): string[] {
-  return ['output', ...uids.map(chainName)];
-}
-
 /** The scoped read through the program: one `nft -i` run, a document a line. */
 async function readScopedNft(runner: Runner, uids: readonly number[]): Promise<RulesetState> {
   const cmds: string[] = [];
@@ -303,9 +298,8 @@ function kernelRead(runner: Runner, chains: string[] | null): RulesetState | nul
  * (built without its CLI) is read whole instead.
  */
 export async function readState(runner: Runner, uids?: readonly number[]): Promise<RulesetState> {
-  const direct = kernelRead(runner, uids ? scopedChains(uids) : null);
-  if (direct) return direct;
-  return uids ? readScopedNft(runner, uids) : readWhole(runner);
+  // The hooked chain and each subject's own, or (null) every chain.
+  return kernelRead(runner, uids ? ['output', ...uids.map(chainName)] : null) ?? readStateByProgram(runner, uids);
 }
 
 /** The same read through the program only (the tests compare it with the kernel read). */
