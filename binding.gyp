@@ -33,7 +33,8 @@
         "native/jsonscan.cc",
         "native/mntns.cc",
         "native/memory.cc",
-        "native/walkpath.cc"
+        "native/walkpath.cc",
+        "native/walkcache.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "libraries": ["-lpthread"]

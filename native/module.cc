@@ -13,6 +13,7 @@
 #include "notify.h"
 #include "sockopt.h"
 #include "splice.h"
+#include "walkcache.h"
 #include "walkpath.h"
 
 namespace {
@@ -34,6 +35,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   leash::InitWatcher(env, exports);
   leash::InitMntns(env, exports);
   exports.Set("walkPath", Napi::Function::New(env, leash::WalkPathJs, "walkPath"));
+  leash::InitWalkCache(env, exports);
   exports.Set("createJsonScanner", Napi::Function::New(env, leash::CreateJsonScanner, "createJsonScanner"));
   return exports;
 }

@@ -14,10 +14,7 @@
 
 namespace leash {
 
-namespace {
-
-/** The components of `raw` without empty ones and `.`; `dots` says whether one is `..`. */
-std::vector<std::string_view> Components(std::string_view raw, bool* dots) {
+std::vector<std::string_view> PathComponents(std::string_view raw, bool* dots) {
   std::vector<std::string_view> out;
   *dots = false;
   size_t i = 0;
@@ -34,7 +31,7 @@ std::vector<std::string_view> Components(std::string_view raw, bool* dots) {
   return out;
 }
 
-/**
+/*
  * True when the walk would give `norm` (no `..` in it) as written, told by one openat2 with
  * RESOLVE_NO_SYMLINKS: the kernel walks the components in order and fails with ELOOP at the first
  * symlink it meets. So success means every component exists and none is a symlink; ENOENT, ENOTDIR
@@ -58,6 +55,8 @@ bool WalkGivesItself(const std::string& norm) {
   return errno == ENOENT || errno == ENOTDIR || errno == EACCES;
 }
 
+namespace {
+
 std::string Parent(const std::string& p) {
   size_t s = p.rfind('/');
   return s == 0 || s == std::string::npos ? std::string("/") : p.substr(0, s);
@@ -65,18 +64,27 @@ std::string Parent(const std::string& p) {
 
 }  // namespace
 
+std::string JoinComponents(const std::vector<std::string_view>& parts) {
+  std::string norm;
+  for (std::string_view c : parts) {
+    norm += '/';
+    norm.append(c);
+  }
+  if (norm.empty()) norm = "/";
+  return norm;
+}
+
 std::string WalkPath(const std::string& raw) {
   bool dots = false;
-  std::vector<std::string_view> parts = Components(raw, &dots);
+  std::vector<std::string_view> parts = PathComponents(raw, &dots);
   if (!dots) {
-    std::string norm;
-    for (std::string_view c : parts) {
-      norm += '/';
-      norm.append(c);
-    }
-    if (norm.empty()) norm = "/";
+    std::string norm = JoinComponents(parts);
     if (WalkGivesItself(norm)) return norm;
   }
+  return WalkComponents(parts);
+}
+
+std::string WalkComponents(const std::vector<std::string_view>& parts) {
   std::string cur = "/";
   bool missing = false;
   for (std::string_view c : parts) {
@@ -109,18 +117,25 @@ std::string WalkPath(const std::string& raw) {
   return cur;
 }
 
-Napi::Value WalkPathJs(const Napi::CallbackInfo& info) {
+bool WalkArgument(const Napi::CallbackInfo& info, const char* what, std::string* raw) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsString()) {
-    Napi::TypeError::New(env, "walkPath(path): path must be a string").ThrowAsJavaScriptException();
-    return env.Undefined();
+    Napi::TypeError::New(env, std::string(what) + ": path must be a string").ThrowAsJavaScriptException();
+    return false;
   }
-  std::string raw = info[0].As<Napi::String>().Utf8Value();
-  if (raw.empty() || raw[0] != '/' || raw.find('\0') != std::string::npos) {
-    Napi::TypeError::New(env, "walkPath(path): path must be absolute and hold no NUL").ThrowAsJavaScriptException();
-    return env.Undefined();
+  *raw = info[0].As<Napi::String>().Utf8Value();
+  if (raw->empty() || (*raw)[0] != '/' || raw->find('\0') != std::string::npos) {
+    Napi::TypeError::New(env, std::string(what) + ": path must be absolute and hold no NUL")
+        .ThrowAsJavaScriptException();
+    return false;
   }
-  return Napi::String::New(env, WalkPath(raw));
+  return true;
+}
+
+Napi::Value WalkPathJs(const Napi::CallbackInfo& info) {
+  std::string raw;
+  if (!WalkArgument(info, "walkPath(path)", &raw)) return info.Env().Undefined();
+  return Napi::String::New(info.Env(), WalkPath(raw));
 }
 
 }  // namespace leash

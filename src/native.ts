@@ -289,6 +289,11 @@ export interface NativeAddon {
    * for a plain existing path. Throws a TypeError for a relative path or one with a NUL.
    */
   walkPath(path: string): string;
+  /**
+   * The same walk with a memory kept true by inotify and the mount table (native/walkcache.h): `walk(path)` answers
+   * what walkPath(path) would. Throws an Error with the errno when inotify or /proc/self/mountinfo cannot be opened.
+   */
+  WalkCache: new () => NativeWalkCache;
   /** Sends one serialised journal entry (src/log/journal.ts) to journald's socket: 0, or the errno that refused it. */
   journalSend(socketPath: string, entry: Buffer): number;
   compileFsPolicy(policy: FsCmdPolicy): NativeFsPolicyHandle;
@@ -325,6 +330,24 @@ export interface NativeAddon {
   nsKill(pid: number, userNsIno: number): boolean;
   /** Whether a BPF LSM program loads here (nothing attached), beside a socket filter as the control. */
   probeBpfLsm(): BpfLsmProbe;
+}
+
+export interface NativeWalkCache {
+  walk(path: string): string;
+  /** Applies what the kernel has queued now (what the reader thread applies on waking). */
+  sync(): void;
+  stats(): {
+    hits: number;
+    misses: number;
+    wakeups: number;
+    events: number;
+    forgotten: number;
+    broken: boolean;
+    paths: number;
+    walkOnly: number;
+    watches: number;
+  };
+  close(): void;
 }
 
 export interface NativeMountWatch {

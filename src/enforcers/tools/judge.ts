@@ -7,6 +7,7 @@ import { formatDecisionTail, type DecisionWriter } from '../../log/decisions.js'
 import type { JsonValue } from '../../jsonl/json.js';
 import { randomUUID } from 'node:crypto';
 import { actionFields, type AuditRecord, type AuditWriter } from './audit.js';
+import { createValidatedWalker } from './operations/paths.js';
 import {
   askUnavailable,
   deniedByName,
@@ -54,6 +55,7 @@ export interface GateJudge {
   event(ev: GateEvent): void;
   /** Called before the gate writes what it queued: held-back log lines go out first. */
   flush?(): void;
+
   close?(): void;
   /** The server's initialize answer named it (selects the operations mapping table). */
   serverInfo?(name: string, version: string | null): void;
@@ -210,6 +212,8 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
     allowTails: new Map(),
   };
   const session: GateSession & { id: string | null; version: string | null } = {
+    // Only rules over operations read paths: no inotify instance for a gate by names.
+    walker: o.policy.ops !== null ? createValidatedWalker() : null,
     serverName: null,
     version: null,
     id: null,
@@ -268,6 +272,7 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
     close() {
       o.log.flush?.();
       audit?.close();
+      session.walker?.close();
     },
   };
 }

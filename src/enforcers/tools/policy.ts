@@ -11,6 +11,7 @@ import { asPlain, isObject, JsonNumber, type JsonObject, type JsonValue } from '
 import { normalizeToolName, otherSpellingOf } from './names.js';
 import { MAPPINGS, mappingForServer, type MappingTable } from './operations/mappings.js';
 import { normalizeCall, unknownAction, type Action } from './operations/normalize.js';
+import type { PathWalker } from './operations/paths.js';
 import { compileRules, decideAction, type CompiledRules, type OpDecision } from './operations/rules.js';
 
 export type ToolsGatePolicy = ToolsSurfacePolicy & ToolsGateFields;
@@ -57,6 +58,8 @@ export interface CompiledOps {
 
 /** What a gate session knows about its server: the mapping table its initialize answer selected. */
 export interface GateSession {
+  /** The gate's remembering walk (operations/paths.ts createValidatedWalker); a walk per path without one. */
+  walker?: PathWalker | null;
   serverName: string | null;
 }
 
@@ -485,7 +488,11 @@ export function judgeOperation(
 ): OpJudgment {
   let action: Action;
   try {
-    action = normalizeCall(name, inputs, tableFor(ops, session), { workspace: ops.workspace, home: ops.home });
+    action = normalizeCall(name, inputs, tableFor(ops, session), {
+      workspace: ops.workspace,
+      home: ops.home,
+      walker: session?.walker ?? null,
+    });
   } catch {
     action = unknownAction(name, null, 'the call could not be read');
   }

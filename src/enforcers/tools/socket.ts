@@ -18,6 +18,7 @@
  */
 import net from 'node:net';
 import path from 'node:path';
+import { createValidatedWalker } from './operations/paths.js';
 import { loadNative } from '../../native.js';
 import type { DecisionWriter } from '../../log/decisions.js';
 import { logEvent, logJudgment, type GateEvent, type GateJudge, type GateJudgment } from './judge.js';
@@ -106,7 +107,10 @@ const noPolicyJudgment = (method: string): GateJudgment => ({
 export async function createToolsSocketServer(o: ToolsSocketServerOptions): Promise<ToolsSocketServer> {
   const mask = o.mask ?? ((s: string) => s);
   const peerUid = o.peerUid ?? peerUidFromAddon;
-  return listenJsonLines({
+  // One remembering walk for every gate: what a path resolves to is the filesystem's answer, the same
+  // whoever asks (operations/paths.ts createValidatedWalker).
+  const walker = createValidatedWalker();
+  const server = await listenJsonLines({
     path: o.path ?? DEFAULT_TOOLS_SOCKET,
     maxLineBytes: MAX_SOCKET_LINE,
     mode: o.mode ?? 0o666,
@@ -151,6 +155,7 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
             else
               j = judgeRequest(method, params, policy, {
                 serverName: typeof msg.server === 'string' ? msg.server : null,
+                walker,
               }) as GateJudgment;
             if (policy === null) {
               j.ref = o.log.write({
@@ -215,6 +220,13 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
       };
     },
   });
+  return {
+    path: server.path,
+    async close() {
+      await server.close();
+      walker?.close();
+    },
+  };
 }
 
 /**

@@ -8,11 +8,20 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { loadNative } from '../../../native.js';
+import { loadNative, type NativeWalkCache } from '../../../native.js';
 
 export interface PathContext {
   workspace: string;
   home: string;
+  /** The gate's walker (createValidatedWalker); the plain walk per call without one. */
+  walker?: PathWalker | null;
+}
+
+/** A walk that remembers: `walk` answers what the plain walk would. */
+export interface PathWalker {
+  walk(raw: string): string;
+  close(): void;
+  stats(): ReturnType<NativeWalkCache['stats']>;
 }
 
 /** Expands `~` and makes the path absolute against `base` (no filesystem access). */
@@ -85,6 +94,22 @@ let walk: (raw: string) => string = (raw) => {
 };
 
 /**
+ * A walk with a memory for one gate (native/walkcache.h): a plain path whose walk gave itself is
+ * remembered until inotify or the mount table says something it went through may have changed,
+ * which a thread of the addon applies as it happens. Null when the addon (or inotify) is not
+ * available: the caller walks per call.
+ */
+export function createValidatedWalker(): PathWalker | null {
+  try {
+    const n = loadNative();
+    if (typeof n.WalkCache !== 'function') return null;
+    return new n.WalkCache();
+  } catch {
+    return null;
+  }
+}
+
+/**
  * The resolved readings of a path argument (one, or two when the kernel's and the lexical reading
  * differ). A path with a NUL byte, or that is not a string, is null: the call is `unknown`.
  */
@@ -93,8 +118,11 @@ export function resolvePath(p: string, base: string, ctx: PathContext): string[]
   let raw: string;
   if (p === '~' || p.startsWith('~/')) raw = p === '~' ? ctx.home : `${ctx.home}/${p.slice(2)}`;
   else raw = p.startsWith('/') ? p : `${base}/${p}`;
-  const lexical = walk(path.resolve(raw));
-  // Without a `..` component the kernel's walk is the lexical one: one walk, not two.
-  const kernel = /(^|\/)\.\.(\/|$)/.test(raw) ? walk(raw) : lexical;
+  const w = ctx.walker ?? null;
+  // Without a `..` component the kernel's walk is the lexical one, and both walks drop empty and
+  // `.` components themselves: one walk of the path as given, not two.
+  if (!raw.includes('..') || !/(^|\/)\.\.(\/|$)/.test(raw)) return [w !== null ? w.walk(raw) : walk(raw)];
+  const lexical = w !== null ? w.walk(path.resolve(raw)) : walk(path.resolve(raw));
+  const kernel = w !== null ? w.walk(raw) : walk(raw);
   return lexical === kernel ? [lexical] : [lexical, kernel];
 }
