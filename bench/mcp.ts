@@ -8,6 +8,9 @@
  * Latency: one call in flight, p50/p99 per call. Throughput: 64 calls in flight, calls/s.
  * Gate CPU: user+system time of the middle process per 1,000 calls (steadier than latency on a VM).
  * Rounds are interleaved and the median of each figure is reported.
+ * Then the remembering path walk's window (native/walkcache.h): a remembered path's directory is
+ * swapped for a symlink, and the time until the walk answers the symlink's target is measured, beside
+ * the plain walk's cost per call and the remembered one's.
  *
  *   node dist/bench/mcp.js [--rounds 3] [--lat 3000] [--calls 20000] [--json out.json]
  */
@@ -16,6 +19,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { loadNative, nativeAvailable } from '../src/native.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..', '..');
@@ -223,8 +227,74 @@ async function main(): Promise<void> {
       `targets (${leash.mode}): +p50 ${leash.added_p50_us} µs (<= ${leash.mode === 'leash-ops' ? 150 : 200}: ${leash.added_p50_us <= (leash.mode === 'leash-ops' ? 150 : 200) ? 'met' : 'MISSED'}), ` +
         `calls/s ${leash.vs_relay_rate}x relay (>= 0.8: ${leash.vs_relay_rate >= 0.8 ? 'met' : 'MISSED'})`,
     );
-  const result = { when: new Date().toISOString(), rounds: ROUNDS, loadavg: load, rows, raw: res };
+  const walk = nativeAvailable() ? walkWindow() : null;
+  if (walk !== null)
+    console.log(
+      `remembering walk: plain walk ${walk.plain_ns} ns/call, remembered ${walk.cached_ns} ns/call; ` +
+        `after a directory is swapped for a symlink, stale for p50 ${walk.stale_p50_us} µs, p99 ${walk.stale_p99_us} µs, ` +
+        `max ${walk.stale_max_us} µs (${walk.swaps} swaps; ${walk.first_fresh} of them already seen by the first walk after)`,
+    );
+  const result = { when: new Date().toISOString(), rounds: ROUNDS, loadavg: load, rows, raw: res, walk };
   if (jsonOut) fs.writeFileSync(jsonOut, JSON.stringify(result, null, 2));
+}
+
+/**
+ * How stale the remembering walk can be: a remembered path's middle directory is renamed away and a
+ * symlink put in its place, then the walk is asked in a tight loop until it answers the symlink's
+ * target. The time from the symlink's creation to that answer is the window a per-call walk would
+ * not have (it has its own: the gate's check to the server's open).
+ */
+function walkWindow(): {
+  plain_ns: number;
+  cached_ns: number;
+  stale_p50_us: number;
+  stale_p99_us: number;
+  stale_max_us: number;
+  swaps: number;
+  first_fresh: number;
+} {
+  const n = loadNative();
+  const c = new n.WalkCache();
+  const base = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-bench-walk-'));
+  try {
+    const p = path.join(base, 'file.txt');
+    const N = 200_000;
+    let t = process.hrtime.bigint();
+    for (let i = 0; i < N; i++) n.walkPath(p);
+    const plain = Number(process.hrtime.bigint() - t) / N;
+    t = process.hrtime.bigint();
+    for (let i = 0; i < N; i++) c.walk(p);
+    const cached = Number(process.hrtime.bigint() - t) / N;
+    const stale: number[] = [];
+    let firstFresh = 0;
+    const swaps = 500;
+    for (let r = 0; r < swaps; r++) {
+      const dir = path.join(base, `d${r}`);
+      fs.mkdirSync(path.join(dir, 'ws', 'sub'), { recursive: true });
+      const q = path.join(dir, 'ws', 'sub', 'passwd');
+      c.walk(q);
+      if (c.walk(q) !== q) throw new Error('walk cache: a plain path did not walk to itself');
+      fs.renameSync(path.join(dir, 'ws', 'sub'), path.join(dir, 'ws', 'old'));
+      fs.symlinkSync(base, path.join(dir, 'ws', 'sub'));
+      const t0 = process.hrtime.bigint();
+      let k = 0;
+      while (c.walk(q) === q) k++;
+      stale.push(Number(process.hrtime.bigint() - t0) / 1000);
+      if (k === 0) firstFresh++;
+    }
+    return {
+      plain_ns: Math.round(plain),
+      cached_ns: Math.round(cached),
+      stale_p50_us: +pct(stale, 50).toFixed(1),
+      stale_p99_us: +pct(stale, 99).toFixed(1),
+      stale_max_us: +pct(stale, 100).toFixed(1),
+      swaps,
+      first_fresh: firstFresh,
+    };
+  } finally {
+    c.close();
+    fs.rmSync(base, { recursive: true, force: true });
+  }
 }
 
 void main();

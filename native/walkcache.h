@@ -21,7 +21,7 @@ namespace leash {
  *
  * A thread of the cache sleeps in poll on both descriptors and applies what they report under the cache's lock,
  * so a remembered answer costs no system call. The answer can therefore be stale by the time that thread takes to
- * wake up after a change (measured in tests/unit/enforcers/tools/walk-cache.test.ts); a walk per call is stale by
+ * wake up after a change (measured by bench/mcp, figures in docs/tools.md); a walk per call is stale by
  * the time between the gate's check and the server's own open, which is longer (a pipe hand-off to another
  * process) and which no check in the gate can close: docs/threat-model.md, "Tools". Memory is bounded (4,096
  * paths, 65,536 dependencies, 8,192 watches: past that, new paths are walked per call). A queue that cannot be
