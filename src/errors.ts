@@ -80,6 +80,7 @@ export const ERROR_CODES = {
   apply_invalid: EXIT.refused,
   binding_not_found: EXIT.refused,
   bindings_corrupt: EXIT.failed,
+  bindings_too_large: EXIT.refused,
   ledger_unwritable: EXIT.failed,
   loosening_unacknowledged: EXIT.refused,
   passwd_unreadable: EXIT.failed,

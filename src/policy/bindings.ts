@@ -7,7 +7,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML, { Lexer } from 'yaml';
-import { MAX_FILE_BYTES, MAX_LIST_ITEMS, MAX_TOKENS, parseStrictYaml } from '../config/strict-yaml.js';
+import { checkLimits, parseStrictYaml, type TextLimits } from '../config/strict-yaml.js';
 import { LeashError } from '../errors.js';
 import type { PasswdEntry } from '../subjects/discovery.js';
 import { AGENT_PREFIX } from '../subjects/discovery.js';
@@ -94,6 +94,14 @@ export function readBindings(stateDir: string, cache?: BindingsCache): BindingsD
   return doc;
 }
 
+/**
+ * bindings.yaml's own caps: one file holds every agent's binding, so a policy file's 1 MiB and 10,000 items would
+ * stop a fleet at about 5,000 agents. At 20,000 bindings (two acks each) the file is about 4 MB; read entry by entry
+ * (the shape the CLI writes) a change costs one entry's parse, while a whole strict parse (a hand-edited file)
+ * takes seconds and ~135 MB, which is why the caps stop there. writeBindings refuses to write past them.
+ */
+export const BINDINGS_LIMITS: TextLimits = { maxBytes: 8 * 1024 * 1024, maxListItems: 20_000, maxTokens: 1_000_000 };
+
 const HEADER = '# Written by leash bind/unbind/profile save. Edit with the CLI: acks are consent, judged on write.\n';
 const PREFIX = `${HEADER}version: 1\nbindings:\n`;
 
@@ -127,11 +135,11 @@ function entriesOf(doc: BindingsDoc): Map<string, CachedEntry> {
  * alias, a duplicate, a text near a limit) is null, and the caller parses the whole text strictly.
  */
 function parseByEntries(text: string, file: string, cache: BindingsCache): BindingsDoc | null {
-  if (!text.startsWith(PREFIX) || text.length > MAX_FILE_BYTES || text.includes('\0')) return null;
+  if (!text.startsWith(PREFIX) || text.length > BINDINGS_LIMITS.maxBytes || text.includes('\0')) return null;
   const body = text.slice(PREFIX.length);
   const starts: number[] = [];
   for (const m of body.matchAll(/^ {2}[^ \n]/gm)) starts.push(m.index);
-  if (starts[0] !== 0 || starts.length > MAX_LIST_ITEMS) return null;
+  if (starts[0] !== 0 || starts.length > BINDINGS_LIMITS.maxListItems) return null;
   const known = cache.entries ?? new Map<string, CachedEntry>();
   const next = new Map<string, CachedEntry>();
   const out: BindingsDoc = { version: 1, bindings: {} };
@@ -155,7 +163,7 @@ function parseByEntries(text: string, file: string, cache: BindingsCache): Bindi
     if (Object.prototype.hasOwnProperty.call(out.bindings, e.scope)) return null;
     tokens += e.tokens;
     // Half the budget: the entries' own counts are not the whole file's to the token.
-    if (tokens > MAX_TOKENS / 2) return null;
+    if (tokens > BINDINGS_LIMITS.maxTokens / 2) return null;
     out.bindings[e.scope] = e.binding;
     next.set(chunk, e);
   }
@@ -168,7 +176,7 @@ export function parseBindingsText(text: string, file: string): BindingsDoc {
   let doc: unknown;
   try {
     // The strict reader: no anchors, aliases, merge keys or tags; bounded sizes.
-    doc = parseStrictYaml(text, file, { uniqueKeys: true }).js;
+    doc = parseStrictYaml(text, file, { uniqueKeys: true, limits: BINDINGS_LIMITS }).js;
   } catch (e) {
     throw corrupt(file, (e as Error).message);
   }
@@ -201,9 +209,30 @@ export function serializeBindings(doc: BindingsDoc): string {
   return `${HEADER}${YAML.stringify({ version: 1, bindings: sorted }, { aliasDuplicateObjects: false })}`;
 }
 
+/**
+ * Writes bindings.yaml atomically. A document its reader would refuse (over BINDINGS_LIMITS) is refused here,
+ * `bindings_too_large`, and nothing is written: the file the service reads stays the last good one.
+ */
 export function writeBindings(stateDir: string, doc: BindingsDoc): void {
+  const file = bindingsFile(stateDir);
+  const text = serializeBindings(doc);
+  const count = Object.keys(doc.bindings).length;
+  const refuse = (why: string): never => {
+    throw new LeashError(
+      'bindings_too_large',
+      `${file} would hold ${count} bindings in ${Buffer.byteLength(text, 'utf8')} bytes: ${why}; nothing was written`,
+      { file, bindings: count, limits: { ...BINDINGS_LIMITS } },
+    );
+  };
+  if (count > BINDINGS_LIMITS.maxListItems) refuse(`at most ${BINDINGS_LIMITS.maxListItems} bindings are read back`);
+  try {
+    checkLimits(text, file, BINDINGS_LIMITS);
+  } catch (e) {
+    if (e instanceof LeashError) refuse(e.message);
+    throw e;
+  }
   fs.mkdirSync(stateDir, { recursive: true, mode: 0o750 });
-  atomicWriteFileSync(bindingsFile(stateDir), serializeBindings(doc));
+  atomicWriteFileSync(file, text);
 }
 
 /**
