@@ -259,16 +259,36 @@ async function readScopedNft(runner: Runner, uids: readonly number[]): Promise<R
  * a few targeted netlink requests instead of an nft run, whose cache fetch (the whole verdict map again for every
  * `list`) made a scoped read cost ~45 ms at 1,000 subjects against ~2 ms here. Null where it cannot be used.
  */
+let onFallback: ((why: string) => void) | null = null;
+const toldWhy = new Set<string>();
+
+/**
+ * Called once per distinct reason when the kernel read cannot be used and the state is read through nft instead
+ * (the same answer, ~20x slower at 1,000 subjects): the service logs it, so a slow reconcile has a stated cause.
+ */
+export function onKernelReadFallback(fn: ((why: string) => void) | null): void {
+  onFallback = fn;
+}
+
+function fellBack(why: string): null {
+  if (!toldWhy.has(why) && toldWhy.size < 16) {
+    toldWhy.add(why);
+    onFallback?.(why);
+  }
+  return null;
+}
+
 function kernelRead(runner: Runner, chains: string[] | null): RulesetState | null {
   if (runner.netns === undefined) return null;
   let tables: NftReadTable[];
   try {
     const n = loadNative();
-    if (typeof n.nftRead !== 'function') return null;
+    if (typeof n.nftRead !== 'function') return fellBack('the native addon was built without nftRead');
     const asks: NftReadAsk[] = ALL_TABLES.map((t) => ({ family: t.family, table: t.table, map: MAP, chains }));
     tables = n.nftRead(runner.netns, asks);
-  } catch {
-    return null; // no addon, or the kernel refused the read: the program's read says what is wrong, if anything
+  } catch (e) {
+    // No addon, or the kernel refused the read: the program's read says what is wrong with the ruleset, if anything.
+    return fellBack(e instanceof Error ? e.message : String(e));
   }
   const out = emptyState();
   ALL_TABLES.forEach((t, i) => {

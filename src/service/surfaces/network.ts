@@ -14,7 +14,7 @@ import {
   teardownNetwork,
   type NetworkEnforcer,
 } from '../../enforcers/network/enforcer.js';
-import { dropLegacyShape } from '../../enforcers/network/nft.js';
+import { dropLegacyShape, onKernelReadFallback } from '../../enforcers/network/nft.js';
 import type { Runner } from '../../enforcers/network/run.js';
 import { LeashError } from '../../errors.js';
 import type { DecisionLog } from '../../log/decisions.js';
@@ -107,6 +107,12 @@ export function proxyLimits(env: NodeJS.ProcessEnv): { maxConnections?: number; 
 export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<SurfaceAdapter> {
   const { config: c, runner, logger } = o;
   const proxyLog = o.proxyLogger ?? logger;
+  onKernelReadFallback((why) =>
+    logger.warn(
+      { why },
+      `nft state read through the nft program, not the kernel (${why}): slower reconciles, same answer`,
+    ),
+  );
   await dropLegacyShape(runner, (m) => logger.warn(m));
   const resolvers = hostResolvers(c.network.dns_resolvers);
   if (resolvers.length === 0)

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   applySubjects,
   isApplied,
+  onKernelReadFallback,
   readState,
   renderApply,
   renderIptables,
@@ -316,5 +317,26 @@ describe('readState for some subjects (nft -i)', () => {
     const st = await readState(run, [5]);
     expect(calls).toHaveLength(4);
     expect([...st.values()].every((t) => !t.exists)).toBe(true);
+  });
+});
+
+describe('readState when the kernel read cannot be used', () => {
+  it('reads through nft instead, and says why once per reason', async () => {
+    const told: string[] = [];
+    onKernelReadFallback((why) => told.push(why));
+    try {
+      // A namespace that does not exist: the addon cannot enter it (or the addon is missing); either way a reason.
+      const run = Object.assign(async () => ({ code: 0, stdout: '', stderr: '' }), {
+        netns: '/run/netns/leash-unit-no-such-ns',
+      });
+      const a = await readState(run, [5]);
+      const b = await readState(run, [5]);
+      expect([...a.values()].every((t) => !t.exists)).toBe(true);
+      expect([...b.values()].every((t) => !t.exists)).toBe(true);
+      expect(told).toHaveLength(1);
+      expect(told[0]).toMatch(/\S/);
+    } finally {
+      onKernelReadFallback(null);
+    }
   });
 });
