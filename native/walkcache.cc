@@ -67,6 +67,7 @@ class WalkCache : public Napi::ObjectWrap<WalkCache> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "WalkCache",
                        {InstanceMethod("walk", &WalkCache::Walk), InstanceMethod("sync", &WalkCache::Sync),
+                        InstanceMethod("shared", &WalkCache::Shared),
                         InstanceMethod("stats", &WalkCache::Stats), InstanceMethod("close", &WalkCache::Close)});
   }
 
@@ -81,6 +82,10 @@ class WalkCache : public Napi::ObjectWrap<WalkCache> {
       ErrnoError(info.Env(), e, what).ThrowAsJavaScriptException();
       return;
     }
+    Napi::ArrayBuffer buf = Napi::ArrayBuffer::New(info.Env(), 3 * sizeof(uint32_t));
+    shared_ = static_cast<uint32_t*>(buf.Data());
+    shared_[0] = shared_[1] = shared_[2] = 0;
+    sharedRef_ = Napi::Persistent(buf);
     thread_ = std::thread([this] { Reader(); });
   }
   ~WalkCache() override { Stop(); }
@@ -109,6 +114,24 @@ class WalkCache : public Napi::ObjectWrap<WalkCache> {
       CatchUp();
     }
     return info.Env().Undefined();
+  }
+
+  /**
+   * shared() -> ArrayBuffer of three uint32 the JavaScript side reads without a call (paths.ts keeps a memo of
+   * remembered answers on it): [0] a generation, moved on whenever a remembered path may have been forgotten;
+   * [1] non-zero while news is waiting to be applied (or for good, once closed); [2] whether the last walk's answer
+   * was a remembered one.
+   */
+  Napi::Value Shared(const Napi::CallbackInfo& info) {
+    if (sharedRef_.IsEmpty()) return info.Env().Null();
+    return sharedRef_.Value();
+  }
+
+  void Bump() {
+    if (shared_ != nullptr) __atomic_add_fetch(&shared_[0], 1, __ATOMIC_RELEASE);
+  }
+  void SetNews(uint32_t v) {
+    if (shared_ != nullptr) __atomic_store_n(&shared_[1], v, __ATOMIC_RELEASE);
   }
 
   Napi::Value Stats(const Napi::CallbackInfo& info) {
@@ -142,6 +165,7 @@ class WalkCache : public Napi::ObjectWrap<WalkCache> {
     std::lock_guard<std::mutex> lock(mu_);
     broken_ = true;
     Forget();
+    SetNews(1);  // for good: every walk from JavaScript comes here, and is a plain one
     watches_.clear();
     CloseFds();
   }
@@ -168,6 +192,7 @@ class WalkCache : public Napi::ObjectWrap<WalkCache> {
       // news (it reports each change once), so that is passed on; inotify's stays queued until read.
       if (p[1].revents & (POLLPRI | POLLERR)) mounts_.store(true, std::memory_order_relaxed);
       news_.store(true, std::memory_order_release);
+      SetNews(1);
       std::lock_guard<std::mutex> lock(mu_);
       wakeups_++;
       if (n < 0 || (p[0].revents & (POLLERR | POLLNVAL)) || (p[1].revents & POLLNVAL)) {
@@ -183,6 +208,9 @@ class WalkCache : public Napi::ObjectWrap<WalkCache> {
     news_.store(false, std::memory_order_relaxed);
     if (mounts_.exchange(false, std::memory_order_acq_rel)) Forget();
     if (!Drain()) Break();
+    // Cleared only once applied (and the generation moved if anything was forgotten): until then the JavaScript
+    // memo is not used.
+    if (!broken_) SetNews(0);
   }
 
   void Break() {
@@ -193,6 +221,7 @@ class WalkCache : public Napi::ObjectWrap<WalkCache> {
   std::string WalkOne(const std::string& raw) {
     bool dots = false;
     std::vector<std::string_view> parts = PathComponents(raw, &dots);
+    if (shared_ != nullptr) shared_[2] = 0;
     if (dots) return WalkComponents(parts);  // `..`: two readings, never remembered
     std::string norm = JoinComponents(parts);
     std::lock_guard<std::mutex> lock(mu_);
@@ -200,11 +229,15 @@ class WalkCache : public Napi::ObjectWrap<WalkCache> {
     if (broken_) return WalkGivesItself(norm) ? norm : WalkComponents(parts);
     if (known_.count(norm) != 0) {
       hits_++;
+      if (shared_ != nullptr) shared_[2] = 1;
       return norm;
     }
     misses_++;
     if (walkOnly_.count(norm) == 0) {
-      if (Learn(norm, parts)) return norm;
+      if (Learn(norm, parts)) {
+        if (shared_ != nullptr) shared_[2] = 1;
+        return norm;
+      }
       // Not to be remembered (a symlink on the way, a filesystem without events, no permission to watch):
       // walked on every call from now on, without trying again. Only ever a walk more, never a stale answer.
       if (walkOnly_.size() >= kMaxPaths) walkOnly_.clear();
@@ -249,14 +282,18 @@ class WalkCache : public Napi::ObjectWrap<WalkCache> {
   }
 
   void Drop(const std::vector<std::string>& keys) {
-    for (const std::string& k : keys) forgotten_ += known_.erase(k);
+    size_t gone = 0;
+    for (const std::string& k : keys) gone += known_.erase(k);
+    forgotten_ += gone;
     deps_ -= keys.size();
+    if (gone > 0) Bump();
   }
 
   /** Forgets every path (the watches stay: they cost nothing while nothing depends on them). */
   void Forget() {
     forgotten_ += known_.size();
     known_.clear();
+    Bump();
     walkOnly_.clear();
     for (auto& [wd, w] : watches_) w.byName.clear();
     deps_ = 0;
@@ -313,6 +350,8 @@ class WalkCache : public Napi::ObjectWrap<WalkCache> {
   int mnt_ = -1;
   int stop_ = -1;
   std::thread thread_;
+  uint32_t* shared_ = nullptr;  // in sharedRef_'s buffer (see Shared)
+  Napi::Reference<Napi::ArrayBuffer> sharedRef_;
   // Everything below is the reader thread's and the walk's alike.
   std::mutex mu_;
   std::atomic<bool> news_{false};

@@ -336,6 +336,12 @@ export interface NativeWalkCache {
   walk(path: string): string;
   /** Applies what the kernel has queued now (what the reader thread applies on waking). */
   sync(): void;
+  /**
+   * Three uint32 read without a call: [0] a generation (moves when a remembered path may have been forgotten),
+   * [1] non-zero while news waits to be applied (for good once closed), [2] whether the last walk's answer was a
+   * remembered one. Null on an addon without it.
+   */
+  shared?(): ArrayBuffer | null;
   stats(): {
     hits: number;
     misses: number;

@@ -20,6 +20,8 @@ export interface PathContext {
 /** A walk that remembers: `walk` answers what the plain walk would. */
 export interface PathWalker {
   walk(raw: string): string;
+  /** Applies what the kernel has queued now (tests: the invalidation judged without timing). */
+  sync(): void;
   close(): void;
   stats(): ReturnType<NativeWalkCache['stats']>;
 }
@@ -100,13 +102,60 @@ let walk: (raw: string) => string = (raw) => {
  * available: the caller walks per call.
  */
 export function createValidatedWalker(): PathWalker | null {
+  let c: NativeWalkCache;
   try {
     const n = loadNative();
     if (typeof n.WalkCache !== 'function') return null;
-    return new n.WalkCache();
+    c = new n.WalkCache();
   } catch {
     return null;
   }
+  const buf = typeof c.shared === 'function' ? c.shared() : null;
+  if (buf === null) return c;
+  return memoized(c, new Uint32Array(buf));
+}
+
+const MEMO_MAX = 4096;
+
+/**
+ * The addon's remembered answers again, in a Map, without a call into the addon: used only while nothing is
+ * waiting to be applied (`w[1]` zero) and the generation (`w[0]`, moved by the addon whenever a remembered path
+ * may have been forgotten) is the one the memo was filled under; only answers the addon itself remembered
+ * (`w[2]`) go in. So the memo is never truer or staler than the addon's own memory.
+ */
+function memoized(c: NativeWalkCache, w: Uint32Array): PathWalker {
+  const memo = new Map<string, string>();
+  let gen = w[0]!;
+  return {
+    walk(raw) {
+      if (w[1] === 0) {
+        if (w[0] !== gen) {
+          memo.clear();
+          gen = w[0]!;
+        } else {
+          const m = memo.get(raw);
+          if (m !== undefined) return m;
+        }
+      }
+      const before = w[0];
+      const r = c.walk(raw);
+      if (w[2] === 1 && w[1] === 0 && w[0] === before && before === gen) {
+        if (memo.size >= MEMO_MAX) memo.clear();
+        memo.set(raw, r);
+      }
+      return r;
+    },
+    sync() {
+      c.sync();
+    },
+    close() {
+      memo.clear();
+      c.close();
+    },
+    stats() {
+      return c.stats();
+    },
+  };
 }
 
 /**

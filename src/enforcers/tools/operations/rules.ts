@@ -39,6 +39,8 @@ export interface CompiledRule {
 interface OperationIndex {
   always: number[];
   byTop: Map<string, number[]>;
+  /** byTop's list with `always` merged in, ascending, per top: what an action with one path tries. */
+  withAlways: Map<string, number[]>;
 }
 
 export interface CompiledRules {
@@ -74,7 +76,7 @@ function ruleTop(r: CompiledRule): string | null {
 
 function buildIndex(rules: readonly CompiledRule[]): Map<Operation, OperationIndex> {
   const index = new Map<Operation, OperationIndex>();
-  for (const op of OPERATIONS) index.set(op, { always: [], byTop: new Map() });
+  for (const op of OPERATIONS) index.set(op, { always: [], byTop: new Map(), withAlways: new Map() });
   rules.forEach((r, i) => {
     const top = ruleTop(r);
     for (const op of OPERATIONS) {
@@ -88,6 +90,12 @@ function buildIndex(rules: readonly CompiledRule[]): Map<Operation, OperationInd
       }
     }
   });
+  for (const e of index.values())
+    for (const [top, l] of e.byTop)
+      e.withAlways.set(
+        top,
+        [...new Set([...l, ...e.always])].sort((x, y) => x - y),
+      );
   return index;
 }
 
@@ -96,6 +104,11 @@ function candidates(a: Action, c: CompiledRules): readonly number[] | null {
   const e = c.index?.get(a.operation);
   if (e === undefined) return null;
   if (e.byTop.size === 0 || a.paths.length === 0) return e.always;
+  if (a.paths.length === 1) {
+    // The common case, one path: the merged list was made when the rules were compiled.
+    const t = topOf(a.paths[0]!);
+    return (t === null ? undefined : e.withAlways.get(t)) ?? e.always;
+  }
   let out: number[] | null = null;
   for (const p of a.paths) {
     const t = topOf(p);

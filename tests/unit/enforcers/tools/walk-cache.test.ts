@@ -11,7 +11,7 @@ import { execFileSync } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadNative, nativeAvailable } from '../../../../src/native.js';
 import { mulberry32 as rng } from '../../../../src/lab/prng.js';
-import { resolvePath } from '../../../../src/enforcers/tools/operations/paths.js';
+import { createValidatedWalker, resolvePath } from '../../../../src/enforcers/tools/operations/paths.js';
 import { compileRules, decideAction } from '../../../../src/enforcers/tools/operations/rules.js';
 import { normalizeCall } from '../../../../src/enforcers/tools/operations/normalize.js';
 import { MAPPINGS } from '../../../../src/enforcers/tools/operations/mappings.js';
@@ -97,6 +97,8 @@ describe.skipIf(!nativeAvailable())('the remembering walk', () => {
 
   it('answers as walkPath after each of 400 random changes over 8 trees, once the news is applied', () => {
     const c = new native.WalkCache();
+    // The gate's walker: the same memory, plus the memo JavaScript keeps of it without a call into the addon.
+    const jw = createValidatedWalker()!;
     try {
       let compared = 0;
       for (let t = 0; t < 8; t++) {
@@ -106,11 +108,17 @@ describe.skipIf(!nativeAvailable())('the remembering walk', () => {
         for (const n of NAMES) if (r() < 0.7) fs.mkdirSync(path.join(base, n));
         const paths = allPaths(base);
         for (const p of paths) expect(c.walk(p), p).toBe(native.walkPath(p));
+        for (const p of paths) expect(jw.walk(p), p).toBe(native.walkPath(p));
         for (let i = 0; i < 50; i++) {
           const what = mutate(base, r);
           c.sync();
+          jw.sync();
           for (const p of paths) {
-            expect(c.walk(p), `${p} after ${what}`).toBe(native.walkPath(p));
+            const want = native.walkPath(p);
+            expect(c.walk(p), `${p} after ${what}`).toBe(want);
+            // Twice: the second answer may come from the memo.
+            expect(jw.walk(p), `${p} after ${what} (gate walker)`).toBe(want);
+            expect(jw.walk(p), `${p} after ${what} (gate walker, again)`).toBe(want);
             compared++;
           }
         }
@@ -123,18 +131,23 @@ describe.skipIf(!nativeAvailable())('the remembering walk', () => {
       expect(s.broken).toBe(false);
     } finally {
       c.close();
+      jw.close();
     }
   });
 
-  it('sees a symlink planted under a remembered path without being asked to', async () => {
-    const c = new native.WalkCache();
+  it.each([
+    ['the addon', () => new native.WalkCache()],
+    ['the gate walker (with its memo)', () => createValidatedWalker()!],
+  ])('%s sees a symlink planted under a remembered path without being asked to', async (_w, make) => {
+    const c = make();
     try {
-      const base = path.join(root, 'plant');
+      const base = fs.mkdtempSync(path.join(root, 'plant-'));
       fs.mkdirSync(path.join(base, 'ws', 'sub'), { recursive: true });
       const p = path.join(base, 'ws', 'sub', 'passwd');
       expect(c.walk(p)).toBe(p);
       expect(c.walk(p)).toBe(p);
-      expect(c.stats().hits).toBe(1);
+      expect(c.walk(p)).toBe(p);
+      expect(c.stats().misses).toBe(1);
       fs.renameSync(path.join(base, 'ws', 'sub'), path.join(base, 'ws', 'gone'));
       fs.symlinkSync('/etc', path.join(base, 'ws', 'sub'));
       // The reader thread applies the news on its own; a few milliseconds is far more than it needs.
@@ -202,7 +215,6 @@ describe.skipIf(!nativeAvailable())('the remembering walk', () => {
 
 describe.skipIf(!nativeAvailable())('rules over operations with the remembering walk', () => {
   it('an allowed read turns into a denied one once its directory is swapped for a symlink', async () => {
-    const native = loadNative();
     const ws = path.join(root, 'gate-ws');
     fs.mkdirSync(path.join(ws, 'notes'), { recursive: true });
     const problems: string[] = [];
@@ -216,14 +228,14 @@ describe.skipIf(!nativeAvailable())('rules over operations with the remembering 
       problems,
     );
     expect(problems).toEqual([]);
-    const walker = new native.WalkCache();
+    const walker = createValidatedWalker()!;
     try {
       const ctx = { workspace: ws, home: '/root', walker };
       const judge = () =>
         decideAction(normalizeCall('read_file', { path: 'notes/passwd' }, MAPPINGS.get('filesystem')!, ctx), rules);
       expect(judge()).toMatchObject({ effect: 'allow', rule: 'ws' });
       expect(judge()).toMatchObject({ effect: 'allow', rule: 'ws' });
-      expect(walker.stats().hits).toBeGreaterThan(0);
+      expect(walker.stats().misses).toBe(1);
       // The agent plants the escape, then waits a moment before its next call.
       fs.renameSync(path.join(ws, 'notes'), path.join(ws, 'old'));
       fs.symlinkSync('/etc', path.join(ws, 'notes'));
