@@ -55,7 +55,6 @@ export interface GateJudge {
   event(ev: GateEvent): void;
   /** Called before the gate writes what it queued: held-back log lines go out first. */
   flush?(): void;
-
   close?(): void;
   /** The server's initialize answer named it (selects the operations mapping table). */
   serverInfo?(name: string, version: string | null): void;

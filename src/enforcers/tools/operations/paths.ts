@@ -158,6 +158,8 @@ function memoized(c: NativeWalkCache, w: Uint32Array): PathWalker {
   };
 }
 
+const walkWith = (w: PathWalker | null, raw: string): string => (w !== null ? w.walk(raw) : walk(raw));
+
 /**
  * The resolved readings of a path argument (one, or two when the kernel's and the lexical reading
  * differ). A path with a NUL byte, or that is not a string, is null: the call is `unknown`.
@@ -170,8 +172,8 @@ export function resolvePath(p: string, base: string, ctx: PathContext): string[]
   const w = ctx.walker ?? null;
   // Without a `..` component the kernel's walk is the lexical one, and both walks drop empty and
   // `.` components themselves: one walk of the path as given, not two.
-  if (!raw.includes('..') || !/(^|\/)\.\.(\/|$)/.test(raw)) return [w !== null ? w.walk(raw) : walk(raw)];
-  const lexical = w !== null ? w.walk(path.resolve(raw)) : walk(path.resolve(raw));
-  const kernel = w !== null ? w.walk(raw) : walk(raw);
+  if (!raw.includes('..') || !/(^|\/)\.\.(\/|$)/.test(raw)) return [walkWith(w, raw)];
+  const lexical = walkWith(w, path.resolve(raw));
+  const kernel = walkWith(w, raw);
   return lexical === kernel ? [lexical] : [lexical, kernel];
 }
