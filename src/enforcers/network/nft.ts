@@ -254,11 +254,6 @@ async function readScopedNft(runner: Runner, uids: readonly number[]): Promise<R
   return out;
 }
 
-/**
- * The kernel read (native/nftread.cc) for a runner that says which namespace it acts in, when the addon loads:
- * a few targeted netlink requests instead of an nft run, whose cache fetch (the whole verdict map again for every
- * `list`) made a scoped read cost ~45 ms at 1,000 subjects against ~2 ms here. Null where it cannot be used.
- */
 let onFallback: ((why: string) => void) | null = null;
 const toldWhy = new Set<string>();
 
@@ -278,6 +273,11 @@ function fellBack(why: string): null {
   return null;
 }
 
+/**
+ * The kernel read (native/nftread.cc) for a runner that says which namespace it acts in, when the addon loads:
+ * a few targeted netlink requests instead of an nft run, whose cache fetch (the whole verdict map again for every
+ * `list`) made a scoped read cost ~45 ms at 1,000 subjects against ~2 ms here. Null where it cannot be used.
+ */
 function kernelRead(runner: Runner, chains: string[] | null): RulesetState | null {
   if (runner.netns === undefined) return null;
   let tables: NftReadTable[];
