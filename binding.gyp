@@ -34,7 +34,8 @@
         "native/mntns.cc",
         "native/memory.cc",
         "native/walkpath.cc",
-        "native/walkcache.cc"
+        "native/walkcache.cc",
+        "native/literals.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "libraries": ["-lpthread"]

@@ -7,6 +7,7 @@
 #include "fsmatch.h"
 #include "journal.h"
 #include "jsonscan.h"
+#include "literals.h"
 #include "memory.h"
 #include "mntns.h"
 #include "nftread.h"
@@ -37,6 +38,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("walkPath", Napi::Function::New(env, leash::WalkPathJs, "walkPath"));
   leash::InitWalkCache(env, exports);
   exports.Set("createJsonScanner", Napi::Function::New(env, leash::CreateJsonScanner, "createJsonScanner"));
+  exports.Set("createLiteralFinder", Napi::Function::New(env, leash::CreateLiteralFinder, "createLiteralFinder"));
   return exports;
 }
 

@@ -321,6 +321,11 @@ export interface NativeAddon {
    */
   createJsonScanner(out: Float64Array): (line: Buffer) => number;
   /**
+   * One pass over a buffer for any of `literals` (2..64 ASCII bytes each, at most 256), ASCII letters
+   * compared without case (native/literals.cc): has(buf) is 1 when one occurs, else 0.
+   */
+  createLiteralFinder(literals: string[]): (buf: Buffer) => number;
+  /**
    * Mount events (native/mntns.cc): FAN_REPORT_MNT, FAN_MARK_MNTNS (Linux 6.14+). `onMounts(n)` is called
    * with the number of mounts attached (coalesced) in the namespaces marked. `supported` is false (and
    * `initErrno` says why) on a kernel without them.

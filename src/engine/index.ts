@@ -31,6 +31,7 @@ export {
   maskSecretsOnly,
   redactSecrets,
   mayHoldSecret,
+  SECRET_LITERALS,
 } from './inspect.js';
 export { findSecrets, SECRET_KINDS } from './secrets.js';
 export type { SecretSpan } from './secrets.js';

@@ -559,7 +559,7 @@ export function redactSecrets(
  * letter, digit or these punctuation marks (tests/unit/enforcers/tools/redact.test.ts holds it to
  * the detectors; the literals are those of ./secrets.ts, recall forms included).
  */
-const SECRET_LITERALS = [
+export const SECRET_LITERALS: readonly string[] = [
   '-----begin',
   'akia',
   'asia',

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { inspectInputs, mayHoldSecret } from '../../../../src/engine/index.js';
+import { inspectInputs, mayHoldSecret, SECRET_LITERALS } from '../../../../src/engine/index.js';
 import { fromPlain, parseStrict, stringifyAscii, toPlain, type JsonObject } from '../../../../src/jsonl/json.js';
-import { lineMayHoldSecret, redactResponse } from '../../../../src/enforcers/tools/redact.js';
+import { lineMayHoldSecret, lineMayHoldSecretJs, redactResponse } from '../../../../src/enforcers/tools/redact.js';
+import { loadNative } from '../../../../src/native.js';
 
 // One sample per secret detector of the engine (the set input inspection runs).
 const SAMPLES: Record<string, string> = {
@@ -81,5 +82,57 @@ describe('output redaction', () => {
     expect(
       mayHoldSecret('{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"ok"}],"isError":false}}'),
     ).toBe(false);
+  });
+
+  it('the native pre-check answers as the JavaScript one, byte for byte', () => {
+    // It is the one the gate runs (native/literals.cc); the JavaScript form is the definition.
+    expect(lineMayHoldSecret).not.toBe(lineMayHoldSecretJs);
+    let seed = 0x2545f491;
+    const rnd = (n: number) => {
+      seed ^= seed << 13;
+      seed ^= seed >>> 17;
+      seed ^= seed << 5;
+      return (seed >>> 0) % n;
+    };
+    const flipCase = (t: string) => [...t].map((c) => (rnd(2) ? c.toUpperCase() : c)).join('');
+    // Bytes near the literals: their letters in both cases, their prefixes cut short, other bytes.
+    const alphabet = [...new Set([...SECRET_LITERALS.join(''), ...SECRET_LITERALS.join('').toUpperCase()])];
+    let hits = 0;
+    for (let i = 0; i < 20000; i++) {
+      const parts: string[] = [];
+      for (let k = rnd(6); k >= 0; k--) {
+        const lit = SECRET_LITERALS[rnd(SECRET_LITERALS.length)]!;
+        const r = rnd(5);
+        if (r === 0) parts.push(flipCase(lit));
+        else if (r === 1)
+          parts.push(flipCase(lit.slice(0, 1 + rnd(lit.length - 1)))); // a prefix, one short at most
+        else if (r === 2) parts.push(String.fromCharCode(rnd(256)));
+        else parts.push(alphabet[rnd(alphabet.length)]!);
+      }
+      const line = Buffer.from(parts.join(''), 'latin1');
+      const want = lineMayHoldSecretJs(line);
+      if (want) hits++;
+      expect(lineMayHoldSecret(line), JSON.stringify(line.toString('latin1'))).toBe(want);
+    }
+    // Both answers occur often enough to mean something.
+    expect(hits).toBeGreaterThan(2000);
+    expect(hits).toBeLessThan(18000);
+    // Edges: empty, one byte, a literal at the very end or cut by the end.
+    for (const t of ['', 'g', 'gh', 'xgh', 'G', 'GH', '-----BEGI', 'x-----BEGIN', 'credentia', 'CREDENTIAL']) {
+      const b = Buffer.from(t, 'latin1');
+      expect(lineMayHoldSecret(b), t).toBe(lineMayHoldSecretJs(b));
+    }
+  });
+
+  it('the native finder refuses literals it cannot search for', () => {
+    const addon = loadNative();
+    expect(() => addon.createLiteralFinder([])).toThrow(/1 to 256 literals/);
+    expect(() => addon.createLiteralFinder(['a'])).toThrow(/literal 0 is not 2 to 64 bytes/);
+    expect(() => addon.createLiteralFinder(['ok', 'é!'])).toThrow(/literal 1 is not ASCII/);
+    expect(() => addon.createLiteralFinder(['ok', 3 as unknown as string])).toThrow(/literal 1 is not a string/);
+    const has = addon.createLiteralFinder(['Ab', 'xyz']);
+    expect(has(Buffer.from('..aB..'))).toBe(1);
+    expect(has(Buffer.from('..xy..'))).toBe(0);
+    expect(() => has('str' as unknown as Buffer)).toThrow(/has\(buf: Buffer\)/);
   });
 });
