@@ -48,9 +48,12 @@ export function peekDestination(buf: Uint8Array): PeekResult {
  * bytes are reassembled from consecutive handshake records until the ClientHello's declared length is present.
  */
 export function parseClientHello(buf: Uint8Array): PeekResult {
-  const hs: number[] = [];
+  // Each record's handshake bytes, as views of `buf` (no copy); joined only when the hello spans records.
+  const parts: Uint8Array[] = [];
+  let have = 0;
   let off = 0;
   let need = -1;
+  const joined = () => (parts.length === 1 ? parts[0]! : Buffer.concat(parts, have));
   while (true) {
     if (off + 5 > buf.length) return { kind: 'more' };
     const type = buf[off]!;
@@ -61,13 +64,17 @@ export function parseClientHello(buf: Uint8Array): PeekResult {
     if (len === 0 || len > 16384 + 2048) return { kind: 'other', why: 'tls_bad_record_length' };
     const end = off + 5 + len;
     const avail = Math.min(end, buf.length);
-    for (let i = off + 5; i < avail; i++) hs.push(buf[i]!);
-    if (need < 0 && hs.length >= 4) {
+    if (avail > off + 5) {
+      parts.push(buf.subarray(off + 5, avail));
+      have += avail - off - 5;
+    }
+    if (need < 0 && have >= 4) {
+      const hs = joined();
       if (hs[0] !== 0x01) return { kind: 'other', why: 'tls_not_client_hello' };
       need = 4 + ((hs[1]! << 16) | (hs[2]! << 8) | hs[3]!);
       if (need > 0x10000 + 4) return { kind: 'other', why: 'tls_hello_too_long' };
     }
-    if (need >= 0 && hs.length >= need) return parseHelloBody(Uint8Array.from(hs.slice(4, need)));
+    if (need >= 0 && have >= need) return parseHelloBody(joined().subarray(4, need));
     if (end > buf.length) return { kind: 'more' };
     off = end;
   }
