@@ -30,6 +30,8 @@ const REPS = opt('--reps', 3);
 const CONNS_MS = opt('--conns-ms', 2000);
 const CONC = opt('--concurrency', 50);
 const SETUP_N = opt('--setup-n', 600);
+// --skip-bulk: only the connection phases (e.g. to profile the per-connection cost); the bulk rows print 0.
+const SKIP_BULK = args.includes('--skip-bulk');
 
 type PathName = 'direct' | 'leash' | 'nginx';
 
@@ -146,7 +148,7 @@ async function main(): Promise<void> {
         .filter(Boolean)
         .map(Number);
     const ngxCpu = () => ngxWorkers().reduce((a, p) => a + cpuSeconds(p), cpuSeconds(ngx.pid!));
-    for (let rep = 0; rep < REPS; rep++) {
+    for (let rep = 0; rep < (SKIP_BULK ? 0 : REPS); rep++) {
       for (const p of paths) {
         const c0 = p === 'leash' ? cpuSeconds(enforcer.pid) : p === 'nginx' ? ngxCpu() : 0;
         const r = (await client(lab, users[p], ['bulk', TARGET.v4, String(BULK_PORT), helloFile])) as {
@@ -211,7 +213,7 @@ async function main(): Promise<void> {
     }
     const load1 = fs.readFileSync('/proc/loadavg', 'utf8').trim();
 
-    const g = (p: PathName) => median(bulk[p]);
+    const g = (p: PathName) => (bulk[p].length ? median(bulk[p]) : 0);
     const rows = paths.map((p) => ({
       path: p,
       bulkGbit: g(p),
