@@ -6,13 +6,19 @@
 // has failed; only then does it close them, so this thread never touches a descriptor that JS closed.
 #include "splice.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include <atomic>
+#include <cstdio>
+#include <memory>
 #include <cerrno>
 #include <cstdint>
 #include <deque>
@@ -59,6 +65,9 @@ struct Pair {
   Dir ba;
   int err = 0;
   bool finished = false;
+  // A pair made by connect(): the upstream (b) is still connecting; bytes for it wait in the pipe until it is.
+  bool connecting = false;
+  bool connected = true;
 };
 
 struct Done {
@@ -66,6 +75,7 @@ struct Done {
   int err;
   double ab;
   double ba;
+  bool connected;
 };
 
 enum class Step { kWaitIn, kWaitOut, kDone, kError };
@@ -170,16 +180,24 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
  public:
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "Splicer",
-                       {InstanceMethod("add", &Splicer::Add), InstanceMethod("abort", &Splicer::Abort),
+                       {InstanceMethod("add", &Splicer::Add), InstanceMethod("connect", &Splicer::Connect),
+                        InstanceMethod("abort", &Splicer::Abort),
                         InstanceMethod("close", &Splicer::Close)});
   }
 
-  /** new Splicer(onDone(id, errno, bytesAtoB, bytesBtoA)) starts the pump thread. */
+  /**
+   * new Splicer(onDone(id, errno, bytesAtoB, bytesBtoA, connected)) starts the pump thread. `connected` is false
+   * for a connect() pair whose upstream never connected (errno then says why: ECONNREFUSED, ETIMEDOUT, ...).
+   */
   explicit Splicer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Splicer>(info) {
     Napi::Env env = info.Env();
     if (info.Length() < 1 || !info[0].IsFunction()) {
-      Usage(env, "new Splicer(onDone: (id, errno, ab, ba) => void)");
+      Usage(env, "new Splicer(onDone: (id, errno, ab, ba, connected) => void, options?: {inline?: boolean})");
       return;
+    }
+    if (info.Length() > 1 && info[1].IsObject()) {
+      Napi::Value v = info[1].As<Napi::Object>().Get("inline");
+      inline_ = v.IsBoolean() && v.As<Napi::Boolean>().Value();
     }
     epfd_ = epoll_create1(EPOLL_CLOEXEC);
     wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -191,6 +209,32 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     ev.events = EPOLLIN;
     ev.data.ptr = nullptr;  // nullptr = the wake-up eventfd
     epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_, &ev);
+    if (inline_) {
+      // On Node's own loop: the pump's epoll descriptor is polled like a socket, and onDone is called directly.
+      // One thread does accept, decide and splice, as nginx's worker does: no cross-thread wake-up per event
+      // (each one a VM exit on this kind of machine).
+      uv_loop_t* loop = nullptr;
+      if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == nullptr) {
+        Napi::Error::New(env, "no event loop").ThrowAsJavaScriptException();
+        return;
+      }
+      onDone_ = Napi::Persistent(info[0].As<Napi::Function>());
+      ctx_ = std::make_unique<Napi::AsyncContext>(env, "leash-splice");
+      poll_ = new InlinePoll();
+      poll_->self = this;
+      poll_->epfd = epfd_;
+      poll_->wake = wake_;
+      uv_poll_init(loop, &poll_->h, epfd_);
+      poll_->h.data = poll_;
+      uv_poll_start(&poll_->h, UV_READABLE, [](uv_poll_t* h, int, int) {
+        auto* ip = static_cast<InlinePoll*>(h->data);
+        if (ip->self) ip->self->OnInline();
+      });
+      // The sockets being spliced and the proxy's listeners keep the loop alive; this must not.
+      uv_unref(reinterpret_cast<uv_handle_t*>(&poll_->h));
+      running_ = true;
+      return;
+    }
     tsfn_ = Napi::ThreadSafeFunction::New(env, info[0].As<Napi::Function>(), "leash-splice", 0, 1);
     // The sockets being spliced and the proxy's listeners keep the loop alive; this must not.
     tsfn_.Unref(env);
@@ -198,7 +242,11 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     running_ = true;
   }
 
-  ~Splicer() override { Stop(); }
+  ~Splicer() override {
+    // Collected by the GC: no JavaScript may run from here.
+    finalizing_ = true;
+    Stop();
+  }
 
  private:
   /** add(fdA, fdB) -> id. Both must be connected, non-blocking sockets that JS no longer reads. */
@@ -206,9 +254,68 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     Napi::Env env = info.Env();
     if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsNumber()) return Usage(env, "add(fdA: number, fdB: number)");
     if (!running_) return Usage(env, "splicer is closed");
-    int a = info[0].As<Napi::Number>().Int32Value();
-    int b = info[1].As<Napi::Number>().Int32Value();
+    return Register(env, info[0].As<Napi::Number>().Int32Value(), info[1].As<Napi::Number>().Int32Value(), false);
+  }
+
+  /**
+   * connect(fdA, ip, port, timeoutMs) -> [id, fdB]: opens a non-blocking TCP connection to ip:port and splices fdA
+   * with it as soon as it is connected (what fdA already holds waits in a pipe until then). The connect is bounded
+   * by TCP_USER_TIMEOUT (cleared once connected). The caller closes both descriptors after onDone.
+   */
+  Napi::Value Connect(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 4 || !info[0].IsNumber() || !info[1].IsString() || !info[2].IsNumber() || !info[3].IsNumber())
+      return Usage(env, "connect(fdA: number, ip: string, port: number, timeoutMs: number)");
+    if (!running_) return Usage(env, "splicer is closed");
+    std::string ip = info[1].As<Napi::String>().Utf8Value();
+    int port = info[2].As<Napi::Number>().Int32Value();
+    unsigned timeout = info[3].As<Napi::Number>().Uint32Value();
+    sockaddr_storage ss{};
+    socklen_t len = 0;
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    if (inet_pton(AF_INET, ip.c_str(), &a4->sin_addr) == 1) {
+      a4->sin_family = AF_INET;
+      a4->sin_port = htons(static_cast<uint16_t>(port));
+      len = sizeof *a4;
+    } else if (inet_pton(AF_INET6, ip.c_str(), &a6->sin6_addr) == 1) {
+      a6->sin6_family = AF_INET6;
+      a6->sin6_port = htons(static_cast<uint16_t>(port));
+      len = sizeof *a6;
+    } else {
+      return Usage(env, "connect(ip): an IPv4 or IPv6 literal");
+    }
+    int b = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (b < 0) {
+      ErrnoError(env, errno, "socket").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    int one = 1;
+    setsockopt(b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(b, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout);
+    if (connect(b, reinterpret_cast<sockaddr*>(&ss), len) != 0 && errno != EINPROGRESS) {
+      int err = errno;
+      close(b);
+      ErrnoError(env, err, "connect").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    Napi::Value id = Register(env, info[0].As<Napi::Number>().Int32Value(), b, true);
+    if (env.IsExceptionPending()) {
+      close(b);
+      return env.Undefined();
+    }
+    Napi::Array r = Napi::Array::New(env, 2);
+    r.Set(0u, id);
+    r.Set(1u, Napi::Number::New(env, b));
+    return r;
+  }
+
+  Napi::Value Register(Napi::Env env, int a, int b, bool connecting) {
     auto* p = new Pair();
+    p->connecting = connecting;
+    p->connected = !connecting;
+    // A connecting upstream is registered for EPOLLOUT from the start: that edge is its connect completing.
+    p->outArmedB = connecting;
     p->ab.in = a;
     p->ab.out = b;
     p->ba.in = b;
@@ -239,6 +346,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     }
     // From here the pump thread may already be running (and finishing) this pair: never touch `p`
     // again on this thread. A failure now is handed to the pump as an abort.
+    if (connecting) ev.events |= EPOLLOUT;
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, b, &ev) != 0) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -270,12 +378,71 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
   void Stop() {
     if (!running_) return;
     running_ = false;
+    if (inline_) {
+      std::vector<Pair*> rest;
+      for (auto& kv : live_) rest.push_back(kv.second);
+      for (Pair* p : rest) Finish(p, ECANCELED);
+      for (Pair* p : graveyard_) delete p;
+      graveyard_.clear();
+      DeliverDone();
+      // The descriptors close with the poll handle (it must not watch a closed descriptor).
+      poll_->self = nullptr;
+      uv_close(reinterpret_cast<uv_handle_t*>(&poll_->h), [](uv_handle_t* h) {
+        auto* ip = static_cast<InlinePoll*>(h->data);
+        close(ip->epfd);
+        close(ip->wake);
+        delete ip;
+      });
+      poll_ = nullptr;
+      return;
+    }
     stop_.store(true);
     Wake();
     if (thread_.joinable()) thread_.join();
     tsfn_.Release();
     close(epfd_);
     close(wake_);
+  }
+
+  /** Inline mode: the events ready now, then the onDone calls of the pairs they finished. */
+  void OnInline() {
+    epoll_event events[128];
+    int n = epoll_wait(epfd_, events, 128, 0);
+    for (int i = 0; i < n; i++) {
+      auto* p = static_cast<Pair*>(events[i].data.ptr);
+      if (p == nullptr) {
+        uint64_t v;
+        while (read(wake_, &v, sizeof v) > 0) {
+        }
+        TakeQueued();
+      } else {
+        Run(p);
+      }
+    }
+    for (Pair* p : graveyard_) delete p;
+    graveyard_.clear();
+    DeliverDone();
+  }
+
+  void DeliverDone() {
+    if (pending_.empty() || finalizing_) {
+      pending_.clear();
+      return;
+    }
+    Napi::Env env = Env();
+    Napi::HandleScope scope(env);
+    std::vector<Done> batch;
+    batch.swap(pending_);
+    for (const Done& d : batch) {
+      onDone_.MakeCallback(env.Global(),
+                           {Napi::Number::New(env, d.id), Napi::Number::New(env, d.err), Napi::Number::New(env, d.ab),
+                            Napi::Number::New(env, d.ba), Napi::Boolean::New(env, d.connected)},
+                           *ctx_);
+      if (env.IsExceptionPending()) {
+        Napi::Error e = env.GetAndClearPendingException();
+        fprintf(stderr, "leash splice: onDone threw: %s\n", e.Message().c_str());
+      }
+    }
   }
 
   void Wake() {
@@ -295,10 +462,16 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
       std::lock_guard<std::mutex> lock(mu_);
       live_.erase(p->id);
     }
-    auto* d = new Done{p->id, err, static_cast<double>(p->ab.bytes), static_cast<double>(p->ba.bytes)};
+    if (inline_) {
+      pending_.push_back(
+          Done{p->id, err, static_cast<double>(p->ab.bytes), static_cast<double>(p->ba.bytes), p->connected});
+      graveyard_.push_back(p);
+      return;
+    }
+    auto* d = new Done{p->id, err, static_cast<double>(p->ab.bytes), static_cast<double>(p->ba.bytes), p->connected};
     napi_status st = tsfn_.BlockingCall(d, [](Napi::Env env, Napi::Function fn, Done* done) {
       fn.Call({Napi::Number::New(env, done->id), Napi::Number::New(env, done->err), Napi::Number::New(env, done->ab),
-               Napi::Number::New(env, done->ba)});
+               Napi::Number::New(env, done->ba), Napi::Boolean::New(env, done->connected)});
       delete done;
     });
     if (st != napi_ok) delete d;
@@ -318,6 +491,21 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
   void Run(Pair* p) {
     if (p->finished) return;
     int err = 0;
+    if (p->connecting) {
+      // Connected, refused or timed out: SO_ERROR says which (and is cleared by reading it).
+      int soerr = 0;
+      socklen_t sl = sizeof soerr;
+      getsockopt(p->ab.out, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+      if (soerr != 0) return Finish(p, soerr);
+      sockaddr_storage peer{};
+      socklen_t pl = sizeof peer;
+      if (getpeername(p->ab.out, reinterpret_cast<sockaddr*>(&peer), &pl) == 0) {
+        p->connecting = false;
+        p->connected = true;
+        unsigned zero = 0;
+        setsockopt(p->ab.out, IPPROTO_TCP, TCP_USER_TIMEOUT, &zero, sizeof zero);
+      }
+    }
     Step a = Pump(p->ab, &err);
     if (a == Step::kError) return Finish(p, err);
     Step b = Pump(p->ba, &err);
@@ -376,9 +564,22 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     }
   }
 
+  struct InlinePoll {
+    uv_poll_t h;
+    Splicer* self;
+    int epfd;
+    int wake;
+  };
+
   int epfd_ = -1;
   int wake_ = -1;
   bool running_ = false;
+  bool inline_ = false;
+  bool finalizing_ = false;
+  InlinePoll* poll_ = nullptr;
+  Napi::FunctionReference onDone_;
+  std::unique_ptr<Napi::AsyncContext> ctx_;
+  std::vector<Done> pending_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
   Napi::ThreadSafeFunction tsfn_;

@@ -17,6 +17,11 @@ export interface PeerCred {
 export interface SplicerInstance {
   /** Starts moving bytes both ways between two connected sockets JS no longer reads; returns the pair's id. */
   add(fdA: number, fdB: number): number;
+  /**
+   * Opens a non-blocking TCP connection to ip:port and splices fdA with it once connected; returns the pair's id
+   * and the new socket's descriptor. Both descriptors are the caller's to close after onDone.
+   */
+  connect(fdA: number, ip: string, port: number, timeoutMs: number): [number, number];
   /** Finishes a pair now (its onDone fires with ECANCELED). */
   abort(id: number): void;
   /** Finishes every pair and stops the thread. */
@@ -263,9 +268,46 @@ export interface NativeWatcher {
   stats(): WatcherStats;
   close(): void;
 }
+/** The proxy's listeners and first-bytes peek on Node's loop (native/acceptor.cc). */
+export interface AcceptorCallbacks {
+  onAccept(
+    tag: number,
+    id: number,
+    fd: number,
+    localAddr: string,
+    localPort: number,
+    peerAddr: string,
+    peerPort: number,
+  ): void;
+  /** `why` "data": return true when the bytes are enough, false to wait for more; else the peek is over. */
+  onPeek(id: number, bytes: Buffer, why: 'data' | 'closed' | 'timeout' | 'limit'): boolean | void;
+  /** An accept failed with errno; `refused` waiting connections were reset for want of descriptors. */
+  onError(tag: number, errno: number, refused: number): void;
+}
+export interface AcceptorInstance {
+  /** Listens on host:port (an IP literal); returns the listener's id. Throws with `code` (EADDRINUSE, ...). */
+  listen(host: string, port: number, backlog: number, tag: number): number;
+  unlisten(id: number): void;
+  peek(id: number, maxBytes: number, timeoutMs: number): boolean;
+  /** The descriptor is the caller's from here; `consume` peeked bytes are read off it first. */
+  release(id: number, consume: number): number;
+  /** Refuses with a TCP reset and closes. */
+  reset(id: number): boolean;
+  size(): number;
+  close(): void;
+}
 export interface NativeAddon {
-  /** new Splicer(onDone): onDone(id, errno (0 = both sides closed cleanly), bytesAtoB, bytesBtoA). */
-  Splicer: new (onDone: (id: number, errno: number, ab: number, ba: number) => void) => SplicerInstance;
+  /**
+   * new Splicer(onDone): onDone(id, errno (0 = both sides closed cleanly), bytesAtoB, bytesBtoA, connected: false
+   * when a connect() pair's upstream never connected).
+   */
+  Splicer: new (
+    onDone: (id: number, errno: number, ab: number, ba: number, connected: boolean) => void,
+    options?: { inline?: boolean },
+  ) => SplicerInstance;
+  Acceptor?: new (callbacks: AcceptorCallbacks) => AcceptorInstance;
+  /** SO_LINGER 0 and close: the peer gets a TCP reset. */
+  resetClose?(fd: number): void;
   originalDst(fd: number): OriginalDst;
   /** The ctnetlink delete request for a connected TCP socket's entry, by the tuple of the packets it sends. */
   conntrackRequest(fd: number, direction: 'orig' | 'reply'): Buffer;

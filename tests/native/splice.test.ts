@@ -1,4 +1,5 @@
 import crypto from 'node:crypto';
+import fs from 'node:fs';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSplicePump, stopReading, type SplicePump } from '../../src/enforcers/network/splice.js';
@@ -28,10 +29,13 @@ function readAll(s: net.Socket): Promise<Buffer> {
 
 // The pump joins a "client" socket pair and an "upstream" socket pair at their proxy-side ends:
 //   agent <-> [a] ==splice== [b] <-> server
-describe.skipIf(!nativeAvailable())('splice pump', () => {
+describe.skipIf(!nativeAvailable()).each([
+  { inline: true, name: "on Node's loop" },
+  { inline: false, name: 'on a thread of its own' },
+])('splice pump ($name)', ({ inline }) => {
   let pump: SplicePump;
   beforeAll(() => {
-    pump = createSplicePump()!;
+    pump = createSplicePump({ inline })!;
     expect(pump).not.toBeNull();
   });
   afterAll(() => pump?.close());
@@ -61,7 +65,7 @@ describe.skipIf(!nativeAvailable())('splice pump', () => {
     const back = await gotAtAgent;
     expect(back.equals(down)).toBe(true);
     const r = await done;
-    expect(r).toEqual({ error: null, ab: up.length, ba: down.length });
+    expect(r).toEqual({ error: null, ab: up.length, ba: down.length, connected: true });
     a.destroy();
     b.destroy();
     agent.destroy();
@@ -105,5 +109,64 @@ describe.skipIf(!nativeAvailable())('splice pump', () => {
     expect(rest.toString()).toBe(' and later');
     agent.destroy();
     a.destroy();
+  });
+
+  it('connect(): what the client sent before is delivered first, then both ways; the descriptors stay open', async () => {
+    const srv = net.createServer({ allowHalfOpen: true });
+    const got = new Promise<Buffer>((resolve) =>
+      srv.once('connection', (s) => {
+        const parts: Buffer[] = [];
+        s.on('data', (d: Buffer) => {
+          parts.push(d);
+          if (Buffer.concat(parts).toString() === 'hello upstream') s.end('hello agent');
+        });
+        s.on('end', () => resolve(Buffer.concat(parts)));
+      }),
+    );
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    const [agent, a] = await socketPair();
+    agent.write('hello upstream');
+    await new Promise((r) => setTimeout(r, 20)); // queued in `a` before the pump starts
+    stopReading(a);
+    const fd = (a as unknown as { _handle: { fd: number } })._handle.fd;
+    const { upFd, done } = pump.connect(fd, '127.0.0.1', (srv.address() as net.AddressInfo).port, 5000);
+    expect(upFd).toBeGreaterThan(2);
+    const back = await new Promise<string>((resolve) => {
+      let s = '';
+      agent.on('data', (d: Buffer) => {
+        s += d.toString();
+        if (s === 'hello agent') resolve(s);
+      });
+    });
+    expect(back).toBe('hello agent');
+    agent.end();
+    expect((await got).toString()).toBe('hello upstream');
+    const r = await done;
+    expect(r).toEqual({ error: null, ab: 14, ba: 11, connected: true });
+    // The pump closed neither: the caller does.
+    expect(fs.fstatSync(upFd).isSocket()).toBe(true);
+    fs.closeSync(upFd);
+    a.destroy();
+    agent.destroy();
+    srv.close();
+  });
+
+  it('connect(): a refused upstream is reported as never connected, ECONNREFUSED', async () => {
+    const probe = net.createServer();
+    await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+    const port = (probe.address() as net.AddressInfo).port;
+    await new Promise<void>((r) => probe.close(() => r())); // nothing listens there now
+    const [agent, a] = await socketPair();
+    agent.on('error', () => {});
+    agent.write('x');
+    stopReading(a);
+    const fd = (a as unknown as { _handle: { fd: number } })._handle.fd;
+    const { upFd, done } = pump.connect(fd, '127.0.0.1', port, 5000);
+    const r = await done;
+    expect(r.connected).toBe(false);
+    expect(r.error).toBe('ECONNREFUSED');
+    fs.closeSync(upFd);
+    a.destroy();
+    agent.destroy();
   });
 });

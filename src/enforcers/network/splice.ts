@@ -12,6 +12,17 @@ export interface SplicePump {
    * until then the caller must not destroy either socket (abort first).
    */
   start(a: net.Socket, b: net.Socket): { id: number; done: Promise<SpliceResult> };
+  /**
+   * Connects to ip:port (bounded by `timeoutMs`) and splices the descriptor `fd` with it once connected. Both
+   * descriptors (`fd` and the returned `upFd`) are the caller's to close after `done`. Throws (EMFILE, ...) when the
+   * socket cannot be made.
+   */
+  connect(
+    fd: number,
+    ip: string,
+    port: number,
+    timeoutMs: number,
+  ): { id: number; upFd: number; done: Promise<SpliceResult> };
   abort(id: number): void;
   /** Active pairs. */
   size(): number;
@@ -22,6 +33,8 @@ export interface SpliceResult {
   error: string | null;
   ab: number;
   ba: number;
+  /** False when a connect() pair's upstream never connected (`error` says why). */
+  connected: boolean;
 }
 
 interface Handle {
@@ -58,22 +71,32 @@ const ERRNO: Record<number, string> = {
   125: 'ECANCELED',
   110: 'ETIMEDOUT',
   24: 'EMFILE',
+  111: 'ECONNREFUSED',
+  113: 'EHOSTUNREACH',
+  101: 'ENETUNREACH',
   23: 'ENFILE',
   12: 'ENOMEM',
 };
 
-/** The pump, or null when the addon (or its Splicer) is not available: the caller then pipes in JavaScript. */
-export function createSplicePump(): SplicePump | null {
+/**
+ * The pump, or null when the addon (or its Splicer) is not available: the caller then pipes in JavaScript.
+ * `inline` (default): on Node's own event loop, one thread for accept, decision and bytes, as nginx's worker;
+ * false: on a thread of its own (each report then crosses threads).
+ */
+export function createSplicePump(o: { inline?: boolean } = {}): SplicePump | null {
   let native: SplicerInstance;
   const waiting = new Map<number, (r: SpliceResult) => void>();
   try {
     const { Splicer } = loadNative();
     if (typeof Splicer !== 'function') return null;
-    native = new Splicer((id, errno, ab, ba) => {
-      const done = waiting.get(id);
-      waiting.delete(id);
-      done?.({ error: errno === 0 ? null : (ERRNO[errno] ?? `E${errno}`), ab, ba });
-    });
+    native = new Splicer(
+      (id, errno, ab, ba, connected) => {
+        const done = waiting.get(id);
+        waiting.delete(id);
+        done?.({ error: errno === 0 ? null : (ERRNO[errno] ?? `E${errno}`), ab, ba, connected });
+      },
+      { inline: o.inline !== false },
+    );
   } catch {
     return null;
   }
@@ -81,9 +104,13 @@ export function createSplicePump(): SplicePump | null {
     start(a, b) {
       const fa = handleOf(a)?.fd ?? -1;
       const fb = handleOf(b)?.fd ?? -1;
-      if (fa < 0 || fb < 0) return { id: -1, done: Promise.resolve({ error: 'EBADF', ab: 0, ba: 0 }) };
+      if (fa < 0 || fb < 0) return { id: -1, done: Promise.resolve({ error: 'EBADF', ab: 0, ba: 0, connected: true }) };
       const id = native.add(fa, fb);
       return { id, done: new Promise<SpliceResult>((resolve) => waiting.set(id, resolve)) };
+    },
+    connect(fd, ip, port, timeoutMs) {
+      const [id, upFd] = native.connect(fd, ip, port, timeoutMs);
+      return { id, upFd, done: new Promise<SpliceResult>((resolve) => waiting.set(id, resolve)) };
     },
     abort(id) {
       if (waiting.has(id)) native.abort(id);
