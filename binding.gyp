@@ -19,6 +19,7 @@
         "native/notify.cc",
         "native/journal.cc",
         "native/splice.cc",
+        "native/acceptor.cc",
         "native/fsmatch.cc",
         "native/decisionline.cc",
         "native/fanotify.cc",

@@ -1,6 +1,7 @@
 // The addon's one entry point: each mechanism lives in its own file.
 #include <napi.h>
 
+#include "acceptor.h"
 #include "conntrack.h"
 #include "decisionline.h"
 #include "fanotify.h"
@@ -29,6 +30,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("journalSend", Napi::Function::New(env, leash::JournalSend, "journalSend"));
   exports.Set("sdNotify", Napi::Function::New(env, leash::SdNotify, "sdNotify"));
   leash::InitSplice(env, exports);
+  leash::InitAcceptor(env, exports);
   exports.Set("compileFsPolicy", Napi::Function::New(env, leash::CompileFsPolicy, "compileFsPolicy"));
   exports.Set("nativeMatch", Napi::Function::New(env, leash::NativeMatch, "nativeMatch"));
   exports.Set("nativeMatchBatch", Napi::Function::New(env, leash::NativeMatchBatch, "nativeMatchBatch"));

@@ -242,7 +242,10 @@ describe.skipIf(!canRunLab)('network surface in the lab', () => {
     ]);
     expect(report(good!)).toMatchObject({ local: '198.18.1.10' });
     expect(evil).toMatchObject({ ok: false, code: 'ECONNRESET' });
-    expect(forged).toMatchObject({ ok: false, code: 'ECONNRESET' });
+    // Denied by its address, so refused at accept, before a byte is read: as for a subject with no policy (below),
+    // the reset can beat the client's first write, whose read then sees EOF. Nothing came back either way.
+    expect(forged).toMatchObject({ ok: false, data: '' });
+    expect(['ECONNRESET', 'EOF']).toContain(forged!.code);
     expect(report(unlisted!)).toMatchObject({ local: '198.19.2.10' });
     expect(linesFor(black.uid).find((d) => d.rule === '198.18.1.30')).toMatchObject({
       action: 'block',

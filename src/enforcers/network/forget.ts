@@ -22,11 +22,13 @@ export type Side = 'orig' | 'reply';
 export interface Forgetter {
   /** sock.resetAndDestroy(), then the delete of the connection's entry (none for a socket not yet connected). */
   reset(sock: net.Socket, side: Side, uid: number): void;
+  /** The same for a descriptor held as a number (the native acceptor and pump): reset, close, delete the entry. */
+  resetFd(fd: number, side: Side, uid: number): void;
   /** Entries deleted and refused deletes so far (ENOENT, an entry already gone, is neither). */
   readonly stats: { deleted: number; failed: number };
 }
 
-type Native = Pick<NativeAddon, 'conntrackRequest' | 'conntrackDelete'>;
+type Native = Pick<NativeAddon, 'conntrackRequest' | 'conntrackDelete' | 'resetClose'>;
 
 function fdOf(s: net.Socket): number {
   return (s as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
@@ -48,8 +50,28 @@ export function createForgetter(
     }
     return addon;
   };
+  const deleteEntry = (n: Native, req: Buffer, uid: number) => {
+    const r = n.conntrackDelete(req);
+    if (r === 0) stats.deleted++;
+    else if (r !== 'ENOENT') {
+      stats.failed++;
+      onError(Object.assign(new Error(`conntrack delete: ${r}`), { code: r }), { uid, stage: 'conntrack' });
+    }
+  };
   return {
     stats,
+    resetFd(fd, side, uid) {
+      const n = get();
+      if (!n?.resetClose) throw new Error('resetFd needs the addon');
+      let req: Buffer | null = null;
+      try {
+        req = n.conntrackRequest(fd, side);
+      } catch {
+        req = null; // not connected (any more): nothing to name the entry by
+      }
+      n.resetClose(fd);
+      if (req) deleteEntry(n, req, uid);
+    },
     reset(sock, side, uid) {
       const n = get();
       let req: Buffer | null = null;
@@ -65,12 +87,7 @@ export function createForgetter(
       }
       sock.resetAndDestroy();
       if (!req || !n) return;
-      const r = n.conntrackDelete(req);
-      if (r === 0) stats.deleted++;
-      else if (r !== 'ENOENT') {
-        stats.failed++;
-        onError(Object.assign(new Error(`conntrack delete: ${r}`), { code: r }), { uid, stage: 'conntrack' });
-      }
+      deleteEntry(n, req, uid);
     },
   };
 }

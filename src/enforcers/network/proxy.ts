@@ -4,13 +4,14 @@ import type { FailMode, NetworkSubject, Reason, Verdict } from '../../engine/typ
 import { logAction } from '../../engine/decide.js';
 import type { PROXY_REASONS } from '../../errors.js';
 import type { DecisionRecord, DecisionWriter } from '../../log/decisions.js';
-import { loadNative, type OriginalDst } from '../../native.js';
+import { loadNative, type NativeAddon, type OriginalDst } from '../../native.js';
 import { startSettler } from './settle.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from './nft.js';
-import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket } from './peek.js';
+import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket, type PeekResult } from './peek.js';
 import { createListenerTable } from './listeners.js';
 import { HttpRequestGate } from './http-gate.js';
-import { createRelay, type RelayOwner } from './relay.js';
+import { createRelay } from './relay.js';
+import { createHeldPath, type Arrival, type Arrived, type ProxyEntry, type Refusal } from './held.js';
 import { createForgetter } from './forget.js';
 import { createNameResolver, plainIp, type Resolved } from './resolve.js';
 import { approvalOf, type Asker, type AskOutcome } from '../../approvals/contract.js';
@@ -167,6 +168,12 @@ export interface ProxyOptions<P> {
   ask?: Asker;
   /** Give memory back after a load peak (default true; see settle.ts). */
   settle?: boolean;
+  /**
+   * Accept and peek in native code on Node's loop (native/acceptor.cc), handing a decided TLS connection straight
+   * to the splice pump with no net.Socket (default true when the addon has it and splice is on); the cases that need JavaScript's streams (plain HTTP, asks, address-decided early connects,
+   * shadow mode) are handed to a net.Socket on the same descriptor.
+   */
+  nativeAccept?: boolean;
 }
 
 export interface Proxy<P> {
@@ -179,14 +186,7 @@ export interface Proxy<P> {
   close(): Promise<void>;
 }
 
-interface Entry<P> extends RelayOwner {
-  port: number;
-  /** Client connections open now. */
-  active: number;
-  policy: P | null;
-  ech: 'refuse' | 'allow';
-  servers: net.Server[];
-}
+type Entry<P> = ProxyEntry<P>;
 
 /** True when the entry that decided is an address rule (IP, CIDR, ip:port, [v6]:port) rather than a name. */
 export function isAddressRule(rule: string | null): boolean {
@@ -267,17 +267,17 @@ function fdOf(s: net.Socket): number {
  * refusal a connection that did not gets (no_original_dst, not_redirected: no policy is consulted for it).
  */
 function redirectedDestination(
-  sock: net.Socket,
+  fd: number,
+  local: { address: string; port: number },
+  peer: string,
   originalDst: (fd: number) => OriginalDst,
   isListenerAddress: (dst: OriginalDst) => boolean,
 ):
   | { dst: OriginalDst; ip: string; isLoop: boolean }
   | { refusal: { reason: 'no_original_dst' | 'not_redirected'; subject: object; rule: null; severity: 'critical' } } {
-  const local = { address: sock.localAddress ?? '', port: sock.localPort ?? 0 };
-  const peer = `${plainIp(sock.remoteAddress ?? '')}:${sock.remotePort ?? 0}`;
   let dst: OriginalDst;
   try {
-    dst = originalDst(fdOf(sock));
+    dst = originalDst(fd);
   } catch (err) {
     // Not provably redirected: the same answer as a direct connection, with no policy consulted.
     return {
@@ -312,12 +312,10 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const peekBytes = opts.peekBytes ?? PEEK_MAX_BYTES;
   const peekTimeout = opts.peekTimeoutMs ?? PEEK_TIMEOUT_MS;
   const onError = rateLimitErrors(opts.onError ?? (() => {}), opts.errorWindowMs ?? 10_000);
-  const maxTotal = opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
-  const maxPerSubject = opts.maxPerSubject ?? DEFAULT_MAX_PER_SUBJECT;
-  let active = 0;
-  let opened = 0;
   // After a burst, memory goes back once the connections have (see settle.ts).
-  const stopSettler = opts.settle === false ? () => {} : startSettler({ active: () => active, opened: () => opened });
+  const caps = createCaps(opts.maxConnections, opts.maxPerSubject, onError);
+  const admit = caps.admit;
+  const stopSettler = opts.settle === false ? () => {} : startSettler(caps);
   const failMode = opts.failMode ?? (() => 'closed' as const);
   const table = createListenerTable<Entry<P>, ProxySubject<P>>({
     create: (s) => ({
@@ -327,6 +325,8 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       ech: s.ech ?? 'refuse',
       active: 0,
       servers: [],
+      listenIds: [],
+      held: new Set(),
       sockets: new Set(),
       spliced: new Set(),
     }),
@@ -347,6 +347,29 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     forget,
   });
 
+  const Acceptor = nativeAcceptor(opts);
+  const native = Acceptor
+    ? createHeldPath<P>({
+        Acceptor,
+        hosts,
+        peekBytes,
+        peekTimeoutMs: peekTimeout,
+        log: opts.log,
+        onError,
+        ...(opts.onSetup ? { onSetup: opts.onSetup } : {}),
+        forget,
+        relay,
+        admit,
+        arrive,
+        handle,
+        afterPeek,
+        judge,
+        shadow: (e) => isShadow(e.policy),
+        byName: (rule) => !isAddressRule(rule),
+        target: (e, ip, domain) => resolveTarget(ip, domain, opts.seen?.(e.uid, domain) ?? [], resolve),
+      })
+    : null;
+
   /** Every address:port this proxy listens on: a connection whose original destination is one of them was not redirected. */
   function isListenerAddress(dst: OriginalDst): boolean {
     const ip = plainIp(dst.address);
@@ -354,48 +377,55 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     return false;
   }
 
-  function refuse(
-    e: Entry<P>,
-    sock: net.Socket,
-    rec: Omit<DecisionRecord, 'uid' | 'surface' | 'action' | 'reason'> & {
-      reason: ProxyReason | Reason | AskOutcome['reason'];
-    },
-  ): void {
+  function refuse(e: Entry<P>, sock: net.Socket, rec: Refusal): void {
     opts.log.write({ uid: e.uid, surface: 'network', action: 'block', ...rec });
     forget.reset(sock, 'reply', e.uid);
   }
 
-  const judge = (e: Entry<P>, subject: NetworkSubject): Verdict => judgeEntry(opts.decide, failMode, e.policy, subject);
+  function judge(e: Entry<P>, subject: NetworkSubject): Verdict {
+    return judgeEntry(opts.decide, failMode, e.policy, subject);
+  }
+
+  /** Where a connection was going, and what its address alone decides (a refusal, or whether to connect at once). */
+  function arrive(
+    e: Entry<P>,
+    fd: number,
+    local: { address: string; port: number },
+    peer: { address: string; port: number },
+  ): Arrived {
+    const r = redirectedDestination(fd, local, `${plainIp(peer.address)}:${peer.port}`, originalDst, isListenerAddress);
+    if ('refusal' in r) return { refusal: r.refusal };
+    return earlyVerdict(r, (bare) => judge(e, bare));
+  }
 
   async function handle(e: Entry<P>, sock: net.Socket): Promise<void> {
     sock.on('error', () => {});
-    const r = redirectedDestination(sock, originalDst, isListenerAddress);
-    if ('refusal' in r) {
-      refuse(e, sock, r.refusal);
+    const a = arrive(
+      e,
+      fdOf(sock),
+      { address: sock.localAddress ?? '', port: sock.localPort ?? 0 },
+      { address: sock.remoteAddress ?? '', port: sock.remotePort ?? 0 },
+    );
+    if ('refusal' in a) {
+      refuse(e, sock, a.refusal);
       return;
     }
-    const { dst, ip, isLoop } = r;
-
-    // First, the address alone (a loopback address is also the name `localhost`): when that already allows, the
-    // name cannot widen it, so the upstream is connected at once and a server that speaks first (SSH, SMTP, a
-    // database) gets its banner through without waiting for the peek. The peek still runs, for deny entries on a
-    // name, ECH, and the plain-HTTP gate.
-    const bare: NetworkSubject = { domain: isLoop ? 'localhost' : null, ip, port: dst.port };
-    const early = judge(e, bare);
-    // A loopback destination is judged as localhost and its address only: a name the agent sends cannot carry it
-    // anywhere else, so a refusal needs no peek either.
-    if (early.action === 'block' && (isLoop || early.reason === 'deny_entry' || early.reason === 'no_policy')) {
-      refuse(e, sock, { reason: early.reason, subject: bare, rule: early.rule });
-      return;
-    }
-    // A shadowed block is never connected early: the name may still allow it for real (and log it so).
-    const byAddress =
-      early.action === 'allow' &&
-      !early.wouldBlock &&
-      (early.rule === null || isAddressRule(early.rule) || (isLoop && isLocalhostRule(early.rule)));
-    const up = byAddress ? relay.connect(e, sock, ip, dst.port) : null;
-
+    const { arrival, byAddress } = a;
+    const up = byAddress ? relay.connect(e, sock, arrival.ip, arrival.dst.port) : null;
     const { bytes, result } = await peekSocket(sock, peekBytes, peekTimeout);
+    return afterPeek(e, sock, arrival, up, bytes, result);
+  }
+
+  /** What a connection's first bytes decide (its destination and early verdict already known). */
+  async function afterPeek(
+    e: Entry<P>,
+    sock: net.Socket,
+    ctx: Arrival,
+    up: net.Socket | null,
+    bytes: Buffer,
+    result: PeekResult,
+  ): Promise<void> {
+    const { dst, ip, bare, early } = ctx;
     if (sock.destroyed) {
       // Gone before naming anything; an early-connected one was allowed (and used): its line is still written.
       if (up) {
@@ -516,26 +546,15 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   }
 
   async function open(e: Entry<P>): Promise<void> {
+    if (native) return native.open(e);
     for (const host of hosts) {
       const srv = net.createServer({ allowHalfOpen: true, pauseOnConnect: true, noDelay: true }, (sock) => {
         sock.on('error', () => {});
-        if (active >= maxTotal || e.active >= maxPerSubject) {
-          // Over a cap: this connection is refused (a reset, as any block), the others and the service go on.
-          const which = active >= maxTotal ? 'total' : 'subject';
-          onError(Object.assign(new Error(`connection cap reached (${which})`), { code: `cap_${which}` }), {
-            uid: e.uid,
-            stage: 'capacity',
-          });
-          forget.reset(sock, 'reply', e.uid);
-          return;
-        }
-        active++;
-        opened++;
-        e.active++;
+        const out = admit(e);
+        if (!out) return forget.reset(sock, 'reply', e.uid);
         e.sockets.add(sock);
         sock.on('close', () => {
-          active--;
-          e.active--;
+          out();
           e.sockets.delete(sock);
         });
         const t0 = opts.onSetup ? performance.now() : 0;
@@ -547,25 +566,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
           },
         );
       });
-      try {
-        await new Promise<void>((resolve, reject) => {
-          srv.once('error', reject);
-          // The kernel's cap (net.core.somaxconn, 4096 by default): a burst of thousands of connects waits in the
-          // accept queue instead of having its SYNs dropped (a second's retransmit each).
-          srv.listen({ host, port: e.port, exclusive: true, backlog: 4096 }, () => {
-            srv.off('error', reject);
-            resolve();
-          });
-        });
-      } catch (err) {
-        // A host with IPv6 disabled has no ::1 (and no IPv6 connection to redirect): IPv4 alone is complete.
-        const code = (err as NodeJS.ErrnoException).code;
-        if (net.isIPv6(host) && (code === 'EADDRNOTAVAIL' || code === 'EAFNOSUPPORT')) {
-          onError(err as Error, { uid: e.uid, stage: 'listen_ipv6' });
-          continue;
-        }
-        throw err;
-      }
+      if (!(await listenOn(srv, host, e.port, (err) => onError(err, { uid: e.uid, stage: 'listen_ipv6' })))) continue;
       // After listen: an accept that fails (EMFILE, ENFILE, ENOMEM) is that connection's failure, logged
       // rate-limited; an unhandled 'error' would end the service (libuv keeps accepting once descriptors free).
       srv.on('error', (err) => onError(err, { uid: e.uid, stage: 'accept' }));
@@ -575,6 +576,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
 
   async function closeEntry(e: Entry<P>): Promise<void> {
     const closing = e.servers.map((s) => new Promise<void>((r) => s.close(() => r())));
+    native?.close(e);
     relay.end(e);
     await Promise.all(closing);
   }
@@ -590,6 +592,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       const all = [...subjects.values()];
       subjects.clear();
       await Promise.all(all.map(closeEntry));
+      native?.closeAll();
       await relay.close();
     },
   };
@@ -618,5 +621,103 @@ function judgeEntry<P>(
     return decide('network', subject, policy);
   } catch {
     return { action: 'block', reason: 'engine_error', source: 'fail_mode', rule: null };
+  }
+}
+
+/** The connection caps, total and per subject, and the counts the settler reads. */
+function createCaps(
+  maxTotal = DEFAULT_MAX_CONNECTIONS,
+  maxPerSubject = DEFAULT_MAX_PER_SUBJECT,
+  onError: (err: Error, ctx: ErrorContext) => void,
+): { admit(e: { uid: number; active: number }): (() => void) | null; active(): number; opened(): number } {
+  let active = 0;
+  let opened = 0;
+  return {
+    active: () => active,
+    opened: () => opened,
+    /** Counts a connection in: its count-out (once, whichever way it ends), or null when over a cap (logged). */
+    admit(e) {
+      if (active >= maxTotal || e.active >= maxPerSubject) {
+        // Over a cap: this connection is refused (a reset, as any block), the others and the service go on.
+        const which = active >= maxTotal ? 'total' : 'subject';
+        onError(Object.assign(new Error(`connection cap reached (${which})`), { code: `cap_${which}` }), {
+          uid: e.uid,
+          stage: 'capacity',
+        });
+        return null;
+      }
+      active++;
+      opened++;
+      e.active++;
+      let done = false;
+      return () => {
+        if (done) return;
+        done = true;
+        active--;
+        e.active--;
+      };
+    },
+  };
+}
+
+/** The addon's native acceptor when it is to be used (see ProxyOptions.nativeAccept), else null. */
+function nativeAcceptor(opts: { nativeAccept?: boolean; splice?: boolean }): NativeAddon['Acceptor'] | null {
+  if (opts.nativeAccept === false || opts.splice === false) return null;
+  try {
+    const n = loadNative();
+    return n.Acceptor && n.resetClose ? n.Acceptor : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * What a redirected connection's address alone decides. First the address (a loopback address is also the name
+ * `localhost`): when that already allows, the name cannot widen it, so the upstream is connected at once and a
+ * server that speaks first (SSH, SMTP, a database) gets its banner through without waiting for the peek. The peek
+ * still runs, for deny entries on a name, ECH, and the plain-HTTP gate.
+ */
+function earlyVerdict(
+  r: { dst: OriginalDst; ip: string; isLoop: boolean },
+  judge: (bare: NetworkSubject) => Verdict,
+): Arrived {
+  const { dst, ip, isLoop } = r;
+  const bare: NetworkSubject = { domain: isLoop ? 'localhost' : null, ip, port: dst.port };
+  const early = judge(bare);
+  // A loopback destination is judged as localhost and its address only: a name the agent sends cannot carry it
+  // anywhere else, so a refusal needs no peek either.
+  if (early.action === 'block' && (isLoop || early.reason === 'deny_entry' || early.reason === 'no_policy'))
+    return { refusal: { reason: early.reason, subject: bare, rule: early.rule } };
+  // A shadowed block is never connected early: the name may still allow it for real (and log it so).
+  const byAddress =
+    early.action === 'allow' &&
+    !early.wouldBlock &&
+    (early.rule === null || isAddressRule(early.rule) || (isLoop && isLocalhostRule(early.rule)));
+  return { arrival: { dst, ip, isLoop, bare, early }, byAddress };
+}
+
+/**
+ * Listens; false (after telling `skipped`) when the host has IPv6 disabled and this is ::1: no IPv6 connection is
+ * redirected there, so IPv4 alone is complete.
+ */
+async function listenOn(srv: net.Server, host: string, port: number, skipped: (err: Error) => void): Promise<boolean> {
+  try {
+    await new Promise<void>((resolve, reject) => {
+      srv.once('error', reject);
+      // The kernel's cap (net.core.somaxconn, 4096 by default): a burst of thousands of connects waits in the
+      // accept queue instead of having its SYNs dropped (a second's retransmit each).
+      srv.listen({ host, port, exclusive: true, backlog: 4096 }, () => {
+        srv.off('error', reject);
+        resolve();
+      });
+    });
+    return true;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (net.isIPv6(host) && (code === 'EADDRNOTAVAIL' || code === 'EAFNOSUPPORT')) {
+      skipped(err as Error);
+      return false;
+    }
+    throw err;
   }
 }

@@ -5,6 +5,7 @@
  * upstream before anything else; anything the upstream already sent (a server that speaks first) reaches the agent
  * before the pump takes over.
  */
+import fs from 'node:fs';
 import net from 'node:net';
 import { HttpRequestGate, refusalResponse, upgradeAgreed, type GateRefusal, type GateStep } from './http-gate.js';
 import { createSplicePump, stopReading, type SplicePump } from './splice.js';
@@ -40,6 +41,13 @@ export interface Relay {
     gate: HttpRequestGate,
     onRefused: (r: GateRefusal) => void,
   ): void;
+  /**
+   * The native acceptor's path: the pump connects to host:port and splices the client descriptor `fd`
+   * (what it still holds, the peeked first bytes, goes first) with it. Both descriptors are closed here when the
+   * pair ends (reset both ways after a reset, the client reset when the upstream never connected); `onEnd` then.
+   * False when there is no pump (the caller keeps the descriptor).
+   */
+  spliceFd(owner: RelayOwner, fd: number, host: string, port: number, onEnd: () => void): boolean;
   /** Ends an owner's connections: spliced pairs are aborted (the pump's report destroys them), the rest destroyed. */
   end(owner: RelayOwner): void;
   /** Waits for aborted pairs to report, then stops the pump thread. */
@@ -292,6 +300,48 @@ export function createRelay(o: {
       });
     },
     http,
+    spliceFd(e, fd, host, port, onEnd) {
+      if (!pump) return false;
+      let started: ReturnType<SplicePump['connect']>;
+      try {
+        started = pump.connect(fd, host, port, o.connectTimeoutMs);
+      } catch (err) {
+        // No socket for the upstream (EMFILE, ENFILE, ENOMEM): this connection is refused, the rest go on.
+        o.onError(err as Error, { uid: e.uid, stage: 'splice' });
+        forget.resetFd(fd, 'reply', e.uid);
+        onEnd();
+        return true;
+      }
+      const { id, upFd, done } = started;
+      e.spliced.add(id);
+      void done.then((r) => {
+        e.spliced.delete(id);
+        if (!r.connected) {
+          if (r.error !== 'ECANCELED')
+            o.onError(Object.assign(new Error(`connect ${r.error} ${host}:${port}`), { code: r.error }), {
+              uid: e.uid,
+              stage: 'upstream',
+            });
+          if (r.error === 'ECANCELED') fs.closeSync(fd);
+          else forget.resetFd(fd, 'reply', e.uid);
+          fs.closeSync(upFd);
+        } else if (r.error && r.error !== 'ECANCELED') {
+          if (r.error === 'EMFILE' || r.error === 'ENFILE' || r.error === 'ENOMEM')
+            o.onError(Object.assign(new Error(`splice: ${r.error}`), { code: r.error }), {
+              uid: e.uid,
+              stage: 'splice',
+            });
+          // A reset on either side is passed on as a reset on both.
+          forget.resetFd(fd, 'reply', e.uid);
+          forget.resetFd(upFd, 'orig', e.uid);
+        } else {
+          fs.closeSync(fd);
+          fs.closeSync(upFd);
+        }
+        onEnd();
+      });
+      return true;
+    },
     end(e) {
       for (const id of e.spliced) pump?.abort(id);
       for (const s of e.sockets) if (!pumped.has(s)) s.destroy();

@@ -103,9 +103,10 @@ function through(
 const get = (host: string) => `GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`;
 
 describe.each([
-  { splice: true, name: 'splice(2) pump' },
-  { splice: false, name: 'Node pipe' },
-])('proxy (loopback, faked original destination, $name)', ({ splice }) => {
+  { splice: true, nativeAccept: true, name: 'native acceptor, splice(2) pump' },
+  { splice: true, nativeAccept: false, name: 'net.Server, splice(2) pump' },
+  { splice: false, nativeAccept: false, name: 'Node pipe' },
+])('proxy (loopback, faked original destination, $name)', ({ splice, nativeAccept }) => {
   beforeAll(async () => {
     proxyPort = await freePort();
     proxy = createProxy<CompiledPolicy>({
@@ -118,6 +119,7 @@ describe.each([
       hosts: ['127.0.0.1'],
       peekTimeoutMs: 300,
       splice,
+      nativeAccept,
       failMode: () => (failOpen ? 'open' : 'closed'),
       originalDst: () => {
         if (fakeDst instanceof Error) throw fakeDst;
