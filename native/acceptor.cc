@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <uv.h>
@@ -39,15 +40,18 @@ struct Listener {
   bool polling = false;
   bool closing = false;
   int open = 0;  // uv handles not yet closed
+  // The address it is bound to: an accepted connection's local address, unless it is a wildcard.
+  std::string local;
+  int localPort = 0;
+  bool wildcard = false;
 };
 
 struct Conn {
   Acceptor* owner = nullptr;
   uint32_t id = 0;
   int fd = -1;
-  uv_poll_t poll{};
   uv_timer_t timer{};
-  bool pollInit = false;
+  bool polling = false;  // in the acceptor's epoll set (peeking)
   bool timerInit = false;
   int open = 0;
   size_t maxBytes = 0;
@@ -116,11 +120,32 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
     ctx_ = std::make_unique<Napi::AsyncContext>(env, "leash-acceptor");
     scratch_.resize(64 * 1024);
     reserveFd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    // Connections being peeked are watched in an epoll set of the acceptor's own, polled as one descriptor on
+    // Node's loop: a uv_poll per connection cost seven calls (libuv probes, re-adds and removes it twice), this
+    // one costs two (EPOLL_CTL_ADD, EPOLL_CTL_DEL).
+    ep_ = epoll_create1(EPOLL_CLOEXEC);
+    if (ep_ < 0) {
+      ErrnoError(env, errno, "epoll_create1").ThrowAsJavaScriptException();
+      return;
+    }
+    epPoll_ = new EpPoll();
+    epPoll_->self = this;
+    epPoll_->ep = ep_;
+    uv_poll_init(loop_, &epPoll_->h, ep_);
+    epPoll_->h.data = epPoll_;
+    uv_poll_start(&epPoll_->h, UV_READABLE, [](uv_poll_t* h, int, int) {
+      auto* ep = static_cast<EpPoll*>(h->data);
+      if (ep->self) ep->self->OnConnEvents();
+    });
+    // A connection being peeked keeps the loop alive by its timer, not by this.
+    uv_unref(reinterpret_cast<uv_handle_t*>(&epPoll_->h));
   }
 
   ~Acceptor() override {
     // Handles still open reference this object: the JS side closes before dropping it (close()).
     if (reserveFd_ >= 0) close(reserveFd_);
+    // No libuv call from a finalizer: the poll handle (if close() was never called) only forgets this object.
+    if (epPoll_ != nullptr) epPoll_->self = nullptr;
   }
 
  private:
@@ -168,6 +193,12 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
     l->id = ++nextListener_;
     l->tag = info[3].As<Napi::Number>().Uint32Value();
     l->fd = fd;
+    sockaddr_storage bound{};
+    socklen_t bl = sizeof bound;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bl);
+    l->local = AddrString(bound, &l->localPort);
+    l->wildcard = ss.ss_family == AF_INET ? a4->sin_addr.s_addr == htonl(INADDR_ANY)
+                                          : IN6_IS_ADDR_UNSPECIFIED(&a6->sin6_addr);
     uv_poll_init(loop_, &l->poll, fd);
     uv_timer_init(loop_, &l->backoff);
     l->poll.data = l;
@@ -192,7 +223,9 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
     Napi::HandleScope scope(env);
     // A bounded batch per wake-up: the loop's other work (decisions, timers) is not starved by a burst.
     for (int i = 0; i < 64 && !l->closing; i++) {
-      int fd = accept4(l->fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      sockaddr_storage peer{};
+      socklen_t pl = sizeof peer;
+      int fd = accept4(l->fd, reinterpret_cast<sockaddr*>(&peer), &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         int err = errno;
         if (err == EAGAIN || err == EINTR || err == ECONNABORTED) {
@@ -233,12 +266,18 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
       }
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      sockaddr_storage local{}, peer{};
-      socklen_t ll = sizeof local, pl = sizeof peer;
-      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll);
-      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl);
-      int lport = 0, pport = 0;
-      std::string la = AddrString(local, &lport), pa = AddrString(peer, &pport);
+      // The peer came with accept4; the local address is the listener's own unless it listens on a wildcard.
+      int lport = l->localPort, pport = 0;
+      std::string pa = AddrString(peer, &pport);
+      std::string la;
+      if (l->wildcard) {
+        sockaddr_storage local{};
+        socklen_t ll = sizeof local;
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll);
+        la = AddrString(local, &lport);
+      } else {
+        la = l->local;
+      }
       auto* c = new Conn();
       c->owner = this;
       c->id = ++nextConn_;
@@ -290,14 +329,20 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
     if (info.Length() < 3 || !info[1].IsNumber() || !info[2].IsNumber())
       return Usage(env, "peek(id: number, maxBytes: number, timeoutMs: number)");
     Conn* c = Find(info);
-    if (!c) return Napi::Boolean::New(env, false);
+    if (!c || ep_ < 0) return Napi::Boolean::New(env, false);
     size_t max = static_cast<size_t>(info[1].As<Napi::Number>().Int64Value());
     c->maxBytes = max < 1 ? 1 : (max > scratch_.size() ? scratch_.size() : max);
-    if (!c->pollInit) {
-      uv_poll_init(loop_, &c->poll, c->fd);
-      c->poll.data = c;
-      c->pollInit = true;
-      c->open++;
+    if (!c->polling) {
+      // Level-triggered, as a uv_poll is: data not taken stays reported. The id, not the pointer: an event may
+      // still be in a batch after a callback dropped its connection.
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLRDHUP;
+      ev.data.u64 = c->id;
+      if (epoll_ctl(ep_, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+        ErrnoError(env, errno, "epoll_ctl").ThrowAsJavaScriptException();
+        return env.Undefined();
+      }
+      c->polling = true;
     }
     if (!c->timerInit) {
       uv_timer_init(loop_, &c->timer);
@@ -305,10 +350,6 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
       c->timerInit = true;
       c->open++;
     }
-    uv_poll_start(&c->poll, UV_READABLE | UV_DISCONNECT, [](uv_poll_t* h, int status, int events) {
-      auto* c = static_cast<Conn*>(h->data);
-      c->owner->OnConnReadable(c, status, events);
-    });
     uv_timer_start(
         &c->timer,
         [](uv_timer_t* t) {
@@ -319,10 +360,23 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
     return Napi::Boolean::New(env, true);
   }
 
-  void OnConnReadable(Conn* c, int status, int events) {
+  /** The peeked connections' events ready now. */
+  void OnConnEvents() {
+    epoll_event events[64];
+    int n = epoll_wait(ep_, events, 64, 0);
+    for (int i = 0; i < n; i++) {
+      auto it = conns_.find(static_cast<uint32_t>(events[i].data.u64));
+      if (it == conns_.end() || !it->second->polling) continue;
+      OnConnReadable(it->second, events[i].events);
+    }
+  }
+
+  void OnConnReadable(Conn* c, uint32_t events) {
+    const bool failed = events & EPOLLERR;
+    const bool hangup = events & (EPOLLRDHUP | EPOLLHUP);
     ssize_t n = recv(c->fd, scratch_.data(), c->maxBytes, MSG_PEEK);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR) && status == 0 && !(events & UV_DISCONNECT)) return;
-    if (n <= 0 || status < 0 || (static_cast<size_t>(n) == c->seen && (events & UV_DISCONNECT))) {
+    if (n < 0 && (errno == EAGAIN || errno == EINTR) && !failed && !hangup) return;
+    if (n <= 0 || failed || (static_cast<size_t>(n) == c->seen && hangup)) {
       // End of stream, or an error, before the bytes were enough: what there is is final.
       return PeekOver(c, "closed", n > 0 ? static_cast<size_t>(n) : c->seen);
     }
@@ -344,7 +398,10 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
   }
 
   void StopPeek(Conn* c) {
-    if (c->pollInit) uv_poll_stop(&c->poll);
+    if (c->polling) {
+      epoll_ctl(ep_, EPOLL_CTL_DEL, c->fd, nullptr);
+      c->polling = false;
+    }
     if (c->timerInit) uv_timer_stop(&c->timer);
     if (c->lowat) {
       int one = 1;
@@ -378,9 +435,8 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
       auto* c = static_cast<Conn*>(h->data);
       if (--c->open == 0) delete c;
     };
-    // uv_close on the poll removes the descriptor from the loop's epoll set now, before anything else
-    // (a net.Socket on the same descriptor) registers it.
-    if (c->pollInit) uv_close(reinterpret_cast<uv_handle_t*>(&c->poll), done);
+    // StopPeek took the descriptor out of the acceptor's epoll set, before anything else (a net.Socket on the
+    // same descriptor, the splice pump) registers it.
     if (c->timerInit) uv_close(reinterpret_cast<uv_handle_t*>(&c->timer), done);
   }
 
@@ -431,8 +487,28 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
       Drop(c);
       ResetClose(fd);
     }
+    CloseEp();
     return info.Env().Undefined();
   }
+
+  void CloseEp() {
+    if (epPoll_ == nullptr) return;
+    // The epoll descriptor closes with its poll handle (libuv must not watch a closed descriptor).
+    epPoll_->self = nullptr;
+    ep_ = -1;
+    uv_close(reinterpret_cast<uv_handle_t*>(&epPoll_->h), [](uv_handle_t* h) {
+      auto* ep = static_cast<EpPoll*>(h->data);
+      close(ep->ep);
+      delete ep;
+    });
+    epPoll_ = nullptr;
+  }
+
+  struct EpPoll {
+    uv_poll_t h;
+    Acceptor* self;
+    int ep;
+  };
 
   /** Calls into JavaScript from a libuv callback, with Node's callback scope (microtasks run after it). */
   Napi::Value Call(Napi::FunctionReference& fn, const std::initializer_list<napi_value>& args) {
@@ -448,6 +524,8 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
   }
 
   uv_loop_t* loop_ = nullptr;
+  int ep_ = -1;
+  EpPoll* epPoll_ = nullptr;
   Napi::FunctionReference onAccept_, onPeek_, onError_;
   std::unique_ptr<Napi::AsyncContext> ctx_;
   std::vector<char> scratch_;

@@ -1,7 +1,8 @@
 // The proxy's data path. Copying each byte of an allowed connection through JavaScript halves bulk
 // throughput (measured in the lab: a Node pipe reaches about half of a direct connection), so once a
-// connection is decided, both directions are moved socket -> pipe -> socket with splice(2) by one
-// native epoll thread shared by every connection. JavaScript keeps the two sockets open (reading
+// connection is decided, both directions are moved by one native epoll loop shared by every connection:
+// a connection's first small messages by recv/send through one buffer, and from the first read that fills
+// it on, socket -> pipe -> socket with splice(2). JavaScript keeps the two sockets open (reading
 // stopped) and is told once, through a ThreadSafeFunction, when both directions have finished or one
 // has failed; only then does it close them, so this thread never touches a descriptor that JS closed.
 #include "splice.h"
@@ -18,6 +19,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <cerrno>
 #include <cstdint>
@@ -53,7 +55,21 @@ struct Dir {
   bool done = false;
   bool growTried = false;
   uint64_t bytes = 0;
+  // A direction starts by copying (recv/send through a buffer of the pump's) and turns to splice(2) once a read
+  // fills that buffer: a connection's first messages (a TLS handshake) are small, and for them a copy costs two
+  // calls where splice costs three (in, out, and the read that finds the socket empty). A short recv() means the
+  // socket was emptied, so no read to EAGAIN follows: with EPOLLET the next arrival is a new edge. Only a FIN that
+  // came with the data (EPOLLRDHUP) has no edge of its own, so once one is seen the direction reads on to EOF.
+  bool copy = true;
+  bool finSeen = false;
+  // Bytes read but not yet accepted by `out` (it would block): at most one buffer, held only while `out` is full.
+  std::unique_ptr<char[]> pend;
+  size_t pendOff = 0;
+  size_t pendLen = 0;
 };
+
+// The copy buffer: a full read of it means bulk, and the direction turns to splice.
+constexpr size_t kCopyMax = 16 * 1024;
 
 struct Pair {
   uint32_t id = 0;
@@ -78,7 +94,11 @@ struct Done {
   bool connected;
 };
 
-enum class Step { kWaitIn, kWaitOut, kDone, kError };
+// kBulk (PumpCopy only): a read filled the copy buffer; the direction goes on by splice.
+enum class Step { kWaitIn, kWaitOut, kDone, kError, kBulk };
+
+// An event's data: the pair, and in the low bit which of its sockets (0: a, the client; 1: b, the upstream).
+inline uint64_t Tag(const void* p, int side) { return reinterpret_cast<uintptr_t>(p) | static_cast<uint64_t>(side); }
 
 // Empty pipes are shared: a direction takes one from the pool when it has bytes to move and gives it back
 // as soon as it is empty again. The pool is bounded; pipe2() and close() per transfer would otherwise be a
@@ -131,9 +151,85 @@ void MaybeGrow(Dir& d) {
 }
 
 
+/** send() until `len` bytes are out or `out` would block; the count sent, or -1 with errno for a failure. */
+ssize_t SendSome(int out, const char* buf, size_t len) {
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = send(out, buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n == 0) errno = EPIPE;
+    return -1;
+  }
+  return static_cast<ssize_t>(off);
+}
+
+/** The copy mode of Pump (see Dir). `buf` is the pump's kCopyMax buffer. */
+Step PumpCopy(Dir& d, char* buf, int* err) {
+  if (d.pendLen > 0) {
+    ssize_t w = SendSome(d.out, d.pend.get() + d.pendOff, d.pendLen);
+    if (w < 0) {
+      *err = errno;
+      return Step::kError;
+    }
+    d.bytes += static_cast<uint64_t>(w);
+    d.pendOff += static_cast<size_t>(w);
+    d.pendLen -= static_cast<size_t>(w);
+    if (d.pendLen > 0) return Step::kWaitOut;
+    d.pend.reset();
+    d.pendOff = 0;
+  }
+  for (;;) {
+    if (d.eofIn) {
+      shutdown(d.out, SHUT_WR);
+      d.done = true;
+      return Step::kDone;
+    }
+    ssize_t n = recv(d.in, buf, kCopyMax, MSG_DONTWAIT);
+    if (n == 0) {
+      d.eofIn = true;
+      continue;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return Step::kWaitIn;
+      *err = errno;
+      return Step::kError;
+    }
+    ssize_t w = SendSome(d.out, buf, static_cast<size_t>(n));
+    if (w < 0) {
+      *err = errno;
+      return Step::kError;
+    }
+    d.bytes += static_cast<uint64_t>(w);
+    if (w < n) {
+      // `out` is full: the rest waits here (at most one buffer) and nothing more is read until it is gone.
+      d.pendLen = static_cast<size_t>(n - w);
+      d.pend.reset(new char[d.pendLen]);
+      memcpy(d.pend.get(), buf + w, d.pendLen);
+      d.pendOff = 0;
+      return Step::kWaitOut;
+    }
+    if (static_cast<size_t>(n) == kCopyMax) {
+      d.copy = false;
+      return Step::kBulk;
+    }
+    // A short read emptied the socket: the next bytes are a new edge. A FIN that came with them is not.
+    if (!d.finSeen) return Step::kWaitIn;
+  }
+}
+
 /** Moves what can be moved now; kWaitIn/kWaitOut when a socket would block, kDone at EOF (after shutdown). */
-Step Pump(Dir& d, int* err) {
+Step Pump(Dir& d, char* buf, int* err) {
   if (d.done) return Step::kDone;
+  if (d.copy) {
+    Step s = PumpCopy(d, buf, err);
+    if (s != Step::kBulk) return s;
+  }
   for (;;) {
     while (d.inPipe > 0) {
       ssize_t n = splice(d.pipe[0], nullptr, d.out, nullptr, d.inPipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
@@ -207,7 +303,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     }
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.ptr = nullptr;  // nullptr = the wake-up eventfd
+    ev.data.u64 = 0;  // 0 = the wake-up eventfd
     epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_, &ev);
     if (inline_) {
       // On Node's own loop: the pump's epoll descriptor is polled like a socket, and onDone is called directly.
@@ -331,7 +427,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     // connection. EPOLLET + ADD reports data already waiting, so nothing is missed.
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
-    ev.data.ptr = p;
+    ev.data.u64 = Tag(p, 0);
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, a, &ev) != 0) {
       int e = errno;
       {
@@ -347,6 +443,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     // From here the pump thread may already be running (and finishing) this pair: never touch `p`
     // again on this thread. A failure now is handed to the pump as an abort.
     if (connecting) ev.events |= EPOLLOUT;
+    ev.data.u64 = Tag(p, 1);
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, b, &ev) != 0) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -408,17 +505,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
   void OnInline() {
     epoll_event events[128];
     int n = epoll_wait(epfd_, events, 128, 0);
-    for (int i = 0; i < n; i++) {
-      auto* p = static_cast<Pair*>(events[i].data.ptr);
-      if (p == nullptr) {
-        uint64_t v;
-        while (read(wake_, &v, sizeof v) > 0) {
-        }
-        TakeQueued();
-      } else {
-        Run(p);
-      }
-    }
+    for (int i = 0; i < n; i++) Dispatch(events[i]);
     for (Pair* p : graveyard_) delete p;
     graveyard_.clear();
     DeliverDone();
@@ -478,41 +565,70 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     graveyard_.push_back(p);
   }
 
-  void ArmOut(Pair* p, int fd, bool& armed) {
+  void ArmOut(Pair* p, int side, bool& armed) {
     if (armed) return;
     armed = true;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-    ev.data.ptr = p;
+    ev.data.u64 = Tag(p, side);
     // MOD re-checks readiness: a socket that became writable in between still reports.
-    epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+    epoll_ctl(epfd_, EPOLL_CTL_MOD, side == 0 ? p->ab.in : p->ba.in, &ev);
   }
 
-  void Run(Pair* p) {
+  void Dispatch(const epoll_event& ev) {
+    if (ev.data.u64 == 0) {
+      uint64_t v;
+      while (read(wake_, &v, sizeof v) > 0) {
+      }
+      TakeQueued();
+      return;
+    }
+    Run(reinterpret_cast<Pair*>(ev.data.u64 & ~uint64_t{1}), static_cast<int>(ev.data.u64 & 1), ev.events);
+  }
+
+  /**
+   * An event on one socket of a pair: readable moves the direction that reads it, writable the one that writes
+   * it (an error or hang-up both). Each direction runs only when its own socket has news, so a small exchange
+   * costs no reads of a socket that has nothing.
+   */
+  void Run(Pair* p, int side, uint32_t events) {
     if (p->finished) return;
-    int err = 0;
+    Dir& from = side == 0 ? p->ab : p->ba;  // reads this socket
+    Dir& to = side == 0 ? p->ba : p->ab;    // writes to it
+    const bool bad = events & (EPOLLHUP | EPOLLERR);
+    if (events & (EPOLLRDHUP | EPOLLHUP)) from.finSeen = true;
+    bool runFrom = bad || (events & (EPOLLIN | EPOLLRDHUP));
+    bool runTo = bad || (events & EPOLLOUT);
     if (p->connecting) {
+      // What the client sends waits in its socket until the upstream is connected.
+      if (side == 0) return;
+      if (!(events & (EPOLLOUT | EPOLLHUP | EPOLLERR))) return;
       // Connected, refused or timed out: SO_ERROR says which (and is cleared by reading it).
       int soerr = 0;
       socklen_t sl = sizeof soerr;
       getsockopt(p->ab.out, SOL_SOCKET, SO_ERROR, &soerr, &sl);
       if (soerr != 0) return Finish(p, soerr);
-      sockaddr_storage peer{};
-      socklen_t pl = sizeof peer;
-      if (getpeername(p->ab.out, reinterpret_cast<sockaddr*>(&peer), &pl) == 0) {
-        p->connecting = false;
-        p->connected = true;
-        unsigned zero = 0;
-        setsockopt(p->ab.out, IPPROTO_TCP, TCP_USER_TIMEOUT, &zero, sizeof zero);
-      }
+      if (bad && !(events & EPOLLOUT)) return Finish(p, ECONNREFUSED);
+      p->connecting = false;
+      p->connected = true;
+      unsigned zero = 0;
+      setsockopt(p->ab.out, IPPROTO_TCP, TCP_USER_TIMEOUT, &zero, sizeof zero);
+      // What the client sent meanwhile (its events were passed over), and the server's bytes if they are here
+      // already (later ones are an edge of their own).
+      runTo = true;
     }
-    Step a = Pump(p->ab, &err);
-    if (a == Step::kError) return Finish(p, err);
-    Step b = Pump(p->ba, &err);
-    if (b == Step::kError) return Finish(p, err);
-    if (a == Step::kWaitOut) ArmOut(p, p->ab.out, p->outArmedB);
-    if (b == Step::kWaitOut) ArmOut(p, p->ba.out, p->outArmedA);
-    if (a == Step::kDone && b == Step::kDone) Finish(p, 0);
+    int err = 0;
+    if (runFrom) {
+      Step s = Pump(from, copyBuf_.data(), &err);
+      if (s == Step::kError) return Finish(p, err);
+      if (s == Step::kWaitOut) ArmOut(p, 1 - side, side == 0 ? p->outArmedB : p->outArmedA);
+    }
+    if (runTo) {
+      Step s = Pump(to, copyBuf_.data(), &err);
+      if (s == Step::kError) return Finish(p, err);
+      if (s == Step::kWaitOut) ArmOut(p, side, side == 0 ? p->outArmedA : p->outArmedB);
+    }
+    if (p->ab.done && p->ba.done) Finish(p, 0);
   }
 
   void Loop() {
@@ -521,17 +637,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
       int n = epoll_wait(epfd_, events, 128, -1);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) break;
-      for (int i = 0; i < n; i++) {
-        auto* p = static_cast<Pair*>(events[i].data.ptr);
-        if (p == nullptr) {
-          uint64_t v;
-          while (read(wake_, &v, sizeof v) > 0) {
-          }
-          TakeQueued();
-        } else {
-          Run(p);
-        }
-      }
+      for (int i = 0; i < n; i++) Dispatch(events[i]);
       // A pair finished in this batch may still have an event further down the same batch:
       // free it only after the batch.
       for (Pair* p : graveyard_) delete p;
@@ -580,6 +686,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
   Napi::FunctionReference onDone_;
   std::unique_ptr<Napi::AsyncContext> ctx_;
   std::vector<Done> pending_;
+  std::vector<char> copyBuf_ = std::vector<char>(kCopyMax);  // used by the one thread that pumps
   std::atomic<bool> stop_{false};
   std::thread thread_;
   Napi::ThreadSafeFunction tsfn_;

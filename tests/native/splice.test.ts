@@ -72,6 +72,65 @@ describe.skipIf(!nativeAvailable()).each([
     server.destroy();
   });
 
+  // A direction starts by copying (recv/send) and turns to splice once a read fills its buffer; a short read
+  // ends a turn with no read to EAGAIN, so a FIN that came with the last bytes must not be left unseen.
+  it('an echo of 300 messages of 1 B to 40 KiB arrives whole, each one in turn (copy, then splice)', async () => {
+    const { agent, server, a, b, done } = await joined();
+    server.on('data', (d: Buffer) => server.write(d));
+    server.on('end', () => server.end());
+    server.resume();
+    const sizes = Array.from({ length: 300 }, (_, i) => (i % 3 === 0 ? 1 + (i % 17) : 1 + ((i * 7919) % 40000)));
+    let got = Buffer.alloc(0);
+    agent.on('data', (d: Buffer) => (got = Buffer.concat([got, d])));
+    let sent = 0;
+    for (const n of sizes) {
+      const msg = crypto.randomBytes(n);
+      agent.write(msg);
+      sent += n;
+      while (got.length < sent) await new Promise((r) => setImmediate(r));
+      expect(got.subarray(sent - n, sent).equals(msg)).toBe(true);
+    }
+    const ended = new Promise((r) => agent.once('end', r));
+    agent.end();
+    agent.resume();
+    await ended;
+    const r = await done;
+    expect(r).toEqual({ error: null, ab: sent, ba: sent, connected: true });
+    for (const s of [a, b, agent, server]) s.destroy();
+  });
+
+  it('bytes and the FIN that came with them, queued before the pump starts, are both passed on', async () => {
+    const [agent, a] = await socketPair();
+    const [b, server] = await socketPair();
+    agent.end('last words');
+    await new Promise((r) => setTimeout(r, 30)); // data and FIN both queued in `a`: one event, no later edge
+    stopReading(a);
+    stopReading(b);
+    const gotAtServer = readAll(server);
+    const { done } = pump.start(a, b);
+    expect((await gotAtServer).toString()).toBe('last words');
+    server.end('reply');
+    expect((await readAll(agent)).toString()).toBe('reply');
+    expect(await done).toEqual({ error: null, ab: 10, ba: 5, connected: true });
+    for (const s of [a, b, agent, server]) s.destroy();
+  });
+
+  it('a reader that waits: 8 MiB written 1000 bytes at a time arrive whole and in order', async () => {
+    const { agent, server, a, b, done } = await joined();
+    const data = crypto.randomBytes(8 << 20);
+    server.pause();
+    for (let off = 0; off < data.length; off += 1000) agent.write(data.subarray(off, off + 1000));
+    agent.end();
+    await new Promise((r) => setTimeout(r, 200)); // the upstream's buffers fill; the pump holds what it cannot send
+    const received = await readAll(server);
+    expect(received.length).toBe(data.length);
+    expect(received.equals(data)).toBe(true);
+    server.end();
+    await readAll(agent);
+    expect((await done).ab).toBe(data.length);
+    for (const s of [a, b, agent, server]) s.destroy();
+  });
+
   it('reports a reset on one side as ECONNRESET', async () => {
     const { agent, server, a, b, done } = await joined();
     server.on('error', () => {});
@@ -145,6 +204,22 @@ describe.skipIf(!nativeAvailable()).each([
     expect(r).toEqual({ error: null, ab: 14, ba: 11, connected: true });
     // The pump closed neither: the caller does.
     expect(fs.fstatSync(upFd).isSocket()).toBe(true);
+    fs.closeSync(upFd);
+    a.destroy();
+    agent.destroy();
+    srv.close();
+  });
+
+  it('connect(): a server that speaks first is heard while the client has sent nothing', async () => {
+    const srv = net.createServer((s) => s.end('220 banner\r\n'));
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    const [agent, a] = await socketPair();
+    stopReading(a);
+    const fd = (a as unknown as { _handle: { fd: number } })._handle.fd;
+    const { upFd, done } = pump.connect(fd, '127.0.0.1', (srv.address() as net.AddressInfo).port, 5000);
+    expect((await readAll(agent)).toString()).toBe('220 banner\r\n');
+    agent.end();
+    expect(await done).toEqual({ error: null, ab: 0, ba: 12, connected: true });
     fs.closeSync(upFd);
     a.destroy();
     agent.destroy();
