@@ -30,6 +30,10 @@ const REPS = opt('--reps', 3);
 const CONNS_MS = opt('--conns-ms', 2000);
 const CONC = opt('--concurrency', 50);
 const SETUP_N = opt('--setup-n', 600);
+// Each path first carries this long of the connection load, not counted: Leash is a long-running daemon whose
+// JavaScript is compiled by V8 as it runs (a cold one is measured in its interpreter tiers); nginx and direct get
+// the same warm-up. --warmup-ms 0 measures from cold.
+const WARMUP_MS = opt('--warmup-ms', 3000);
 // --skip-bulk: only the connection phases (e.g. to profile the per-connection cost); the bulk rows print 0.
 const SKIP_BULK = args.includes('--skip-bulk');
 
@@ -161,6 +165,9 @@ async function main(): Promise<void> {
         bulk[p].push((r.bytes * 8) / (r.ms / 1000) / 1e9);
       }
     }
+    if (WARMUP_MS > 0)
+      for (const p of paths)
+        await client(lab, users[p], ['conns', TARGET.v4, '443', TARGET.name!, String(CONC), String(WARMUP_MS)]);
     // Interleaved repetitions (direct, leash, nginx, direct, ...): background load on a shared VM drifts, and
     // interleaving spreads the drift over the three paths instead of charging it to one.
     const rates: Record<PathName, number[]> = { direct: [], leash: [], nginx: [] };
@@ -225,7 +232,7 @@ async function main(): Promise<void> {
     const f = (n: number, d = 2) => n.toFixed(d);
     const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(8) : c.padStart(14))).join('');
     process.stdout.write(
-      `\nbench/proxy  (lab: veth between two namespaces; ${os.cpus().length} vCPU; loadavg before ${load0} | after ${load1})\n`,
+      `\nbench/proxy  (lab: veth between two namespaces; ${os.cpus().length} vCPU; warm-up ${WARMUP_MS} ms of connections per path, not counted; loadavg before ${load0} | after ${load1})\n`,
     );
     process.stdout.write(line(['path', 'bulk Gbit/s', 'TLS conns/s', 'setup p50 ms', 'setup p99 ms']) + '\n');
     for (const r of rows)

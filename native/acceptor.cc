@@ -9,6 +9,8 @@
 #include "acceptor.h"
 
 #include <arpa/inet.h>
+#include <linux/netfilter_ipv4.h>
+#include <linux/netfilter_ipv6/ip6_tables.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -44,6 +46,7 @@ struct Listener {
   std::string local;
   int localPort = 0;
   bool wildcard = false;
+  int family = AF_INET;
 };
 
 struct Conn {
@@ -92,7 +95,8 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
   }
 
   /**
-   * new Acceptor({onAccept(tag, id, fd, localAddr, localPort, peerAddr, peerPort), onPeek(id, bytes, why) -> bool,
+   * new Acceptor({onAccept(tag, id, fd, localAddr, localPort, peerAddr, peerPort, dstFamily, dstAddr, dstPort,
+   * dstError), onPeek(id, bytes, why) -> bool,
    * onError(tag, errno, refused)}). onPeek's `why` is "data" (return true when the bytes are enough, false to wait
    * for more), "closed" (the client ended or failed first), "timeout" or "limit"; after any but a "data" false, the peek is over.
    * onError's `refused` is how many waiting connections were reset for want of descriptors.
@@ -199,6 +203,7 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
     l->local = AddrString(bound, &l->localPort);
     l->wildcard = ss.ss_family == AF_INET ? a4->sin_addr.s_addr == htonl(INADDR_ANY)
                                           : IN6_IS_ADDR_UNSPECIFIED(&a6->sin6_addr);
+    l->family = ss.ss_family;
     uv_poll_init(loop_, &l->poll, fd);
     uv_timer_init(loop_, &l->backoff);
     l->poll.data = l;
@@ -278,6 +283,16 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
       } else {
         la = l->local;
       }
+      // Where it was going (SO_ORIGINAL_DST, at the listener's family: an IPV6_V6ONLY listener has no
+      // v4-mapped peers), read here with the rest rather than by a call back from JavaScript.
+      sockaddr_storage dst{};
+      socklen_t dl = sizeof dst;
+      int dstErr = 0;
+      if ((l->family == AF_INET ? getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl)
+                                : getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &dst, &dl)) != 0)
+        dstErr = errno;
+      int dport = 0;
+      std::string da = dstErr == 0 ? AddrString(dst, &dport) : std::string();
       auto* c = new Conn();
       c->owner = this;
       c->id = ++nextConn_;
@@ -286,7 +301,10 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
       uint32_t tag = l->tag;
       Call(onAccept_, {Napi::Number::New(env, tag), Napi::Number::New(env, c->id), Napi::Number::New(env, fd),
                        Napi::String::New(env, la), Napi::Number::New(env, lport), Napi::String::New(env, pa),
-                       Napi::Number::New(env, pport)});
+                       Napi::Number::New(env, pport),
+                       Napi::Number::New(env, dstErr != 0 ? 0 : dst.ss_family == AF_INET ? 4 : 6),
+                       Napi::String::New(env, da), Napi::Number::New(env, dport),
+                       Napi::String::New(env, dstErr != 0 ? ErrnoName(dstErr) : "")});
       // `l` may have been closed by that call (unlisten): its memory lives until its handles close, and
       // `closing` stops this loop.
     }

@@ -62,6 +62,8 @@ struct Dir {
   // came with the data (EPOLLRDHUP) has no edge of its own, so once one is seen the direction reads on to EOF.
   bool copy = true;
   bool finSeen = false;
+  // The last Pump returned kWaitOut: a writable event on `out` is news for this direction only then.
+  bool blocked = false;
   // Bytes read but not yet accepted by `out` (it would block): at most one buffer, held only while `out` is full.
   std::unique_ptr<char[]> pend;
   size_t pendOff = 0;
@@ -81,9 +83,15 @@ struct Pair {
   Dir ba;
   int err = 0;
   bool finished = false;
-  // A pair made by connect(): the upstream (b) is still connecting; bytes for it wait in the pipe until it is.
+  // A pair made by connect(): the upstream (b) is still connecting; the client's bytes wait in its socket.
   bool connecting = false;
   bool connected = true;
+  // connect(..., closeOnClean): a pair that ends cleanly has both descriptors closed here (no EPOLL_CTL_DEL,
+  // no call back into JavaScript to do it); any other end leaves them to the caller, which may reset them.
+  bool closeOnClean = false;
+  // Inline mode: the connect's time limit, a timer on Node's loop (no setsockopt to set and clear it).
+  uv_timer_t* timer = nullptr;
+  class Splicer* owner = nullptr;
 };
 
 struct Done {
@@ -92,6 +100,7 @@ struct Done {
   double ab;
   double ba;
   bool connected;
+  bool closed;
 };
 
 // kBulk (PumpCopy only): a read filled the copy buffer; the direction goes on by splice.
@@ -309,7 +318,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
       // On Node's own loop: the pump's epoll descriptor is polled like a socket, and onDone is called directly.
       // One thread does accept, decide and splice, as nginx's worker does: no cross-thread wake-up per event
       // (each one a VM exit on this kind of machine).
-      uv_loop_t* loop = nullptr;
+      uv_loop_t*& loop = loop_;
       if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == nullptr) {
         Napi::Error::New(env, "no event loop").ThrowAsJavaScriptException();
         return;
@@ -350,18 +359,22 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     Napi::Env env = info.Env();
     if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsNumber()) return Usage(env, "add(fdA: number, fdB: number)");
     if (!running_) return Usage(env, "splicer is closed");
-    return Register(env, info[0].As<Napi::Number>().Int32Value(), info[1].As<Napi::Number>().Int32Value(), false);
+    return Register(env, info[0].As<Napi::Number>().Int32Value(), info[1].As<Napi::Number>().Int32Value(), false, false,
+                    0);
   }
 
   /**
-   * connect(fdA, ip, port, timeoutMs) -> [id, fdB]: opens a non-blocking TCP connection to ip:port and splices fdA
-   * with it as soon as it is connected (what fdA already holds waits in a pipe until then). The connect is bounded
-   * by TCP_USER_TIMEOUT (cleared once connected). The caller closes both descriptors after onDone.
+   * connect(fdA, ip, port, timeoutMs, closeOnClean?) -> [id, fdB]: opens a non-blocking TCP connection to ip:port
+   * and splices fdA with it as soon as it is connected (what fdA already holds waits in its socket until then). The
+   * connect is bounded by a timer on the loop (inline) or TCP_USER_TIMEOUT (cleared once connected); past it the
+   * pair ends with ETIMEDOUT, never connected. The caller closes both descriptors after onDone, unless
+   * closeOnClean is set and the pair ended cleanly (onDone's `closed`): then the pump closed them.
    */
   Napi::Value Connect(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (info.Length() < 4 || !info[0].IsNumber() || !info[1].IsString() || !info[2].IsNumber() || !info[3].IsNumber())
-      return Usage(env, "connect(fdA: number, ip: string, port: number, timeoutMs: number)");
+      return Usage(env, "connect(fdA: number, ip: string, port: number, timeoutMs: number, closeOnClean?: boolean)");
+    const bool closeOnClean = info.Length() > 4 && info[4].IsBoolean() && info[4].As<Napi::Boolean>().Value();
     if (!running_) return Usage(env, "splicer is closed");
     std::string ip = info[1].As<Napi::String>().Utf8Value();
     int port = info[2].As<Napi::Number>().Int32Value();
@@ -388,14 +401,15 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     }
     int one = 1;
     setsockopt(b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    setsockopt(b, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout);
+    // On a thread of its own the limit is the kernel's (cleared once connected); inline, a timer on the loop.
+    if (!inline_) setsockopt(b, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout);
     if (connect(b, reinterpret_cast<sockaddr*>(&ss), len) != 0 && errno != EINPROGRESS) {
       int err = errno;
       close(b);
       ErrnoError(env, err, "connect").ThrowAsJavaScriptException();
       return env.Undefined();
     }
-    Napi::Value id = Register(env, info[0].As<Napi::Number>().Int32Value(), b, true);
+    Napi::Value id = Register(env, info[0].As<Napi::Number>().Int32Value(), b, true, closeOnClean, timeout);
     if (env.IsExceptionPending()) {
       close(b);
       return env.Undefined();
@@ -406,10 +420,11 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     return r;
   }
 
-  Napi::Value Register(Napi::Env env, int a, int b, bool connecting) {
+  Napi::Value Register(Napi::Env env, int a, int b, bool connecting, bool closeOnClean, unsigned timeoutMs) {
     auto* p = new Pair();
     p->connecting = connecting;
     p->connected = !connecting;
+    p->closeOnClean = closeOnClean;
     // A connecting upstream is registered for EPOLLOUT from the start: that edge is its connect completing.
     p->outArmedB = connecting;
     p->ab.in = a;
@@ -439,6 +454,23 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
       delete p;
       ErrnoError(env, e, "epoll_ctl").ThrowAsJavaScriptException();
       return env.Undefined();
+    }
+    if (connecting && inline_) {
+      // Inline, this is the pump's own thread: `p` is still safe to touch.
+      p->owner = this;
+      p->timer = new uv_timer_t;
+      uv_timer_init(loop_, p->timer);
+      p->timer->data = p;
+      uv_timer_start(
+          p->timer,
+          [](uv_timer_t* t) {
+            auto* p = static_cast<Pair*>(t->data);
+            Splicer* self = p->owner;
+            self->Finish(p, ETIMEDOUT);
+            self->Collect();
+          },
+          timeoutMs, 0);
+      uv_unref(reinterpret_cast<uv_handle_t*>(p->timer));
     }
     // From here the pump thread may already be running (and finishing) this pair: never touch `p`
     // again on this thread. A failure now is handed to the pump as an abort.
@@ -506,6 +538,11 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     epoll_event events[128];
     int n = epoll_wait(epfd_, events, 128, 0);
     for (int i = 0; i < n; i++) Dispatch(events[i]);
+    Collect();
+  }
+
+  /** Inline mode: frees the pairs finished (after the batch that may still name them) and reports them. */
+  void Collect() {
     for (Pair* p : graveyard_) delete p;
     graveyard_.clear();
     DeliverDone();
@@ -523,7 +560,8 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     for (const Done& d : batch) {
       onDone_.MakeCallback(env.Global(),
                            {Napi::Number::New(env, d.id), Napi::Number::New(env, d.err), Napi::Number::New(env, d.ab),
-                            Napi::Number::New(env, d.ba), Napi::Boolean::New(env, d.connected)},
+                            Napi::Number::New(env, d.ba), Napi::Boolean::New(env, d.connected),
+                            Napi::Boolean::New(env, d.closed)},
                            *ctx_);
       if (env.IsExceptionPending()) {
         Napi::Error e = env.GetAndClearPendingException();
@@ -538,27 +576,44 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     (void)r;
   }
 
+  void StopTimer(Pair* p) {
+    if (p->timer == nullptr) return;
+    uv_timer_stop(p->timer);
+    uv_close(reinterpret_cast<uv_handle_t*>(p->timer), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    p->timer = nullptr;
+  }
+
   void Finish(Pair* p, int err) {
     if (p->finished) return;
     p->finished = true;
-    epoll_ctl(epfd_, EPOLL_CTL_DEL, p->ab.in, nullptr);
-    epoll_ctl(epfd_, EPOLL_CTL_DEL, p->ba.in, nullptr);
+    StopTimer(p);
+    const bool closed = p->closeOnClean && err == 0 && p->connected;
+    if (closed) {
+      // The last references: closing them takes them out of the epoll set as well.
+      close(p->ab.in);
+      close(p->ba.in);
+    } else {
+      epoll_ctl(epfd_, EPOLL_CTL_DEL, p->ab.in, nullptr);
+      epoll_ctl(epfd_, EPOLL_CTL_DEL, p->ba.in, nullptr);
+    }
     ReleasePipe(p->ab);
     ReleasePipe(p->ba);
     {
       std::lock_guard<std::mutex> lock(mu_);
       live_.erase(p->id);
     }
+    const Done done{p->id, err, static_cast<double>(p->ab.bytes), static_cast<double>(p->ba.bytes), p->connected,
+                    closed};
     if (inline_) {
-      pending_.push_back(
-          Done{p->id, err, static_cast<double>(p->ab.bytes), static_cast<double>(p->ba.bytes), p->connected});
+      pending_.push_back(done);
       graveyard_.push_back(p);
       return;
     }
-    auto* d = new Done{p->id, err, static_cast<double>(p->ab.bytes), static_cast<double>(p->ba.bytes), p->connected};
+    auto* d = new Done(done);
     napi_status st = tsfn_.BlockingCall(d, [](Napi::Env env, Napi::Function fn, Done* done) {
       fn.Call({Napi::Number::New(env, done->id), Napi::Number::New(env, done->err), Napi::Number::New(env, done->ab),
-               Napi::Number::New(env, done->ba), Napi::Boolean::New(env, done->connected)});
+               Napi::Number::New(env, done->ba), Napi::Boolean::New(env, done->connected),
+               Napi::Boolean::New(env, done->closed)});
       delete done;
     });
     if (st != napi_ok) delete d;
@@ -598,7 +653,8 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     const bool bad = events & (EPOLLHUP | EPOLLERR);
     if (events & (EPOLLRDHUP | EPOLLHUP)) from.finSeen = true;
     bool runFrom = bad || (events & (EPOLLIN | EPOLLRDHUP));
-    bool runTo = bad || (events & EPOLLOUT);
+    // A socket armed for EPOLLOUT reports it with every event: news only for a direction that waits to write.
+    bool runTo = bad || ((events & EPOLLOUT) && to.blocked);
     if (p->connecting) {
       // What the client sends waits in its socket until the upstream is connected.
       if (side == 0) return;
@@ -611,8 +667,12 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
       if (bad && !(events & EPOLLOUT)) return Finish(p, ECONNREFUSED);
       p->connecting = false;
       p->connected = true;
-      unsigned zero = 0;
-      setsockopt(p->ab.out, IPPROTO_TCP, TCP_USER_TIMEOUT, &zero, sizeof zero);
+      if (p->timer != nullptr) {
+        StopTimer(p);
+      } else {
+        unsigned zero = 0;
+        setsockopt(p->ab.out, IPPROTO_TCP, TCP_USER_TIMEOUT, &zero, sizeof zero);
+      }
       // What the client sent meanwhile (its events were passed over), and the server's bytes if they are here
       // already (later ones are an edge of their own).
       runTo = true;
@@ -621,12 +681,14 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     if (runFrom) {
       Step s = Pump(from, copyBuf_.data(), &err);
       if (s == Step::kError) return Finish(p, err);
-      if (s == Step::kWaitOut) ArmOut(p, 1 - side, side == 0 ? p->outArmedB : p->outArmedA);
+      from.blocked = s == Step::kWaitOut;
+      if (from.blocked) ArmOut(p, 1 - side, side == 0 ? p->outArmedB : p->outArmedA);
     }
     if (runTo) {
       Step s = Pump(to, copyBuf_.data(), &err);
       if (s == Step::kError) return Finish(p, err);
-      if (s == Step::kWaitOut) ArmOut(p, side, side == 0 ? p->outArmedA : p->outArmedB);
+      to.blocked = s == Step::kWaitOut;
+      if (to.blocked) ArmOut(p, side, side == 0 ? p->outArmedA : p->outArmedB);
     }
     if (p->ab.done && p->ba.done) Finish(p, 0);
   }
@@ -679,6 +741,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
 
   int epfd_ = -1;
   int wake_ = -1;
+  uv_loop_t* loop_ = nullptr;
   bool running_ = false;
   bool inline_ = false;
   bool finalizing_ = false;

@@ -19,9 +19,10 @@ export interface SplicerInstance {
   add(fdA: number, fdB: number): number;
   /**
    * Opens a non-blocking TCP connection to ip:port and splices fdA with it once connected; returns the pair's id
-   * and the new socket's descriptor. Both descriptors are the caller's to close after onDone.
+   * and the new socket's descriptor. Both descriptors are the caller's to close after onDone, except when
+   * `closeOnClean` is set and the pair ended cleanly (onDone's `closed`): the pump closed them.
    */
-  connect(fdA: number, ip: string, port: number, timeoutMs: number): [number, number];
+  connect(fdA: number, ip: string, port: number, timeoutMs: number, closeOnClean?: boolean): [number, number];
   /** Finishes a pair now (its onDone fires with ECANCELED). */
   abort(id: number): void;
   /** Finishes every pair and stops the thread. */
@@ -278,6 +279,11 @@ export interface AcceptorCallbacks {
     localPort: number,
     peerAddr: string,
     peerPort: number,
+    /** Its SO_ORIGINAL_DST (family 4 or 6), or family 0 and `dstError` the errno name when there is none. */
+    dstFamily: 0 | 4 | 6,
+    dstAddr: string,
+    dstPort: number,
+    dstError: string,
   ): void;
   /** `why` "data": return true when the bytes are enough, false to wait for more; else the peek is over. */
   onPeek(id: number, bytes: Buffer, why: 'data' | 'closed' | 'timeout' | 'limit'): boolean | void;
@@ -299,10 +305,10 @@ export interface AcceptorInstance {
 export interface NativeAddon {
   /**
    * new Splicer(onDone): onDone(id, errno (0 = both sides closed cleanly), bytesAtoB, bytesBtoA, connected: false
-   * when a connect() pair's upstream never connected).
+   * when a connect() pair's upstream never connected, closed: the pump closed both descriptors (closeOnClean)).
    */
   Splicer: new (
-    onDone: (id: number, errno: number, ab: number, ba: number, connected: boolean) => void,
+    onDone: (id: number, errno: number, ab: number, ba: number, connected: boolean, closed: boolean) => void,
     options?: { inline?: boolean },
   ) => SplicerInstance;
   Acceptor?: new (callbacks: AcceptorCallbacks) => AcceptorInstance;

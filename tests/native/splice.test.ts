@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSplicePump, stopReading, type SplicePump } from '../../src/enforcers/network/splice.js';
-import { nativeAvailable } from '../../src/native.js';
+import { loadNative, nativeAvailable } from '../../src/native.js';
 
 /** A connected pair of sockets on loopback: [client end, server end]. */
 async function socketPair(): Promise<[net.Socket, net.Socket]> {
@@ -65,7 +65,7 @@ describe.skipIf(!nativeAvailable()).each([
     const back = await gotAtAgent;
     expect(back.equals(down)).toBe(true);
     const r = await done;
-    expect(r).toEqual({ error: null, ab: up.length, ba: down.length, connected: true });
+    expect(r).toEqual({ error: null, ab: up.length, ba: down.length, connected: true, closed: false });
     a.destroy();
     b.destroy();
     agent.destroy();
@@ -95,7 +95,7 @@ describe.skipIf(!nativeAvailable()).each([
     agent.resume();
     await ended;
     const r = await done;
-    expect(r).toEqual({ error: null, ab: sent, ba: sent, connected: true });
+    expect(r).toEqual({ error: null, ab: sent, ba: sent, connected: true, closed: false });
     for (const s of [a, b, agent, server]) s.destroy();
   });
 
@@ -111,7 +111,7 @@ describe.skipIf(!nativeAvailable()).each([
     expect((await gotAtServer).toString()).toBe('last words');
     server.end('reply');
     expect((await readAll(agent)).toString()).toBe('reply');
-    expect(await done).toEqual({ error: null, ab: 10, ba: 5, connected: true });
+    expect(await done).toEqual({ error: null, ab: 10, ba: 5, connected: true, closed: false });
     for (const s of [a, b, agent, server]) s.destroy();
   });
 
@@ -201,7 +201,7 @@ describe.skipIf(!nativeAvailable()).each([
     agent.end();
     expect((await got).toString()).toBe('hello upstream');
     const r = await done;
-    expect(r).toEqual({ error: null, ab: 14, ba: 11, connected: true });
+    expect(r).toEqual({ error: null, ab: 14, ba: 11, connected: true, closed: false });
     // The pump closed neither: the caller does.
     expect(fs.fstatSync(upFd).isSocket()).toBe(true);
     fs.closeSync(upFd);
@@ -219,12 +219,90 @@ describe.skipIf(!nativeAvailable()).each([
     const { upFd, done } = pump.connect(fd, '127.0.0.1', (srv.address() as net.AddressInfo).port, 5000);
     expect((await readAll(agent)).toString()).toBe('220 banner\r\n');
     agent.end();
-    expect(await done).toEqual({ error: null, ab: 0, ba: 12, connected: true });
+    expect(await done).toEqual({ error: null, ab: 0, ba: 12, connected: true, closed: false });
     fs.closeSync(upFd);
     a.destroy();
     agent.destroy();
     srv.close();
   });
+
+  it('connect(closeOnClean): a pair that ends cleanly has both descriptors closed by the pump', async () => {
+    const srv = net.createServer({ allowHalfOpen: true }, (s) => {
+      s.on('data', () => {});
+      s.on('end', () => s.end('bye'));
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    // A descriptor no net.Socket owns, as the proxy's native acceptor hands over.
+    const { Acceptor } = loadNative();
+    let release: (fd: number) => void = () => {};
+    const got = new Promise<number>((r) => (release = r));
+    const acceptor = new Acceptor!({
+      onAccept: (_tag, id) => release(acceptor.release(id, 0)),
+      onPeek: () => true,
+      onError: () => {},
+    });
+    const probe = net.createServer();
+    await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+    const port = (probe.address() as net.AddressInfo).port;
+    await new Promise<void>((r) => probe.close(() => r()));
+    acceptor.listen('127.0.0.1', port, 16, 1);
+    const agent = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    const fd = await got;
+    const clientInode = fs.readlinkSync(`/proc/self/fd/${fd}`);
+    agent.end('hi');
+    const { upFd, done } = pump.connect(fd, '127.0.0.1', (srv.address() as net.AddressInfo).port, 5000, true);
+    const upInode = fs.readlinkSync(`/proc/self/fd/${upFd}`);
+    expect((await readAll(agent)).toString()).toBe('bye');
+    expect(await done).toEqual({ error: null, ab: 2, ba: 3, connected: true, closed: true });
+    const now = (n: number) => {
+      try {
+        return fs.readlinkSync(`/proc/self/fd/${n}`);
+      } catch {
+        return null;
+      }
+    };
+    // Closed (or the number already taken by something else, never the same socket).
+    expect(now(fd)).not.toBe(clientInode);
+    expect(now(upFd)).not.toBe(upInode);
+    acceptor.close();
+    agent.destroy();
+    srv.close();
+  });
+
+  it('connect(): an upstream that never answers the SYN is given up at the time limit, ETIMEDOUT', async () => {
+    // A listener that never accepts, its queue filled: the kernel drops further SYNs.
+    const py =
+      "import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen(0)\nprint(s.getsockname()[1],flush=True)\ntime.sleep(30)\n";
+    const { spawn } = await import('node:child_process');
+    const child = spawn('python3', ['-c', py], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      const port = await new Promise<number>((resolve) =>
+        child.stdout.once('data', (b: Buffer) => resolve(Number(String(b).trim()))),
+      );
+      const fillers: net.Socket[] = [];
+      for (let i = 0; i < 3; i++) {
+        const f = net.connect(port, '127.0.0.1');
+        f.on('error', () => {});
+        fillers.push(f);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+      const [agent, a] = await socketPair();
+      agent.on('error', () => {});
+      stopReading(a);
+      const fd = (a as unknown as { _handle: { fd: number } })._handle.fd;
+      const t0 = Date.now();
+      const { upFd, done } = pump.connect(fd, '127.0.0.1', port, 300);
+      const r = await done;
+      expect(r).toMatchObject({ error: 'ETIMEDOUT', connected: false, closed: false });
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(250);
+      fs.closeSync(upFd);
+      a.destroy();
+      agent.destroy();
+      for (const f of fillers) f.destroy();
+    } finally {
+      child.kill('SIGKILL');
+    }
+  }, 15000);
 
   it('connect(): a refused upstream is reported as never connected, ECONNREFUSED', async () => {
     const probe = net.createServer();

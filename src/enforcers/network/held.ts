@@ -61,11 +61,13 @@ export interface HeldDeps<P> {
   relay: Relay;
   /** Counts a connection in under the caps: its count-out (once, whichever way it ends), or null when refused. */
   admit(e: ProxyEntry<P>): (() => void) | null;
+  /** `dst`: the original destination as the acceptor read it (or the errno name it failed with). */
   arrive(
     e: ProxyEntry<P>,
     fd: number,
     local: { address: string; port: number },
     peer: { address: string; port: number },
+    dst: OriginalDst | { error: string },
   ): Arrived;
   /** The stream path for a connection (from its arrival on). */
   handle(e: ProxyEntry<P>, sock: net.Socket): Promise<void>;
@@ -158,6 +160,10 @@ export function createHeldPath<P>(d: HeldDeps<P>): HeldPath<P> {
     localPort: number,
     peerAddr: string,
     peerPort: number,
+    dstFamily: 0 | 4 | 6,
+    dstAddr: string,
+    dstPort: number,
+    dstError: string,
   ): void {
     const e = tags.get(tag);
     if (!e) return void acceptor.reset(id);
@@ -168,7 +174,8 @@ export function createHeldPath<P>(d: HeldDeps<P>): HeldPath<P> {
     e.held.add(id);
     let a: Arrived;
     try {
-      a = d.arrive(e, fd, { address: localAddr, port: localPort }, { address: peerAddr, port: peerPort });
+      const dst = dstFamily === 0 ? { error: dstError } : { family: dstFamily, address: dstAddr, port: dstPort };
+      a = d.arrive(e, fd, { address: localAddr, port: localPort }, { address: peerAddr, port: peerPort }, dst);
     } catch (err) {
       d.onError(err as Error, { uid: e.uid, stage: 'handle' });
       d.forget.resetFd(unhold(c), 'reply', e.uid);

@@ -272,12 +272,15 @@ function redirectedDestination(
   peer: string,
   originalDst: (fd: number) => OriginalDst,
   isListenerAddress: (dst: OriginalDst) => boolean,
+  read?: OriginalDst | { error: string },
 ):
   | { dst: OriginalDst; ip: string; isLoop: boolean }
   | { refusal: { reason: 'no_original_dst' | 'not_redirected'; subject: object; rule: null; severity: 'critical' } } {
   let dst: OriginalDst;
   try {
-    dst = originalDst(fd);
+    if (read === undefined) dst = originalDst(fd);
+    else if ('error' in read) throw Object.assign(new Error(`getsockopt: ${read.error}`), { code: read.error });
+    else dst = read;
   } catch (err) {
     // Not provably redirected: the same answer as a direct connection, with no policy consulted.
     return {
@@ -392,8 +395,17 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     fd: number,
     local: { address: string; port: number },
     peer: { address: string; port: number },
+    read?: OriginalDst | { error: string },
   ): Arrived {
-    const r = redirectedDestination(fd, local, `${plainIp(peer.address)}:${peer.port}`, originalDst, isListenerAddress);
+    // What the native acceptor read is used unless the caller supplied its own originalDst (tests do).
+    const r = redirectedDestination(
+      fd,
+      local,
+      `${plainIp(peer.address)}:${peer.port}`,
+      originalDst,
+      isListenerAddress,
+      opts.originalDst ? undefined : read,
+    );
     if ('refusal' in r) return { refusal: r.refusal };
     return earlyVerdict(r, (bare) => judge(e, bare));
   }

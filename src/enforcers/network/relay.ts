@@ -304,7 +304,8 @@ export function createRelay(o: {
       if (!pump) return false;
       let started: ReturnType<SplicePump['connect']>;
       try {
-        started = pump.connect(fd, host, port, o.connectTimeoutMs);
+        // closeOnClean: a connection that ends cleanly is closed by the pump (nothing of it left to reset here).
+        started = pump.connect(fd, host, port, o.connectTimeoutMs, true);
       } catch (err) {
         // No socket for the upstream (EMFILE, ENFILE, ENOMEM): this connection is refused, the rest go on.
         o.onError(err as Error, { uid: e.uid, stage: 'splice' });
@@ -334,7 +335,7 @@ export function createRelay(o: {
           // A reset on either side is passed on as a reset on both.
           forget.resetFd(fd, 'reply', e.uid);
           forget.resetFd(upFd, 'orig', e.uid);
-        } else {
+        } else if (!r.closed) {
           fs.closeSync(fd);
           fs.closeSync(upFd);
         }

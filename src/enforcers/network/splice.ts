@@ -14,14 +14,16 @@ export interface SplicePump {
   start(a: net.Socket, b: net.Socket): { id: number; done: Promise<SpliceResult> };
   /**
    * Connects to ip:port (bounded by `timeoutMs`) and splices the descriptor `fd` with it once connected. Both
-   * descriptors (`fd` and the returned `upFd`) are the caller's to close after `done`. Throws (EMFILE, ...) when the
-   * socket cannot be made.
+   * descriptors (`fd` and the returned `upFd`) are the caller's to close after `done`, unless `closeOnClean` is set
+   * and the pair ended cleanly (`closed` in the result): the pump closed them. Throws (EMFILE, ...) when the socket
+   * cannot be made.
    */
   connect(
     fd: number,
     ip: string,
     port: number,
     timeoutMs: number,
+    closeOnClean?: boolean,
   ): { id: number; upFd: number; done: Promise<SpliceResult> };
   abort(id: number): void;
   /** Active pairs. */
@@ -35,6 +37,8 @@ export interface SpliceResult {
   ba: number;
   /** False when a connect() pair's upstream never connected (`error` says why). */
   connected: boolean;
+  /** True when the pump closed both descriptors (connect with closeOnClean, ended cleanly). */
+  closed: boolean;
 }
 
 interface Handle {
@@ -90,10 +94,10 @@ export function createSplicePump(o: { inline?: boolean } = {}): SplicePump | nul
     const { Splicer } = loadNative();
     if (typeof Splicer !== 'function') return null;
     native = new Splicer(
-      (id, errno, ab, ba, connected) => {
+      (id, errno, ab, ba, connected, closed) => {
         const done = waiting.get(id);
         waiting.delete(id);
-        done?.({ error: errno === 0 ? null : (ERRNO[errno] ?? `E${errno}`), ab, ba, connected });
+        done?.({ error: errno === 0 ? null : (ERRNO[errno] ?? `E${errno}`), ab, ba, connected, closed });
       },
       { inline: o.inline !== false },
     );
@@ -104,12 +108,13 @@ export function createSplicePump(o: { inline?: boolean } = {}): SplicePump | nul
     start(a, b) {
       const fa = handleOf(a)?.fd ?? -1;
       const fb = handleOf(b)?.fd ?? -1;
-      if (fa < 0 || fb < 0) return { id: -1, done: Promise.resolve({ error: 'EBADF', ab: 0, ba: 0, connected: true }) };
+      if (fa < 0 || fb < 0)
+        return { id: -1, done: Promise.resolve({ error: 'EBADF', ab: 0, ba: 0, connected: true, closed: false }) };
       const id = native.add(fa, fb);
       return { id, done: new Promise<SpliceResult>((resolve) => waiting.set(id, resolve)) };
     },
-    connect(fd, ip, port, timeoutMs) {
-      const [id, upFd] = native.connect(fd, ip, port, timeoutMs);
+    connect(fd, ip, port, timeoutMs, closeOnClean = false) {
+      const [id, upFd] = native.connect(fd, ip, port, timeoutMs, closeOnClean);
       return { id, upFd, done: new Promise<SpliceResult>((resolve) => waiting.set(id, resolve)) };
     },
     abort(id) {
