@@ -1,7 +1,7 @@
 /**
  * The measuring client of bench/proxy.ts, run inside the agent namespace as the account whose path is measured
  * (root = direct, the leashed account = through Leash, another account = through nginx).
- *   node proxy-client.js bulk  <host> <port> <helloHexFile>       -> {bytes, ms}
+ *   node proxy-client.js bulk  <host> <port> <helloHexFile>       -> {bytes, ms, busyS, clientS}
  *   node proxy-client.js conns <host> <port> <sni> <concurrency> <ms> -> {count, errors, ms}
  *   node proxy-client.js setup <host> <port> <sni> <n>             -> {samples: number[] (ms)}
  */
@@ -9,15 +9,35 @@ import fs from 'node:fs';
 import net from 'node:net';
 import tls from 'node:tls';
 
-function bulk(host: string, port: number, hello: Buffer): Promise<{ bytes: number; ms: number }> {
+/**
+ * The whole machine's busy CPU time so far, in seconds (every CPU, every process and interrupt: /proc/stat's first line
+ * less idle and iowait). Read around the transfer itself, it charges each path with all the work its bytes cause:
+ * the sender, the receiver, the proxy and the kernel's work for each TCP connection on the way.
+ */
+function busySeconds(): number {
+  const f = fs.readFileSync('/proc/stat', 'utf8');
+  const v = f.slice(0, f.indexOf('\n')).trim().split(/\s+/).slice(1).map(Number);
+  const total = v.slice(0, 8).reduce((a, b) => a + b, 0); // user..steal (guest time is already in user)
+  return (total - v[3]! - v[4]!) / 100; // less idle and iowait; USER_HZ 100
+}
+
+function bulk(
+  host: string,
+  port: number,
+  hello: Buffer,
+): Promise<{ bytes: number; ms: number; busyS: number; clientS: number }> {
   return new Promise((resolve, reject) => {
+    const b0 = busySeconds();
+    const u0 = process.cpuUsage();
     const t0 = performance.now();
     let bytes = 0;
     const s = net.connect(port, host, () => s.write(hello));
     s.on('data', (d: Buffer) => (bytes += d.length));
     s.on('error', reject);
     s.on('end', () => {
-      resolve({ bytes, ms: performance.now() - t0 });
+      const ms = performance.now() - t0;
+      const u = process.cpuUsage(u0);
+      resolve({ bytes, ms, busyS: busySeconds() - b0, clientS: (u.user + u.system) / 1e6 });
       s.destroy();
     });
   });

@@ -3,9 +3,14 @@
  *   direct   root in the agent namespace (no leash rules) straight to the upstream
  *   leash    the leashed account: nft redirect -> Leash proxy (peek SNI, decide, resolve, splice)
  *   nginx    another account: nft redirect -> nginx stream with ssl_preread doing the same SNI routing (1 worker)
+ *   relay    (bulk only) a third account: nft redirect -> bench/proxy-relay.c, the floor of any TCP-terminating
+ *            proxy: connect to SO_ORIGINAL_DST at once, blocking splice(2) per direction, no decision
  * Measures bulk throughput (1 GiB, median of 3), new TLS connections/s with 50 concurrent clients (median of 3
  * runs of 2 s), and p50/p99 connection set-up time (connect -> TLS handshake done) at one client (600 samples),
- * every repetition interleaved across the three paths. Prints a table with ratios, writes JSON
+ * every repetition interleaved across the paths. Bulk also measures the whole machine's busy CPU per GiB for each
+ * path (/proc/stat around the transfer): on a machine whose direct path already keeps every CPU busy, a path's
+ * throughput against direct is about direct's CPU per GiB over its own, and the relay's row says where that puts
+ * the best a terminating proxy can do here. Prints a table with ratios, writes JSON
  * with --json <file>. Root only; run by hand: `npm run build && node dist/bench/proxy.js`.
  */
 import { spawn } from 'node:child_process';
@@ -16,10 +21,15 @@ import { fileURLToPath } from 'node:url';
 import type { PolicyInput } from '../src/engine/types.js';
 import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../src/lab/lab.js';
 import { captureHello } from '../src/lab/client-hello.js';
+import { compileC } from './common.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const BULK_PORT = 9443;
 const BULK_BYTES = 1 << 30;
+const RELAY_PORT = 19445;
+const pkgRoot = [path.resolve(here, '..'), path.resolve(here, '..', '..')].find((r) =>
+  fs.existsSync(path.join(r, 'bench', 'proxy-relay.c')),
+)!;
 const TARGET = LAB.hosts[0]!; // good.lab
 const args = process.argv.slice(2);
 const opt = (name: string, dflt: number) => {
@@ -36,8 +46,11 @@ const SETUP_N = opt('--setup-n', 600);
 const WARMUP_MS = opt('--warmup-ms', 3000);
 // --skip-bulk: only the connection phases (e.g. to profile the per-connection cost); the bulk rows print 0.
 const SKIP_BULK = args.includes('--skip-bulk');
+// --skip-conns: only the bulk phase (e.g. to profile the data path); the connection rows print 0.
+const SKIP_CONNS = args.includes('--skip-conns');
 
 type PathName = 'direct' | 'leash' | 'nginx';
+type BulkPath = PathName | 'relay';
 
 function policy(): PolicyInput {
   const open = { mode: 'blacklist' as const, allow: [], deny: [] };
@@ -74,9 +87,10 @@ async function client(lab: Lab, user: LabUser | null, argv: string[]): Promise<u
   return JSON.parse(r.stdout);
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+// Both 0 for a phase that was skipped (no samples).
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 const pct = (xs: number[], p: number) =>
-  [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+  [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))] ?? 0;
 
 function cpuSeconds(pid: number): number {
   const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -93,6 +107,7 @@ async function main(): Promise<void> {
     const lab = await buildLab({ id: 'netb', bulk: { port: BULK_PORT, bytes: BULK_BYTES }, cleanups });
     const leashUser = await lab.createUser('leash-tb1');
     const nginxUser = await lab.createUser('leash-tb2');
+    const relayUser = await lab.createUser('leash-tb3');
     const enforcer = await lab.startEnforcer({ subjects: [{ uid: leashUser.uid, port: 18443, policy: policy() }] });
     // nginx gets the same kind of kernel redirect, for its own account, from a table of the bench's own.
     const nft = await lab.agent(
@@ -101,6 +116,7 @@ async function main(): Promise<void> {
   chain o { type nat hook output priority -100; policy accept;
     meta skuid ${nginxUser.uid} tcp dport 443 redirect to :19443
     meta skuid ${nginxUser.uid} tcp dport ${BULK_PORT} redirect to :19444
+    meta skuid ${relayUser.uid} tcp dport ${BULK_PORT} redirect to :${RELAY_PORT}
   }
 }\n`,
     );
@@ -131,17 +147,36 @@ async function main(): Promise<void> {
       await new Promise((r) => setTimeout(r, 100));
     if (!fs.existsSync(path.join(lab.dir, 'nginx.pid'))) throw new Error(`nginx did not start: ${ngxErr}`);
 
+    const relayBin = compileC(path.join(pkgRoot, 'bench'), lab.dir, 'proxy-relay');
+    const relay = spawn('ip', ['netns', 'exec', lab.agentNs, relayBin, String(RELAY_PORT)], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    cleanups.defer(`stop proxy-relay pid ${relay.pid}`, () => stopChild(relay));
+    await new Promise<void>((resolve, reject) => {
+      relay.stdout!.once('data', () => resolve());
+      relay.once('exit', (code) => reject(new Error(`proxy-relay exited (${code})`)));
+    });
+
     const helloFile = path.join(lab.dir, 'hello.hex');
     fs.writeFileSync(helloFile, (await captureHello(TARGET.name!)).toString('hex'));
     fs.chmodSync(helloFile, 0o644);
-    const users: Record<PathName, LabUser | null> = { direct: null, leash: leashUser, nginx: nginxUser };
+    const users: Record<BulkPath, LabUser | null> = {
+      direct: null,
+      leash: leashUser,
+      nginx: nginxUser,
+      relay: relayUser,
+    };
     const paths: PathName[] = ['direct', 'leash', 'nginx'];
+    const bulkPaths: BulkPath[] = [...paths, 'relay'];
 
     // Sanity: every path reaches the upstream and Leash decided on the name.
     for (const p of paths) await client(lab, users[p], ['setup', TARGET.v4, '443', TARGET.name!, '3']);
     if (!enforcer.decisions().some((d) => d.action === 'allow')) throw new Error('Leash made no allow decision');
 
-    const bulk: Record<PathName, number[]> = { direct: [], leash: [], nginx: [] };
+    const bulk: Record<BulkPath, number[]> = { direct: [], leash: [], nginx: [], relay: [] };
+    // The whole machine's busy CPU seconds per GiB moved, per path and repetition.
+    const busy: Record<BulkPath, number[]> = { direct: [], leash: [], nginx: [], relay: [] };
+    const clientCpu: Record<BulkPath, number[]> = { direct: [], leash: [], nginx: [], relay: [] };
     let leashCpu = 0;
     let nginxCpu = 0;
     const ngxWorkers = () =>
@@ -153,19 +188,23 @@ async function main(): Promise<void> {
         .map(Number);
     const ngxCpu = () => ngxWorkers().reduce((a, p) => a + cpuSeconds(p), cpuSeconds(ngx.pid!));
     for (let rep = 0; rep < (SKIP_BULK ? 0 : REPS); rep++) {
-      for (const p of paths) {
+      for (const p of bulkPaths) {
         const c0 = p === 'leash' ? cpuSeconds(enforcer.pid) : p === 'nginx' ? ngxCpu() : 0;
         const r = (await client(lab, users[p], ['bulk', TARGET.v4, String(BULK_PORT), helloFile])) as {
           bytes: number;
           ms: number;
+          busyS: number;
+          clientS: number;
         };
         if (r.bytes !== BULK_BYTES) throw new Error(`${p}: bulk got ${r.bytes} bytes`);
         if (p === 'leash') leashCpu += cpuSeconds(enforcer.pid) - c0;
         if (p === 'nginx') nginxCpu += ngxCpu() - c0;
         bulk[p].push((r.bytes * 8) / (r.ms / 1000) / 1e9);
+        busy[p].push(r.busyS / (r.bytes / 2 ** 30));
+        clientCpu[p].push(r.clientS / (r.bytes / 2 ** 30));
       }
     }
-    if (WARMUP_MS > 0)
+    if (WARMUP_MS > 0 && !SKIP_CONNS)
       for (const p of paths)
         await client(lab, users[p], ['conns', TARGET.v4, '443', TARGET.name!, String(CONC), String(WARMUP_MS)]);
     // Interleaved repetitions (direct, leash, nginx, direct, ...): background load on a shared VM drifts, and
@@ -178,7 +217,7 @@ async function main(): Promise<void> {
       nginx: { s: 0, n: 0 },
     };
     const samples: Record<PathName, number[]> = { direct: [], leash: [], nginx: [] };
-    for (let rep = 0; rep < REPS; rep++) {
+    for (let rep = 0; rep < (SKIP_CONNS ? 0 : REPS); rep++) {
       for (const p of paths) {
         const cpu = p === 'leash' ? () => cpuSeconds(enforcer.pid) : p === 'nginx' ? ngxCpu : null;
         const c0 = cpu?.() ?? 0;
@@ -220,7 +259,13 @@ async function main(): Promise<void> {
     }
     const load1 = fs.readFileSync('/proc/loadavg', 'utf8').trim();
 
-    const g = (p: PathName) => (bulk[p].length ? median(bulk[p]) : 0);
+    const g = (p: BulkPath) => median(bulk[p]);
+    // The best of the reps: on this kind of VM a single stream's rate is bimodal (the direct path measured 2.6 and
+    // 15 Gbit/s in one run, by where the scheduler put sender and receiver), so a median of 5 can land on either
+    // mode; the best rep of each path is the least disturbed one, and the ratio of bests is the steadier figure.
+    const best = (p: BulkPath) => Math.max(0, ...bulk[p]);
+    const cpuGiB = (p: BulkPath) => median(busy[p]);
+    const clientGiB = (p: BulkPath) => median(clientCpu[p]);
     const rows = paths.map((p) => ({
       path: p,
       bulkGbit: g(p),
@@ -234,38 +279,76 @@ async function main(): Promise<void> {
     process.stdout.write(
       `\nbench/proxy  (lab: veth between two namespaces; ${os.cpus().length} vCPU; warm-up ${WARMUP_MS} ms of connections per path, not counted; loadavg before ${load0} | after ${load1})\n`,
     );
-    process.stdout.write(line(['path', 'bulk Gbit/s', 'TLS conns/s', 'setup p50 ms', 'setup p99 ms']) + '\n');
+    process.stdout.write(
+      line(['path', 'bulk Gbit/s', 'CPU s/GiB', 'client s/GiB', 'TLS conns/s', 'setup p50 ms', 'setup p99 ms']) + '\n',
+    );
     for (const r of rows)
-      process.stdout.write(line([r.path, f(r.bulkGbit), f(r.connsPerSec, 0), f(r.setupP50ms), f(r.setupP99ms)]) + '\n');
+      process.stdout.write(
+        line([
+          r.path,
+          f(r.bulkGbit),
+          f(cpuGiB(r.path)),
+          f(clientGiB(r.path)),
+          f(r.connsPerSec, 0),
+          f(r.setupP50ms),
+          f(r.setupP99ms),
+        ]) + '\n',
+      );
+    if (!SKIP_BULK)
+      process.stdout.write(
+        line(['relay', f(g('relay')), f(cpuGiB('relay')), f(clientGiB('relay')), '-', '-', '-']) + '\n',
+      );
+    process.stdout.write(
+      "(bulk, median of the reps: CPU s/GiB is the whole machine's busy CPU per GiB moved, client s/GiB the receiving client's own;\n" +
+        ' relay: bench/proxy-relay.c, a C splice relay with no decision, the floor of a terminating proxy, bulk only)\n',
+    );
     const L = rows[1]!;
     const D = rows[0]!;
     const N = rows[2]!;
     const checks = [
-      ['throughput vs direct', L.bulkGbit / D.bulkGbit, '>= 0.90x', L.bulkGbit / D.bulkGbit >= 0.9],
+      // Issue #15's target (this line said 0.90x before it).
+      ['throughput vs direct', L.bulkGbit / D.bulkGbit, '>= 0.85x', L.bulkGbit / D.bulkGbit >= 0.85],
+      ['  best rep vs best rep', best('leash') / best('direct'), '>= 0.85x', best('leash') / best('direct') >= 0.85],
       ['throughput vs nginx', L.bulkGbit / N.bulkGbit, '>= 1.00x', L.bulkGbit / N.bulkGbit >= 1.0],
-      // Issue #15 raised this from 0.70x; its bulk target (0.85x direct) is under the 0.90x above.
+      // Issue #15 raised this from 0.70x.
       ['conns/s vs nginx', L.connsPerSec / N.connsPerSec, '>= 1.00x', L.connsPerSec / N.connsPerSec >= 1.0],
       ['conns/s vs direct', L.connsPerSec / D.connsPerSec, '(info)', true],
     ] as const;
     process.stdout.write('\nLeash ratios:\n');
     for (const [name, v, want, ok] of checks) {
       // --skip-bulk: the bulk ratios have no samples to divide, and say so rather than NaN/MISSED.
-      if (SKIP_BULK && name.startsWith('throughput')) {
+      if (SKIP_BULK && (name.startsWith('throughput') || name.startsWith('  best'))) {
         process.stdout.write(`  ${name.padEnd(22)} skipped (--skip-bulk)\n`);
+        continue;
+      }
+      if (SKIP_CONNS && name.startsWith('conns')) {
+        process.stdout.write(`  ${name.padEnd(22)} skipped (--skip-conns)\n`);
         continue;
       }
       process.stdout.write(`  ${name.padEnd(22)} ${f(v)}x  target ${want}  ${ok ? 'met' : 'MISSED'}\n`);
     }
     const dP99 = L.setupP99ms - D.setupP99ms;
     process.stdout.write(
-      `  ${'p99 set-up vs direct'.padEnd(22)} +${f(dP99)} ms  target <= +2 ms  ${dP99 <= 2 ? 'met' : 'MISSED'}\n`,
+      SKIP_CONNS
+        ? `  ${'p99 set-up vs direct'.padEnd(22)} skipped (--skip-conns)\n`
+        : `  ${'p99 set-up vs direct'.padEnd(22)} +${f(dP99)} ms  target <= +2 ms  ${dP99 <= 2 ? 'met' : 'MISSED'}\n`,
     );
     process.stdout.write(`  proxy CPU per GiB bulk: Leash ${f(leashCpu / REPS)} s, nginx ${f(nginxCpu / REPS)} s\n`);
+    if (!SKIP_BULK) {
+      // What the CPU allows: with every CPU busy on the direct path, a path's throughput is about direct's CPU per GiB
+      // over its own. The relay (no decision, splice only) is about the least any terminating proxy adds.
+      process.stdout.write(
+        `  bulk, floor of a terminating proxy (relay): ${f(g('relay') / D.bulkGbit)}x direct (best reps ${f(best('relay') / best('direct'))}x); Leash ${f(L.bulkGbit / g('relay'))}x relay (best reps ${f(best('leash') / best('relay'))}x)\n`,
+      );
+      process.stdout.write(
+        `  machine CPU per GiB over direct's: relay ${f(cpuGiB('relay') / cpuGiB('direct'))}x, Leash ${f(cpuGiB('leash') / cpuGiB('direct'))}x, nginx ${f(cpuGiB('nginx') / cpuGiB('direct'))}x\n`,
+      );
+    }
     process.stdout.write(
       `  proxy CPU per new TLS connection: Leash ${f(conns.leash.cpuUsPerConn ?? 0, 0)} us, nginx ${f(conns.nginx.cpuUsPerConn ?? 0, 0)} us (errors: ${paths.map((p) => `${p} ${conns[p].errors}`).join(', ')})\n`,
     );
     process.stdout.write(
-      `  bulk samples (Gbit/s): ${paths.map((p) => `${p} ${bulk[p].map((x) => f(x)).join('/')}`).join('; ')}\n`,
+      `  bulk samples (Gbit/s): ${bulkPaths.map((p) => `${p} ${bulk[p].map((x) => f(x)).join('/')}`).join('; ')}\n`,
     );
     process.stdout.write(
       `  conns/s samples: ${paths.map((p) => `${p} ${rates[p].map((x) => f(x, 0)).join('/')}`).join('; ')}\n`,
@@ -275,7 +358,15 @@ async function main(): Promise<void> {
       fs.writeFileSync(
         args[ji + 1]!,
         JSON.stringify(
-          { load0, load1, rows, bulk, leashCpuPerGiB: leashCpu / REPS, nginxCpuPerGiB: nginxCpu / REPS },
+          {
+            load0,
+            load1,
+            rows,
+            bulk,
+            machineCpuPerGiB: busy,
+            leashCpuPerGiB: leashCpu / REPS,
+            nginxCpuPerGiB: nginxCpu / REPS,
+          },
           null,
           2,
         ),
