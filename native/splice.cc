@@ -62,6 +62,12 @@ struct Dir {
   // came with the data (EPOLLRDHUP) has no edge of its own, so once one is seen the direction reads on to EOF.
   bool copy = true;
   bool finSeen = false;
+  // TCP urgent data waits in `in` (EPOLLPRI). Reads stop at its mark: recv() returns the bytes before it (a short
+  // read that has not emptied the socket) and skips the urgent byte on the next call, while splice(2) never reads
+  // past the mark at all (tcp_read_sock stops there and says EAGAIN for good). So from EPOLLPRI on, the direction
+  // copies and reads on to EAGAIN, which means the mark was passed; then it may turn to splice again. The urgent
+  // byte itself is not relayed (it is out of band; nginx drops it too), the bytes around it are.
+  bool urgent = false;
   // The last Pump returned kWaitOut: a writable event on `out` is news for this direction only then.
   bool blocked = false;
   // Bytes read but not yet accepted by `out` (it would block): at most one buffer, held only while `out` is full.
@@ -205,7 +211,10 @@ Step PumpCopy(Dir& d, char* buf, int* err) {
     }
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) return Step::kWaitIn;
+      if (errno == EAGAIN) {
+        d.urgent = false;  // everything, the urgent mark included, has been read
+        return Step::kWaitIn;
+      }
       *err = errno;
       return Step::kError;
     }
@@ -223,19 +232,36 @@ Step PumpCopy(Dir& d, char* buf, int* err) {
       d.pendOff = 0;
       return Step::kWaitOut;
     }
-    if (static_cast<size_t>(n) == kCopyMax) {
+    if (static_cast<size_t>(n) == kCopyMax && !d.urgent) {
       d.copy = false;
       return Step::kBulk;
     }
-    // A short read emptied the socket: the next bytes are a new edge. A FIN that came with them is not.
-    if (!d.finSeen) return Step::kWaitIn;
+    // A short read emptied the socket: the next bytes are a new edge. A FIN that came with them is not, and a short
+    // read at an urgent mark did not empty it.
+    if (!d.finSeen && !d.urgent) return Step::kWaitIn;
   }
 }
 
 /** Moves what can be moved now; kWaitIn/kWaitOut when a socket would block, kDone at EOF (after shutdown). */
 Step Pump(Dir& d, char* buf, int* err) {
   if (d.done) return Step::kDone;
-  if (d.copy) {
+  if (d.urgent && !d.copy) {
+    // What the pipe holds goes first; then the copy reads past the mark (see Dir::urgent).
+    while (d.inPipe > 0) {
+      ssize_t n = splice(d.pipe[0], nullptr, d.out, nullptr, d.inPipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (n > 0) {
+        d.inPipe -= static_cast<size_t>(n);
+        d.bytes += static_cast<uint64_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return Step::kWaitOut;
+      *err = n < 0 ? errno : EPIPE;
+      return Step::kError;
+    }
+    ReleasePipe(d);
+  }
+  if (d.copy || d.urgent) {
     Step s = PumpCopy(d, buf, err);
     if (s != Step::kBulk) return s;
   }
@@ -441,7 +467,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     // Registered from this thread (epoll_ctl is thread-safe): no wake-up of the pump thread per
     // connection. EPOLLET + ADD reports data already waiting, so nothing is missed.
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+    ev.events = EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET;
     ev.data.u64 = Tag(p, 0);
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, a, &ev) != 0) {
       int e = errno;
@@ -624,7 +650,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     if (armed) return;
     armed = true;
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.events = EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     ev.data.u64 = Tag(p, side);
     // MOD re-checks readiness: a socket that became writable in between still reports.
     epoll_ctl(epfd_, EPOLL_CTL_MOD, side == 0 ? p->ab.in : p->ba.in, &ev);
@@ -652,7 +678,8 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     Dir& to = side == 0 ? p->ba : p->ab;    // writes to it
     const bool bad = events & (EPOLLHUP | EPOLLERR);
     if (events & (EPOLLRDHUP | EPOLLHUP)) from.finSeen = true;
-    bool runFrom = bad || (events & (EPOLLIN | EPOLLRDHUP));
+    if (events & EPOLLPRI) from.urgent = true;
+    bool runFrom = bad || (events & (EPOLLIN | EPOLLPRI | EPOLLRDHUP));
     // A socket armed for EPOLLOUT reports it with every event: news only for a direction that waits to write.
     bool runTo = bad || ((events & EPOLLOUT) && to.blocked);
     if (p->connecting) {

@@ -1,3 +1,4 @@
+import { spawn, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -25,6 +26,58 @@ function readAll(s: net.Socket): Promise<Buffer> {
     s.on('error', reject);
     s.resume(); // accepted with pauseOnConnect: a 'data' listener alone does not start the flow
   });
+}
+
+/** Collects what `s` receives until `n` bytes have come or `ms` have passed (no end is waited for). */
+function readUpTo(s: net.Socket, n: number, ms: number): Promise<Buffer> {
+  return new Promise((resolve) => {
+    const parts: Buffer[] = [];
+    let got = 0;
+    const finish = () => {
+      clearTimeout(t);
+      s.off('data', onData);
+      resolve(Buffer.concat(parts));
+    };
+    const onData = (d: Buffer) => {
+      parts.push(d);
+      got += d.length;
+      if (got >= n) finish();
+    };
+    const t = setTimeout(finish, ms);
+    s.on('data', onData);
+    s.resume();
+  });
+}
+
+// An upstream that sends TCP urgent data (Node cannot: MSG_OOB): `pre` bytes of 'x', after `pauseS` seconds the
+// urgent byte '!' and then 'after', and holds the connection open (no FIN, so nothing after it makes a new edge).
+const URGENT_SERVER = `
+import socket, sys, time
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+s.sendall(b'x' * int(sys.argv[2]))
+time.sleep(float(sys.argv[3]))
+s.send(b'!', socket.MSG_OOB)
+s.sendall(b'after')
+print('sent', flush=True)
+time.sleep(30)
+`;
+
+/** [b, the python upstream]: b is the proxy-side end of a connection whose far side sends urgent data. */
+async function urgentUpstream(pre: number, pauseS: number): Promise<[net.Socket, ChildProcess, Promise<void>]> {
+  const srv = net.createServer({ allowHalfOpen: true, pauseOnConnect: true });
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const accepted = new Promise<net.Socket>((r) => srv.once('connection', r));
+  const py = spawn(
+    'python3',
+    ['-c', URGENT_SERVER, String((srv.address() as net.AddressInfo).port), String(pre), String(pauseS)],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
+  const sent = new Promise<void>((r) => py.stdout!.once('data', () => r()));
+  const b = await accepted;
+  srv.close();
+  return [b, py, sent];
 }
 
 // The pump joins a "client" socket pair and an "upstream" socket pair at their proxy-side ends:
@@ -145,6 +198,47 @@ describe.skipIf(!nativeAvailable()).each([
     a.destroy();
     b.destroy();
     agent.destroy();
+  });
+
+  // Reads stop at an urgent mark: recv() returns what is before it and skips the urgent byte on the next call, and
+  // splice(2) never reads past it. Without EPOLLPRI handling the rest stayed in the socket for good.
+  it('TCP urgent data queued before the pump starts: the bytes on both sides of the mark arrive (copy mode)', async () => {
+    const [agent, a] = await socketPair();
+    const [b, py, sent] = await urgentUpstream(5, 0);
+    try {
+      await sent;
+      await new Promise((r) => setTimeout(r, 50)); // all of it queued in `b`: one event, no later edge
+      stopReading(a);
+      stopReading(b);
+      const { id, done } = pump.start(a, b);
+      // The urgent byte is out of band and not relayed; 'after' must not wait for more bytes that never come.
+      expect((await readUpTo(agent, 10, 2000)).toString()).toBe('xxxxxafter');
+      pump.abort(id);
+      await done;
+    } finally {
+      py.kill();
+      for (const s of [a, b, agent]) s.destroy();
+    }
+  });
+
+  it('TCP urgent data on a direction that splices: the bytes after the mark arrive', async () => {
+    const [agent, a] = await socketPair();
+    const [b, py, sent] = await urgentUpstream(256 * 1024, 0.3);
+    try {
+      stopReading(a);
+      stopReading(b);
+      const { id, done } = pump.start(a, b);
+      const got = readUpTo(agent, 256 * 1024 + 5, 3000);
+      await sent;
+      const all = await got;
+      expect(all.length).toBe(256 * 1024 + 5);
+      expect(all.subarray(-6).toString()).toBe('xafter');
+      pump.abort(id);
+      await done;
+    } finally {
+      py.kill();
+      for (const s of [a, b, agent]) s.destroy();
+    }
   });
 
   it('abort finishes a pair at once with ECANCELED', async () => {
