@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "sockopt.h"
 
 namespace leash {
 
@@ -165,19 +166,7 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
     int backlog = info[2].As<Napi::Number>().Int32Value();
     sockaddr_storage ss{};
     socklen_t len = 0;
-    auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
-    auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    if (inet_pton(AF_INET, host.c_str(), &a4->sin_addr) == 1) {
-      a4->sin_family = AF_INET;
-      a4->sin_port = htons(static_cast<uint16_t>(port));
-      len = sizeof *a4;
-    } else if (inet_pton(AF_INET6, host.c_str(), &a6->sin6_addr) == 1) {
-      a6->sin6_family = AF_INET6;
-      a6->sin6_port = htons(static_cast<uint16_t>(port));
-      len = sizeof *a6;
-    } else {
-      return Usage(env, "listen(host): an IPv4 or IPv6 literal");
-    }
+    if (!ParseSockaddr(host, port, &ss, &len)) return Usage(env, "listen(host): an IPv4 or IPv6 literal");
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       ErrnoError(env, errno, "socket").ThrowAsJavaScriptException();
@@ -201,8 +190,9 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
     socklen_t bl = sizeof bound;
     getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bl);
     l->local = AddrString(bound, &l->localPort);
-    l->wildcard = ss.ss_family == AF_INET ? a4->sin_addr.s_addr == htonl(INADDR_ANY)
-                                          : IN6_IS_ADDR_UNSPECIFIED(&a6->sin6_addr);
+    l->wildcard = ss.ss_family == AF_INET
+                      ? reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr.s_addr == htonl(INADDR_ANY)
+                      : IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr);
     l->family = ss.ss_family;
     uv_poll_init(loop_, &l->poll, fd);
     uv_timer_init(loop_, &l->backoff);

@@ -15,6 +15,25 @@
 
 namespace leash {
 
+bool ParseSockaddr(const std::string& ip, int port, sockaddr_storage* ss, socklen_t* len) {
+  *ss = sockaddr_storage{};
+  auto* a4 = reinterpret_cast<sockaddr_in*>(ss);
+  auto* a6 = reinterpret_cast<sockaddr_in6*>(ss);
+  if (inet_pton(AF_INET, ip.c_str(), &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof *a4;
+    return true;
+  }
+  if (inet_pton(AF_INET6, ip.c_str(), &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof *a6;
+    return true;
+  }
+  return false;
+}
+
 namespace {
 
 bool IsV4Mapped(const in6_addr& a) { return IN6_IS_ADDR_V4MAPPED(&a); }

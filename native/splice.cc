@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "sockopt.h"
 
 namespace leash {
 
@@ -407,19 +408,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
     unsigned timeout = info[3].As<Napi::Number>().Uint32Value();
     sockaddr_storage ss{};
     socklen_t len = 0;
-    auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
-    auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    if (inet_pton(AF_INET, ip.c_str(), &a4->sin_addr) == 1) {
-      a4->sin_family = AF_INET;
-      a4->sin_port = htons(static_cast<uint16_t>(port));
-      len = sizeof *a4;
-    } else if (inet_pton(AF_INET6, ip.c_str(), &a6->sin6_addr) == 1) {
-      a6->sin6_family = AF_INET6;
-      a6->sin6_port = htons(static_cast<uint16_t>(port));
-      len = sizeof *a6;
-    } else {
-      return Usage(env, "connect(ip): an IPv4 or IPv6 literal");
-    }
+    if (!ParseSockaddr(ip, port, &ss, &len)) return Usage(env, "connect(ip): an IPv4 or IPv6 literal");
     int b = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (b < 0) {
       ErrnoError(env, errno, "socket").ThrowAsJavaScriptException();
