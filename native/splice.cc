@@ -243,23 +243,34 @@ Step PumpCopy(Dir& d, char* buf, int* err) {
   }
 }
 
+/** Sends what the pipe holds: true once it is empty, else false with `*step` kWaitOut or kError. */
+bool DrainPipe(Dir& d, Step* step, int* err) {
+  while (d.inPipe > 0) {
+    ssize_t n = splice(d.pipe[0], nullptr, d.out, nullptr, d.inPipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      d.inPipe -= static_cast<size_t>(n);
+      d.bytes += static_cast<uint64_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      *step = Step::kWaitOut;
+      return false;
+    }
+    *err = n < 0 ? errno : EPIPE;
+    *step = Step::kError;
+    return false;
+  }
+  return true;
+}
+
 /** Moves what can be moved now; kWaitIn/kWaitOut when a socket would block, kDone at EOF (after shutdown). */
 Step Pump(Dir& d, char* buf, int* err) {
   if (d.done) return Step::kDone;
+  Step step = Step::kWaitOut;
   if (d.urgent && !d.copy) {
     // What the pipe holds goes first; then the copy reads past the mark (see Dir::urgent).
-    while (d.inPipe > 0) {
-      ssize_t n = splice(d.pipe[0], nullptr, d.out, nullptr, d.inPipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-      if (n > 0) {
-        d.inPipe -= static_cast<size_t>(n);
-        d.bytes += static_cast<uint64_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) return Step::kWaitOut;
-      *err = n < 0 ? errno : EPIPE;
-      return Step::kError;
-    }
+    if (!DrainPipe(d, &step, err)) return step;
     ReleasePipe(d);
   }
   if (d.copy || d.urgent) {
@@ -267,18 +278,7 @@ Step Pump(Dir& d, char* buf, int* err) {
     if (s != Step::kBulk) return s;
   }
   for (;;) {
-    while (d.inPipe > 0) {
-      ssize_t n = splice(d.pipe[0], nullptr, d.out, nullptr, d.inPipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-      if (n > 0) {
-        d.inPipe -= static_cast<size_t>(n);
-        d.bytes += static_cast<uint64_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) return Step::kWaitOut;
-      *err = n < 0 ? errno : EPIPE;
-      return Step::kError;
-    }
+    if (!DrainPipe(d, &step, err)) return step;
     if (d.eofIn) {
       shutdown(d.out, SHUT_WR);
       d.done = true;
