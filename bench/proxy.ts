@@ -4,8 +4,8 @@
  *   leash    the leashed account: nft redirect -> Leash proxy (peek SNI, decide, resolve, splice)
  *   nginx    another account: nft redirect -> nginx stream with ssl_preread doing the same SNI routing (1 worker)
  *   relay    (bulk only) a third account: nft redirect -> bench/proxy-relay.c, the floor of any TCP-terminating
- *            proxy: connect to SO_ORIGINAL_DST at once, blocking splice(2) per direction, no decision
- * Measures bulk throughput (1 GiB, median of 3), new TLS connections/s with 50 concurrent clients (median of 3
+ *            proxy: connect to SO_ORIGINAL_DST at once, splice(2) each direction on one epoll thread, no decision
+ * Measures bulk throughput (1 GiB, median and best of 3), new TLS connections/s with 50 concurrent clients (median of 3
  * runs of 2 s), and p50/p99 connection set-up time (connect -> TLS handshake done) at one client (600 samples),
  * every repetition interleaved across the paths. Bulk also measures the whole machine's busy CPU per GiB for each
  * path (/proc/stat around the transfer): on a machine whose direct path already keeps every CPU busy, a path's
