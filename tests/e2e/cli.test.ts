@@ -562,6 +562,40 @@ describe('leash logs', () => {
     ).toEqual(['aaaaaaaa', 'bbbbbbbb']);
   });
 
+  it('--follow with a filter prints only the matching lines appended later', async () => {
+    const d = (ref: string, action: string) =>
+      JSON.stringify({
+        ts: new Date().toISOString(),
+        ref,
+        uid: 4201,
+        surface: 'network',
+        action,
+        reason: 'r',
+        subject: { domain: 'x.lab', port: 443 },
+        rule: null,
+      });
+    const { file, cfg } = logFile([d('aaaaaaaa', 'allow')]);
+    const { spawn } = await import('node:child_process');
+    const { CLI } = await import('./helpers.js');
+    const child = spawn(process.execPath, [CLI, '-c', cfg, 'logs', '--follow', '--action', 'block', '--json']);
+    let out = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    try {
+      await new Promise((r) => setTimeout(r, 1500));
+      fs.appendFileSync(file, `${d('bbbbbbbb', 'allow')}\n${d('cccccccc', 'block')}\n`);
+      for (let i = 0; i < 100 && !out.includes('cccccccc'); i++) await new Promise((r) => setTimeout(r, 50));
+    } finally {
+      child.kill('SIGTERM');
+    }
+    await new Promise((r) => child.on('close', r));
+    expect(
+      out
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).ref),
+    ).toEqual(['cccccccc']);
+  });
+
   it.each([
     ['--action', 'blocked'],
     ['--surface', 'disk'],
