@@ -41,7 +41,7 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
   Napi::Env env = info.Env();
   snap_ = std::make_shared<const Snapshot>();
   if (info.Length() < 1 || !info[0].IsObject()) {
-    Usage(env, "new Watcher({ onRecords, eventFd?, responseFd?, watchdogMs?, spinUs?, nice?, queueAllows? })");
+    Usage(env, "new Watcher({ onRecords, eventFd?, responseFd?, watchdogMs?, spinUs?, nice?, queueAllows?, allowLines?, sampleMs? })");
     return;
   }
   Napi::Object o = info[0].As<Napi::Object>();
