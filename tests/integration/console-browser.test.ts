@@ -446,7 +446,8 @@ fetch(${JSON.stringify(base + '/api/subjects')}).catch(() => {});</script>`,
         expect(await page.textContent('#svc-state')).toBe('Service running');
         expect(await page.textContent('#svc-subjects')).toMatch(/^1 subject active$/);
         // "Live" once: the header's pill, nowhere else.
-        expect(await page.locator('text=/^Live\\.?$/').count()).toBe(1);
+        // (polled: after the approvals socket blips the pill says so until the console subscribes again).
+        await expect.poll(() => page.locator('text=/^Live\\.?$/').count(), { timeout: 5000 }).toBe(1);
         // The approvals page's picture is the one with a request waiting (the test above).
         const keep = name !== 'approvals' && (scheme === 'light' || name === 'charts' || name === 'decisions');
         await docShot(page, `console-${name}${scheme === 'dark' ? '-dark' : ''}`, keep);

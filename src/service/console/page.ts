@@ -40,6 +40,9 @@ export const PAGE_JS = String.raw`'use strict';
   }
   function showLogin(why) {
     $('login-why').textContent = why;
+    setPill('svc-state', 'warn', 'Signed out');
+    $('svc-subjects').hidden = true;
+    setPill('stream-status', 'warn', 'Not connected');
     show('login');
   }
   function show(name) {
@@ -256,6 +259,7 @@ export const PAGE_JS = String.raw`'use strict';
     else if (name === 'status') setCounter(v);
     else if (name === 'approval') onApproval(v);
     else if (name === 'approvals-lost') setPill('stream-status', 'warn', 'Live, approvals unreachable');
+    else if (name === 'approvals-ok') setPill('stream-status', 'ok', 'Live');
   }
   function startStream() {
     if (!token()) return;

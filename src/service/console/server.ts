@@ -252,7 +252,11 @@ function relayApprovals(c: Ctx): () => void {
           },
         )
         .then(
-          (u) => void (unsubscribe = u),
+          (u) => {
+            unsubscribe = u;
+            // The page says the approvals socket is back (after an approvals-lost, its header said otherwise).
+            c.hub.publishAlways('approvals-ok', '{}');
+          },
           (e: Error) => {
             c.hub.publishAlways('approvals-lost', JSON.stringify({ message: e.message }));
           },
