@@ -310,6 +310,8 @@ async function main(): Promise<void> {
       [' (no link check)', ['--link-check=off']],
       [' (batch read)', ['--read=batch']],
       [' (no metrics)', ['--metrics=off']],
+      // logging.allows summary (the service's default): allows counted, no line formatted or written.
+      [' (allows summary)', ['--allows=summary']],
     ];
     if (spin !== null) variants.push([` (spin ${spin} µs)`, [`--spin-us=${spin}`]]);
     if (values['baseline-watcher']) variants.push([' (baseline build)', []]);

@@ -41,7 +41,7 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
   Napi::Env env = info.Env();
   snap_ = std::make_shared<const Snapshot>();
   if (info.Length() < 1 || !info[0].IsObject()) {
-    Usage(env, "new Watcher({ onRecords, eventFd?, responseFd?, watchdogMs?, spinUs?, nice?, queueAllows? })");
+    Usage(env, "new Watcher({ onRecords, eventFd?, responseFd?, watchdogMs?, spinUs?, nice?, queueAllows?, allowLines?, sampleMs? })");
     return;
   }
   Napi::Object o = info[0].As<Napi::Object>();
@@ -58,6 +58,18 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
   spinNs_ = num("spinUs", 0) * 1000;
   nice_ = static_cast<int>(num("nice", 0));
   queueAllows_ = static_cast<size_t>(num("queueAllows", 4096));
+  // allowLines: 'all' (each allow its line), 'summary' (counted only) or 'sampled' (counted, one in sampleMs written).
+  Napi::Value al = o.Get("allowLines");
+  if (al.IsString()) {
+    std::string a = al.As<Napi::String>().Utf8Value();
+    if (a == "summary") allowLines_ = AllowLines::kSummary;
+    else if (a == "sampled") allowLines_ = AllowLines::kSampled;
+    else if (a != "all") {
+      Usage(env, "Watcher: allowLines must be all, summary or sampled");
+      return;
+    }
+  }
+  sampleMs_ = num("sampleMs", 60000);
   // metrics: false skips the judge timing (two clock reads per subject-era event).
   Napi::Value mv = o.Get("metrics");
   if (mv.IsBoolean()) timing_ = mv.As<Napi::Boolean>().Value();
@@ -255,14 +267,21 @@ Napi::Value Watcher::SetSubjects(const Napi::CallbackInfo& info) {
 }
 
 /**
- * drain() -> {lines, count, denies, droppedAllows}: the decision-log lines queued since the
- * last drain, formatted by the loop (decisionline.h), as one Buffer for one write(2).
+ * drain() -> {lines, count, denies, droppedAllows, allows}: the decision-log lines queued since the
+ * last drain, formatted by the loop (decisionline.h), as one Buffer for one write(2); `allows`, with
+ * allowLines summary or sampled, the plain allows counted since: [uid, exec (0|1), allowed, written]...
  */
 Napi::Value Watcher::Drain(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint64_t dropped, count, denies;
+  std::vector<uint64_t> counted;  // uid, exec, allowed, written per key
   {
     std::lock_guard<std::mutex> g(qmu_);
+    for (auto& [key, t] : tally_) {
+      if (t.allowed == 0) continue;
+      counted.insert(counted.end(), {key >> 1, key & 1, t.allowed, t.written});
+      t.allowed = t.written = 0;
+    }
     q_.swap(drainBuf_);  // drainBuf_ is empty: the loop keeps appending into its capacity
     count = qCount_;
     denies = qDenies_;
@@ -279,6 +298,9 @@ Napi::Value Watcher::Drain(const Napi::CallbackInfo& info) {
   out.Set("count", Napi::Number::New(env, static_cast<double>(count)));
   out.Set("denies", Napi::Number::New(env, static_cast<double>(denies)));
   out.Set("droppedAllows", Napi::Number::New(env, static_cast<double>(dropped)));
+  Napi::Array allows = Napi::Array::New(env, counted.size());
+  for (size_t i = 0; i < counted.size(); i++) allows.Set(i, Napi::Number::New(env, static_cast<double>(counted[i])));
+  out.Set("allows", allows);
   DrainAsks(env, out);
   return out;
 }

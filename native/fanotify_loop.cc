@@ -304,6 +304,15 @@ void Watcher::EnqueueAt(DecisionRecord* d, int n, std::string_view subject) {
       } else if (!d[i].allow) {
         deny = true;
         qDenies_++;
+      } else if (allowLines_ != AllowLines::kAll) {
+        // Counted, and formatted only when sampled: the line is not built unless it is written.
+        AllowTally& t = tally_[(static_cast<uint64_t>(d[i].uid) << 1) | (d[i].exec ? 1 : 0)];
+        t.allowed++;
+        if (allowLines_ != AllowLines::kSampled) continue;
+        if (t.sampledAtMs != INT64_MIN && batchWallMs_ - t.sampledAtMs < sampleMs_) continue;
+        t.sampledAtMs = batchWallMs_;
+        t.written++;
+        qAllows_++;
       } else if (qAllows_ >= queueAllows_) {
         dropped_++;
         continue;

@@ -186,6 +186,17 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   uint64_t qCount_ = 0, qDenies_ = 0;
   size_t qAllows_ = 0;
   uint64_t dropped_ = 0;
+  // Plain allows not formatted one by one (option allowLines, config logging.allows): counted per
+  // subject and surface, handed to JavaScript with each drain for its allow_summary lines. Under qmu_.
+  struct AllowTally {
+    uint64_t allowed = 0;
+    uint64_t written = 0;
+    int64_t sampledAtMs = INT64_MIN;  // sampled: when this key's last allow line was written whole
+  };
+  enum class AllowLines : uint8_t { kAll, kSummary, kSampled };
+  AllowLines allowLines_ = AllowLines::kAll;
+  int64_t sampleMs_ = 60000;
+  std::unordered_map<uint64_t, AllowTally> tally_;  // key: uid << 1 | exec
   bool wakePending_ = false;
   int64_t lastWakeNs_ = 0;
   Napi::ThreadSafeFunction tsfn_;

@@ -36,6 +36,7 @@ export const ERROR_CODES = {
   entry_too_long: EXIT.refused,
   internal: EXIT.internal,
   list_too_long: EXIT.refused,
+  log_filter_invalid: EXIT.refused,
   log_sink_stdout: EXIT.refused,
   log_unreadable: EXIT.failed,
   mode_invalid: EXIT.refused,
@@ -248,6 +249,12 @@ export const WATCHER_REASONS = {
     'a subject acted from a namespace of its own: a process in its own user namespace killed (filesystem.namespaces: deny), or, under a whitelist, an open or exec of a file on a filesystem it mounted there',
 } as const;
 
+/** Reasons of lines the decision log writes itself (config logging.allows). */
+export const LOG_REASONS = {
+  allow_summary:
+    'the allow decisions of one subject on one surface since its previous summary line, counted exactly: logging.allows is summary or sampled, so plain allow lines are not written one by one',
+} as const;
+
 /**
  * Reason codes the tools gate (`leash mcp`) adds to the engine's: argument rules, method policy,
  * protocol refusals and server failures. They appear in decision log lines with surface `tools`
@@ -379,6 +386,7 @@ export function allCodes(): string[] {
       ...Object.keys(PROXY_REASONS),
       ...Object.keys(DNS_REASONS),
       ...Object.keys(WATCHER_REASONS),
+      ...Object.keys(LOG_REASONS),
       ...Object.keys(TOOLS_GATE_REASONS),
       ...Object.keys(JSON_PROBLEMS),
       ...Object.keys(APPROVAL_REASONS),

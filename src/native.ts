@@ -95,6 +95,11 @@ export interface WatcherDrain {
   denies: number;
   /** Allow decisions counted instead of queued since the last drain (log pressure). */
   droppedAllows: number;
+  /**
+   * With allowLines summary or sampled: the plain allows counted since the last drain, flat, four
+   * numbers per subject and surface: uid, exec (1: commands, 0: filesystem), allowed, written whole.
+   */
+  allows?: number[];
   /** Events held for an approver since the last drain (native/hold.h): answer each with `answer(id, allow)`. */
   asks: HeldAsk[];
 }
@@ -147,6 +152,13 @@ export interface WatcherOptions {
   nice?: number;
   /** Pending allow records beyond this are counted instead of queued (denies always queue). */
   queueAllows?: number;
+  /**
+   * Plain allows (config logging.allows): 'all' queues each one's line (default); 'summary' only
+   * counts them (drain's `allows`), never formatting a line; 'sampled' counts them and queues the
+   * first of each subject and surface per `sampleMs` (default 60000).
+   */
+  allowLines?: 'all' | 'summary' | 'sampled';
+  sampleMs?: number;
   /**
    * How the opener's credentials are read: 'pidfd-cache' (default: one pidfd kept per live
    * process, one ioctl per event), 'report-pidfd' (FAN_REPORT_PIDFD: a new pidfd from the kernel

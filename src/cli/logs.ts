@@ -3,6 +3,8 @@ import type { Command } from 'commander';
 import { loadConfig } from '../validate/load.js';
 import { LeashError } from '../errors.js';
 import { escapeForTerminal } from '../log/escape.js';
+import { formatLogLine, isFiltering, matchLine, parseLogFilter, type LogFilter } from '../log/filter.js';
+import { defaultPasswdSource, readPasswd } from '../subjects/discovery.js';
 import { configPath } from './context.js';
 
 /**
@@ -35,12 +37,89 @@ export function tailLines(file: string, n: number): { lines: string[]; partial: 
   }
 }
 
-function emit(line: string): void {
+// Writers batch (the watcher drains every 100 ms), so a log is in time order only to within this:
+// a backwards scan for --since stops this far past the cut-off.
+const SINCE_SLACK_MS = 60_000;
+
+/**
+ * The last `n` lines that pass `f` (all of them for n = Infinity), read backwards in blocks: a
+ * block filter over a large log of allows reads until it has n blocks or passes --since, not the
+ * whole file. The partial last line is left to a follower, as with tailLines.
+ */
+export function tailMatching(file: string, n: number, f: LogFilter): { lines: string[]; end: number } {
+  const { end } = tailLines(file, 0);
+  const fd = fs.openSync(file, 'r');
+  try {
+    const block = 256 * 1024;
+    const found: string[] = [];
+    let pos = end;
+    // The bytes from pos to the earliest line already judged: the end of a line that starts before pos.
+    let carry = Buffer.alloc(0);
+    let stop = false;
+    while (pos > 0 && !stop && found.length < n) {
+      const len = Math.min(block, pos);
+      pos -= len;
+      const buf = Buffer.alloc(len);
+      fs.readSync(fd, buf, 0, len, pos);
+      const all = carry.length > 0 ? Buffer.concat([buf, carry]) : buf;
+      // Every line of `all` but the first is whole (all ends at a newline); the first is whole at the file's start.
+      const first = all.indexOf(10);
+      if (first < 0 && pos > 0) {
+        carry = all;
+        continue;
+      }
+      let stopAt = all.length;
+      const lowest = pos > 0 ? first + 1 : 0;
+      while (stopAt > lowest && found.length < n && !stop) {
+        const nl = stopAt >= 2 ? all.lastIndexOf(10, stopAt - 2) : -1;
+        const from = nl < lowest - 1 ? lowest : nl + 1;
+        const text = all.subarray(from, all[stopAt - 1] === 10 ? stopAt - 1 : stopAt).toString('utf8');
+        stopAt = from;
+        if (text.length === 0) continue;
+        const m = matchLine(f, text);
+        if (m.ok) found.push(text);
+        else if (f.since !== null && m.line && Date.parse(String(m.line.ts)) < f.since - SINCE_SLACK_MS) stop = true;
+      }
+      carry = all.subarray(0, lowest);
+    }
+    return { lines: found.reverse(), end };
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+interface Printer {
+  filter: LogFilter;
+  json: boolean;
+  accountOf: (uid: number) => string | null;
+}
+
+function emit(line: string, p?: Printer): void {
+  if (p && !p.json) {
+    const m = matchLine(p.filter, line);
+    if (!m.ok) return;
+    if (m.line) line = formatLogLine(m.line, p.accountOf);
+  } else if (p && isFiltering(p.filter) && !matchLine(p.filter, line).ok) return;
   process.stdout.write(`${escapeForTerminal(line)}\n`);
 }
 
+function accountsOnce(): (uid: number) => string | null {
+  let names: Map<number, string> | null = null;
+  return (uid) => {
+    if (names === null) {
+      names = new Map();
+      try {
+        for (const e of readPasswd(defaultPasswdSource())) names.set(e.uid, e.name);
+      } catch {
+        /* names are a nicety: the UID is printed anyway */
+      }
+    }
+    return names.get(uid) ?? null;
+  };
+}
+
 /** Polls for appended lines; handles truncation (reads from 0) and rotation (reopens by name). */
-async function follow(file: string, start: number): Promise<void> {
+async function follow(file: string, start: number, p: Printer): Promise<void> {
   let pos = start;
   let ino: number | null = null;
   try {
@@ -80,7 +159,7 @@ async function follow(file: string, start: number): Promise<void> {
         }
         const parts = partial.split('\n');
         partial = parts.pop() ?? '';
-        for (const l of parts) emit(l);
+        for (const l of parts) emit(l, p);
       }
     }
     await new Promise((r) => setTimeout(r, 200));
@@ -90,15 +169,22 @@ async function follow(file: string, start: number): Promise<void> {
 export function register(program: Command): void {
   program
     .command('logs')
-    .description('print the decision log (control characters and bidi overrides escaped)')
+    .description('print the decision log, one line per decision (control characters and bidi overrides escaped)')
     .option('-f, --follow', 'keep printing lines as they are appended')
-    .option('-n, --tail <n>', 'print the last N lines first', '10')
+    .option('-n, --tail <n>', 'print the last N matching lines first (default 10; with --since, all since then)')
+    .option('--action <list>', 'only these actions: allow, block, ask, would_block (comma-separated)')
+    .option('--subject <who>', 'only this subject: a UID or an account name')
+    .option('--surface <list>', 'only these surfaces: network, filesystem, commands, tools (comma-separated)')
+    .option('--since <when>', 'only lines from this long ago (30s, 10m, 2h, 1d) or since a timestamp')
+    .option('--json', "print the log's JSON lines as they are instead of text")
     .option('--file <path>', 'read this file instead of the configured logging.decisions')
-    .action(async (opts: { follow?: boolean; tail: string; file?: string }, cmd: Command) => {
-      if (!/^\d+$/.test(opts.tail)) {
+    .action(async (opts: LogsOptions, cmd: Command) => {
+      if (opts.tail !== undefined && !/^\d+$/.test(opts.tail)) {
         throw new LeashError('usage', `--tail must be a non-negative number, not "${opts.tail}"`, { tail: opts.tail });
       }
-      const n = Number(opts.tail);
+      const accountOf = accountsOnce();
+      const filter = parseLogFilter(opts, (name) => uidOfAccount(name));
+      const n = opts.tail !== undefined ? Number(opts.tail) : filter.since !== null ? Infinity : 10;
       const file = opts.file ?? loadConfig(configPath(cmd)).config.logging.decisions;
       if (file === 'stdout') {
         throw new LeashError(
@@ -107,13 +193,20 @@ export function register(program: Command): void {
           { sink: file },
         );
       }
+      const p: Printer = { filter, json: opts.json === true, accountOf };
       let end = 0;
       try {
-        const t = tailLines(file, n);
-        for (const l of t.lines) emit(l);
-        // Without --follow a last line still being written is shown as it is; a follower prints it once whole.
-        if (t.partial && !opts.follow) emit(t.partial);
-        end = t.end;
+        if (isFiltering(filter)) {
+          const t = tailMatching(file, n, filter);
+          for (const l of t.lines) emit(l, p);
+          end = t.end;
+        } else {
+          const t = tailLines(file, n);
+          for (const l of t.lines) emit(l, p);
+          // Without --follow a last line still being written is shown as it is; a follower prints it once whole.
+          if (t.partial && !opts.follow) emit(t.partial, p);
+          end = t.end;
+        }
       } catch (e) {
         const code = (e as NodeJS.ErrnoException).code;
         if (!(opts.follow && code === 'ENOENT')) {
@@ -123,6 +216,25 @@ export function register(program: Command): void {
           });
         }
       }
-      if (opts.follow) await follow(file, end);
+      if (opts.follow) await follow(file, end, p);
     });
+}
+
+interface LogsOptions {
+  follow?: boolean;
+  tail?: string;
+  file?: string;
+  action?: string;
+  subject?: string;
+  surface?: string;
+  since?: string;
+  json?: boolean;
+}
+
+function uidOfAccount(name: string): number | null {
+  try {
+    return readPasswd(defaultPasswdSource()).find((e) => e.name === name)?.uid ?? null;
+  } catch {
+    return null;
+  }
 }

@@ -108,6 +108,23 @@ function serviceSections<F extends boolean>(fragment: F) {
           ),
         '/var/log/leash/decisions.jsonl',
       ),
+      allows: opt(
+        z
+          .enum(['all', 'sampled', 'summary'], { error: 'must be all, sampled or summary' })
+          .describe(
+            'plain allow decisions in the decision log: all = one line each; summary = a count per subject and surface every allow_summary_seconds; sampled = that count plus the first allow of each subject and surface in each period written whole. Blocks, asks and approval outcomes are always written',
+          ),
+        'summary',
+      ),
+      allow_summary_seconds: opt(
+        z
+          .number({ error: 'must be a number' })
+          .int({ error: 'must be a whole number' })
+          .min(1, { error: 'must be at least 1' })
+          .max(86_400, { error: 'must be at most 86400' })
+          .describe('how often the allow_summary lines are written (logging.allows summary or sampled)'),
+        60,
+      ),
       journal: opt(
         z
           .enum(['auto', 'on', 'off'], { error: 'must be auto, on or off' })

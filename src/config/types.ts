@@ -48,6 +48,8 @@ export interface Config {
   logging: {
     level: 'debug' | 'info' | 'warn' | 'error';
     decisions: string;
+    allows: 'all' | 'sampled' | 'summary';
+    allow_summary_seconds: number;
     journal: 'auto' | 'on' | 'off';
     journal_allows: number;
     metrics_socket: string | null;

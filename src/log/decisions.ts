@@ -52,6 +52,21 @@ export interface DecisionWriter {
   flush?(): void;
 }
 
+/**
+ * Plain allow lines (config logging.allows): `all` writes each; `summary` counts them and writes one
+ * `allow_summary` line per subject and surface every `intervalMs`; `sampled` also writes the first of
+ * each period whole. Blocks, asks, would_blocks and an approval's outcome are always written.
+ */
+export type AllowLines = { mode: 'all' } | { mode: 'summary' | 'sampled'; intervalMs: number };
+
+/** A config's logging.allows and logging.allow_summary_seconds as createDecisionLog takes them. */
+export function allowLinesOf(c: { logging: { allows: string; allow_summary_seconds: number } }): AllowLines {
+  const mode = c.logging.allows;
+  return mode === 'summary' || mode === 'sampled'
+    ? { mode, intervalMs: c.logging.allow_summary_seconds * 1000 }
+    : { mode: 'all' };
+}
+
 export interface DecisionLog extends DecisionWriter {
   /**
    * Writes the line whose part after the ref is `tail` (formatDecisionTail of a record whose
@@ -63,6 +78,12 @@ export interface DecisionLog extends DecisionWriter {
    * formatDecision does), after any held allow lines, in one write(2).
    */
   writeLines(lines: Buffer): void;
+  /**
+   * Adds allows decided and formatted elsewhere (the watcher's native loop counts them instead of
+   * formatting lines it will not write) to the next allow_summary line: `allowed` in all, `written`
+   * of them written whole. A no-op when every allow line is written.
+   */
+  countAllows(uid: number, surface: Surface, allowed: number, written: number): void;
   /** Writes any allow lines held back by `coalesceAllows` now (a no-op otherwise). */
   flush?(): void;
   /**
@@ -186,6 +207,66 @@ function openSink(sink: string): { fd: number; st: fs.Stats } {
   }
 }
 
+interface AllowCount {
+  uid: number;
+  surface: Surface;
+  allowed: number;
+  written: number;
+  since: string;
+}
+
+/** The allow counts behind the allow_summary lines of one writer (see AllowLines). */
+function createAllowTally(mode: AllowLines) {
+  const counts = new Map<string, AllowCount>();
+  const entry = (uid: number, surface: Surface): AllowCount => {
+    const k = `${uid}/${surface}`;
+    let c = counts.get(k);
+    if (c === undefined) {
+      c = { uid, surface, allowed: 0, written: 0, since: isoNow() };
+      counts.set(k, c);
+    }
+    return c;
+  };
+  return {
+    /** Counts one plain allow; true when its line is to be written (the period's first, when sampled). */
+    take(uid: number, surface: Surface): boolean {
+      if (mode.mode === 'all') return true;
+      const c = entry(uid, surface);
+      c.allowed++;
+      if (mode.mode === 'sampled' && c.written === 0) {
+        c.written = 1;
+        return true;
+      }
+      return false;
+    },
+    add(uid: number, surface: Surface, allowed: number, written: number): void {
+      if (mode.mode === 'all' || allowed === 0) return;
+      const c = entry(uid, surface);
+      c.allowed += allowed;
+      c.written += written;
+    },
+    /** The summary lines of the period now ending (and a new period begun), '' when nothing was allowed. */
+    drain(): string {
+      let text = '';
+      for (const c of counts.values()) {
+        text += formatDecision({
+          uid: c.uid,
+          surface: c.surface,
+          action: 'allow',
+          reason: 'allow_summary',
+          subject: { allowed: c.allowed, written: c.written, since: c.since },
+          rule: null,
+        });
+      }
+      counts.clear();
+      return text;
+    },
+  };
+}
+
+/** `,"uid":N,"surface":"S"` at the start of a formatDecisionTail: read back without parsing the line. */
+const TAIL_HEAD = /^,"uid":(\d+),"surface":"([a-z]+)"/;
+
 /**
  * Opens the decision sink: `stdout` (the journal) or an absolute file path.
  *
@@ -202,25 +283,45 @@ function openSink(sink: string): { fd: number; st: fs.Stats } {
  * synchronous: a block is in the kernel, after every earlier line, before `write` returns. What a
  * crash can lose is the allow lines of the turn it happened in.
  */
-export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean }): DecisionLog {
+export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean; allows?: AllowLines }): DecisionLog {
+  const allows = opts.allows ?? { mode: 'all' };
+  const tally = createAllowTally(allows);
+  /** Whether this record's line is written: false for a plain allow the tally counts instead. */
+  const keepRec = (rec: DecisionRecord) =>
+    rec.action !== 'allow' || rec.approval !== undefined || tally.take(rec.uid, rec.surface);
+  const keepTail = (action: DecisionRecord['action'], tail: string) => {
+    if (action !== 'allow' || allows.mode === 'all' || tail.includes(',"approval":')) return true;
+    const m = TAIL_HEAD.exec(tail);
+    return m === null || tally.take(Number(m[1]), m[2] as Surface);
+  };
   if (opts.sink === 'stdout') {
+    const out = (text: string) => text !== '' && process.stdout.write(text);
+    const timer = allows.mode === 'all' ? null : setInterval(() => out(tally.drain()), allows.intervalMs);
+    timer?.unref();
+    const onExit = () => out(tally.drain());
+    if (timer) process.on('exit', onExit);
     return {
       write(rec) {
         const ref = newRef();
-        process.stdout.write(formatDecision(rec, ref));
+        if (keepRec(rec)) process.stdout.write(formatDecision(rec, ref));
         return ref;
       },
-      writeTail(_action, tail) {
+      writeTail(action, tail) {
         const ref = newRef();
-        process.stdout.write(decisionHead(ref) + tail);
+        if (keepTail(action, tail)) process.stdout.write(decisionHead(ref) + tail);
         return ref;
       },
       writeLines(lines) {
         writeFully(1, lines);
       },
+      countAllows: tally.add,
       flush() {},
       reopen() {},
-      close: async () => {},
+      close: async () => {
+        if (timer) clearInterval(timer);
+        process.off('exit', onExit);
+        out(tally.drain());
+      },
     };
   }
   if (!path.isAbsolute(opts.sink)) throw new Error(`decision sink must be stdout or an absolute path: ${opts.sink}`);
@@ -239,11 +340,20 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
     held = [];
     writeAll(text);
   };
-  const onExit = () => flush();
-  if (opts.coalesceAllows) process.on('exit', onExit);
-  const put = (action: DecisionRecord['action'], format: (ref: string) => string): string => {
+  const summarize = () => {
+    const text = tally.drain();
+    if (text === '' || !open) return;
+    held.push(text);
+    flush();
+  };
+  const timer = allows.mode === 'all' ? null : setInterval(summarize, allows.intervalMs);
+  timer?.unref();
+  const onExit = () => (timer ? summarize() : flush());
+  if (opts.coalesceAllows || timer) process.on('exit', onExit);
+  const put = (action: DecisionRecord['action'], format: ((ref: string) => string) | null): string => {
     if (!open) throw new Error('decision log is closed');
     const ref = newRef();
+    if (format === null) return ref; // a plain allow counted, not written: never formatted
     const line = format(ref);
     if (opts.coalesceAllows && action === 'allow') {
       held.push(line);
@@ -262,11 +372,12 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
   };
   return {
     write(rec) {
-      return put(rec.action, (ref) => formatDecision(rec, ref));
+      return put(rec.action, keepRec(rec) ? (ref) => formatDecision(rec, ref) : null);
     },
     writeTail(action, tail) {
-      return put(action, (ref) => decisionHead(ref) + tail);
+      return put(action, keepTail(action, tail) ? (ref) => decisionHead(ref) + tail : null);
     },
+    countAllows: tally.add,
     writeLines(lines) {
       if (!open) throw new Error('decision log is closed');
       flush(); // held allow lines first: the file keeps decision order
@@ -285,6 +396,8 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
     },
     async close() {
       if (!open) return;
+      if (timer) clearInterval(timer);
+      summarize();
       flush();
       open = false;
       process.off('exit', onExit);

@@ -4,7 +4,7 @@ import { loadConfig, type LoadedConfig } from '../validate/load.js';
 import { agentsEnforcer } from './agents.js';
 import { LeashError } from '../errors.js';
 import { SURFACES } from '../engine/types.js';
-import { createDecisionLog, type DecisionLog } from '../log/decisions.js';
+import { allowLinesOf, createDecisionLog, type DecisionLog } from '../log/decisions.js';
 import { createLogger, type Logger } from '../log/logger.js';
 import {
   createJournal,
@@ -160,7 +160,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     });
   let decisions: DecisionLog;
   try {
-    decisions = createDecisionLog({ sink: loaded.config.logging.decisions });
+    decisions = createDecisionLog({ sink: loaded.config.logging.decisions, allows: allowLinesOf(loaded.config) });
     if (journal) decisions = teeDecisionsToJournal(decisions, journal, decisionComponent);
     decisions = countDecisions(decisions, metrics);
   } catch (e) {

@@ -532,6 +532,82 @@ describe('leash logs', () => {
     expect(r.stderr).toMatch(/\[log_sink_stdout\]$/m);
   });
 
+  it("--action block --subject UID prints only that subject's blocks, as text or as the JSON lines", async () => {
+    const d = (ref: string, uid: number, action: string, path: string) =>
+      JSON.stringify({
+        ts: '2026-12-06T05:00:00.000Z',
+        ref,
+        uid,
+        surface: 'filesystem',
+        action,
+        reason: 'r',
+        subject: { path },
+        rule: null,
+      });
+    const { cfg } = logFile([
+      d('aaaaaaaa', 4201, 'block', '/etc/shadow'),
+      ...Array.from({ length: 50 }, (_, i) => d(`allow${String(i).padStart(3, '0')}`, 4201, 'allow', '/usr/lib/x')),
+      d('bbbbbbbb', 4202, 'block', '/root/.ssh/id_rsa'),
+    ]);
+    const r = await leash(['-c', cfg, 'logs', '--action', 'block', '--subject', '4201']);
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim().split('\n')).toHaveLength(1);
+    expect(r.stdout).toMatch(/block .*\(4201\) +\/etc\/shadow .*aaaaaaaa/);
+    const j = await leash(['-c', cfg, 'logs', '--action', 'block', '--json', '--tail', '5']);
+    expect(
+      j.stdout
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).ref),
+    ).toEqual(['aaaaaaaa', 'bbbbbbbb']);
+  });
+
+  it('--follow with a filter prints only the matching lines appended later', async () => {
+    const d = (ref: string, action: string) =>
+      JSON.stringify({
+        ts: new Date().toISOString(),
+        ref,
+        uid: 4201,
+        surface: 'network',
+        action,
+        reason: 'r',
+        subject: { domain: 'x.lab', port: 443 },
+        rule: null,
+      });
+    const { file, cfg } = logFile([d('aaaaaaaa', 'allow')]);
+    const { spawn } = await import('node:child_process');
+    const { CLI } = await import('./helpers.js');
+    const child = spawn(process.execPath, [CLI, '-c', cfg, 'logs', '--follow', '--action', 'block', '--json']);
+    let out = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    try {
+      await new Promise((r) => setTimeout(r, 1500));
+      fs.appendFileSync(file, `${d('bbbbbbbb', 'allow')}\n${d('cccccccc', 'block')}\n`);
+      for (let i = 0; i < 100 && !out.includes('cccccccc'); i++) await new Promise((r) => setTimeout(r, 50));
+    } finally {
+      child.kill('SIGTERM');
+    }
+    await new Promise((r) => child.on('close', r));
+    expect(
+      out
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).ref),
+    ).toEqual(['cccccccc']);
+  });
+
+  it.each([
+    ['--action', 'blocked'],
+    ['--surface', 'disk'],
+    ['--since', 'yesterday'],
+    ['--subject', 'leash-t42-no-such-account'],
+  ])('%s %s is log_filter_invalid, exit 2', async (flag, value) => {
+    const { cfg } = logFile(['{"n":1}']);
+    const r = await leash(['-c', cfg, 'logs', flag, value]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/\[log_filter_invalid\]$/m);
+  });
+
   it('a missing log file is log_unreadable, exit 3', async () => {
     const r = await leash(['-c', configFile(POLICY(path.join(tmpDir(), 'none.jsonl'))), 'logs']);
     expect(r.code).toBe(3);

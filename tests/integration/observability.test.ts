@@ -173,7 +173,7 @@ network: { mode: whitelist, allow: [good.lab], deny: [], dns_resolvers: [${LAB.d
 filesystem: { mode: whitelist, allow: [${mnt}/ok], deny: [] }
 commands: { mode: blacklist, allow: [], deny: [] }
 tools: { mode: whitelist, allow: [], deny: [] }
-logging: { level: info, decisions: ${log()}, journal: auto, journal_allows: 0 }
+logging: { level: info, decisions: ${log()}, allows: all, journal: auto, journal_allows: 0 }
 `,
     );
   }, 120_000);

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createDecisionLog } from '../../log/decisions.js';
+import { createDecisionLog, type AllowLines } from '../../log/decisions.js';
 import { createJournal, operationalFields, teeDecisionsToJournal } from '../../log/journal.js';
 import { loadNative } from '../../native.js';
 import { approvalOf } from '../../approvals/contract.js';
@@ -26,6 +26,9 @@ const { values } = parseArgs({
     'ns-scan-ms': { type: 'string', default: '200' },
     identity: { type: 'string', default: 'pidfd-cache' },
     'queue-allows': { type: 'string', default: '4096' },
+    // config logging.allows and logging.allow_summary_seconds (ms): plain allows as lines, counted or sampled.
+    allows: { type: 'string', default: 'all' },
+    'allow-summary-ms': { type: 'string', default: '60000' },
     // Measurement only (bench/fanotify): 'off' skips the hard-link check; 'batch' reads many events per read(2).
     'link-check': { type: 'string', default: 'on' },
     // Measurement only (bench/fanotify): off skips the judge-time histogram's clock reads.
@@ -80,7 +83,11 @@ function wedgeForTest(): void {
 // formats each decision as its log line (native/decisionline.cc, byte for byte formatDecision's);
 // a drain's lines go out as one write(2) of whole lines (O_APPEND: never interleaved with other
 // writers).
-const file = createDecisionLog({ sink: values.decisions! });
+const allowLines: AllowLines =
+  values.allows === 'summary' || values.allows === 'sampled'
+    ? { mode: values.allows, intervalMs: Number(values['allow-summary-ms']) }
+    : { mode: 'all' };
+const file = createDecisionLog({ sink: values.decisions!, allows: allowLines });
 const log = journal === null ? file : teeDecisionsToJournal(file, journal, 'watcher');
 const core = createWatcherCore({
   native,
@@ -93,6 +100,7 @@ const core = createWatcherCore({
   nsScanMs: Number(values['ns-scan-ms']),
   identity: values.identity as 'pidfd-cache' | 'report-pidfd' | 'proc',
   queueAllows: Number(values['queue-allows']),
+  allowLines,
   linkCheck: values['link-check'] !== 'off',
   readBatch: values.read === 'batch',
   metrics: values.metrics !== 'off',

@@ -15,7 +15,13 @@ export interface WatcherCoreOptions {
    * The decision log: `writeLines` gets a drain's whole lines (formatted by the native loop exactly
    * as `formatDecision` would, see native/decisionline.cc) for one write(2).
    */
-  log: { writeLines(lines: Buffer): void; write?(rec: DecisionRecord): string };
+  log: {
+    writeLines(lines: Buffer): void;
+    write?(rec: DecisionRecord): string;
+    countAllows?(uid: number, surface: 'filesystem' | 'commands', allowed: number, written: number): void;
+  };
+  /** config logging.allows: how the native loop treats plain allows (see WatcherOptions.allowLines). */
+  allowLines?: { mode: 'all' } | { mode: 'summary' | 'sampled'; intervalMs: number };
   /** Structured warnings (the journal). */
   warn: (obj: Record<string, unknown>) => void;
   /** Stay awake this long after an event of a burst, yielding, before sleeping (default 20; see native/fanotify_loop.cc). */
@@ -109,8 +115,11 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
 
   const drain = (): void => {
     if (standby && !w.standby) tookOver();
-    const { lines, droppedAllows: dropped, asks } = w.drain();
+    const { lines, droppedAllows: dropped, asks, allows } = w.drain();
     if (lines.length > 0) opts.log.writeLines(lines);
+    if (allows)
+      for (let i = 0; i + 3 < allows.length; i += 4)
+        opts.log.countAllows?.(allows[i]!, allows[i + 1] ? 'commands' : 'filesystem', allows[i + 2]!, allows[i + 3]!);
     for (const a of asks) {
       // No one to ask (a hold without onAsk is a caller's mistake): denied now, never left to its deadline.
       if (opts.onAsk) opts.onAsk(a);
@@ -129,6 +138,9 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     nice: opts.nice ?? 0,
     identity: opts.identity ?? 'pidfd-cache',
     queueAllows: opts.queueAllows ?? 4096,
+    ...(opts.allowLines && opts.allowLines.mode !== 'all'
+      ? { allowLines: opts.allowLines.mode, sampleMs: opts.allowLines.intervalMs }
+      : {}),
     ...(opts.linkCheck === false ? { linkCheck: false } : {}),
     ...(opts.readBatch ? { readBatch: true } : {}),
     ...(opts.metrics === false ? { metrics: false } : {}),

@@ -17,6 +17,8 @@ export interface FollowedLine {
   surface: string;
   action: string;
   reason: string;
+  /** An allow_summary line: the allows it counts that were not written whole (logging.allows). */
+  counted?: number;
 }
 
 export interface Bucket {
@@ -59,7 +61,13 @@ export function parseLine(text: string): FollowedLine | null {
     return null;
   }
   if (typeof v !== 'object' || v === null || typeof v.ref !== 'string') return null;
+  const sub = v.subject as { allowed?: unknown; written?: unknown } | null;
+  const counted =
+    v.reason === 'allow_summary' && typeof sub?.allowed === 'number'
+      ? sub.allowed - (typeof sub.written === 'number' ? sub.written : 0)
+      : undefined;
   return {
+    ...(counted !== undefined ? { counted } : {}),
     text,
     ts: typeof v.ts === 'string' ? v.ts : '',
     ref: v.ref,
@@ -124,7 +132,8 @@ export function followDecisions(o: FollowOptions): Follower {
       while (buckets.length > nBuckets) buckets.shift();
     } else if (b.start > start) b = buckets.find((x) => x.start === start) ?? b;
     const k = `${l.surface}/${l.action}`;
-    b.counts[k] = (b.counts[k] ?? 0) + 1;
+    // A summary line stands for the allows of its period that have no line of their own.
+    b.counts[k] = (b.counts[k] ?? 0) + (l.counted ?? 1);
   };
   const take = (text: string, live: boolean) => {
     if (text.length === 0) return;

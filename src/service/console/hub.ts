@@ -65,11 +65,20 @@ interface Client {
   dropped: number;
 }
 
+/** Whether `x` is an item of the comma-separated `list` (no allocation: this runs per line per browser). */
+function inList(list: string, x: string): boolean {
+  for (let i = list.indexOf(x); i >= 0; i = list.indexOf(x, i + 1)) {
+    const end = i + x.length;
+    if ((i === 0 || list.charCodeAt(i - 1) === 44) && (end === list.length || list.charCodeAt(end) === 44)) return true;
+  }
+  return false;
+}
+
 export function matches(f: StreamFilter, d: { uid: number; surface: string; action: string; reason: string }): boolean {
   return (
     (f.uid === undefined || f.uid === d.uid) &&
     (!f.surface || f.surface === d.surface) &&
-    (!f.action || f.action === d.action) &&
+    (!f.action || f.action === d.action || inList(f.action, d.action)) &&
     (!f.reason || f.reason === d.reason)
   );
 }

@@ -1,103 +1,22 @@
 /**
- * The console's page: one HTML shell, one script, one style sheet, all served by the console itself
- * (the Content-Security-Policy allows nothing else: no inline script or style, no other origin). No
- * build step, no library: the DOM is built with textContent only (nothing from the service is ever
- * parsed as HTML). The token comes in the URL's fragment (#token=…, never sent to a server), is kept
- * in sessionStorage and sent as `Authorization: Bearer`; the live stream is server-sent events read
- * through fetch (an EventSource cannot send that header). Keyboard: every control is a link, a
- * button or a labelled form field; the pages are sections reached from the nav.
+ * The console's page: one HTML shell, two scripts and one style sheet (./shell.ts, ./style.ts, ./charts.ts), all
+ * served by the console itself (the Content-Security-Policy allows nothing else: no inline script or
+ * style, no other origin), so it works offline. No build step, no library: the DOM is built with
+ * textContent only (nothing from the service is ever parsed as HTML). The token comes in the URL's
+ * fragment (#token=…, never sent to a server), is kept in sessionStorage and sent as
+ * `Authorization: Bearer`; the live stream is server-sent events read through fetch (an
+ * EventSource cannot send that header). Keyboard: every control is a link, a button or a labelled
+ * field; 1–5 switch pages, j/k move through decisions, Enter opens one, Escape closes it.
  */
-
-export const PAGE_HTML = `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Leash console</title>
-<link rel="stylesheet" href="/console.css">
-<script src="/console.js" defer></script>
-</head>
-<body>
-<a class="skip" href="#main">Skip to content</a>
-<header>
-<h1>Leash console</h1>
-<nav aria-label="Pages"><ul>
-<li><a href="#subjects" id="nav-subjects">Subjects</a></li>
-<li><a href="#decisions" id="nav-decisions">Decisions</a></li>
-<li><a href="#approvals" id="nav-approvals">Approvals <span id="approvals-count" aria-label="pending">0</span></a></li>
-<li><a href="#profiles" id="nav-profiles">Profiles</a></li>
-<li><a href="#charts" id="nav-charts">Charts</a></li>
-</ul></nav>
-<p id="stream-status" role="status" aria-live="polite">Connecting…</p>
-</header>
-<main id="main" tabindex="-1">
-<section id="page-login" hidden aria-labelledby="h-login">
-<h2 id="h-login">Token</h2>
-<p id="login-why">This console needs the token <code>leash console</code> printed.</p>
-<form id="login"><label for="token">Token</label> <input id="token" name="token" type="password" autocomplete="off" required> <button type="submit">Open</button></form>
-</section>
-<section id="page-subjects" hidden aria-labelledby="h-subjects"><h2 id="h-subjects">Subjects</h2><div id="subjects"></div></section>
-<section id="page-decisions" hidden aria-labelledby="h-decisions">
-<h2 id="h-decisions">Decisions</h2>
-<form id="filters" aria-label="Filter decisions">
-<label for="f-uid">Subject UID</label> <input id="f-uid" name="uid" inputmode="numeric" size="7">
-<label for="f-surface">Surface</label> <select id="f-surface" name="surface"><option value="">any</option><option>network</option><option>filesystem</option><option>commands</option><option>tools</option></select>
-<label for="f-action">Action</label> <select id="f-action" name="action"><option value="">any</option><option>allow</option><option>block</option><option>ask</option></select>
-<label for="f-reason">Reason</label> <input id="f-reason" name="reason" size="18">
-<button type="submit">Apply filters</button>
-</form>
-<p id="counter" role="status" aria-live="polite"></p>
-<div id="detail" role="region" aria-labelledby="h-detail" hidden><h3 id="h-detail">Decision <span id="detail-ref"></span></h3><pre id="detail-json"></pre><a href="#decisions" id="detail-close">Close detail</a></div>
-<table id="decisions"><caption>Latest decisions, newest first</caption>
-<thead><tr><th scope="col">Time</th><th scope="col">Subject</th><th scope="col">Surface</th><th scope="col">Action</th><th scope="col">Reason</th><th scope="col">What</th><th scope="col">Ref</th></tr></thead>
-<tbody id="decisions-body"></tbody></table>
-</section>
-<section id="page-approvals" hidden aria-labelledby="h-approvals">
-<h2 id="h-approvals">Approvals</h2>
-<p id="approvals-result" role="status" aria-live="assertive"></p>
-<p id="approvals-empty">No request is waiting.</p>
-<ul id="approvals-list"></ul>
-</section>
-<section id="page-profiles" hidden aria-labelledby="h-profiles"><h2 id="h-profiles">Profiles</h2><p>Read-only. A finding is what binding the profile to an agent would have to acknowledge.</p><div id="profiles"></div></section>
-<section id="page-charts" hidden aria-labelledby="h-charts"><h2 id="h-charts">Decisions per surface and action</h2><div id="charts"></div></section>
-</main>
-<noscript>The console needs JavaScript (its own script, from this console only).</noscript>
-</body>
-</html>
-`;
-
-export const PAGE_CSS = `
-:root { color-scheme: light dark; --fg: #111; --bg: #fff; --mut: #555; --line: #ccc; --block: #b00020; --allow: #1b6e20; --ask: #8a5a00; }
-@media (prefers-color-scheme: dark) { :root { --fg: #eee; --bg: #121212; --mut: #aaa; --line: #444; --block: #ff6b81; --allow: #7bd88f; --ask: #f0c060; } }
-body { font: 15px/1.4 system-ui, sans-serif; color: var(--fg); background: var(--bg); margin: 0 1rem 2rem; }
-.skip { position: absolute; left: -999px; } .skip:focus { left: 1rem; top: .5rem; background: var(--bg); padding: .25rem; }
-header { border-bottom: 1px solid var(--line); }
-nav ul { list-style: none; display: flex; flex-wrap: wrap; gap: 1rem; padding: 0; }
-nav a[aria-current="page"] { font-weight: bold; text-decoration: underline 3px; }
-a, button, input, select { font: inherit; }
-:focus-visible { outline: 3px solid #2a6df4; outline-offset: 2px; }
-button { padding: .25rem .6rem; margin: .15rem; cursor: pointer; }
-table { border-collapse: collapse; width: 100%; }
-th, td { text-align: left; border-bottom: 1px solid var(--line); padding: .2rem .4rem; vertical-align: top; }
-caption { text-align: left; color: var(--mut); }
-.block { color: var(--block); font-weight: bold; } .allow { color: var(--allow); } .ask { color: var(--ask); font-weight: bold; }
-.sampled { color: var(--block); font-weight: bold; }
-.card { border: 1px solid var(--line); border-radius: 6px; padding: .5rem .8rem; margin: .6rem 0; }
-.mut { color: var(--mut); }
-pre { white-space: pre-wrap; word-break: break-all; background: rgba(127,127,127,.12); padding: .5rem; }
-form label { margin-left: .4rem; }
-.entries { font-family: ui-monospace, monospace; font-size: 13px; }
-svg { display: block; max-width: 100%; }
-`;
 
 export const PAGE_JS = String.raw`'use strict';
 (function () {
   var $ = function (id) { return document.getElementById(id); };
-  var PAGES = ['subjects', 'decisions', 'approvals', 'profiles', 'charts'];
+  var PAGES = ['charts', 'decisions', 'approvals', 'subjects', 'profiles'];
   var accounts = {};
   var pending = [];
   var streamCtl = null;
-  var shown = 0;
+  var current = '';
 
   function el(tag, attrs, text) {
     var e = document.createElement(tag);
@@ -121,9 +40,13 @@ export const PAGE_JS = String.raw`'use strict';
   }
   function showLogin(why) {
     $('login-why').textContent = why;
+    setPill('svc-state', 'warn', 'Signed out');
+    $('svc-subjects').hidden = true;
+    setPill('stream-status', 'warn', 'Not connected');
     show('login');
   }
   function show(name) {
+    current = name;
     ['login'].concat(PAGES).forEach(function (p) { $('page-' + p).hidden = p !== name; });
     PAGES.forEach(function (p) {
       if (p === name) $('nav-' + p).setAttribute('aria-current', 'page');
@@ -134,51 +57,82 @@ export const PAGE_JS = String.raw`'use strict';
     var h = location.hash.replace(/^#/, '');
     if (h.indexOf('token=') === 0) {
       sessionStorage.setItem('leash-console-token', decodeURIComponent(h.slice(6)));
-      history.replaceState(null, '', '#subjects');
-      h = 'subjects';
+      history.replaceState(null, '', '#charts');
+      h = 'charts';
       startStream();
+      loadState();
     }
+    if (!token()) { showLogin('This console needs the token leash console printed.'); return; }
     var parts = h.split('/');
-    var name = PAGES.indexOf(parts[0]) >= 0 ? parts[0] : 'subjects';
+    var name = PAGES.indexOf(parts[0]) >= 0 ? parts[0] : 'charts';
     show(name);
     if (name === 'subjects') loadSubjects();
     if (name === 'profiles') loadProfiles();
     if (name === 'approvals') loadApprovals();
     if (name === 'charts') loadCharts();
     if (name === 'decisions') {
-      if (parts[1]) loadDetail(parts[1]); else $('detail').hidden = true;
+      if (parts[1]) loadDetail(parts[1]); else closeDetail();
     }
+  }
+  function plural(n, one, many) { return n + ' ' + (n === 1 ? one : many); }
+  function who(uid) { return (accounts[uid] || 'uid') + ' (' + uid + ')'; }
+  function clock(ts) { var d = new Date(ts); return isNaN(d) ? String(ts || '') : d.toLocaleTimeString([], { hour12: false }); }
+
+  // ---- the header: service state and subjects' health, read from the metrics through /api/subjects
+  function setPill(id, cls, text) { var p = $(id); p.className = 'pill ' + cls; p.textContent = text; p.hidden = false; }
+  function loadState() {
+    if (!token()) return Promise.resolve(null);
+    return api('/api/subjects').then(function (d) {
+      var sel = $('f-uid');
+      (d.subjects || []).forEach(function (s) {
+        accounts[s.uid] = s.account;
+        if (!sel.querySelector('option[value="' + s.uid + '"]')) sel.appendChild(el('option', { value: String(s.uid) }, s.account + ' (' + s.uid + ')'));
+      });
+      if (!d.service) { setPill('svc-state', 'warn', 'Service: metrics not answering'); $('svc-subjects').hidden = true; return d; }
+      setPill('svc-state', 'ok', 'Service running');
+      var st = d.service.subjects || {};
+      var active = st.active || 0, failed = st.failed || 0, orphaned = st.orphaned || 0;
+      var text = plural(active, 'subject', 'subjects') + ' active';
+      if (failed) text += ', ' + failed + ' held fail-closed';
+      if (orphaned) text += ', ' + orphaned + ' orphaned';
+      setPill('svc-subjects', failed ? 'bad' : orphaned ? 'warn' : 'ok', text);
+      return d;
+    }).catch(function () { return null; });
   }
 
   // ---- subjects
-  function listCell(v) {
-    var td = el('td');
-    if (v.value === null || v.value === undefined) { td.textContent = '-'; return td; }
-    if (Array.isArray(v.value)) {
-      td.appendChild(el('span', null, v.value.length + ' entr' + (v.value.length === 1 ? 'y' : 'ies') + ' '));
+  function listCell(v, key) {
+    var td = el('td', { 'class': key === 'mode' ? 'nowrap' : null });
+    if (v.value === null || v.value === undefined) td.appendChild(el('span', { 'class': 'mut' }, 'none'));
+    else if (Array.isArray(v.value)) {
+      td.appendChild(el('span', { 'class': 'nowrap' }, plural(v.value.length, 'entry', 'entries')));
       if (v.value.length) td.appendChild(el('div', { 'class': 'entries' }, v.value.join(', ')));
-    } else td.appendChild(el('span', null, String(v.value) + ' '));
-    td.appendChild(el('div', { 'class': 'mut' }, 'from ' + v.from));
+    } else td.appendChild(el('span', null, String(v.value)));
+    var from = el('div', { 'class': 'nowrap' });
+    from.appendChild(el('span', { 'class': 'tag' }, v.from));
+    td.appendChild(from);
     return td;
   }
   function loadSubjects() {
-    api('/api/subjects').then(function (d) {
+    loadState().then(function (d) {
+      if (!d) return;
       var box = $('subjects');
       box.textContent = '';
-      if (d.service) box.appendChild(el('p', null, 'Service running: subjects ' + JSON.stringify(d.service.subjects)));
-      else box.appendChild(el('p', { 'class': 'mut' }, 'The service metrics socket did not answer.'));
       (d.subjects || []).forEach(function (s) {
-        accounts[s.uid] = s.account;
         var c = el('article', { 'class': 'card', 'aria-label': 'subject ' + s.account });
-        c.appendChild(el('h3', null, s.account + ' (uid ' + s.uid + ', ' + s.kind + ')'));
-        var b = s.bindings.length ? s.bindings.map(function (x) { return x.scope + ' = ' + x.profile + (x.acks.length ? ' (acks: ' + x.acks.join(', ') + ')' : ''); }).join('; ') : 'none';
+        var head = el('div', { 'class': 'head' });
+        head.appendChild(el('h3', null, s.account));
+        head.appendChild(el('span', { 'class': 'mut' }, 'uid ' + s.uid + ' · ' + s.kind));
+        head.appendChild(el('span', { 'class': s.failure ? 'tag bad' : 'tag ok' }, s.failure ? 'held fail-closed' : 'enforced'));
+        c.appendChild(head);
+        var b = s.bindings.length ? s.bindings.map(function (x) { return x.scope + ' = ' + x.profile + (x.acks.length ? ' (acknowledged: ' + x.acks.join(', ') + ')' : ''); }).join('; ') : 'none';
         c.appendChild(el('p', null, 'Bindings: ' + b));
         if (s.failure) {
-          c.appendChild(el('p', { 'class': 'block' }, 'Held fail-closed: ' + s.failure.code + ': ' + s.failure.message));
+          c.appendChild(el('p', { 'class': 'tag bad' }, s.failure.code + ': ' + s.failure.message));
         } else {
-          c.appendChild(el('p', null, 'Layers: ' + s.layers.join(' + ') + '; fail_mode ' + s.fail_mode));
+          c.appendChild(el('p', { 'class': 'mut' }, 'Layers ' + s.layers.join(' + ') + ' · fail_mode ' + s.fail_mode));
           var t = el('table');
-          t.appendChild(el('caption', null, 'Resolved policy of ' + s.account));
+          t.appendChild(el('caption', null, 'Resolved policy of ' + s.account + ' (each list tagged with the layer it came from)'));
           var hr = el('tr');
           ['Surface', 'Enforcer', 'Mode', 'Allow', 'Deny', 'Ask'].forEach(function (h) { hr.appendChild(el('th', { scope: 'col' }, h)); });
           t.appendChild(el('thead')).appendChild(hr);
@@ -187,8 +141,10 @@ export const PAGE_JS = String.raw`'use strict';
             var v = s.surfaces[sf];
             var tr = el('tr');
             tr.appendChild(el('th', { scope: 'row' }, sf));
-            tr.appendChild(el('td', { 'class': v.enforced ? 'allow' : 'block' }, v.enforced ? 'on' : 'off (not enforced)'));
-            tr.appendChild(listCell(v.mode));
+            var en = el('td');
+            en.appendChild(el('span', { 'class': v.enforced ? 'tag ok' : 'tag bad' }, v.enforced ? 'on' : 'off'));
+            tr.appendChild(en);
+            tr.appendChild(listCell(v.mode, 'mode'));
             tr.appendChild(listCell(v.allow));
             tr.appendChild(listCell(v.deny));
             tr.appendChild(listCell(v.ask));
@@ -198,65 +154,100 @@ export const PAGE_JS = String.raw`'use strict';
         }
         box.appendChild(c);
       });
-      if (!(d.subjects || []).length) box.appendChild(el('p', null, 'No subject: no configured user and no leash-* account.'));
-    }).catch(function () {});
+      if (!(d.subjects || []).length) box.appendChild(el('p', { 'class': 'empty' }, 'No subject: no configured user and no leash-* account.'));
+    });
   }
 
   // ---- decisions
   function what(d) {
     var s = d.subject || {};
-    if (d.surface === 'network') return (s.domain || s.ip || '?') + ':' + s.port + (s.domain && s.ip ? ' (' + s.ip + ')' : '');
+    if (typeof s === 'string') return s;
+    if (d.reason === 'allow_summary') return plural(s.allowed, 'allow', 'allows') + ' since ' + clock(s.since) + (s.written ? ' (' + s.written + ' shown whole)' : '');
+    if (s.dns) return 'dns ' + s.dns + (s.qtype ? ' ' + s.qtype : '');
+    if (d.surface === 'network') return (s.domain || s.host || s.ip || '?') + (s.port !== undefined ? ':' + s.port : '') + (s.domain && s.ip ? ' (' + s.ip + ')' : '');
     if (d.surface === 'filesystem') return s.path || '';
     if (d.surface === 'commands') return s.binary || s.path || '';
     if (d.surface === 'tools') return s.name || s.method || '';
-    return JSON.stringify(s);
+    return Object.keys(s).map(function (k) { return k + ' ' + s[k]; }).join(', ');
   }
   function row(d) {
-    var tr = el('tr', { 'data-ref': d.ref });
-    tr.appendChild(el('td', null, (d.ts || '').replace('T', ' ').replace('Z', '')));
-    tr.appendChild(el('td', null, (accounts[d.uid] ? accounts[d.uid] + ' ' : '') + '(' + d.uid + ')'));
+    var tr = el('tr', { 'data-ref': d.ref, 'class': 'row' });
+    tr.appendChild(el('td', { 'class': 'when', title: d.ts }, clock(d.ts)));
+    var a = el('td');
+    a.appendChild(el('span', { 'class': 'act ' + d.action }, d.action === 'would_block' ? 'would block' : d.action));
+    tr.appendChild(a);
+    tr.appendChild(el('td', { 'class': 'nowrap' }, who(d.uid)));
     tr.appendChild(el('td', null, d.surface));
-    tr.appendChild(el('td', { 'class': d.action }, d.action));
-    tr.appendChild(el('td', null, d.reason));
-    tr.appendChild(el('td', null, what(d)));
+    tr.appendChild(el('td', { 'class': 'what' }, what(d)));
+    tr.appendChild(el('td', { 'class': 'nowrap' }, d.reason));
     var td = el('td');
     td.appendChild(el('a', { href: '#decisions/' + d.ref, 'aria-label': 'detail of decision ' + d.ref }, d.ref));
     tr.appendChild(td);
+    tr.addEventListener('click', function (e) { if (e.target.tagName !== 'A') location.hash = '#decisions/' + d.ref; });
     return tr;
   }
   function addDecision(d, top) {
     var body = $('decisions-body');
     if (top) body.insertBefore(row(d), body.firstChild); else body.appendChild(row(d));
     while (body.children.length > 500) body.removeChild(body.lastChild);
+    $('decisions-empty').hidden = body.children.length > 0;
   }
   function filterQuery() {
     var q = new URLSearchParams();
     ['uid', 'surface', 'action', 'reason'].forEach(function (k) { var v = $('f-' + k).value.trim(); if (v) q.set(k, v); });
     return q.toString();
   }
+  var CAPTIONS = { 'block,ask,would_block': 'Latest blocks and asks', block: 'Latest blocks', ask: 'Latest asks', allow: 'Latest allows', '': 'Latest decisions' };
   function loadDecisions() {
+    $('decisions-caption').textContent = (CAPTIONS[$('f-action').value] || 'Latest decisions') + ', newest first';
     return api('/api/decisions?' + filterQuery() + '&limit=200').then(function (d) {
       $('decisions-body').textContent = '';
-      if (d.source === null) $('counter').textContent = 'The decision log goes to stdout: nothing to follow.';
+      if (d.source === null) $('counter').textContent = 'The decision log goes to stdout (the journal): nothing to follow here.';
       (d.lines || []).slice().reverse().forEach(function (x) { addDecision(x, false); });
+      $('decisions-empty').hidden = (d.lines || []).length > 0;
     });
+  }
+  function field(dl, k, v) { dl.appendChild(el('dt', null, k)); dl.appendChild(el('dd', null, v)); }
+  function flat(v) {
+    if (v === null || v === undefined) return 'none';
+    if (typeof v !== 'object') return String(v);
+    if (Array.isArray(v)) return v.map(flat).join(', ');
+    return Object.keys(v).map(function (k) { return k + ': ' + flat(v[k]); }).join('; ');
   }
   function loadDetail(ref) {
     api('/api/decisions/' + encodeURIComponent(ref)).then(function (d) {
-      $('detail').hidden = false;
+      var dl = $('detail-fields');
+      dl.textContent = '';
       $('detail-ref').textContent = ref;
-      $('detail-json').textContent = d.line ? JSON.stringify(d.line, null, 2) : (d.error ? d.error.code + ': ' + d.error.message : '');
+      if (d.line) {
+        var l = d.line;
+        field(dl, 'Time', new Date(l.ts).toLocaleString([], { hour12: false }));
+        field(dl, 'Action', l.action);
+        field(dl, 'Subject', who(l.uid));
+        field(dl, 'Surface', l.surface);
+        field(dl, 'What', what(l));
+        field(dl, 'Reason', l.reason);
+        field(dl, 'Rule', l.rule === null || l.rule === undefined ? 'none (the mode decided)' : l.rule);
+        if (l.subject && typeof l.subject === 'object') Object.keys(l.subject).forEach(function (k) { field(dl, 'subject.' + k, flat(l.subject[k])); });
+        if (l.approval) field(dl, 'Approval', flat(l.approval));
+        if (l.findings) field(dl, 'Findings', flat(l.findings));
+        if (l.severity) field(dl, 'Severity', l.severity);
+      } else if (d.error) field(dl, 'Not found', d.error.code + ': ' + d.error.message);
+      $('detail').hidden = false;
+      $('split').className = 'split open';
+      Array.prototype.forEach.call($('decisions-body').children, function (tr) { tr.classList.toggle('sel', tr.getAttribute('data-ref') === ref); });
       $('detail-close').focus();
     }).catch(function () {});
   }
+  function closeDetail() { $('detail').hidden = true; $('split').className = 'split'; }
   function setCounter(st) {
     var c = $('counter');
     if (st.mode === 'sampled') {
-      c.className = 'sampled';
+      c.className = 'counter sampled';
       c.textContent = 'Sampled: this browser fell behind; ' + st.dropped + ' decisions not shown so far (one in every 250 ms is shown).';
     } else {
-      c.className = '';
-      c.textContent = 'Live' + (st.dropped ? ' again; ' + st.dropped + ' decisions were not shown while sampled.' : '.');
+      c.className = 'counter';
+      c.textContent = st.dropped ? st.dropped + ' decisions were not shown while sampled.' : '';
     }
     c.setAttribute('data-mode', st.mode);
     c.setAttribute('data-dropped', String(st.dropped));
@@ -264,10 +255,11 @@ export const PAGE_JS = String.raw`'use strict';
   function onEvent(name, data) {
     var v;
     try { v = JSON.parse(data); } catch (e) { return; }
-    if (name === 'decision') { shown++; addDecision(v, true); }
+    if (name === 'decision') addDecision(v, true);
     else if (name === 'status') setCounter(v);
     else if (name === 'approval') onApproval(v);
-    else if (name === 'approvals-lost') $('stream-status').textContent = 'Live; the approvals socket is not reachable.';
+    else if (name === 'approvals-lost') setPill('stream-status', 'warn', 'Live, approvals unreachable');
+    else if (name === 'approvals-ok') setPill('stream-status', 'ok', 'Live');
   }
   function startStream() {
     if (!token()) return;
@@ -278,7 +270,7 @@ export const PAGE_JS = String.raw`'use strict';
     fetch('/api/events?' + filterQuery(), { headers: headers(), signal: ctl.signal }).then(function (r) {
       if (r.status === 401) { showLogin('The console refused the token (401).'); return; }
       if (!r.ok || !r.body) throw new Error('stream ' + r.status);
-      $('stream-status').textContent = 'Live.';
+      setPill('stream-status', 'ok', 'Live');
       var reader = r.body.getReader();
       var dec = new TextDecoder();
       var buf = '';
@@ -303,34 +295,42 @@ export const PAGE_JS = String.raw`'use strict';
       return pump();
     }).catch(function () {
       if (ctl.signal.aborted) return;
-      $('stream-status').textContent = 'Disconnected; retrying…';
+      setPill('stream-status', 'bad', 'Disconnected, retrying');
       setTimeout(function () { if (streamCtl === ctl) startStream(); }, 1000);
     });
   }
 
   // ---- approvals
+  function left(deadline) {
+    var s = Math.round((Date.parse(deadline) - Date.now()) / 1000);
+    return s > 0 ? 'in ' + (s >= 90 ? Math.round(s / 60) + ' min' : s + ' s') : 'now';
+  }
   function renderApprovals() {
     var ul = $('approvals-list');
     ul.textContent = '';
-    $('approvals-count').textContent = String(pending.length);
+    var badge = $('approvals-count');
+    badge.textContent = String(pending.length);
+    badge.className = pending.length ? 'badge hot' : 'badge';
     $('approvals-empty').hidden = pending.length > 0;
     pending.forEach(function (r) {
-      var li = el('li', { 'class': 'card', 'data-id': r.id });
-      var who = (r.account || 'uid ' + r.uid) + ' (uid ' + r.uid + ')';
-      li.appendChild(el('h3', { id: 'req-' + r.id }, who + ' asks: ' + r.surface + ' ' + what({ surface: r.surface, subject: r.what })));
-      var dl = el('dl');
-      function item(k, v) { dl.appendChild(el('dt', null, k)); dl.appendChild(el('dd', null, v)); }
-      item('Request', r.id);
-      item('Asked by entry', r.rule === null ? '(none)' : r.rule);
-      item('Details', JSON.stringify(r.what));
-      if (r.cmdline && r.cmdline.length) item('Process', (r.pid || '?') + ': ' + r.cmdline.join(' '));
-      item('Blocked unless decided by', r.deadline);
-      item('Persist', r.persist === null ? 'not possible for this request'
-        : 'writes the allow entry ' + JSON.stringify(r.persist) + ' into ' + (r.account || 'the agent') + "'s profile and records the consent finding " + r.surface + '.allow:' + r.persist + ' as acknowledged on binding agent:' + (r.account || r.uid));
+      var li = el('li', { 'class': 'card req', 'data-id': r.id });
+      var head = el('div', { 'class': 'head' });
+      head.appendChild(el('span', { 'class': 'act ask' }, r.surface));
+      head.appendChild(el('h3', { id: 'req-' + r.id }, what({ surface: r.surface, subject: r.what })));
+      li.appendChild(head);
+      li.appendChild(el('p', null, (r.account || 'uid ' + r.uid) + ' (uid ' + r.uid + ') asks to reach it.'));
+      var dl = el('dl', { 'class': 'kv' });
+      field(dl, 'Blocked unless decided', left(r.deadline) + ' (' + clock(r.deadline) + ')');
+      field(dl, 'Asked by entry', r.rule === null ? 'none' : r.rule);
+      if (r.cmdline && r.cmdline.length) field(dl, 'Process', (r.pid || '?') + ': ' + r.cmdline.join(' '));
+      if (r.what && typeof r.what === 'object') Object.keys(r.what).forEach(function (k) { field(dl, k, flat(r.what[k])); });
+      field(dl, 'Request', r.id);
+      field(dl, 'Allow for good', r.persist === null ? 'not possible for this request'
+        : 'adds ' + r.persist + ' to the allow list of ' + (r.account || 'the agent') + "'s profile, acknowledging the consent finding " + r.surface + '.allow:' + r.persist + ' on binding agent:' + (r.account || r.uid));
       li.appendChild(dl);
-      var g = el('div', { role: 'group', 'aria-labelledby': 'req-' + r.id });
-      [['once', 'Allow once'], ['session', 'Allow for the session'], ['persist', 'Allow for good (persist)'], ['deny', 'Deny']].forEach(function (b) {
-        var btn = el('button', { type: 'button', 'data-decision': b[0] }, b[1]);
+      var g = el('div', { role: 'group', 'aria-labelledby': 'req-' + r.id, 'class': 'actions' });
+      [['once', 'Allow once', 'primary'], ['session', 'Allow for the session', ''], ['persist', 'Allow for good (persist)', ''], ['deny', 'Deny', 'danger']].forEach(function (b) {
+        var btn = el('button', { type: 'button', 'data-decision': b[0], 'class': b[2] || null }, b[1]);
         if (b[0] === 'persist' && r.persist === null) btn.disabled = true;
         btn.addEventListener('click', function () { decide(r.id, b[0]); });
         g.appendChild(btn);
@@ -368,11 +368,14 @@ export const PAGE_JS = String.raw`'use strict';
     api('/api/profiles').then(function (d) {
       var box = $('profiles');
       box.textContent = '';
-      if (!d.profiles.length) box.appendChild(el('p', null, 'No profile.'));
+      if (!d.profiles.length) box.appendChild(el('p', { 'class': 'empty' }, 'No profile yet.'));
       d.profiles.forEach(function (p) {
         var c = el('article', { 'class': 'card', 'aria-label': 'profile ' + p.name, 'data-profile': p.name });
-        c.appendChild(el('h3', null, p.name + (p.status === 'ok' ? '' : ' (' + p.status + ')')));
-        c.appendChild(el('p', null, 'Bound at: ' + (p.boundAt.length ? p.boundAt.map(function (b) { return b.scope + (b.acks.length ? ' (acks: ' + b.acks.join(', ') + ')' : ''); }).join('; ') : 'nowhere')));
+        var head = el('div', { 'class': 'head' });
+        head.appendChild(el('h3', null, p.name));
+        head.appendChild(el('span', { 'class': p.status === 'ok' ? 'tag ok' : 'tag bad' }, p.status));
+        c.appendChild(head);
+        c.appendChild(el('p', null, 'Bound at: ' + (p.boundAt.length ? p.boundAt.map(function (b) { return b.scope + (b.acks.length ? ' (acknowledged: ' + b.acks.join(', ') + ')' : ''); }).join('; ') : 'nowhere')));
         if (p.findings) {
           c.appendChild(el('h4', null, 'Loosening findings a bind raises (' + p.findings.length + ')'));
           var ul = el('ul');
@@ -380,70 +383,62 @@ export const PAGE_JS = String.raw`'use strict';
           if (!p.findings.length) ul.appendChild(el('li', null, 'none: it loosens nothing'));
           c.appendChild(ul);
           c.appendChild(el('pre', { 'aria-label': 'text of profile ' + p.name }, p.text));
-        } else if (p.message) c.appendChild(el('p', { 'class': 'block' }, p.message));
+        } else if (p.message) c.appendChild(el('p', { 'class': 'tag bad' }, p.message));
         box.appendChild(c);
       });
     }).catch(function () {});
   }
 
-  // ---- charts
-  var NS = 'http://www.w3.org/2000/svg';
-  function svg(tag, attrs) { var e = document.createElementNS(NS, tag); for (var k in attrs) e.setAttribute(k, String(attrs[k])); return e; }
-  var COLORS = { allow: '#2e7d32', block: '#c62828', ask: '#ef9f00' };
+  // ---- activity (./charts.ts draws)
   function loadCharts() {
-    api('/api/charts').then(function (d) {
-      var box = $('charts');
-      box.textContent = '';
-      var surfaces = ['network', 'filesystem', 'commands', 'tools'];
-      var actions = ['allow', 'block', 'ask'];
-      var totals = el('table');
-      totals.appendChild(el('caption', null, 'Totals over the last ' + Math.round(d.buckets.length * d.bucketMs / 60000) + ' minutes kept (' + d.bucketMs / 1000 + ' s buckets)'));
-      var hr = el('tr'); hr.appendChild(el('th', { scope: 'col' }, 'Surface'));
-      actions.forEach(function (a) { hr.appendChild(el('th', { scope: 'col' }, a)); });
-      totals.appendChild(el('thead')).appendChild(hr);
-      var tb = totals.appendChild(el('tbody'));
-      surfaces.forEach(function (s) {
-        var tr = el('tr'); tr.appendChild(el('th', { scope: 'row' }, s));
-        actions.forEach(function (a) {
-          var n = 0; d.buckets.forEach(function (b) { n += b.counts[s + '/' + a] || 0; });
-          tr.appendChild(el('td', { 'data-key': s + '/' + a }, n));
-        });
-        tb.appendChild(tr);
-        var max = 1;
-        d.buckets.forEach(function (b) { var t = 0; actions.forEach(function (a) { t += b.counts[s + '/' + a] || 0; }); max = Math.max(max, t); });
-        var W = 720, H = 80, bw = Math.max(2, Math.floor(W / Math.max(1, d.buckets.length)));
-        var g = svg('svg', { width: W, height: H + 14, role: 'img', 'aria-label': s + ': decisions per ' + d.bucketMs / 1000 + ' s, stacked allow, block, ask' });
-        d.buckets.forEach(function (b, i) {
-          var y = H;
-          actions.forEach(function (a) {
-            var n = b.counts[s + '/' + a] || 0; if (!n) return;
-            var h = Math.max(1, Math.round(n / max * H)); y -= h;
-            var r = svg('rect', { x: i * bw, y: y, width: bw - 1, height: h, fill: COLORS[a] });
-            r.appendChild(svg('title', {})).textContent = a + ' ' + n;
-            g.appendChild(r);
-          });
-        });
-        var t = svg('text', { x: 0, y: H + 12, fill: 'currentColor', 'font-size': 11 }); t.textContent = s + ' (peak ' + max + ' per bucket)';
-        g.appendChild(t);
-        box.appendChild(g);
-      });
-      box.insertBefore(totals, box.firstChild);
-    }).catch(function () {});
+    api('/api/charts').then(function (d) { window.LeashCharts.render($('tiles'), $('charts'), d, pending.length); }).catch(function () {});
+  }
+
+  // ---- keyboard
+  function moveRow(step) {
+    var rows = Array.prototype.slice.call($('decisions-body').children);
+    if (!rows.length) return;
+    var i = rows.findIndex(function (r) { return r.classList.contains('sel'); });
+    i = Math.max(0, Math.min(rows.length - 1, i < 0 ? 0 : i + step));
+    rows.forEach(function (r, j) { r.classList.toggle('sel', j === i); });
+    rows[i].querySelector('a').focus();
+  }
+  function onKey(e) {
+    if (e.altKey || e.ctrlKey || e.metaKey) return;
+    var t = e.target.tagName;
+    if (t === 'INPUT' || t === 'SELECT' || t === 'TEXTAREA') return;
+    if (e.key === 'Escape' && current === 'decisions' && !$('detail').hidden) { location.hash = '#decisions'; e.preventDefault(); return; }
+    var n = Number(e.key);
+    if (n >= 1 && n <= PAGES.length) { location.hash = '#' + PAGES[n - 1]; e.preventDefault(); return; }
+    if (current !== 'decisions') return;
+    if (e.key === 'j') { moveRow(1); e.preventDefault(); }
+    if (e.key === 'k') { moveRow(-1); e.preventDefault(); }
   }
 
   document.addEventListener('DOMContentLoaded', function () {
     $('login').addEventListener('submit', function (e) {
       e.preventDefault();
       sessionStorage.setItem('leash-console-token', $('token').value.trim());
-      location.hash = '#subjects';
+      location.hash = '#charts';
       startStream();
+      loadState();
       route();
     });
     $('filters').addEventListener('submit', function (e) { e.preventDefault(); startStream(); });
+    Array.prototype.forEach.call($('f-actions').querySelectorAll('button'), function (b) {
+      b.addEventListener('click', function () {
+        Array.prototype.forEach.call($('f-actions').querySelectorAll('button'), function (x) { x.setAttribute('aria-pressed', String(x === b)); });
+        $('f-action').value = b.getAttribute('data-action');
+        startStream();
+      });
+    });
+    $('f-uid').addEventListener('change', startStream);
+    $('f-surface').addEventListener('change', startStream);
+    document.addEventListener('keydown', onKey);
     window.addEventListener('hashchange', route);
-    setInterval(function () { if (!$('page-charts').hidden) loadCharts(); }, 5000);
-    var h = location.hash;
-    if (h.indexOf('#token=') !== 0) startStream();
+    setInterval(function () { if (current === 'charts') loadCharts(); }, 5000);
+    setInterval(function () { loadState(); if (current === 'approvals') renderApprovals(); }, 10000);
+    if (location.hash.indexOf('#token=') !== 0) { startStream(); loadState(); }
     route();
     if (token()) loadApprovals();
   });

@@ -1,7 +1,7 @@
 /**
  * The web console (docs/console.md): Node's own http module (a handful of routes, no framework to
  * keep patched), on a unix socket and optionally one TCP address (loopback, or any with TLS).
- *   GET  /  /console.js  /console.css       the page (no data in it; served without the token)
+ *   GET  /  /console.js /charts.js /console.css /favicon.svg   the page (no data in it; served without the token)
  *   GET  /api/subjects | /api/profiles       ./views.ts, read from disk per request
  *   GET  /api/approvals                      pending requests (the approvals socket's `list`)
  *   POST /api/approvals/ID  {"decision":…}   once | session | persist | deny
@@ -25,7 +25,10 @@ import { authorise, checkRequest, hostsFor, newToken, type AccessRules, type Ref
 import type { ApprovalsPort } from './approvals.js';
 import { followDecisions, REF, type FollowedLine, type Follower } from './follow.js';
 import { createHub, matches, type Hub, type StreamFilter } from './hub.js';
-import { PAGE_CSS, PAGE_HTML, PAGE_JS } from './page.js';
+import { CHARTS_JS } from './charts.js';
+import { PAGE_JS } from './page.js';
+import { PAGE_HTML } from './shell.js';
+import { FAVICON_SVG, PAGE_CSS } from './style.js';
 import { profilesView, subjectsView, type ViewContext } from './views.js';
 
 export interface ConsoleOptions extends ViewContext {
@@ -86,7 +89,9 @@ export function filterOf(q: URLSearchParams): StreamFilter | Refusal {
   for (const k of ['surface', 'action', 'reason'] as const) {
     const v = q.get(k);
     if (v) {
-      if (!/^[a-z_]{1,40}$/.test(v)) return { status: 400, code: 'console_bad_request', message: `${k} is malformed` };
+      // action may be a list (block,ask): the Decisions page opens on blocks and asks.
+      const ok = k === 'action' ? /^[a-z_]{1,20}(,[a-z_]{1,20}){0,4}$/ : /^[a-z_]{1,40}$/;
+      if (!ok.test(v)) return { status: 400, code: 'console_bad_request', message: `${k} is malformed` };
       f[k] = v;
     }
   }
@@ -206,6 +211,8 @@ function handler(c: Ctx, rules: AccessRules, onSocket: boolean): http.RequestLis
       if (p === '/' || p === '/index.html') return send(res, 200, 'text/html; charset=utf-8', PAGE_HTML);
       if (p === '/console.js') return send(res, 200, 'text/javascript; charset=utf-8', PAGE_JS);
       if (p === '/console.css') return send(res, 200, 'text/css; charset=utf-8', PAGE_CSS);
+      if (p === '/charts.js') return send(res, 200, 'text/javascript; charset=utf-8', CHARTS_JS);
+      if (p === '/favicon.svg' || p === '/favicon.ico') return send(res, 200, 'image/svg+xml', FAVICON_SVG);
       return refuse(res, { status: 404, code: 'console_not_found', message: `no such page ${p}` });
     }
     const who = authorise(req, { ...rules, hosts: null }, onSocket);
@@ -245,7 +252,11 @@ function relayApprovals(c: Ctx): () => void {
           },
         )
         .then(
-          (u) => void (unsubscribe = u),
+          (u) => {
+            unsubscribe = u;
+            // The page says the approvals socket is back (after an approvals-lost, its header said otherwise).
+            c.hub.publishAlways('approvals-ok', '{}');
+          },
           (e: Error) => {
             c.hub.publishAlways('approvals-lost', JSON.stringify({ message: e.message }));
           },

@@ -58,14 +58,16 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
   });
   // The watcher sends to the journal the service found (config logging.journal), if any.
   const journal = findJournalSocket(c.logging.journal);
-  const journalArgs =
-    journal === null ? [] : ['--journal', journal, '--journal-allows', String(c.logging.journal_allows)];
+  const journalArgs = [
+    ...(journal === null ? [] : ['--journal', journal, '--journal-allows', String(c.logging.journal_allows)]),
+    ...['--allows', c.logging.allows, '--allow-summary-ms', String(c.logging.allow_summary_seconds * 1000)],
+  ];
   const sup = createFsSupervisor({
     subjects,
     watch: c.filesystem.watch,
     decisions: c.logging.decisions,
     ...(o.wrap ? { wrap: o.wrap } : {}),
-    ...(o.args || journal !== null ? { args: [...(o.args ?? []), ...journalArgs] } : {}),
+    args: [...(o.args ?? []), ...journalArgs],
     onFatal: o.onFatal,
     onRespawn: o.onRespawn,
     ...(o.onStandbyUnavailable ? { onStandbyUnavailable: o.onStandbyUnavailable } : {}),

@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../../src/validate/load.js';
-import { createHub, type StreamSink } from '../../../src/service/console/hub.js';
+import { createHub, matches, type StreamSink } from '../../../src/service/console/hub.js';
 import { followDecisions } from '../../../src/service/console/follow.js';
 import { startConsole, type ConsoleServer } from '../../../src/service/console/server.js';
 import type { ApprovalsPort } from '../../../src/service/console/approvals.js';
@@ -137,6 +137,84 @@ describe('console follower', () => {
     const counts = f.buckets().reduce((n, b) => n + (b.counts['network/block'] ?? 0), 0);
     expect(counts).toBe(6);
     f.close();
+  });
+});
+
+describe('console filters and charts over a summarized log', () => {
+  it.each([
+    ['block,ask', 'block', true],
+    ['block,ask', 'ask', true],
+    ['block,ask', 'allow', false],
+    ['block,ask,would_block', 'would_block', true],
+    ['would_block', 'block', false],
+    ['block', 'block', true],
+  ])('action filter %s lets %s through: %s', (action, got, want) => {
+    expect(matches({ action }, { uid: 1, surface: 'network', action: got, reason: 'r' })).toBe(want);
+  });
+
+  it('counts the allows an allow_summary line stands for, less those written whole', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-l42-console-'));
+    try {
+      const p = path.join(dir, 'd.jsonl');
+      const ts = new Date().toISOString();
+      const line = (o: object) => JSON.stringify({ ts, uid: 1, surface: 'filesystem', rule: null, ...o }) + '\n';
+      fs.writeFileSync(
+        p,
+        line({ ref: 'aaaaaaaa', action: 'allow', reason: 'allow_entry', subject: { path: '/x' } }) +
+          line({
+            ref: 'aaaaaaab',
+            action: 'allow',
+            reason: 'allow_summary',
+            subject: { allowed: 500, written: 1, since: ts },
+          }) +
+          line({ ref: 'aaaaaaac', action: 'block', reason: 'deny_entry', subject: { path: '/y' } }),
+      );
+      const f = followDecisions({ path: p, onLine: () => {}, pollMs: 1_000_000 });
+      const sum = (k: string) => f.buckets().reduce((n, b) => n + (b.counts[k] ?? 0), 0);
+      expect(sum('filesystem/allow')).toBe(500);
+      expect(sum('filesystem/block')).toBe(1);
+      f.close();
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('serves the page, its scripts, its style and a favicon without the token, and an action list as a filter', async () => {
+    const srv = await startConsole({
+      config: () => {
+        throw new Error('not read by these routes');
+      },
+      stateDir: os.tmpdir(),
+      approvals: { list: async () => [], decide: async () => ({}) as never, subscribe: async () => () => {} },
+      decisionsPath: null,
+      socket: null,
+      listen: '127.0.0.1:0',
+      tls: null,
+      isSubject: () => false,
+      operatorUid: () => null,
+    } as never);
+    try {
+      const get = (u: string, auth = false) =>
+        fetch(`http://127.0.0.1:${srv.port}${u}`, auth ? { headers: { authorization: `Bearer ${srv.token}` } } : {});
+      for (const [u, type] of [
+        ['/', 'text/html'],
+        ['/console.js', 'text/javascript'],
+        ['/charts.js', 'text/javascript'],
+        ['/console.css', 'text/css'],
+        ['/favicon.svg', 'image/svg+xml'],
+        ['/favicon.ico', 'image/svg+xml'],
+      ] as const) {
+        const r = await get(u);
+        expect(r.status, u).toBe(200);
+        expect(r.headers.get('content-type'), u).toContain(type);
+      }
+      expect((await get('/api/decisions?action=block,ask', true)).status).toBe(200);
+      const bad = await get('/api/decisions?action=block;ask', true);
+      expect(bad.status).toBe(400);
+      expect(((await bad.json()) as { error: { code: string } }).error.code).toBe('console_bad_request');
+    } finally {
+      await srv.close();
+    }
   });
 });
 
