@@ -164,6 +164,8 @@ export interface Execution {
   state: AppliedState;
   applied: string[];
   denied: string[];
+  /** What this execution could not put in force, each named (a reload's caller is told these, and exits non-zero). */
+  failures: { account: string; uid: number; code: string; message: string }[];
 }
 
 /**
@@ -173,7 +175,7 @@ export interface Execution {
  */
 export async function executePlan(plan: Plan, hooks: PlanHooks): Promise<Execution> {
   const state: AppliedState = { mode: plan.next.mode, subjects: new Map(plan.next.subjects) };
-  const out: Execution = { state, applied: [], denied: [] };
+  const out: Execution = { state, applied: [], denied: [], failures: [] };
   if (!plan.ok) {
     hooks.critical(`reconcile changed nothing: ${plan.message}`, { code: plan.code });
     return out;
@@ -184,6 +186,7 @@ export async function executePlan(plan: Plan, hooks: PlanHooks): Promise<Executi
       code: a.failure.code,
     });
     out.denied.push(a.account);
+    out.failures.push({ account: a.account, uid: a.uid, code: a.failure.code, message: a.failure.message });
     try {
       await hooks.deny(a);
     } catch (e) {
@@ -237,6 +240,7 @@ export async function executePlan(plan: Plan, hooks: PlanHooks): Promise<Executi
           hooks.critical(`${a.account} left discovery and dropping its policy failed: ${(e as Error).message}`, {
             uid: a.uid,
           });
+          out.failures.push({ account: a.account, uid: a.uid, code: 'orphan_failed', message: (e as Error).message });
         }
         break;
     }

@@ -576,14 +576,20 @@ describe('reload after an edit', () => {
     return { bin, calls: () => (fs.existsSync(rec) ? fs.readFileSync(rec, 'utf8').trim().split('\n') : []) };
   }
 
-  it('signals the main PID of a running service with SIGHUP after a change', async () => {
+  it('signals the main PID of a running service with SIGHUP after a change, and fails unless it confirms', async () => {
+    // A systemd that names no main PID and a service that never writes its generation: the change was signalled but
+    // is not known to be in force, so the write exits 3 (reload_unconfirmed), never 0.
     const sc = fakeSystemctl(true);
     const r = await leash(['-c', configFile(POLICY('stdout')), 'net', 'allow', 'pypi.org', '--json'], {
-      env: { LEASH_SYSTEMCTL: sc.bin },
+      env: { LEASH_SYSTEMCTL: sc.bin, LEASH_RELOAD_TIMEOUT_S: '1', LEASH_STATUS_FILE: path.join(tmpDir(), 's.json') },
     });
-    expect(r.code).toBe(0);
-    expect(JSON.parse(r.stdout).service).toEqual({ signalled: true });
-    expect(sc.calls()).toEqual(['is-active --quiet leash.service', 'kill --kill-whom=main --signal=HUP leash.service']);
+    expect(r.code).toBe(3);
+    expect(JSON.parse(r.stdout).error.code).toBe('reload_unconfirmed');
+    expect(sc.calls()).toEqual([
+      'is-active --quiet leash.service',
+      'show -p MainPID --value leash.service',
+      'kill --kill-whom=main --signal=HUP leash.service',
+    ]);
   });
 
   it('does not signal when nothing changed, with --no-reconcile, or when the service is not running', async () => {

@@ -1,0 +1,166 @@
+/**
+ * No window (issue 40), the daemon's side: a policy write and `leash reload` return only once the change is in force,
+ * so the agent's very next operation meets it. The service runs for real inside the lab's agent namespace (its nft
+ * rules are that namespace's own), discovers this test's leash-t4b* accounts from a passwd file of its own, and marks
+ * only a tmpfs this test mounts; the agent's operations run as the leashed account.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LAB, canRunLab, stopChild, useLab, type LabUser, waitForServiceReady } from '../lab/index.js';
+
+const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
+const ROUNDS = 20;
+
+function run(argv: string[], env: NodeJS.ProcessEnv = {}): { code: number; out: string; err: string } {
+  const r = spawnSync(argv[0]!, argv.slice(1), { env: { ...process.env, ...env }, encoding: 'utf8' });
+  return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
+}
+
+describe.skipIf(!canRunLab)('no window: a write or a reload returns once it is in force (root, lab, tmpfs)', () => {
+  const lab = useLab('l40b');
+  let dir = '';
+  let mnt = '';
+  let env: NodeJS.ProcessEnv = {};
+  let agent!: LabUser;
+  let svc: ChildProcess | null = null;
+  let svcErr = '';
+  const cfg = () => path.join(dir, 'leash.yaml');
+
+  /** The CLI as root with the service's own config, state dir, passwd and pid file (it signals that pid). */
+  const leash = (args: string[]) => run([process.execPath, CLI, '-c', cfg(), ...args], env);
+  const readAs = (u: LabUser, file: string) => {
+    const r = run([
+      'ip',
+      'netns',
+      'exec',
+      lab.get().agentNs,
+      'setpriv',
+      `--reuid=${u.uid}`,
+      `--regid=${u.gid}`,
+      '--clear-groups',
+      'timeout',
+      '10',
+      '/bin/cat',
+      file,
+    ]);
+    return r.code === 0 ? 'ok' : /Operation not permitted/.test(r.err) ? 'EPERM' : `fail ${r.code} ${r.err.trim()}`;
+  };
+  const tlsAs = async (u: LabUser, host: string) => {
+    const addr = LAB.hosts.find((h) => h.name === host)!.v4;
+    const [res] = await lab.get().probe(u, [{ kind: 'tls', host: addr, port: 443, servername: host }]);
+    return res!.ok ? 'ok' : (res!.code ?? 'fail');
+  };
+
+  beforeAll(async () => {
+    const l = lab.get();
+    dir = fs.mkdtempSync(path.join(l.dir, 'l40b-'));
+    fs.chmodSync(dir, 0o755);
+    mnt = path.join(dir, 'fs');
+    fs.mkdirSync(mnt);
+    const m = run(['mount', '-t', 'tmpfs', '-o', 'size=8m,mode=0755', 'leash-l40b', mnt]);
+    if (m.code !== 0) throw new Error(m.err);
+    l.defer(`umount ${mnt}`, () => run(['umount', '-l', mnt]));
+    for (let i = 0; i < ROUNDS; i++) {
+      fs.writeFileSync(path.join(mnt, `cli${i}`), 'x\n', { mode: 0o644 });
+      fs.writeFileSync(path.join(mnt, `rl${i}`), 'x\n', { mode: 0o644 });
+    }
+    agent = await l.createUser('leash-t4b1');
+    fs.writeFileSync(
+      path.join(dir, 'passwd'),
+      `root:x:0:0:root:/root:/bin/bash\n${agent.name}:x:${agent.uid}:${agent.gid}::/nonexistent:/usr/sbin/nologin\n`,
+    );
+    fs.writeFileSync(
+      cfg(),
+      `user: null
+fail_mode: closed
+network: { mode: whitelist, allow: [good.lab, evil.lab, other.lab], deny: [], dns_resolvers: [${LAB.dnsV4}] }
+filesystem: { mode: blacklist, allow: [], deny: [] }
+commands: { mode: blacklist, allow: [], deny: [] }
+tools: { mode: whitelist, allow: [read_file], deny: [] }
+logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
+`,
+    );
+    env = {
+      LEASH_STATE_DIR: path.join(dir, 'state'),
+      LEASH_PASSWD: path.join(dir, 'passwd'),
+      LEASH_TOOLS_SOCKET: path.join(dir, 'tools.sock'),
+      LEASH_APPROVALS_SOCKET: path.join(dir, 'approvals.sock'),
+      LEASH_PID_FILE: path.join(dir, 'leash.pid'),
+      LEASH_WATCHER_TIMEOUT_S: '600',
+      LEASH_RELOAD_TIMEOUT_S: '60',
+    };
+    svc = spawn(
+      'ip',
+      ['netns', 'exec', l.agentNs, 'timeout', '-s', 'KILL', '600', process.execPath, CLI, '-c', cfg()],
+      { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    l.defer('stop leash service', () => stopChild(svc!, 10_000));
+    svc.stderr!.setEncoding('utf8').on('data', (d: string) => (svcErr += d));
+    await waitForServiceReady(
+      svc,
+      () => svcErr,
+      () => fs.existsSync(env.LEASH_PID_FILE!),
+    );
+  }, 120_000);
+
+  afterAll(async () => {
+    if (svc && svc.exitCode === null) await stopChild(svc, 10_000);
+  }, 30_000);
+
+  it(`a deny written by the CLI is in force when the CLI returns: ${ROUNDS} of ${ROUNDS} next reads are EPERM`, () => {
+    const seen: string[] = [];
+    for (let i = 0; i < ROUNDS; i++) {
+      const f = path.join(mnt, `cli${i}`);
+      expect(readAs(agent, f)).toBe('ok');
+      const w = leash(['fs', 'deny', f]);
+      expect(w.code, w.err + w.out).toBe(0);
+      seen.push(readAs(agent, f));
+    }
+    expect(
+      seen.filter((s) => s !== 'EPERM'),
+      svcErr.slice(-2000),
+    ).toEqual([]);
+  }, 240_000);
+
+  it(`leash reload returns once the policy on disk is in force: ${ROUNDS} of ${ROUNDS} next reads are EPERM`, () => {
+    const seen: string[] = [];
+    for (let i = 0; i < ROUNDS; i++) {
+      const f = path.join(mnt, `rl${i}`);
+      expect(readAs(agent, f)).toBe('ok');
+      expect(leash(['fs', 'deny', f, '--no-reconcile']).code).toBe(0);
+      const r = leash(['reload', '--json']);
+      expect(r.code, r.err + r.out).toBe(0);
+      expect(JSON.parse(r.out)).toMatchObject({ sent: true, via: 'pidfile' });
+      seen.push(readAs(agent, f));
+    }
+    expect(
+      seen.filter((s) => s !== 'EPERM'),
+      svcErr.slice(-2000),
+    ).toEqual([]);
+  }, 240_000);
+
+  it('a network deny is in force when the CLI returns: the next connection is reset', async () => {
+    expect(await tlsAs(agent, 'evil.lab')).toBe('ok');
+    const w = leash(['net', 'deny', 'evil.lab']);
+    expect(w.code, w.err + w.out).toBe(0);
+    expect(['ECONNRESET', 'EOF']).toContain(await tlsAs(agent, 'evil.lab'));
+  }, 60_000);
+
+  it('a reload that cannot apply the file on disk exits 3 reload_incomplete naming why; the old policy stays', () => {
+    const good = fs.readFileSync(cfg(), 'utf8');
+    fs.writeFileSync(cfg(), `${good}fail_mode: sideways\n`);
+    try {
+      const r = leash(['reload', '--json']);
+      expect(r.code).toBe(3);
+      const out = JSON.parse(r.out) as { error: { code: string; details: { problems: { code: string }[] } } };
+      expect(out.error.code).toBe('reload_incomplete');
+      expect(out.error.details.problems.length).toBeGreaterThan(0);
+      expect(readAs(agent, path.join(mnt, 'cli0'))).toBe('EPERM');
+    } finally {
+      fs.writeFileSync(cfg(), good);
+    }
+    expect(leash(['reload']).code).toBe(0);
+  }, 60_000);
+});
