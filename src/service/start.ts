@@ -25,6 +25,10 @@ import {
   type HostPaths,
   type HostSettings,
 } from './host.js';
+import { holdClosed } from '../dataplane/closed.js';
+import { hostRunner } from '../enforcers/network/run.js';
+import { defaultPasswdSource, discoverFrom, readPasswd } from '../subjects/discovery.js';
+import { dnsPortFor, PORT_RESERVED } from '../subjects/ports.js';
 import { createReloadTracker, statusFilePath, type ReloadProblem, type ReloadTracker } from './generation.js';
 
 /** What every enforcer is started with. */
@@ -386,6 +390,36 @@ async function startInner(
   return { stopped, stop, reload };
 }
 
+/**
+ * A start that failed (a bad floor, unreadable state, an enforcer that would not start) leaves no agent open: every
+ * leash-* account keeps the chain a crash left (the last good data plane) or gets a closed one (src/dataplane/closed.ts).
+ * Discovery here needs no floor: the accounts are named by their prefix.
+ */
+async function closeAfterFailedStart(): Promise<void> {
+  const log = createLogger({ level: 'info' }).child({ component: 'service' });
+  try {
+    const agents = discoverFrom(readPasswd(defaultPasswdSource()), null).subjects;
+    const r = await holdClosed(
+      hostRunner(),
+      agents.map((a) => ({
+        uid: a.uid,
+        port: PORT_RESERVED,
+        dnsPort: dnsPortFor(PORT_RESERVED),
+        udp: 'drop' as const,
+      })),
+    );
+    log.error(
+      { code: 'service_failed', kept: r.kept.length, closed: r.closed.length, failed: r.failed },
+      `start failed: ${r.kept.length + r.closed.length} agent account(s) held closed on the network (refused) until a start succeeds`,
+    );
+  } catch (e) {
+    log.error(
+      { code: 'service_failed', severity: 'critical' },
+      `start failed and agents could not be held closed: ${(e as Error).message}`,
+    );
+  }
+}
+
 /** `leash` with no subcommand: run until SIGTERM/SIGINT, then exit 0; exit 1 when the watcher gave up. */
 export async function runService(configPath: string): Promise<void> {
   let fatal = false;
@@ -401,7 +435,12 @@ export async function runService(configPath: string): Promise<void> {
   });
   // Outside systemd the CLI signals the pid file (see src/cli/policy-common.ts).
   const pidFile = process.env.LEASH_PID_FILE ?? (process.env.NOTIFY_SOCKET ? null : '/run/leash/leash.pid');
-  svc = await startService({ configPath, enforcers: [factory], statusFile: statusFilePath() });
+  try {
+    svc = await startService({ configPath, enforcers: [factory], statusFile: statusFilePath() });
+  } catch (e) {
+    await closeAfterFailedStart();
+    throw e;
+  }
   if (pidFile) {
     try {
       fs.mkdirSync(path.dirname(pidFile), { recursive: true, mode: 0o755 });

@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LAB, canRunLab, stopChild, useLab, type LabUser, waitForServiceReady } from '../lab/index.js';
+import { AGENT_LOOP, type LoopCounts } from './helpers/agent-loop.js';
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
 const ROUNDS = 20;
@@ -53,6 +54,65 @@ describe.skipIf(!canRunLab)('no window: a write or a reload returns once it is i
     return res!.ok ? 'ok' : (res!.code ?? 'fail');
   };
 
+  /** Starts the service as systemd would (ExecStart), in the agent namespace; waits for ready. */
+  const spawnSvc = () => {
+    const child = spawn(
+      'ip',
+      ['netns', 'exec', lab.get().agentNs, 'timeout', '-s', 'KILL', '600', process.execPath, CLI, '-c', cfg()],
+      { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    lab.get().defer(`stop leash service pid ${child.pid}`, () => stopChild(child, 10_000));
+    child.stderr!.setEncoding('utf8').on('data', (d: string) => (svcErr += d));
+    return child;
+  };
+  const startSvc = async () => {
+    svcErr = '';
+    if (fs.existsSync(env.LEASH_PID_FILE!)) fs.rmSync(env.LEASH_PID_FILE!);
+    svc = spawnSvc();
+    await waitForServiceReady(
+      svc,
+      () => svcErr,
+      () => fs.existsSync(env.LEASH_PID_FILE!),
+    );
+  };
+  /** ExecStopPost as systemd runs it after the main process ended with `result`. */
+  const stopPost = (result: string, exitCode: string, status: string) =>
+    run(['ip', 'netns', 'exec', lab.get().agentNs, process.execPath, CLI, 'teardown'], {
+      ...env,
+      SERVICE_RESULT: result,
+      EXIT_CODE: exitCode,
+      EXIT_STATUS: status,
+    });
+  const ruleset = () => run(['ip', 'netns', 'exec', lab.get().agentNs, 'nft', 'list', 'ruleset']).out;
+  /** The agent loop (helpers/agent-loop.ts) as `u` for `ms`: a denied read and a denied page, counted. */
+  const loopAs = (u: LabUser, file: string, ms: number): Promise<LoopCounts> => {
+    const script = path.join(dir, 'loop.mjs');
+    fs.writeFileSync(script, AGENT_LOOP, { mode: 0o644 });
+    const other = LAB.hosts.find((h) => h.name === 'other.lab')!.v4;
+    const child = spawn(
+      'ip',
+      ['netns', 'exec', lab.get().agentNs, 'setpriv', `--reuid=${u.uid}`, `--regid=${u.gid}`, '--clear-groups'].concat(
+        ['timeout', '-s', 'KILL', String(Math.ceil(ms / 1000) + 30), process.execPath, script, file, other, '80'],
+        ['nope.lab', String(ms)],
+      ),
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    lab.get().defer(`stop agent loop pid ${child.pid}`, () => stopChild(child, 2000));
+    let out = '';
+    child.stdout!.setEncoding('utf8').on('data', (d: string) => (out += d));
+    child.stderr!.setEncoding('utf8').on('data', (d: string) => (out += d));
+    return new Promise((resolve, reject) =>
+      child.on('exit', () => {
+        try {
+          resolve(JSON.parse(out.trim().split('\n').pop()!) as LoopCounts);
+        } catch {
+          reject(new Error(`agent loop: ${out}`));
+        }
+      }),
+    );
+  };
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
   beforeAll(async () => {
     const l = lab.get();
     dir = fs.mkdtempSync(path.join(l.dir, 'l40b-'));
@@ -62,6 +122,7 @@ describe.skipIf(!canRunLab)('no window: a write or a reload returns once it is i
     const m = run(['mount', '-t', 'tmpfs', '-o', 'size=8m,mode=0755', 'leash-l40b', mnt]);
     if (m.code !== 0) throw new Error(m.err);
     l.defer(`umount ${mnt}`, () => run(['umount', '-l', mnt]));
+    fs.writeFileSync(path.join(mnt, 'held'), 'x\n', { mode: 0o644 });
     for (let i = 0; i < ROUNDS; i++) {
       fs.writeFileSync(path.join(mnt, `cli${i}`), 'x\n', { mode: 0o644 });
       fs.writeFileSync(path.join(mnt, `rl${i}`), 'x\n', { mode: 0o644 });
@@ -76,7 +137,7 @@ describe.skipIf(!canRunLab)('no window: a write or a reload returns once it is i
       `user: null
 fail_mode: closed
 network: { mode: whitelist, allow: [good.lab, evil.lab, other.lab], deny: [], dns_resolvers: [${LAB.dnsV4}] }
-filesystem: { mode: blacklist, allow: [], deny: [] }
+filesystem: { mode: blacklist, allow: [], deny: [${mnt}/held] }
 commands: { mode: blacklist, allow: [], deny: [] }
 tools: { mode: whitelist, allow: [read_file], deny: [] }
 logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
@@ -91,18 +152,7 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
       LEASH_WATCHER_TIMEOUT_S: '600',
       LEASH_RELOAD_TIMEOUT_S: '60',
     };
-    svc = spawn(
-      'ip',
-      ['netns', 'exec', l.agentNs, 'timeout', '-s', 'KILL', '600', process.execPath, CLI, '-c', cfg()],
-      { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] },
-    );
-    l.defer('stop leash service', () => stopChild(svc!, 10_000));
-    svc.stderr!.setEncoding('utf8').on('data', (d: string) => (svcErr += d));
-    await waitForServiceReady(
-      svc,
-      () => svcErr,
-      () => fs.existsSync(env.LEASH_PID_FILE!),
-    );
+    await startSvc();
   }, 120_000);
 
   afterAll(async () => {
@@ -163,4 +213,54 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     }
     expect(leash(['reload']).code).toBe(0);
   }, 60_000);
+
+  it('a crash is closed on the network: SIGKILL, ExecStopPost with SERVICE_RESULT=signal, restart: 0 pages through', async () => {
+    const denied = path.join(mnt, 'held');
+    expect(readAs(agent, denied)).toBe('EPERM');
+    const loop = loopAs(agent, denied, 12_000);
+    await sleep(1500);
+    // As systemd does when the main process dies: every process of the unit is killed (KillMode), ExecStopPost runs
+    // with the result, then the restart after RestartSec=2.
+    const killedAt = Date.now();
+    process.kill(-svc!.pid!, 'SIGKILL');
+    while (svc!.exitCode === null && svc!.signalCode === null) await sleep(10);
+    const post = stopPost('signal', 'killed', 'KILL');
+    expect(post.code, post.err).toBe(0);
+    expect(ruleset()).toMatch(new RegExp(`agent_${agent.uid}`));
+    await sleep(2000);
+    await startSvc();
+    const readyMs = Date.now() - killedAt;
+    const c = await loop;
+    console.log(`crash: ready again ${readyMs} ms after the kill; agent loop ${JSON.stringify(c)}`);
+    expect(c.conns).toBeGreaterThan(10);
+    expect(c.connsThrough).toBe(0);
+    expect(c.refused).toBeGreaterThan(0);
+    expect(readAs(agent, denied)).toBe('EPERM');
+  }, 90_000);
+
+  it('a start that fails on a bad floor holds every agent closed on the network; a deliberate stop releases all', async () => {
+    const denied = path.join(mnt, 'held');
+    // A deliberate stop: the service releases everything, and ExecStopPost (result success) finds nothing held.
+    expect(await stopChild(svc!, 10_000)).toBe(0);
+    expect(stopPost('success', 'exited', '0').code).toBe(0);
+    expect(ruleset()).not.toMatch(/leash/);
+    const good = fs.readFileSync(cfg(), 'utf8');
+    fs.writeFileSync(cfg(), `${good}fail_mode: sideways\n`);
+    try {
+      svcErr = '';
+      const bad = spawnSvc();
+      const code = await new Promise<number | null>((r) => bad.on('exit', (c) => r(c)));
+      expect(code).toBe(2);
+      expect(svcErr).toMatch(/held closed/);
+      expect(stopPost('exit-code', 'exited', '2').code).toBe(0);
+      const c = await loopAs(agent, denied, 3000);
+      console.log(`bad floor: agent loop ${JSON.stringify(c)}`);
+      expect(c.conns).toBeGreaterThan(3);
+      expect(c.connsThrough).toBe(0);
+    } finally {
+      fs.writeFileSync(cfg(), good);
+    }
+    await startSvc();
+    expect(readAs(agent, denied)).toBe('EPERM');
+  }, 90_000);
 });
