@@ -71,24 +71,15 @@ function hasChain(a: AppliedSubject | undefined): boolean {
 /**
  * The pure planner of a reconcile: previous applied state + what was just observed -> per-subject
  * actions, and the state that holds once they are done. Only what differs is touched; a wholesale
- * failure plans nothing; the first agent on a host that started single-subject is refused (a
- * SIGHUP cannot grow the single listener into a per-subject set: the service must be restarted).
+ * failure plans nothing; the first agent on a host that started single-subject is confined like any other.
  */
 export function planReconcile(prev: AppliedState, obs: Observation): Plan {
   if (!obs.ok) return { ok: false, code: obs.code, message: obs.message, actions: [], next: prev };
-  if (prev.mode === 'single' && obs.mode === 'multi') {
-    return {
-      ok: false,
-      code: 'first_agent_needs_restart',
-      message:
-        'agent accounts appeared on a host that started single-subject: a SIGHUP cannot grow the single listener into a per-subject set; restart leash.service once (no agent has enforcement to lose yet)',
-      actions: [],
-      next: prev,
-    };
-  }
   const actions: Action[] = [];
-  // The mode is fixed at start (emptyApplied(observation.mode)): a running service never changes shape.
-  const next: AppliedState = { mode: prev.mode, subjects: new Map() };
+  // A service grows from single to multi when its first agent account appears (the configured user moves from the
+  // reserved port to its own, re-applied like any port change), and never shrinks back while it runs: the listener and
+  // chain of every subject are per UID in both shapes, so nothing but the ports differs.
+  const next: AppliedState = { mode: prev.mode === 'multi' ? 'multi' : obs.mode, subjects: new Map() };
   const seen = new Set<number>();
   for (const o of obs.subjects) {
     const { account, uid } = o.subject;

@@ -263,4 +263,24 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     await startSvc();
     expect(readAs(agent, denied)).toBe('EPERM');
   }, 90_000);
+
+  it('the first agent on a host whose service started with none is confined on the next reload, no restart', async () => {
+    const held = path.join(mnt, 'held');
+    expect(await stopChild(svc!, 10_000)).toBe(0);
+    const passwd = path.join(dir, 'passwd');
+    const withAgent = fs.readFileSync(passwd, 'utf8');
+    fs.writeFileSync(passwd, 'root:x:0:0:root:/root:/bin/bash\n');
+    await startSvc();
+    expect(readAs(agent, held)).toBe('ok');
+    const first = await lab.get().createUser('leash-t4b2');
+    fs.writeFileSync(passwd, `${withAgent}${first.name}:x:${first.uid}:${first.gid}::/nonexistent:/usr/sbin/nologin\n`);
+    const r = leash(['reload', '--json']);
+    expect(r.code, r.err + r.out).toBe(0);
+    for (const u of [agent, first]) {
+      expect(readAs(u, held)).toBe('EPERM');
+      const c = await loopAs(u, held, 1500);
+      expect(c.readsThrough + c.connsThrough, JSON.stringify(c)).toBe(0);
+      expect(c.reset).toBeGreaterThan(0);
+    }
+  }, 90_000);
 });
