@@ -346,6 +346,11 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         async reopenLogs() {
           for (const s of surfaces) await s.reopenLogs?.();
         },
+        confined() {
+          const out: Record<string, number[]> = {};
+          for (const s of surfaces) out[s.surface] = s.status().uids;
+          return out;
+        },
         async close() {
           dropCollector?.();
           await reconciler.close();

@@ -25,8 +25,8 @@ export interface ReloadStatus {
   phase: 'starting' | 'ready' | 'stopping';
   /** What the reload that set `done` could not apply (empty: everything is in force). */
   problems: ReloadProblem[];
-  /** Subjects in force after that reload, by state. */
-  subjects?: Record<string, number>;
+  /** UIDs in force after that reload, by surface (filesystem: acknowledged by the watcher). */
+  confined?: Record<string, number[]>;
   at: string;
 }
 
@@ -50,7 +50,7 @@ export interface ReloadTracker {
   /** Counts one SIGHUP and writes the count (synchronously: before any pass that could cover it starts). */
   received(): number;
   /** A reload covering SIGHUPs up to `covers` finished with these problems. */
-  finished(covers: number, problems: ReloadProblem[], subjects?: Record<string, number>): void;
+  finished(covers: number, problems: ReloadProblem[], confined?: Record<string, number[]>): void;
   phase(p: ReloadStatus['phase']): void;
   /** Removes the file (a stop): a stale count must not confirm anything for the next process. */
   remove(): void;
@@ -87,11 +87,11 @@ export function createReloadTracker(file: string | null, onWriteError?: (e: Erro
       write();
       return st.hup;
     },
-    finished(covers, problems, subjects) {
+    finished(covers, problems, confined) {
       if (covers < st.done) return;
       st.done = covers;
       st.problems = problems;
-      if (subjects) st.subjects = subjects;
+      if (confined) st.confined = confined;
       write();
     },
     phase(p) {

@@ -46,6 +46,8 @@ export interface Enforcer {
   reload?(ctx: ServiceContext): Promise<void | ReloadProblem[]>;
   /** Reopens the decision log in any process of its own (the watcher): SIGHUP after a rotation. */
   reopenLogs?(): Promise<void>;
+  /** UIDs each surface has in force now, by surface (written to the status file for `leash status`). */
+  confined?(): Record<string, number[]>;
   close(): Promise<void>;
 }
 
@@ -341,6 +343,8 @@ async function startInner(
     logger.info({ decisions: ctx.loaded.config.logging.decisions }, 'decision log reopened');
   };
 
+  const confined = () => Object.assign({}, ...running.map((r) => r.confined?.() ?? {})) as Record<string, number[]>;
+
   // A bad reload keeps the old policy in force: the new config is applied only once it validated. What could not be
   // put in force is recorded against the SIGHUPs this reload covers (generation.ts), for the caller waiting on it.
   const reload = async () => {
@@ -374,14 +378,14 @@ async function startInner(
     }
     ctx = nextCtx;
     notify(`READY=1\nSTATUS=${status()}`);
-    tracker.finished(covers, problems);
+    tracker.finished(covers, problems, confined());
     logger.info({ generation: covers, problems: problems.length }, 'reloaded');
   };
 
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
   setOnHup(() => void reload());
-  tracker.finished(coveredAtStart, []);
+  tracker.finished(coveredAtStart, [], confined());
   tracker.phase('ready');
   notify(`READY=1\nSTATUS=${status()}`);
   logger.info({ status: status() }, 'ready');

@@ -76,7 +76,7 @@ describe('leash init', () => {
 });
 
 describe('leash status', () => {
-  it('--json reports user, each surface, enforcers and the sink', async () => {
+  it('--json reports user, each surface, enforcers and the sink; a switch with no service behind it is not "on"', async () => {
     const file = configFile(POLICY('stdout') + 'enforcers: { tools: false }\n');
     const r = await leash(['-c', file, 'status', '--json']);
     expect(r.code).toBe(0);
@@ -93,17 +93,22 @@ describe('leash status', () => {
       mode: 'whitelist',
       allow: 3,
       deny: 1,
-      enforced: true,
+      // No service runs for this config and the host's nft map does not hold nobody's UID: switched on, not confined.
+      enforced: false,
+      not_confined: expect.any(String),
       from: { mode: 'floor', allow: 'floor', deny: 'floor' },
     });
     expect(s.surfaces.commands).toEqual({
       mode: 'whitelist',
       allow: 2,
       deny: 0,
-      enforced: true,
+      enforced: false,
+      not_confined: expect.any(String),
       from: { mode: 'floor', allow: 'floor', deny: 'floor' },
     });
     expect(s.surfaces.tools.enforced).toBe(false);
+    expect(s.surfaces.tools.not_confined).toBeUndefined();
+    expect(s.findings.critical).toBeGreaterThanOrEqual(3);
   });
 
   it('--json reports host.memfd_noexec: configured, and what the kernel reads now (status changes nothing)', async () => {

@@ -83,6 +83,28 @@ describe.skipIf(!canRunLab)('no window: a write or a reload returns once it is i
       EXIT_CODE: exitCode,
       EXIT_STATUS: status,
     });
+  /** `leash status --subject` as root in the agent namespace (whose nft map it reads): each surface's `enforced`. */
+  const enforcedFor = (u: LabUser) => {
+    const r = run(
+      [
+        'ip',
+        'netns',
+        'exec',
+        lab.get().agentNs,
+        process.execPath,
+        CLI,
+        '-c',
+        cfg(),
+        'status',
+        '--subject',
+        u.name,
+        '--json',
+      ],
+      env,
+    );
+    const st = JSON.parse(r.out) as { surfaces: Record<string, { enforced: boolean }> };
+    return Object.fromEntries(Object.entries(st.surfaces).map(([k, v]) => [k, v.enforced]));
+  };
   const ruleset = () => run(['ip', 'netns', 'exec', lab.get().agentNs, 'nft', 'list', 'ruleset']).out;
   /** The agent loop (helpers/agent-loop.ts) as `u` for `ms`: a denied read and a denied page, counted. */
   const loopAs = (u: LabUser, file: string, ms: number): Promise<LoopCounts> => {
@@ -227,8 +249,11 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     const post = stopPost('signal', 'killed', 'KILL');
     expect(post.code, post.err).toBe(0);
     expect(ruleset()).toMatch(new RegExp(`agent_${agent.uid}`));
+    // What status says in the gap: the kernel's map still holds the agent (refused), nothing else does.
+    expect(enforcedFor(agent)).toEqual({ network: true, filesystem: false, commands: false, tools: false });
     await sleep(2000);
     await startSvc();
+    expect(enforcedFor(agent)).toEqual({ network: true, filesystem: true, commands: true, tools: true });
     const readyMs = Date.now() - killedAt;
     const c = await loop;
     console.log(`crash: ready again ${readyMs} ms after the kill; agent loop ${JSON.stringify(c)}`);
@@ -274,9 +299,12 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     expect(readAs(agent, held)).toBe('ok');
     const first = await lab.get().createUser('leash-t4b2');
     fs.writeFileSync(passwd, `${withAgent}${first.name}:x:${first.uid}:${first.gid}::/nonexistent:/usr/sbin/nologin\n`);
+    // In passwd, not yet confined: status must not say "on".
+    expect(enforcedFor(first)).toEqual({ network: false, filesystem: false, commands: false, tools: false });
     const r = leash(['reload', '--json']);
     expect(r.code, r.err + r.out).toBe(0);
     for (const u of [agent, first]) {
+      expect(enforcedFor(u)).toEqual({ network: true, filesystem: true, commands: true, tools: true });
       expect(readAs(u, held)).toBe('EPERM');
       const c = await loopAs(u, held, 1500);
       expect(c.readsThrough + c.connsThrough, JSON.stringify(c)).toBe(0);
