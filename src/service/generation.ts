@@ -72,6 +72,8 @@ export function createReloadTracker(file: string | null, onWriteError?: (e: Erro
     try {
       fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o755 });
       fs.writeFileSync(tmp, `${JSON.stringify(st)}\n`, { mode: 0o644 });
+      // Readable by `leash status` as any user: the unit's UMask=0077 would make it root's alone.
+      fs.chmodSync(tmp, 0o644);
       fs.renameSync(tmp, file);
     } catch (e) {
       onWriteError?.(e as Error);
