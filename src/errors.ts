@@ -43,6 +43,9 @@ export const ERROR_CODES = {
   native_unavailable: EXIT.failed,
   service_failed: EXIT.failed,
   service_signal_failed: EXIT.failed,
+  // the reload generation (src/cli/reload.ts)
+  reload_incomplete: EXIT.failed,
+  reload_unconfirmed: EXIT.failed,
   subject_invalid: EXIT.refused,
   subject_not_leashed: EXIT.refused,
   subject_unknown: EXIT.refused,

@@ -1,4 +1,3 @@
-import fs from 'node:fs';
 import type { Command } from 'commander';
 import type { Account } from '../config/accounts.js';
 import { DEFAULT_CONFIG_PATH, loadConfig } from '../validate/load.js';
@@ -7,7 +6,7 @@ import type { StoreContext } from '../policy/consent.js';
 import { floorOf } from '../policy/fragment.js';
 import { ackFlags, shellQuote } from '../policy/loosen.js';
 import { discoverFrom, readPasswd, defaultPasswdSource } from '../subjects/discovery.js';
-import { signalService as signalSystemd } from './reconcile.js';
+import { reloadService, type ReloadOutcome } from './reload.js';
 
 export const DEFAULT_STATE_DIR = '/var/lib/leash';
 export const DEFAULT_PID_FILE = '/run/leash/leash.pid';
@@ -108,54 +107,16 @@ export function report(e: unknown, o: PolicyOpts): void {
   process.exitCode = e.exitCode;
 }
 
-function systemdIsInit(): boolean {
-  return fs.existsSync('/run/systemd/system');
-}
-
-export type SignalOutcome = { sent: true; via: 'systemd' | 'pidfile'; pid?: number } | { sent: false; why: string };
+export type SignalOutcome = ReloadOutcome;
 
 /**
- * Tells the running service to reconcile (SIGHUP to the main process only). With systemd as PID 1
- * and leash.service active: the shared `systemctl kill --kill-whom=main` sender (src/cli/reconcile.ts,
- * which throws `service_signal_failed` with the command to run by hand). Otherwise the pid file
- * (LEASH_PID_FILE overrides /run/leash/leash.pid; setting it also keeps tests off the host's
- * systemd), whose pid must be a leash process: a stale pid file must not HUP, and so kill, whatever
- * reused the pid. A service that is not running has nothing to pick up.
+ * Tells the running service to reconcile and waits until the change is in force (src/cli/reload.ts): SIGHUP to the
+ * main process only, through systemd (`systemctl kill --kill-whom=main`) when it runs the service, else the pid file
+ * (LEASH_PID_FILE overrides /run/leash/leash.pid; setting it also keeps tests off the host's systemd), whose pid must
+ * be a leash process. A service that is not running has nothing to pick up.
  */
 export function signalService(): SignalOutcome {
-  const pidFile = process.env.LEASH_PID_FILE;
-  if (!pidFile && systemdIsInit()) {
-    const r = signalSystemd();
-    if (r.signalled) return { sent: true, via: 'systemd' };
-  }
-  const file = pidFile ?? DEFAULT_PID_FILE;
-  const byHand = `kill -HUP "$(cat ${file})"`;
-  let text: string;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT')
-      return { sent: false, why: `the service is not running (no ${file}); the change takes effect when it starts` };
-    throw new LeashError(
-      'service_signal_failed',
-      `the policy is written but not in force: cannot read ${file}; run by hand: ${byHand}`,
-      { command: byHand },
-    );
-  }
-  const pid = Number.parseInt(text.trim(), 10);
-  try {
-    if (!Number.isInteger(pid) || pid <= 1) throw new Error(`${file} holds no pid`);
-    const cmdline = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-    if (!cmdline.includes('leash')) throw new Error(`pid ${pid} is not a leash process (stale pid file)`);
-    process.kill(pid, 'SIGHUP');
-  } catch (e) {
-    throw new LeashError(
-      'service_signal_failed',
-      `the policy is written but not in force: SIGHUP to pid ${text.trim()} failed (${(e as Error).message}); run by hand: ${byHand}`,
-      { command: byHand, pid: text.trim() },
-    );
-  }
-  return { sent: true, via: 'pidfile', pid };
+  return reloadService();
 }
 
 /** After a successful write: signal unless --no-reconcile; text and JSON say what happened. */

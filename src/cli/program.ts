@@ -17,6 +17,7 @@ import { register as host } from './host.js';
 import { register as doctor } from './doctor.js';
 import { register as mcp } from './mcp.js';
 import { register as restart } from './reconcile.js';
+import { register as reload } from './reload.js';
 import { register as status } from './status.js';
 import { registerTerminal as terminal } from './terminal.js';
 import { register as surface } from './surface.js';
@@ -43,6 +44,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   logs,
   learn,
   restart,
+  reload,
   policy,
   apply,
   mcp,

@@ -1,8 +1,9 @@
 import { spawnSync } from 'node:child_process';
 import type { Command } from 'commander';
 import { LeashError } from '../errors.js';
+import { reloadService, UNIT } from './reload.js';
 
-export const UNIT = 'leash.service';
+export { UNIT };
 
 export interface SignalResult {
   /** True when the running service was sent SIGHUP. */
@@ -12,27 +13,14 @@ export interface SignalResult {
 }
 
 /**
- * Tells a running service to re-read the policy after a successful write. The main PID only
- * (`--kill-whom=main`): a cgroup-wide HUP would also hit the short-lived nft children, which have
- * no handler and would die mid-apply. `systemctl reload` is not it either: the unit has no
- * ExecReload. A service that is not running needs no signal. A signal that fails is an error with
- * the command to run by hand: the policy is on disk and not in force, which must not exit 0.
- * `LEASH_SYSTEMCTL` overrides the systemctl binary (tests).
+ * Tells a running service to re-read the policy after a successful write, and waits until it is in force
+ * (src/cli/reload.ts: SIGHUP to the main PID only, then the reload's generation read back). A service that is not
+ * running needs no signal. A signal that fails, a reload that is not confirmed or that could not apply everything is
+ * an error naming why: the policy is on disk and not in force, which must not exit 0.
  */
 export function signalService(systemctl = process.env.LEASH_SYSTEMCTL ?? 'systemctl'): SignalResult {
-  const active = spawnSync(systemctl, ['is-active', '--quiet', UNIT], { stdio: 'ignore' });
-  if (active.error) return { signalled: false, reason: 'systemctl is not available' };
-  if (active.status !== 0) return { signalled: false, reason: `${UNIT} is not running` };
-  const args = ['kill', '--kill-whom=main', '--signal=HUP', UNIT];
-  const kill = spawnSync(systemctl, args, { encoding: 'utf8', stdio: ['ignore', 'ignore', 'pipe'] });
-  if (kill.error || kill.status !== 0) {
-    throw new LeashError(
-      'service_signal_failed',
-      `the policy was written but the service was not told to reload it (${(kill.stderr ?? '').trim() || kill.error?.message || `exit ${kill.status}`}); run: systemctl ${args.join(' ')}`,
-      { command: `systemctl ${args.join(' ')}` },
-    );
-  }
-  return { signalled: true };
+  const r = reloadService({ systemctl });
+  return r.sent ? { signalled: true } : { signalled: false, reason: r.why };
 }
 
 /** `leash restart`: a full restart through systemd (drops and re-applies every enforcer). */

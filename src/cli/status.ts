@@ -9,6 +9,7 @@ import { configPath, print, printJson } from './context.js';
 import { parseMetricsText, summarize } from '../metrics/metrics.js';
 import { fetchMetrics } from '../metrics/server.js';
 import { layerOf, subjectOptions, subjectView } from './subject.js';
+import { confinementOf, subjectUid } from './confinement.js';
 
 export function register(program: Command): void {
   const cmd = program
@@ -27,12 +28,19 @@ export function register(program: Command): void {
     const policy = r.ok ? r.policy : config;
     const from = (section: string, key: string) => (r.ok ? layerOf(r.sources, section, key) : 'floor');
     // Commands ride the filesystem watcher (one fanotify daemon), so they share its toggle.
-    const enforced = {
+    const switched = {
       network: config.enforcers.network,
       filesystem: config.enforcers.filesystem,
       commands: config.enforcers.filesystem,
       tools: config.enforcers.tools,
     };
+    // On only where it also holds now (the nft map, the watcher's acknowledged map): a switch is not confinement.
+    const uid = subjectUid(view.account, account?.uid);
+    const now = uid === null ? null : await confinementOf(uid);
+    const enforced = Object.fromEntries(
+      SURFACES.map((s) => [s, switched[s] && (now === null || now[s].confined)]),
+    ) as typeof switched;
+    const notConfined = now === null ? [] : SURFACES.filter((s) => switched[s] && !now[s].confined);
     const surfaces = Object.fromEntries(
       SURFACES.map((s) => [
         s,
@@ -41,6 +49,7 @@ export function register(program: Command): void {
           allow: policy[s].allow.length,
           deny: policy[s].deny.length,
           enforced: enforced[s],
+          ...(now !== null && switched[s] && !now[s].confined ? { not_confined: now[s].why } : {}),
           from: { mode: from(s, 'mode'), allow: from(s, 'allow'), deny: from(s, 'deny') },
         },
       ]),
@@ -57,7 +66,7 @@ export function register(program: Command): void {
     // Whether the BPF LSM could be loaded here (Leash does not use it; docs/threat-model.md).
     const bpf_lsm = bpfLsmStatus();
     const counts = {
-      critical: findings.filter((f) => f.severity === 'critical').length,
+      critical: findings.filter((f) => f.severity === 'critical').length + notConfined.length,
       warning: findings.filter((f) => f.severity === 'warning').length,
     };
     const subject = {
@@ -108,7 +117,7 @@ export function register(program: Command): void {
       const v = surfaces[s]!;
       const layers = [...new Set(Object.values(v.from))].filter((l) => l !== 'floor');
       print(
-        `${s.padEnd(10)} ${v.mode.padEnd(9)}  allow ${String(v.allow).padStart(4)}  deny ${String(v.deny).padStart(4)}  enforcer ${v.enforced ? 'on' : 'OFF (not enforced)'}${
+        `${s.padEnd(10)} ${v.mode.padEnd(9)}  allow ${String(v.allow).padStart(4)}  deny ${String(v.deny).padStart(4)}  enforcer ${v.enforced ? 'on' : 'not_confined' in v ? `OFF (not confined: ${v.not_confined})` : 'OFF (not enforced)'}${
           layers.length
             ? `  (from ${Object.entries(v.from)
                 .filter(([, l]) => l !== 'floor')

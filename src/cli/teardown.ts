@@ -3,6 +3,7 @@ import { LeashError } from '../errors.js';
 import { teardownNetwork } from '../enforcers/network/enforcer.js';
 import { hostRunner, netnsRunner } from '../enforcers/network/run.js';
 import { restoreHostSettings } from '../service/host.js';
+import { keepsChainsAfter } from '../dataplane/closed.js';
 
 /**
  * `leash teardown [--uid N ...]`: releases the leash nftables chains (every UID by default; the tables go with
@@ -10,6 +11,9 @@ import { restoreHostSettings } from '../service/host.js';
  * an operator cleaning up after a crash. `--netns` runs it inside a network namespace (tests, the lab).
  * Without --uid and --netns it also restores the host settings a service recorded and did not restore
  * (`host.memfd_noexec` after a crash; src/service/host.ts).
+ * As ExecStopPost after a crash or a failed start (`$SERVICE_RESULT` other than `success`) it releases nothing:
+ * the chains keep every agent confined closed until the next start takes them over (src/dataplane/closed.ts);
+ * `--force` releases them anyway.
  */
 export function registerTeardown(program: Command): void {
   program
@@ -18,8 +22,19 @@ export function registerTeardown(program: Command): void {
     .option('--uid <uid...>', 'release only these UIDs')
     .option('--netns <name>', 'act inside this network namespace instead of the host')
     .option('--json', 'print the released UIDs as JSON')
-    .action(async (o: { uid?: string[]; netns?: string; json?: boolean }) => {
+    .option('--force', 'release even after a crash ($SERVICE_RESULT other than success)')
+    .action(async (o: { uid?: string[]; netns?: string; json?: boolean; force?: boolean }) => {
       if (process.getuid?.() !== 0) throw new LeashError('usage', 'leash teardown needs root');
+      const result = process.env.SERVICE_RESULT;
+      if (!o.force && keepsChainsAfter(result)) {
+        const why = `the service ended with ${result} (${process.env.EXIT_CODE ?? '?'} ${process.env.EXIT_STATUS ?? ''})`;
+        if (o.json) process.stdout.write(`${JSON.stringify({ released: [], kept: true, result })}\n`);
+        else
+          process.stdout.write(
+            `${why.replace(/ \)/, ')')}: leash chains kept, every agent stays confined closed until the next start (leash teardown --force releases them)\n`,
+          );
+        return;
+      }
       const uids = o.uid?.map((u) => {
         const n = Number(u);
         if (!Number.isInteger(n) || n < 0) throw new LeashError('usage', `--uid ${u} is not a UID`);

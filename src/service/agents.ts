@@ -23,6 +23,7 @@ import {
 } from './plan.js';
 import type { MetricFamily } from '../metrics/metrics.js';
 import type { Enforcer, EnforcerFactory, ServiceContext } from './start.js';
+import type { ReloadProblem } from './generation.js';
 import { applySideBySide, type SurfaceAdapter, type SurfaceName } from './surfaces/contract.js';
 import { startNetworkSurface } from './surfaces/network.js';
 import { startToolsSurface } from './surfaces/tools.js';
@@ -301,7 +302,7 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         return out;
       });
 
-      const reconciler = createReconciler({
+      const reconciler = createReconciler<ReloadProblem[]>({
         pass: async () => {
           const t0 = performance.now();
           surfaceMs = {};
@@ -325,6 +326,10 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
           });
           giveBack(plan);
           ctx.metrics?.observe('reconcile', (performance.now() - t0) / 1000);
+          // What a reload's caller is told is not in force: the pass as a whole, or each subject denied by it.
+          const problems: ReloadProblem[] = plan.ok ? [] : [{ code: plan.code, message: plan.message }];
+          for (const f of done.failures) problems.push({ code: f.code, message: f.message, account: f.account });
+          return problems;
         },
         onSlow: () => dumpStacks((m) => logger.error({ severity: 'critical' }, m)),
         onError: (e) => critical(`reconcile pass failed: ${(e as Error).message}`, {}),
@@ -335,10 +340,16 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         name: 'agents',
         async reload(next) {
           current = next.loaded;
-          await reconciler.trigger();
+          const problems = await reconciler.trigger();
+          return problems ?? [{ code: 'reconcile_error', message: 'the reconcile pass failed (see the journal)' }];
         },
         async reopenLogs() {
           for (const s of surfaces) await s.reopenLogs?.();
+        },
+        confined() {
+          const out: Record<string, number[]> = {};
+          for (const s of surfaces) out[s.surface] = s.status().uids;
+          return out;
         },
         async close() {
           dropCollector?.();

@@ -4,48 +4,48 @@
  * armed with a watchdog: past `slowMs` (30 s) `onSlow` runs once (the service dumps every stack to
  * the journal), and the pass is left to finish.
  */
-export interface ReconcilerOptions {
-  pass: () => Promise<void>;
+export interface ReconcilerOptions<T = void> {
+  /** One pass; what it returns is what the triggers it covers resolve with (a pass that threw: undefined). */
+  pass: () => Promise<T>;
   slowMs?: number;
   onSlow?: () => void;
   onError?: (e: unknown) => void;
 }
 
-export interface Reconciler {
-  /** Requests a pass; resolves when a pass that started after this request has finished. */
-  trigger(): Promise<void>;
+export interface Reconciler<T = void> {
+  /** Requests a pass; resolves when a pass that started after this request has finished, with what it returned. */
+  trigger(): Promise<T | undefined>;
   /** Waits for the running pass (and a pending one) to finish; later triggers are ignored. */
   close(): Promise<void>;
   readonly passes: number;
 }
 
-export function createReconciler(opts: ReconcilerOptions): Reconciler {
+export function createReconciler<T = void>(opts: ReconcilerOptions<T>): Reconciler<T> {
   const slowMs = opts.slowMs ?? 30_000;
   let running: Promise<void> | null = null;
-  let pending: { promise: Promise<void>; resolve: () => void } | null = null;
+  let pending: { promise: Promise<T | undefined>; resolve: (v: T | undefined) => void } | null = null;
   let closed = false;
   let passes = 0;
 
-  const runPass = async (): Promise<void> => {
+  const runPass = async (): Promise<T | undefined> => {
     passes++;
     const timer = setTimeout(() => opts.onSlow?.(), slowMs);
     try {
-      await opts.pass();
+      return await opts.pass();
     } catch (e) {
       opts.onError?.(e);
+      return undefined;
     } finally {
       clearTimeout(timer);
     }
   };
 
-  const loop = async (firstDone: () => void): Promise<void> => {
-    await runPass();
-    firstDone();
+  const loop = async (firstDone: (v: T | undefined) => void): Promise<void> => {
+    firstDone(await runPass());
     while (pending) {
       const p = pending;
       pending = null;
-      await runPass();
-      p.resolve();
+      p.resolve(await runPass());
     }
     running = null;
   };
@@ -54,17 +54,17 @@ export function createReconciler(opts: ReconcilerOptions): Reconciler {
     get passes() {
       return passes;
     },
-    trigger(): Promise<void> {
-      if (closed) return Promise.resolve();
+    trigger(): Promise<T | undefined> {
+      if (closed) return Promise.resolve(undefined);
       if (!running) {
-        let done!: () => void;
-        const first = new Promise<void>((r) => (done = r));
+        let done!: (v: T | undefined) => void;
+        const first = new Promise<T | undefined>((r) => (done = r));
         running = loop(done);
         return first;
       }
       if (!pending) {
-        let resolve!: () => void;
-        const promise = new Promise<void>((r) => (resolve = r));
+        let resolve!: (v: T | undefined) => void;
+        const promise = new Promise<T | undefined>((r) => (resolve = r));
         pending = { promise, resolve };
       }
       return pending.promise;

@@ -71,24 +71,15 @@ function hasChain(a: AppliedSubject | undefined): boolean {
 /**
  * The pure planner of a reconcile: previous applied state + what was just observed -> per-subject
  * actions, and the state that holds once they are done. Only what differs is touched; a wholesale
- * failure plans nothing; the first agent on a host that started single-subject is refused (a
- * SIGHUP cannot grow the single listener into a per-subject set: the service must be restarted).
+ * failure plans nothing; the first agent on a host that started single-subject is confined like any other.
  */
 export function planReconcile(prev: AppliedState, obs: Observation): Plan {
   if (!obs.ok) return { ok: false, code: obs.code, message: obs.message, actions: [], next: prev };
-  if (prev.mode === 'single' && obs.mode === 'multi') {
-    return {
-      ok: false,
-      code: 'first_agent_needs_restart',
-      message:
-        'agent accounts appeared on a host that started single-subject: a SIGHUP cannot grow the single listener into a per-subject set; restart leash.service once (no agent has enforcement to lose yet)',
-      actions: [],
-      next: prev,
-    };
-  }
   const actions: Action[] = [];
-  // The mode is fixed at start (emptyApplied(observation.mode)): a running service never changes shape.
-  const next: AppliedState = { mode: prev.mode, subjects: new Map() };
+  // A service grows from single to multi when its first agent account appears (the configured user moves from the
+  // reserved port to its own, re-applied like any port change), and never shrinks back while it runs: the listener and
+  // chain of every subject are per UID in both shapes, so nothing but the ports differs.
+  const next: AppliedState = { mode: prev.mode === 'multi' ? 'multi' : obs.mode, subjects: new Map() };
   const seen = new Set<number>();
   for (const o of obs.subjects) {
     const { account, uid } = o.subject;
@@ -164,6 +155,8 @@ export interface Execution {
   state: AppliedState;
   applied: string[];
   denied: string[];
+  /** What this execution could not put in force, each named (a reload's caller is told these, and exits non-zero). */
+  failures: { account: string; uid: number; code: string; message: string }[];
 }
 
 /**
@@ -173,7 +166,7 @@ export interface Execution {
  */
 export async function executePlan(plan: Plan, hooks: PlanHooks): Promise<Execution> {
   const state: AppliedState = { mode: plan.next.mode, subjects: new Map(plan.next.subjects) };
-  const out: Execution = { state, applied: [], denied: [] };
+  const out: Execution = { state, applied: [], denied: [], failures: [] };
   if (!plan.ok) {
     hooks.critical(`reconcile changed nothing: ${plan.message}`, { code: plan.code });
     return out;
@@ -184,6 +177,7 @@ export async function executePlan(plan: Plan, hooks: PlanHooks): Promise<Executi
       code: a.failure.code,
     });
     out.denied.push(a.account);
+    out.failures.push({ account: a.account, uid: a.uid, code: a.failure.code, message: a.failure.message });
     try {
       await hooks.deny(a);
     } catch (e) {
@@ -237,6 +231,7 @@ export async function executePlan(plan: Plan, hooks: PlanHooks): Promise<Executi
           hooks.critical(`${a.account} left discovery and dropping its policy failed: ${(e as Error).message}`, {
             uid: a.uid,
           });
+          out.failures.push({ account: a.account, uid: a.uid, code: 'orphan_failed', message: (e as Error).message });
         }
         break;
     }

@@ -25,6 +25,11 @@ import {
   type HostPaths,
   type HostSettings,
 } from './host.js';
+import { holdClosed } from '../dataplane/closed.js';
+import { hostRunner } from '../enforcers/network/run.js';
+import { defaultPasswdSource, discoverFrom, readPasswd } from '../subjects/discovery.js';
+import { dnsPortFor, PORT_RESERVED } from '../subjects/ports.js';
+import { createReloadTracker, statusFilePath, type ReloadProblem, type ReloadTracker } from './generation.js';
 
 /** What every enforcer is started with. */
 export interface ServiceContext {
@@ -38,9 +43,11 @@ export interface ServiceContext {
 /** A running enforcer. `reload` receives a config that already validated; throwing keeps the old one. */
 export interface Enforcer {
   name: string;
-  reload?(ctx: ServiceContext): Promise<void>;
+  reload?(ctx: ServiceContext): Promise<void | ReloadProblem[]>;
   /** Reopens the decision log in any process of its own (the watcher): SIGHUP after a rotation. */
   reopenLogs?(): Promise<void>;
+  /** UIDs each surface has in force now, by surface (written to the status file for `leash status`). */
+  confined?(): Record<string, number[]>;
   close(): Promise<void>;
 }
 
@@ -62,6 +69,8 @@ export interface ServiceOptions {
   notify?: (state: string) => void;
   /** Where the host settings live (tests); default the real sysctl and /run/leash/host-settings.json. */
   hostPaths?: HostPaths;
+  /** The reload status file (src/service/generation.ts); null or absent: none is written. */
+  statusFile?: string | null;
 }
 
 export interface Service {
@@ -108,6 +117,32 @@ function decisionComponent(rec: { surface: string; subject: unknown }): string {
  * enforcers in order, then reports READY=1 with a STATUS line.
  */
 export async function startService(opts: ServiceOptions): Promise<Service> {
+  // SIGHUP is handled from the first moment: Node's default action for it is to exit, and a policy write during a
+  // start must neither kill the starting service nor go unconfirmed.
+  const tracker = createReloadTracker(opts.statusFile ?? null);
+  let onReady: (() => void) | null = null;
+  const onHup = () => {
+    tracker.received();
+    onReady?.();
+  };
+  process.on('SIGHUP', onHup);
+  try {
+    return await startInner(opts, tracker, onHup, (fn) => (onReady = fn));
+  } catch (e) {
+    process.off('SIGHUP', onHup);
+    tracker.remove();
+    throw e;
+  }
+}
+
+async function startInner(
+  opts: ServiceOptions,
+  tracker: ReloadTracker,
+  onHup: () => void,
+  setOnHup: (fn: () => void) => void,
+): Promise<Service> {
+  // Every SIGHUP counted so far is covered by the start: the config and the policy are read after it.
+  const coveredAtStart = tracker.hups;
   const loaded = loadConfig(opts.configPath);
   if (loaded.config.user !== null && loaded.account === null) {
     throw new LeashError(
@@ -265,6 +300,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   const stop = () => {
     stopping ??= (async () => {
       notify('STOPPING=1');
+      tracker.phase('stopping');
       logger.info('stopping');
       for (const r of [...running].reverse()) {
         await r.close().catch((e: unknown) => logger.error({ enforcer: r.name, err: e }, 'enforcer close failed'));
@@ -278,6 +314,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       process.off('SIGTERM', stop);
       process.off('SIGINT', stop);
       process.off('SIGHUP', onHup);
+      tracker.remove();
       resolveStopped();
     })();
     return stopping;
@@ -306,14 +343,20 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     logger.info({ decisions: ctx.loaded.config.logging.decisions }, 'decision log reopened');
   };
 
-  // A bad reload keeps the old policy in force: the new config is applied only once it validated.
+  const confined = () => Object.assign({}, ...running.map((r) => r.confined?.() ?? {})) as Record<string, number[]>;
+
+  // A bad reload keeps the old policy in force: the new config is applied only once it validated. What could not be
+  // put in force is recorded against the SIGHUPs this reload covers (generation.ts), for the caller waiting on it.
   const reload = async () => {
+    const covers = tracker.hups;
+    const problems: ReloadProblem[] = [];
     await reopenLogs();
     let next: LoadedConfig;
     try {
       next = loadConfig(opts.configPath);
     } catch (e) {
       logger.error({ code: (e as LeashError).code }, `reload refused, old policy kept: ${(e as Error).message}`);
+      tracker.finished(covers, [{ code: (e as LeashError).code ?? 'config_invalid', message: (e as Error).message }]);
       return;
     }
     notify('RELOADING=1');
@@ -321,27 +364,64 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       host.update(next.config);
     } catch (e) {
       logger.error({ code: (e as LeashError).code }, `host setting not changed: ${(e as Error).message}`);
+      problems.push({ code: (e as LeashError).code ?? 'host_setting_failed', message: (e as Error).message });
     }
     const nextCtx = { ...ctx, loaded: next };
     for (const r of running) {
       try {
-        await r.reload?.(nextCtx);
+        const p = await r.reload?.(nextCtx);
+        if (Array.isArray(p)) problems.push(...p);
       } catch (e) {
         logger.error({ enforcer: r.name, err: e }, 'enforcer reload failed; it keeps its previous policy');
+        problems.push({ code: 'reconcile_error', message: `${r.name}: ${(e as Error).message}` });
       }
     }
     ctx = nextCtx;
     notify(`READY=1\nSTATUS=${status()}`);
-    logger.info('reloaded');
+    tracker.finished(covers, problems, confined());
+    logger.info({ generation: covers, problems: problems.length }, 'reloaded');
   };
-  const onHup = () => void reload();
 
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
-  process.on('SIGHUP', onHup);
+  setOnHup(() => void reload());
+  tracker.finished(coveredAtStart, [], confined());
+  tracker.phase('ready');
   notify(`READY=1\nSTATUS=${status()}`);
   logger.info({ status: status() }, 'ready');
+  // SIGHUPs that came during the start, after its config was read: one reload covers them all.
+  if (tracker.hups > coveredAtStart) void reload();
   return { stopped, stop, reload };
+}
+
+/**
+ * A start that failed (a bad floor, unreadable state, an enforcer that would not start) leaves no agent open: every
+ * leash-* account keeps the chain a crash left (the last good data plane) or gets a closed one (src/dataplane/closed.ts).
+ * Discovery here needs no floor: the accounts are named by their prefix.
+ */
+async function closeAfterFailedStart(): Promise<void> {
+  const log = createLogger({ level: 'info' }).child({ component: 'service' });
+  try {
+    const agents = discoverFrom(readPasswd(defaultPasswdSource()), null).subjects;
+    const r = await holdClosed(
+      hostRunner(),
+      agents.map((a) => ({
+        uid: a.uid,
+        port: PORT_RESERVED,
+        dnsPort: dnsPortFor(PORT_RESERVED),
+        udp: 'drop' as const,
+      })),
+    );
+    log.error(
+      { code: 'service_failed', kept: r.kept.length, closed: r.closed.length, failed: r.failed },
+      `start failed: ${r.kept.length + r.closed.length} agent account(s) held closed on the network (refused) until a start succeeds`,
+    );
+  } catch (e) {
+    log.error(
+      { code: 'service_failed', severity: 'critical' },
+      `start failed and agents could not be held closed: ${(e as Error).message}`,
+    );
+  }
 }
 
 /** `leash` with no subcommand: run until SIGTERM/SIGINT, then exit 0; exit 1 when the watcher gave up. */
@@ -357,9 +437,14 @@ export async function runService(configPath: string): Promise<void> {
       void svc?.stop();
     },
   });
-  svc = await startService({ configPath, enforcers: [factory] });
   // Outside systemd the CLI signals the pid file (see src/cli/policy-common.ts).
   const pidFile = process.env.LEASH_PID_FILE ?? (process.env.NOTIFY_SOCKET ? null : '/run/leash/leash.pid');
+  try {
+    svc = await startService({ configPath, enforcers: [factory], statusFile: statusFilePath() });
+  } catch (e) {
+    await closeAfterFailedStart();
+    throw e;
+  }
   if (pidFile) {
     try {
       fs.mkdirSync(path.dirname(pidFile), { recursive: true, mode: 0o755 });

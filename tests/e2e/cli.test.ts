@@ -76,7 +76,7 @@ describe('leash init', () => {
 });
 
 describe('leash status', () => {
-  it('--json reports user, each surface, enforcers and the sink', async () => {
+  it('--json reports user, each surface, enforcers and the sink; a switch with no service behind it is not "on"', async () => {
     const file = configFile(POLICY('stdout') + 'enforcers: { tools: false }\n');
     const r = await leash(['-c', file, 'status', '--json']);
     expect(r.code).toBe(0);
@@ -93,17 +93,22 @@ describe('leash status', () => {
       mode: 'whitelist',
       allow: 3,
       deny: 1,
-      enforced: true,
+      // No service runs for this config and the host's nft map does not hold nobody's UID: switched on, not confined.
+      enforced: false,
+      not_confined: expect.any(String),
       from: { mode: 'floor', allow: 'floor', deny: 'floor' },
     });
     expect(s.surfaces.commands).toEqual({
       mode: 'whitelist',
       allow: 2,
       deny: 0,
-      enforced: true,
+      enforced: false,
+      not_confined: expect.any(String),
       from: { mode: 'floor', allow: 'floor', deny: 'floor' },
     });
     expect(s.surfaces.tools.enforced).toBe(false);
+    expect(s.surfaces.tools.not_confined).toBeUndefined();
+    expect(s.findings.critical).toBeGreaterThanOrEqual(3);
   });
 
   it('--json reports host.memfd_noexec: configured, and what the kernel reads now (status changes nothing)', async () => {
@@ -652,14 +657,20 @@ describe('reload after an edit', () => {
     return { bin, calls: () => (fs.existsSync(rec) ? fs.readFileSync(rec, 'utf8').trim().split('\n') : []) };
   }
 
-  it('signals the main PID of a running service with SIGHUP after a change', async () => {
+  it('signals the main PID of a running service with SIGHUP after a change, and fails unless it confirms', async () => {
+    // A systemd that names no main PID and a service that never writes its generation: the change was signalled but
+    // is not known to be in force, so the write exits 3 (reload_unconfirmed), never 0.
     const sc = fakeSystemctl(true);
     const r = await leash(['-c', configFile(POLICY('stdout')), 'net', 'allow', 'pypi.org', '--json'], {
-      env: { LEASH_SYSTEMCTL: sc.bin },
+      env: { LEASH_SYSTEMCTL: sc.bin, LEASH_RELOAD_TIMEOUT_S: '1', LEASH_STATUS_FILE: path.join(tmpDir(), 's.json') },
     });
-    expect(r.code).toBe(0);
-    expect(JSON.parse(r.stdout).service).toEqual({ signalled: true });
-    expect(sc.calls()).toEqual(['is-active --quiet leash.service', 'kill --kill-whom=main --signal=HUP leash.service']);
+    expect(r.code).toBe(3);
+    expect(JSON.parse(r.stdout).error.code).toBe('reload_unconfirmed');
+    expect(sc.calls()).toEqual([
+      'is-active --quiet leash.service',
+      'show -p MainPID --value leash.service',
+      'kill --kill-whom=main --signal=HUP leash.service',
+    ]);
   });
 
   it('does not signal when nothing changed, with --no-reconcile, or when the service is not running', async () => {

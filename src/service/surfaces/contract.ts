@@ -12,6 +12,8 @@ export interface SurfaceStatus {
   surface: SurfaceName;
   /** Subjects this surface currently enforces a policy for. */
   subjects: number;
+  /** Their UIDs (acknowledged by the surface's own process where it has one: `leash status` reports from these). */
+  uids: number[];
 }
 
 export interface SurfaceAdapter {
@@ -54,7 +56,7 @@ export function enforcedSet(
       enforced.delete(a.uid);
       await hooks.orphan(a);
     },
-    status: () => ({ surface, subjects: enforced.size }),
+    status: () => ({ surface, subjects: enforced.size, uids: [...enforced] }),
   };
 }
 

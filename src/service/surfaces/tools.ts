@@ -83,7 +83,7 @@ export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<Surface
     async orphan(a) {
       withdraw(a.uid);
     },
-    status: () => ({ surface: 'tools', subjects: gate.size }),
+    status: () => ({ surface: 'tools', subjects: gate.size, uids: [...gate.keys()] }),
     close: () => server.close(),
   };
 }

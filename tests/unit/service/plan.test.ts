@@ -105,18 +105,25 @@ describe('reconcile planner', () => {
     expect(plan.next).toBe(prev);
   });
 
-  it('refuses to grow the first agent into a single-subject service', () => {
+  it('grows a single-subject service for its first agent: the agent is added, the user moves to its own port', () => {
     const prev: AppliedState = {
       mode: 'single',
       subjects: new Map([[1000, { account: 'fido', uid: 1000, port: 18443, state: 'active', hash: hA }]]),
     };
-    const plan = planReconcile(prev, obs(['leash-a', 1, 18000, ok()]));
-    expect(plan.ok).toBe(false);
-    if (!plan.ok) expect(plan.code).toBe('first_agent_needs_restart');
-    expect(plan.actions).toEqual([]);
+    const o = obs(['leash-a', 1, 18000, ok()]);
+    if (!o.ok) throw new Error('obs');
+    o.subjects.push({ subject: { kind: 'user', account: 'fido', uid: 1000 }, port: 18002, resolution: ok() });
+    const plan = planReconcile(prev, o);
+    expect(plan.ok).toBe(true);
+    expect(plan.next.mode).toBe('multi');
+    expect(plan.actions.map((a) => [a.kind, a.uid])).toEqual([
+      ['add', 1],
+      ['reapply', 1000],
+    ]);
+    expect(plan.next.subjects.get(1000)?.port).toBe(18002);
   });
 
-  it('a single-subject service stays single: the user is re-applied on the reserved port, agents need a restart', () => {
+  it('a single-subject service keeps the user on the reserved port; its first agent grows it to multi', () => {
     const user = (r: Resolution): Observation => ({
       ok: true,
       mode: 'single',
@@ -128,7 +135,8 @@ describe('reconcile planner', () => {
     const changed = planReconcile(start.next, user(ok(pB)));
     expect(changed.actions.map((a) => a.kind)).toEqual(['reapply']);
     const empty = planReconcile(emptyApplied('single'), obs(['leash-a', 1, 18000, ok()]));
-    expect(empty.ok).toBe(false);
+    expect(empty.ok && empty.next.mode).toBe('multi');
+    expect(empty.actions).toMatchObject([{ kind: 'add', account: 'leash-a', port: 18000 }]);
   });
 
   it('records the state the actions lead to', () => {

@@ -10,7 +10,7 @@ function surface(name: SurfaceName, apply: (a: ApplyAction[]) => Promise<Map<num
     apply,
     deny: never,
     orphan: never,
-    status: () => ({ surface: name, subjects: 0 }),
+    status: () => ({ surface: name, subjects: 0, uids: [] }),
     close: async () => {},
   };
 }

@@ -1,0 +1,210 @@
+/**
+ * The windows of a change of state (issue 40), on the REAL service with one agent account, before and after, in one
+ * run. The service runs in the lab's agent namespace (its nft rules are that namespace's own) and marks only a tmpfs
+ * this bench mounts; the agent's operations run as the leashed account (src/lab/agent-loop.ts: a denied read and a
+ * denied page over HTTP, back to back).
+ *
+ *   reload      a deny written with --no-reconcile, then the reload, then at once one read as the agent:
+ *               before = a bare SIGHUP (the old ExecReload=/bin/kill), after = `leash reload` (waits for the
+ *               generation). Reads let through, of ROUNDS.
+ *   crash       SIGKILL of the whole service (as systemd kills the unit), ExecStopPost, RestartSec=2, a new start:
+ *               before = teardown releasing everything (the old ExecStopPost), after = teardown with
+ *               SERVICE_RESULT=signal (chains kept). Reads and pages let through from the kill to ready.
+ *   bad config  a start on an invalid floor (exit 2), ExecStopPost, 3 s of the agent loop: before = the chains
+ *               released (old), after = kept or put in closed.
+ *   cold start  process start -> ready (every subject confined) at 1 agent.
+ *
+ *   npm run build && node dist/bench/transitions.js      (root; BENCH_ROUNDS for the reload rounds, default 20)
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import { loadavg } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { buildLab, createCleanups, LAB, stopChild, type LabUser } from '../src/lab/lab.js';
+import { AGENT_LOOP, type LoopCounts } from '../src/lab/agent-loop.js';
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 20);
+const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/cli/main.js');
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function run(argv: string[], env: NodeJS.ProcessEnv = {}): { code: number; out: string; err: string } {
+  const r = spawnSync(argv[0]!, argv.slice(1), { env: { ...process.env, ...env }, encoding: 'utf8' });
+  return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
+}
+
+async function main(): Promise<void> {
+  if (process.getuid?.() !== 0) throw new Error('bench/transitions needs root (namespaces, nft, fanotify)');
+  const cleanups = createCleanups();
+  const lab = await buildLab({ id: 'l40bb', dnsLog: false, cleanups });
+  const rows: string[][] = [];
+  try {
+    const dir = fs.mkdtempSync(path.join(lab.dir, 'l40b-'));
+    fs.chmodSync(dir, 0o755);
+    const mnt = path.join(dir, 'fs');
+    fs.mkdirSync(mnt);
+    if (run(['mount', '-t', 'tmpfs', '-o', 'size=8m,mode=0755', 'leash-l40b-bench', mnt]).code !== 0)
+      throw new Error('mount');
+    lab.defer(`umount ${mnt}`, () => run(['umount', '-l', mnt]));
+    fs.writeFileSync(path.join(mnt, 'held'), 'x\n', { mode: 0o644 });
+    for (let i = 0; i < 2 * ROUNDS; i++) fs.writeFileSync(path.join(mnt, `f${i}`), 'x\n', { mode: 0o644 });
+    const agent: LabUser = await lab.createUser('leash-t4bb');
+    fs.writeFileSync(
+      path.join(dir, 'passwd'),
+      `root:x:0:0:root:/root:/bin/bash\n${agent.name}:x:${agent.uid}:${agent.gid}::/nonexistent:/usr/sbin/nologin\n`,
+    );
+    const cfg = path.join(dir, 'leash.yaml');
+    const good = `user: null
+fail_mode: closed
+network: { mode: whitelist, allow: [good.lab], deny: [], dns_resolvers: [${LAB.dnsV4}] }
+filesystem: { mode: blacklist, allow: [], deny: [${mnt}/held] }
+commands: { mode: blacklist, allow: [], deny: [] }
+tools: { mode: whitelist, allow: [], deny: [] }
+logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
+`;
+    fs.writeFileSync(cfg, good);
+    const env: NodeJS.ProcessEnv = {
+      LEASH_STATE_DIR: path.join(dir, 'state'),
+      LEASH_PASSWD: path.join(dir, 'passwd'),
+      LEASH_TOOLS_SOCKET: path.join(dir, 'tools.sock'),
+      LEASH_APPROVALS_SOCKET: path.join(dir, 'approvals.sock'),
+      LEASH_PID_FILE: path.join(dir, 'leash.pid'),
+      LEASH_WATCHER_TIMEOUT_S: '1200',
+    };
+    const leash = (args: string[], extra: NodeJS.ProcessEnv = {}) =>
+      run(['ip', 'netns', 'exec', lab.agentNs, process.execPath, CLI, '-c', cfg, ...args], { ...env, ...extra });
+    const readAs = (file: string) =>
+      run([
+        'ip',
+        'netns',
+        'exec',
+        lab.agentNs,
+        'setpriv',
+        `--reuid=${agent.uid}`,
+        `--regid=${agent.gid}`,
+        '--clear-groups',
+        '/bin/cat',
+        file,
+      ]).code === 0;
+    let svc: ChildProcess | null = null;
+    let err = '';
+    const spawnSvc = () => {
+      err = '';
+      const c = spawn('ip', ['netns', 'exec', lab.agentNs, process.execPath, CLI, '-c', cfg], {
+        env: { ...process.env, ...env },
+        stdio: ['ignore', 'ignore', 'pipe'],
+        detached: true,
+      });
+      lab.defer(`stop service ${c.pid}`, () => stopChild(c, 10_000));
+      c.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
+      return c;
+    };
+    /** Starts the service; ms from spawn to ready (every subject applied on every surface). */
+    const start = async () => {
+      fs.rmSync(env.LEASH_PID_FILE!, { force: true });
+      const t = performance.now();
+      svc = spawnSvc();
+      while (!err.includes('"msg":"ready"')) {
+        if (svc.exitCode !== null) throw new Error(`service exited: ${err}`);
+        await sleep(5);
+      }
+      return performance.now() - t;
+    };
+    const script = path.join(dir, 'loop.mjs');
+    fs.writeFileSync(script, AGENT_LOOP, { mode: 0o644 });
+    const other = LAB.hosts.find((h) => h.name === 'other.lab')!.v4;
+    const loop = (ms: number): Promise<LoopCounts> => {
+      const c = spawn(
+        'ip',
+        [
+          'netns',
+          'exec',
+          lab.agentNs,
+          'setpriv',
+          `--reuid=${agent.uid}`,
+          `--regid=${agent.gid}`,
+          '--clear-groups',
+        ].concat([process.execPath, script, path.join(mnt, 'held'), other, '80', 'nope.lab', String(ms)]),
+        { stdio: ['ignore', 'pipe', 'ignore'] },
+      );
+      lab.defer(`stop loop ${c.pid}`, () => stopChild(c, 2000));
+      let out = '';
+      c.stdout!.setEncoding('utf8').on('data', (d: string) => (out += d));
+      return new Promise((res) => c.on('exit', () => res(JSON.parse(out.trim()) as LoopCounts)));
+    };
+    const stopPost = (result: string | null, code: string, status: string) =>
+      leash(['teardown'], result === null ? {} : { SERVICE_RESULT: result, EXIT_CODE: code, EXIT_STATUS: status });
+
+    const cold = await start();
+    rows.push(['cold start, 1 agent', 'ms to ready', '-', cold.toFixed(0)]);
+
+    // reload
+    let next = 0;
+    const reloadThrough = (how: 'hup' | 'leash') => {
+      let through = 0;
+      for (let i = 0; i < ROUNDS; i++) {
+        const f = path.join(mnt, `f${next++}`);
+        leash(['fs', 'deny', f, '--no-reconcile']);
+        if (how === 'hup') process.kill(Number(fs.readFileSync(env.LEASH_PID_FILE!, 'utf8')), 'SIGHUP');
+        else if (leash(['reload']).code !== 0) throw new Error('leash reload failed');
+        if (readAs(f)) through++;
+      }
+      return through;
+    };
+    rows.push(['reload', `reads through of ${ROUNDS}`, String(reloadThrough('hup')), String(reloadThrough('leash'))]);
+
+    // crash
+    const crash = async (keep: boolean) => {
+      const l = loop(9000);
+      await sleep(1000);
+      const t = performance.now();
+      // The whole process group, as systemd kills the unit (the watcher, in a timeout's group of its own, ends when
+      // its parent's pipe closes).
+      process.kill(-svc!.pid!, 'SIGKILL');
+      while (svc!.exitCode === null && svc!.signalCode === null) await sleep(5);
+      stopPost(keep ? 'signal' : null, 'killed', 'KILL');
+      await sleep(2000);
+      await start();
+      const gap = performance.now() - t;
+      return { gap, c: await l };
+    };
+    const cb = await crash(false);
+    const ca = await crash(true);
+    rows.push(['crash', 'ms kill -> ready', cb.gap.toFixed(0), ca.gap.toFixed(0)]);
+    rows.push(['crash', 'reads through (denied file)', String(cb.c.readsThrough), String(ca.c.readsThrough)]);
+    rows.push(['crash', 'pages through (denied host)', String(cb.c.connsThrough), String(ca.c.connsThrough)]);
+
+    // bad config
+    const bad = async (keep: boolean) => {
+      await stopChild(svc!, 10_000);
+      stopPost('success', 'exited', '0');
+      fs.writeFileSync(cfg, `${good}fail_mode: sideways\n`);
+      const b = spawnSvc();
+      await new Promise((r) => b.on('exit', r));
+      stopPost(keep ? 'exit-code' : null, 'exited', '2');
+      if (!keep) leash(['teardown', '--force']);
+      const c = await loop(3000);
+      fs.writeFileSync(cfg, good);
+      await start();
+      return c;
+    };
+    const bb = await bad(false);
+    const ba = await bad(true);
+    rows.push(['bad config, 3 s', 'reads through', String(bb.readsThrough), String(ba.readsThrough)]);
+    rows.push(['bad config, 3 s', 'pages through', String(bb.connsThrough), String(ba.connsThrough)]);
+    await stopChild(svc!, 10_000);
+    stopPost('success', 'exited', '0');
+  } finally {
+    await lab.teardown();
+  }
+  const w = [16, 28, 8, 8];
+  const line = (r: string[]) => r.map((c, i) => c.padEnd(w[i]!)).join('  ');
+  process.stdout.write(`bench/transitions: 1 agent, load ${loadavg()[0]!.toFixed(2)}\n`);
+  process.stdout.write(`${line(['transition', 'measure', 'before', 'after'])}\n`);
+  for (const r of rows) process.stdout.write(`${line(r)}\n`);
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`${(e as Error).stack ?? String(e)}\n`);
+  process.exitCode = 1;
+});
