@@ -55,7 +55,12 @@ describe.skipIf(!hasDpkg && !isRoot)('packaging (.deb)', () => {
     // Dev and build-only dependencies are not shipped: no test runner, no compiler driver, no headers.
     for (const m of ['vitest', 'node-gyp', 'node-addon-api', 'typescript', 'eslint'])
       expect(list, m).not.toContain(`node_modules/${m}/`);
-    expect(run(['dpkg-deb', '-f', deb, 'Depends']).out).toMatch(/nodejs \(>= 20\), nftables.*libc6 \(>= /);
+    // The package carries its runtime: Debian 12's archive has Node 18, so no nodejs dependency; the runtime's
+    // shared libraries (libstdc++, from dpkg-shlibdeps) are.
+    const depends = run(['dpkg-deb', '-f', deb, 'Depends']).out;
+    expect(depends).not.toMatch(/nodejs/);
+    expect(depends).toMatch(/nftables.*libc6 \(>= .*libstdc\+\+6 \(>= /);
+    expect(list).toContain('./usr/lib/leash/bin/node');
     // The shipped logrotate file is a conffile (an operator's edit survives an upgrade).
     expect(fs.readFileSync(path.join(work, 'control', 'conffiles'), 'utf8').split('\n')).toContain(
       '/etc/logrotate.d/leash',
@@ -118,10 +123,18 @@ describe.skipIf(!hasDpkg && !isRoot)('packaging (.deb)', () => {
     for (const c of commands) expect(top, c).toContain(c);
   });
 
-  it('the installed CLI runs from its own tree', () => {
-    const r = run([process.execPath, path.join(extracted, 'usr/lib/leash/dist/src/cli/main.js'), '--version']);
+  it('the installed CLI runs from its own tree, on the runtime the package carries (Node >= 20)', () => {
+    const node = path.join(extracted, 'usr/lib/leash/bin/node');
+    const v = run([node, '-p', 'process.versions.node']);
+    expect(v.code, v.err).toBe(0);
+    expect(Number(v.out.split('.')[0])).toBeGreaterThanOrEqual(20);
+    const r = run([node, path.join(extracted, 'usr/lib/leash/dist/src/cli/main.js'), '--version']);
     expect(r.code, r.err).toBe(0);
     expect(r.out.trim()).toMatch(/^\d+\.\d+\.\d+$/);
+    // The wrapper runs that runtime, not whatever node is on PATH.
+    expect(fs.readFileSync(path.join(extracted, 'usr/bin/leash'), 'utf8')).toMatch(
+      /^exec \/usr\/lib\/leash\/bin\/node /m,
+    );
   });
 
   it.skipIf(!isRoot)('postinst states 0640 root:<user group> on install and re-states it on upgrade', () => {
