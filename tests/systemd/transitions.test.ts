@@ -318,7 +318,7 @@ describe.skipIf(!isRoot)('leash under systemd (Debian 12 in systemd-nspawn)', ()
       'network:\n  deny:\n    - 169.254.169.254\n    - metadata.google.internal\n    - 198.18.0.1\n',
     );
     must(['leash', 'profile', 'save', 'l40a', '--from', '/var/tmp/l40a-profile.yaml', '--no-reconcile']);
-    must(['leash', 'bind', 'agent:leash-agent1', 'l40a', '--no-reconcile']);
+    must(['leash', 'bind', 'agent:leash-agent2', 'l40a', '--no-reconcile']);
     const pid = show('leash', ['MainPID']).MainPID;
     const a = agent('leash-agent1', [SECRET]);
     await sleep(1000);
@@ -333,7 +333,9 @@ describe.skipIf(!isRoot)('leash under systemd (Debian 12 in systemd-nspawn)', ()
     expect(must(['dpkg-query', '-W', '-f=${Version}', 'leash'])).toBe(newer);
     expect(after.ActiveState).toBe('active');
     expect(after.MainPID, 'the new version runs: the service was restarted').not.toBe(pid);
-    expect(must(['leash', 'bindings'])).toMatch(/leash-agent1/);
+    const bindings = must(['leash', 'bindings', '--json']);
+    expect(bindings).toMatch(/leash-agent2/);
+    expect(bindings).toMatch(/l40a/);
     expect(got.total).toBe(0);
   }, 360_000);
 
