@@ -15,7 +15,9 @@ IMG=$(realpath -m "${1:-${LEASH_SYSTEMD_IMAGE:-/var/tmp/leash-systemd/bookworm.i
 # What the image holds: the first list makes it boot, the second is what the package depends on (from the archive).
 BOOT=systemd,systemd-sysv,dbus,init-system-helpers,util-linux,procps,iproute2
 DEPS=nftables,openssl,logrotate,libstdc++6,libgcc-s1
-RECIPE="1 $BOOT $DEPS"
+# The fleet test applies deploy/ansible for real, with ansible-core inside (a local connection).
+FLEET=ansible-core,python3-apt
+RECIPE="2 $BOOT $DEPS $FLEET"
 STAMP="$IMG.stamp"
 mkdir -p "$(dirname "$IMG")"
 exec 9>"$IMG.lock"
@@ -56,7 +58,7 @@ EOF
 mount -t proc proc "$mnt/proc"
 chroot "$mnt" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive sh -ec "
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends $(echo "$DEPS" | tr , ' ')
+  apt-get install -y -qq --no-install-recommends $(echo "$DEPS,$FLEET" | tr , ' ')
   apt-get clean
 " >>"$IMG.log" 2>&1 || { tail -20 "$IMG.log" >&2; echo "systemd image: apt in the image failed" >&2; exit 1; }
 umount "$mnt/proc"

@@ -3,11 +3,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bootContainer, type Container } from './container.js';
+import { debFromCheckout } from './deb.js';
 
 // Leash under a real systemd: Debian 12 booted in systemd-nspawn (tests/systemd/container.ts), the .deb built from
 // this checkout installed with apt from Debian's archive only, then every change of state (issue 40) with an agent
 // looping over a denied read, a denied exec and a denied connection: what it gets through must be zero.
-// Root only (it mounts, boots a container): skipped otherwise. LEASH_SYSTEMD_DEB reuses a built .deb,
+// Root only (it mounts, boots a container): skipped otherwise. LEASH_SYSTEMD_DEB names a built .deb to use,
 // LEASH_SYSTEMD_IMAGE and LEASH_SYSTEMD_PREFIX name the cached image and what a run creates.
 
 const repo = path.resolve(__dirname, '../..');
@@ -129,19 +130,10 @@ describe.skipIf(!isRoot)('leash under systemd (Debian 12 in systemd-nspawn)', ()
     const img = spawnSync('bash', [path.join(__dirname, 'image.sh'), image], { encoding: 'utf8', timeout: 900_000 });
     expect(img.status, img.stderr).toBe(0);
     report('image ready (s)', Math.round((Date.now() - t0) / 1000));
-    work = fs.mkdtempSync(`/var/tmp/${prefix}-deb.`);
-    deb = process.env.LEASH_SYSTEMD_DEB ?? '';
-    if (!deb) {
-      const t1 = Date.now();
-      const b = spawnSync('bash', [path.join(repo, 'packaging/build-deb.sh'), work], {
-        encoding: 'utf8',
-        env: { ...process.env, LEASH_DEB_COMPRESSION: 'gzip' },
-        timeout: 600_000,
-      });
-      expect(b.status, b.stderr).toBe(0);
-      deb = b.stdout.trim().split('\n').pop()!;
-      report('deb built (s)', Math.round((Date.now() - t1) / 1000));
-    }
+    work = fs.mkdtempSync(`/var/tmp/${prefix}-work.`);
+    const t1 = Date.now();
+    deb = debFromCheckout(prefix);
+    report('deb ready (s)', Math.round((Date.now() - t1) / 1000));
     c = await bootContainer({ image, prefix, log: (s) => console.log(s) });
     report('container booted to running (ms)', c.bootMs);
     // What the suite brings in: the package, the agent's loop, a file to deny, a listener to be denied.
