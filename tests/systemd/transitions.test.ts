@@ -296,6 +296,8 @@ describe.skipIf(!isRoot)('leash under systemd (Debian 12 in systemd-nspawn)', ()
     const beforeReady = letThrough({ ...r, through: filterBefore(r.through, ready) }, 0);
     report('boot', { ...got, agentStartedAfterReadyMs: Math.round(started - ready), beforeReady: beforeReady.total });
     must(['systemctl', 'disable', 'l40a-agent.service']);
+    // The unit's ordering (Before=basic.target, DefaultDependencies=no) made no cycle that systemd had to break.
+    expect(must(['journalctl', '-b', '-o', 'cat', '--no-pager'])).not.toMatch(/ordering cycle/i);
     expect(leash.ActiveState).toBe('active');
     expect(started).toBeGreaterThanOrEqual(ready);
     expect(got.attempts.read).toBeGreaterThan(0);
@@ -354,11 +356,15 @@ describe.skipIf(!isRoot)('leash under systemd (Debian 12 in systemd-nspawn)', ()
     const got = letThrough(await a.stop(), t0);
     const s = show('leash', ['Result', 'ExecMainStatus', 'NRestarts']);
     report('bad floor', { ...got, failedAfterMs: failedAt ? Math.round(failedAt - t0) : null, ...s });
+    // The reason is in the journal, as a code.
+    const journal = must(['journalctl', '-u', 'leash', '-o', 'cat', '--no-pager']);
     c.put(conf, good);
     must(['systemctl', 'reset-failed', 'leash']);
     must(['systemctl', 'start', 'leash'], 120_000);
     expect(state).toBe('failed');
     expect(failedAt - t0).toBeLessThan(30_000);
+    expect(s.ExecMainStatus).toBe('2');
+    expect(journal).toMatch(/\[config_invalid\]/);
     expect(got.total).toBe(0);
   }, 120_000);
 });
