@@ -159,6 +159,8 @@ export async function bootContainer(opts: {
       encoding: 'utf8',
       input: o.input,
       timeout: o.timeoutMs ?? 120_000,
+      // A journal full of decisions is more than spawnSync's default 1 MiB.
+      maxBuffer: 256 * 1024 * 1024,
     });
     return { code: r.status, out: r.stdout ?? '', err: (r.stderr ?? '') + (r.error ? String(r.error) : '') };
   };
