@@ -3,7 +3,12 @@
 # Usage: packaging/build-deb.sh [OUT_DIR]
 # The maintainer is $DEBFULLNAME <$DEBEMAIL> when both are set (the Debian convention), else the
 # `author` of package.json. SOURCE_DATE_EPOCH (default: the last commit, else now) dates the
-# changelog and the man page.
+# changelog and the man page. LEASH_DEB_COMPRESSION (default xz) is dpkg-deb's -Z: gzip builds in seconds where xz
+# takes minutes on a loaded machine (the runtime is most of the 95 MB).
+# The package carries its own Node runtime (code-server's convention): the build host's node (LEASH_NODE, default
+# the one on PATH, >= 20) goes to /usr/lib/leash/bin/node, its license (LEASH_NODE_LICENSE, default the one its
+# package installed) into the copyright file, and its shared libraries into Depends (dpkg-shlibdeps). Debian 12 and
+# Ubuntu 24.04 ship Node 18: a `Depends: nodejs (>= 20)` could not be installed from their archives.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export npm_config_nodedir=/usr
@@ -21,13 +26,18 @@ export SOURCE_DATE_EPOCH
 for f in dist/src/cli/main.js build/Release/leash_native.node; do
   [ -e "$f" ] || { echo "build-deb: $f is missing: run npm ci && npm run build first" >&2; exit 2; }
 done
+node_bin=$(readlink -f "${LEASH_NODE:-$(command -v node)}")
+node_major=$("$node_bin" -p 'process.versions.node.split(".")[0]')
+[ "$node_major" -ge 20 ] || { echo "build-deb: $node_bin is Node $node_major: the package needs Node >= 20" >&2; exit 2; }
+node_license=${LEASH_NODE_LICENSE:-$(dirname "$node_bin")/../share/doc/nodejs/LICENSE}
+[ -r "$node_license" ] || { echo "build-deb: no license text for $node_bin: set LEASH_NODE_LICENSE" >&2; exit 2; }
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 umask 022
 
 lib="$stage/usr/lib/leash"
 doc="$stage/usr/share/doc/leash"
-mkdir -p "$lib/build/Release" "$lib/dist" "$stage/usr/bin" "$stage/lib/systemd/system" "$stage/usr/share/leash" \
+mkdir -p "$lib/bin" "$lib/build/Release" "$lib/dist" "$stage/usr/bin" "$stage/lib/systemd/system" "$stage/usr/share/leash" \
   "$doc" "$stage/usr/share/man/man1" "$stage/usr/share/bash-completion/completions" \
   "$stage/usr/share/zsh/vendor-completions" "$stage/DEBIAN"
 cp package.json package-lock.json "$lib/"
@@ -56,7 +66,14 @@ find "$lib/node_modules" -mindepth 1 -type d -empty -delete
 find "$lib" -type f -exec chmod 0644 {} +
 # A module's own command-line scripts keep their #! and stay runnable (lintian: script-not-executable).
 find "$lib/node_modules" -type f -exec sh -c 'for f; do [ "$(head -c 2 "$f")" = "#!" ] && chmod 0755 "$f"; done; true' sh {} +
-chmod 0755 "$lib/dist/src/cli/main.js"
+# The runtime, without its symbol tables and debug sections (NodeSource's binary ships them: ~10 MB more). Scripts
+# for node are run by it, never by their #! (which would name a node the package does not depend on: lintian's
+# missing-dep-for-interpreter): the line is emptied, so stack traces keep their line numbers.
+install -m 0755 "$node_bin" "$lib/bin/node"
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$lib/bin/node"
+find "$lib/dist" "$lib/node_modules" -type f -exec sh -c \
+  'for f; do head -n 1 "$f" | grep -q "^#!.*node" && sed -i "1s/.*//" "$f" && chmod 0644 "$f"; done; true' sh {} +
+install -D -m 0644 packaging/lintian-overrides "$stage/usr/share/lintian/overrides/leash"
 
 install -m 0755 packaging/leash-wrapper.sh "$stage/usr/bin/leash"
 install -m 0644 systemd/leash.service "$stage/lib/systemd/system/leash.service"
@@ -70,7 +87,8 @@ for f in docs/*.md; do install -m 0644 "$f" "$doc/$(basename "$f")"; done
 node scripts/cli-man.mjs docs/cli.md "$version" | gzip -9n > "$stage/usr/share/man/man1/leash.1.gz"
 node dist/src/cli/main.js completion bash > "$stage/usr/share/bash-completion/completions/leash"
 node dist/src/cli/main.js completion zsh > "$stage/usr/share/zsh/vendor-completions/_leash"
-node packaging/copyright.mjs "$lib/node_modules" > "$doc/copyright"
+gzip -9nc "$node_license" > "$doc/nodejs-notices.gz"
+node packaging/copyright.mjs "$lib/node_modules" /usr/share/doc/leash/nodejs-notices.gz > "$doc/copyright"
 date_r=$(date -R -u -d "@$SOURCE_DATE_EPOCH")
 printf 'leash (%s) unstable; urgency=medium\n\n  * Release %s. The history of changes is the project'"'"'s git log.\n\n -- %s  %s\n' \
   "$version" "$version" "$maintainer" "$date_r" | gzip -9n > "$doc/changelog.gz"
@@ -84,20 +102,21 @@ chmod 0644 "$stage/DEBIAN/conffiles"
 (cd "$stage" && find . -type f ! -path './DEBIAN/*' -printf '%P\0' | LC_ALL=C sort -z | xargs -0 md5sum) > "$stage/DEBIAN/md5sums"
 chmod 0644 "$stage/DEBIAN/md5sums"
 
-# The addon's shared-library dependencies, as dpkg-shlibdeps finds them (it wants a debian/control).
+# The runtime's and the addon's shared-library dependencies, as dpkg-shlibdeps finds them (it wants a
+# debian/control).
 shl=$(mktemp -d)
 mkdir "$shl/debian"
 printf 'Source: leash\n\nPackage: leash\nArchitecture: any\n' > "$shl/debian/control"
-shlibs=$(cd "$shl" && dpkg-shlibdeps -O "-e$lib/build/Release/leash_native.node" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+shlibs=$(cd "$shl" && dpkg-shlibdeps -O "-e$lib/bin/node" "-e$lib/build/Release/leash_native.node" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
 rm -rf "$shl"
-[ -n "$shlibs" ] || { echo "build-deb: dpkg-shlibdeps found no dependencies for the addon" >&2; exit 3; }
+[ -n "$shlibs" ] || { echo "build-deb: dpkg-shlibdeps found no dependencies for the runtime and the addon" >&2; exit 3; }
 size=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 cat > "$stage/DEBIAN/control" <<CTL
 Package: leash
 Version: $version
 Architecture: $arch
 Maintainer: $maintainer
-Depends: nodejs (>= 20), nftables, iproute2, openssl, $shlibs
+Depends: nftables, iproute2, openssl, $shlibs
 Recommends: logrotate
 Installed-Size: $size
 Section: admin
@@ -108,5 +127,5 @@ Description: per-UID enforcement for local AI agents
  commands (fanotify), and tools (MCP gate), with one policy engine.
 CTL
 mkdir -p "$out"
-fakeroot dpkg-deb --build --root-owner-group "$stage" "$out/leash_${version}_${arch}.deb" >/dev/null
+fakeroot dpkg-deb --build --root-owner-group "-Z${LEASH_DEB_COMPRESSION:-xz}" "$stage" "$out/leash_${version}_${arch}.deb" >/dev/null
 echo "$out/leash_${version}_${arch}.deb"

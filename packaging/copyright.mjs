@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // debian/copyright (machine-readable format 1.0) for the .deb: Leash itself, then one paragraph per
 // bundled npm module, with the license its package.json names and the text of its own LICENSE file.
-// Usage: node packaging/copyright.mjs <the staged node_modules directory>
+// Usage: node packaging/copyright.mjs <the staged node_modules directory> [<where the bundled Node runtime's LICENSE is shipped>]
 import fs from 'node:fs';
 import path from 'node:path';
 import process from 'node:process';
@@ -68,6 +68,18 @@ const out = [
   'Copyright: the Leash authors',
   'License: MIT',
 ];
+// The runtime the package carries (usr/lib/leash/bin/node): Node itself is MIT; the notices and licenses of what it
+// bundles (V8, OpenSSL, libuv, ICU, zlib, ...) are Node's own LICENSE file, shipped beside this one as it is
+// (named here, not copied: it holds full Apache-2.0 and GPL texts that a copyright file names instead).
+if (process.argv[3]) {
+  out.push(
+    '',
+    'Files: usr/lib/leash/bin/node',
+    'Copyright: Node.js contributors',
+    'License: MIT',
+    `Comment: Node.js bundles third-party components under their own licenses: their notices, as Node's LICENSE\n file states them, are in ${process.argv[3]}.`,
+  );
+}
 const seen = new Set();
 /** SPDX name -> the file under /usr/share/common-licenses (base-files). */
 const COMMON = { 'Apache-2.0': 'Apache-2.0' };

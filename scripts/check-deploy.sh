@@ -41,6 +41,7 @@ cat > "$tmp/play.yml" <<YAML
         leash_policy_src: "$root/deploy/examples/fleet"
         leash_policy_dir: "$tmp/dest"
         leash_bin: "$cli"
+        leash_service: false
         leash_apply_environment:
           LEASH_CONFIG: "$tmp/leash.yaml"
           LEASH_PASSWD: "$tmp/passwd"

@@ -17,6 +17,11 @@ done
 for pkg in logrotate lintian dpkg-dev libnss-extrausers zsh python3-seccomp chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
+# tests/systemd (Debian 12 booted with systemd as PID 1): systemd-nspawn and debootstrap for its image. Without
+# recommends: libnss-mymachines would add itself to /etc/nsswitch.conf.
+for pkg in systemd-container debootstrap; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+done
 # deploy/ checks (scripts/check-deploy.sh, tests/e2e/deploy.test.ts): ansible and ansible-lint. The cost: about
 # 500 MB on disk (Debian's ansible ships every collection), and the check takes 1-3 minutes on a loaded 2-vCPU VM.
 for pkg in ansible ansible-lint; do
@@ -25,6 +30,12 @@ done
 if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${need[@]}"
+fi
+
+# FIELD-NOTES: libnss-mymachines (systemd-container's recommendation) edits /etc/nsswitch.conf; a machine that got it
+# resolves every lookup through machined, which does not run here.
+if dpkg-query -W -f='${Status}' libnss-mymachines 2>/dev/null | grep -q 'install ok installed'; then
+  DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq libnss-mymachines
 fi
 
 # Node.js 20 comes with this kind of machine (Debian 12's own nodejs is 18, too old for Leash).

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { EXIT } from '../../src/errors.js';
 
 const unitPath = path.resolve(__dirname, '../../systemd/leash.service');
 const hasAnalyze = spawnSync('systemd-analyze', ['--version']).status === 0;
@@ -35,6 +36,29 @@ describe('systemd unit', () => {
     expect(Number(keys.get('WatchdogSec')?.[0])).toBeGreaterThan(0);
     expect(keys.get('Restart')).toEqual(['on-failure']);
     expect(keys.get('ExecStopPost')).toEqual(['/usr/bin/leash teardown']);
+  });
+
+  it('a failed start ends: no restart on a refused configuration, a start limit that instant failures reach', () => {
+    // Exit 2 is EXIT.refused (config_invalid, user_unknown, ...): the same file refuses again.
+    expect(keys.get('RestartPreventExitStatus')?.[0]?.split(/\s+/)).toContain(String(EXIT.refused));
+    const burst = Number(keys.get('StartLimitBurst')?.[0]);
+    const interval = Number(keys.get('StartLimitIntervalSec')?.[0]);
+    const restartSec = Number(keys.get('RestartSec')?.[0]);
+    expect(burst).toBeGreaterThan(0);
+    // Starts that fail at once come RestartSec apart: the burst must fit in the interval, or it never trips.
+    expect(burst * restartSec).toBeLessThan(interval);
+  });
+
+  it('starts before every unit with default dependencies (they are After=basic.target), after nftables.service', () => {
+    expect(keys.get('DefaultDependencies')).toEqual(['no']);
+    const before = (keys.get('Before') ?? []).flatMap((v) => v.split(/\s+/));
+    expect(before).toEqual(
+      expect.arrayContaining(['basic.target', 'systemd-user-sessions.service', 'shutdown.target']),
+    );
+    const after = (keys.get('After') ?? []).flatMap((v) => v.split(/\s+/));
+    expect(after).toEqual(expect.arrayContaining(['sysinit.target', 'nftables.service']));
+    expect(after).not.toContain('basic.target');
+    expect(keys.get('Conflicts')).toEqual(['shutdown.target']);
   });
 
   it('systemctl reload is SIGHUP to the main PID only: its child processes are not signalled', async () => {
