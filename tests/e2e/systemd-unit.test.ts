@@ -61,20 +61,28 @@ describe('systemd unit', () => {
     expect(keys.get('Conflicts')).toEqual(['shutdown.target']);
   });
 
-  it('systemctl reload is SIGHUP to the main PID only: its child processes are not signalled', async () => {
+  it('systemctl reload is SIGHUP to the main PID only, and returns once that reload is in force', async () => {
     const reload = keys.get('ExecReload');
-    expect(reload).toEqual(['/bin/kill -HUP $MAINPID']);
-    // A main process and a child of it, each counting SIGHUPs; the line run as systemd runs it (no shell,
-    // $MAINPID replaced by the main PID).
+    expect(reload).toEqual(['/usr/bin/leash reload --pid $MAINPID']);
+    // A stand-in main process (its command line names leash, as the CLI checks) and a child of it, each counting
+    // SIGHUPs. The main one confirms each reload 300 ms after the signal through the status file, as the service
+    // does; the line is run as systemd runs it (no shell, $MAINPID replaced), with the checkout's CLI.
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-unit-reload-'));
+    onTestFinished(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const statusFile = path.join(dir, 'reconcile.json');
     const main = spawn(
       process.execPath,
       [
         '-e',
-        `const { spawn } = require('node:child_process');
+        `// leash stand-in main
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
 let n = 0;
-process.on('SIGHUP', () => { n++; process.stdout.write('main HUP ' + n + '\\n'); });
+const confirm = () => fs.writeFileSync(${JSON.stringify(statusFile)}, JSON.stringify({ pid: process.pid, hup: n, done: n, phase: 'ready', problems: [], at: new Date().toISOString() }));
+process.on('SIGHUP', () => { n++; process.stdout.write('main HUP ' + n + '\\n'); setTimeout(confirm, 300); });
 const c = spawn(process.execPath, ['-e', "process.on('SIGHUP', () => process.stdout.write('child HUP\\n')); setInterval(() => {}, 1000)"], { stdio: ['ignore', 'inherit', 'inherit'] });
 process.on('SIGTERM', () => { c.kill('SIGKILL'); process.exit(0); });
+confirm();
 setTimeout(() => process.stdout.write('ready ' + c.pid + '\\n'), 300);
 setInterval(() => {}, 1000);`,
       ],
@@ -96,8 +104,15 @@ setInterval(() => {}, 1000);`,
     };
     await until(/ready \d+/);
     const argv = reload![0]!.split(/\s+/).map((a) => (a === '$MAINPID' ? String(main.pid) : a));
-    const r = spawnSync(argv[0]!, argv.slice(1), { encoding: 'utf8' });
+    expect(argv[0]).toBe('/usr/bin/leash');
+    const cli = path.resolve('dist/src/cli/main.js');
+    const r = spawnSync(process.execPath, [cli, ...argv.slice(1), '--timeout', '20', '--json'], {
+      encoding: 'utf8',
+      env: { ...process.env, LEASH_STATUS_FILE: statusFile },
+    });
     expect(r.status, `${argv.join(' ')}: ${r.stderr}`).toBe(0);
+    // It returned only after the confirmation of the reload covering its signal (generation 1).
+    expect(JSON.parse(r.stdout)).toMatchObject({ sent: true, pid: main.pid, generation: 1 });
     await until(/main HUP 1/);
     await new Promise((r2) => setTimeout(r2, 300));
     expect(out).not.toMatch(/child HUP/);
@@ -149,8 +164,6 @@ setInterval(() => {}, 1000);`,
     fs.mkdirSync(path.join(root, 'usr/lib/systemd'), { recursive: true });
     fs.cpSync('/lib/systemd/system', path.join(root, 'usr/lib/systemd/system'), { recursive: true });
     fs.writeFileSync(path.join(root, 'usr/bin/leash'), '#!/bin/sh\n', { mode: 0o755 });
-    // ExecReload's /bin/kill (merged /usr, as on Debian 12).
-    fs.writeFileSync(path.join(root, 'usr/bin/kill'), '#!/bin/sh\n', { mode: 0o755 });
     fs.symlinkSync('usr/bin', path.join(root, 'bin'));
     fs.copyFileSync(unitPath, path.join(root, 'etc/systemd/system/leash.service'));
     const r = spawnSync('systemd-analyze', ['verify', '--man=no', `--root=${root}`, 'leash.service'], {
