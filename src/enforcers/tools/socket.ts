@@ -5,7 +5,8 @@
  *
  * Wire: newline-delimited JSON both ways, requests carry `seq`, answers echo it.
  *   {op:"hello"}                              → {seq, ok:true, uid, hide_denied, redact_output}
- *   {op:"judge", method, params?, notification, server?} → {seq, judgment}   (server: serverInfo.name)
+ *   {op:"judge", method, params?, notification, server?, model?} → {seq, judgment}   (server: serverInfo.name;
+ *                                               model: the gate's ServerModel snapshot, where relative paths land)
  *   {op:"hidden", names:[...]}                → {seq, hidden:[bool...]}
  *   {op:"event", event:{...}}                 (no answer: logged)
  *   a judge answered {judgment:{action:"ask", method, reason, rule, hold:N}}: the call is held for a
@@ -19,6 +20,7 @@
 import net from 'node:net';
 import path from 'node:path';
 import { createValidatedWalker } from './operations/paths.js';
+import { ServerModel, type ModelSnapshot } from './operations/model.js';
 import { loadNative } from '../../native.js';
 import type { DecisionWriter } from '../../log/decisions.js';
 import { logEvent, logJudgment, type GateEvent, type GateJudge, type GateJudgment } from './judge.js';
@@ -67,6 +69,16 @@ export interface ToolsSocketServerOptions {
   ask?: Asker;
   /** A session approval was dropped: the server changed the tool's definition (the service logs it). */
   onSessionDropped?: (e: { uid: number; tool: string; request: string | null }) => void;
+}
+
+/** The gate's model as its judge request carries it, or null when it is not one (relative paths are then unknown). */
+function modelFrom(v: JsonValue | undefined): ServerModel | null {
+  if (v === undefined || !isObject(v)) return null;
+  const s = toPlain(v) as Partial<ModelSnapshot>;
+  const strs = (a: unknown): a is string[] => Array.isArray(a) && a.every((x) => typeof x === 'string');
+  if (!Array.isArray(s.lists) || !s.lists.every((l) => l === null || strs(l))) return null;
+  if (!(s.cwd === null || typeof s.cwd === 'string') || !strs(s.argv)) return null;
+  return ServerModel.fromSnapshot(s as ModelSnapshot);
 }
 
 /** A judgment as it goes on the wire to the gate. */
@@ -156,6 +168,7 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
               j = judgeRequest(method, params, policy, {
                 serverName: typeof msg.server === 'string' ? msg.server : null,
                 walker,
+                model: modelFrom(msg.model),
               }) as GateJudgment;
             if (policy === null) {
               j.ref = o.log.write({
@@ -303,6 +316,7 @@ export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promis
   const hello = await ask({ op: 'hello' });
   if (hello.ok !== true || typeof hello.uid !== 'number') throw new Error('the leash service refused the hello');
   let serverName: string | null = null;
+  let model: ServerModel | null = null;
   return {
     uid: hello.uid,
     hideDenied: hello.hide_denied === true,
@@ -311,9 +325,13 @@ export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promis
     serverInfo(name) {
       serverName = name;
     },
+    attachModel(m) {
+      model = m;
+    },
     async judge(method, params, notification) {
       const msg: JsonObject = { op: 'judge', method, notification };
       if (serverName !== null) msg.server = serverName;
+      if (model !== null && method === 'tools/call') msg.model = fromPlain(model.snapshot()) as JsonObject;
       if (params !== undefined) msg.params = params;
       const r = await ask(msg);
       const j = r.judgment;

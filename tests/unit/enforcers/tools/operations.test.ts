@@ -14,6 +14,7 @@ import {
 } from '../../../../src/enforcers/tools/policy.js';
 import { MAPPINGS, mappingForServer } from '../../../../src/enforcers/tools/operations/mappings.js';
 import { normalizeCall } from '../../../../src/enforcers/tools/operations/normalize.js';
+import { ServerModel } from '../../../../src/enforcers/tools/operations/model.js';
 import { gitOperation } from '../../../../src/enforcers/tools/operations/git.js';
 import { compileRules, decideAction } from '../../../../src/enforcers/tools/operations/rules.js';
 import { classifySql } from '../../../../src/enforcers/tools/operations/sql.js';
@@ -26,7 +27,8 @@ fs.mkdirSync(path.join(ws, 'deep', 'er'), { recursive: true });
 fs.writeFileSync(path.join(root, 'outside.txt'), 'x');
 fs.symlinkSync(path.join(root, 'outside.txt'), path.join(ws, 'link'));
 fs.symlinkSync(path.join(ws, 'deep', 'er'), path.join(ws, 'down'));
-const ctx = { workspace: ws, home: '/home/agent' };
+// A server rooted at the workspace: where the calls' relative paths land (operations/model.ts).
+const ctx = { workspace: ws, home: '/home/agent', model: ServerModel.rootedAt(ws) };
 const FS = MAPPINGS.get('filesystem')!;
 const call = (tool: string, args: unknown, table = FS) => normalizeCall(tool, fromPlain(args), table, ctx);
 
@@ -268,7 +270,10 @@ describe('the gate judgment with rules', () => {
   };
   const p = compileGatePolicy(base, 'closed', GATE_ENGINE, { workspace: ws, home: '/h' });
   const j = (name: string, args: unknown) =>
-    judgeRequest('tools/call', fromPlain({ name, arguments: args }), p, { serverName: null });
+    judgeRequest('tools/call', fromPlain({ name, arguments: args }), p, {
+      serverName: null,
+      model: ServerModel.rootedAt(ws),
+    });
 
   it('allows by rule without a name allow entry; deny entries and inspection still apply', () => {
     expect(j('read_text_file', { path: 'a' })).toMatchObject({
@@ -300,11 +305,18 @@ describe('the gate judgment with rules', () => {
   it('selects the table by the server name when mapping is auto', () => {
     const auto = compileGatePolicy({ ...base, mapping: 'auto' }, 'closed', GATE_ENGINE, { workspace: ws, home: '/h' });
     const call = fromPlain({ name: 'read_text_file', arguments: { path: 'a' } });
-    expect(judgeRequest('tools/call', call, auto, { serverName: null })).toMatchObject({
-      action: 'ask',
-      op: { action: { operation: 'unknown' } },
-    });
-    expect(judgeRequest('tools/call', call, auto, { serverName: 'secure-filesystem-server' })).toMatchObject({
+    expect(judgeRequest('tools/call', call, auto, { serverName: null, model: ServerModel.rootedAt(ws) })).toMatchObject(
+      {
+        action: 'ask',
+        op: { action: { operation: 'unknown' } },
+      },
+    );
+    expect(
+      judgeRequest('tools/call', call, auto, {
+        serverName: 'secure-filesystem-server',
+        model: ServerModel.rootedAt(ws),
+      }),
+    ).toMatchObject({
       action: 'allow',
     });
   });

@@ -1,0 +1,286 @@
+/**
+ * Issue #38: the gate judges the path the server will open. The real @modelcontextprotocol/server-filesystem
+ * (a pinned devDependency) behind `leash mcp`, driven by the official SDK client; the gate and the server
+ * are started from different directories, with and without client roots; marker files lie outside the
+ * workspace. A case passes only if no marker reaches the client and the disk outside the workspace is
+ * unchanged.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { ListRootsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CLI, ROOT } from './mcp-helpers.js';
+
+const FS_SERVER = path.join(ROOT, 'node_modules', '@modelcontextprotocol', 'server-filesystem', 'dist', 'index.js');
+const MARKERS = ['L38-OUTSIDE-MARKER', 'l38-outdir-marker', 'l38-top-marker', 'L38-PRIVE-MARKER'];
+const NFC = 'priv\u00e9';
+const NFD = 'prive\u0301';
+
+let root: string;
+let ws: string;
+let home: string;
+
+/** What lies outside the workspace: names and contents (the run directories of the logs left out). */
+function outsideSnapshot(): string[] {
+  const out: string[] = [];
+  const walk = (d: string) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = path.join(d, e.name);
+      if (p === ws || p === home || e.name.startsWith('l38-run-')) continue;
+      if (e.isDirectory()) {
+        out.push(`${p}/`);
+        walk(p);
+      } else out.push(`${p} ${fs.readFileSync(p, 'utf8')}`);
+    }
+  };
+  walk(root);
+  return out.sort();
+}
+
+beforeAll(() => {
+  if (!fs.existsSync(CLI)) throw new Error(`the CLI is not built (${CLI}): npm run build`);
+  if (!fs.existsSync(FS_SERVER)) throw new Error(`${FS_SERVER} is missing: npm install`);
+  root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'l38-model-')));
+  ws = path.join(root, 'ws');
+  home = path.join(root, 'home');
+  for (const d of [ws, home, path.join(root, 'sub'), path.join(root, 'outdir'), path.join(ws, 'sub')])
+    fs.mkdirSync(d, { recursive: true });
+  fs.writeFileSync(path.join(root, 'outside.txt'), 'L38-OUTSIDE-MARKER\n');
+  fs.writeFileSync(path.join(root, 'l38-top-marker.txt'), 'top\n');
+  fs.writeFileSync(path.join(root, 'outdir', 'l38-outdir-marker.txt'), 'x\n');
+  fs.writeFileSync(path.join(ws, 'a.txt'), 'inside\n');
+  fs.mkdirSync(path.join(ws, '.ssh'));
+  fs.writeFileSync(path.join(ws, '.ssh', 'id_ed25519'), 'not a key\n');
+  fs.mkdirSync(path.join(ws, NFC));
+  fs.writeFileSync(path.join(ws, NFC, 'notes.txt'), 'L38-PRIVE-MARKER\n');
+}, 60_000);
+
+afterAll(() => {
+  if (root) fs.rmSync(root, { recursive: true, force: true });
+});
+
+/** The filesystem recipe's rules, writes allowed in the workspace, and a deny on the NFC-named directory. */
+const POLICY = `
+tools:
+  mapping: filesystem
+  default: deny
+  rules:
+    - { id: no-secrets-files, effect: deny, operations: ["fs.*"], resources: ["**/.env", "**/.ssh", "**/*.pem", "**/id_rsa*"] }
+    - { id: no-prive, effect: deny, operations: ["fs.*"], resources: ["\${workspace}/${NFC}"] }
+    - { id: workspace-read, effect: allow, operations: [fs.read], resources: ["\${workspace}/**"] }
+    - { id: workspace-write, effect: allow, operations: [fs.write], resources: ["\${workspace}/**"] }
+`;
+
+interface Run {
+  client: Client;
+  /** Resolves once the server has logged `n` updates of its directories from the client's roots. */
+  rootsApplied(n: number): Promise<void>;
+  decisions(): string;
+  setRoots(dirs: string[]): void;
+  close(): Promise<void>;
+}
+
+async function start(o: { serverDirs: string[]; gateCwd: string; workspace?: string; roots?: string[] }): Promise<Run> {
+  const dir = fs.mkdtempSync(path.join(root, 'l38-run-'));
+  const pf = path.join(dir, 'policy.yaml');
+  fs.writeFileSync(pf, POLICY);
+  const log = path.join(dir, 'decisions.jsonl');
+  const args = [CLI, 'mcp', '--policy', pf, '--log', log];
+  if (o.workspace !== undefined) args.push('--workspace', o.workspace);
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [...args, '--', process.execPath, FS_SERVER, ...o.serverDirs],
+    cwd: o.gateCwd,
+    env: { ...(process.env as Record<string, string>), HOME: home },
+    stderr: 'pipe',
+  });
+  let errText = '';
+  const waiters: (() => void)[] = [];
+  transport.stderr?.on('data', (c: Buffer) => {
+    errText += c.toString('utf8');
+    for (const w of waiters.splice(0)) w();
+  });
+  let roots = o.roots ?? [];
+  const client = new Client(
+    { name: 'l38-e2e', version: '1.0.0' },
+    { capabilities: o.roots !== undefined ? { roots: { listChanged: true } } : {} },
+  );
+  if (o.roots !== undefined)
+    client.setRequestHandler(ListRootsRequestSchema, () => ({
+      roots: roots.map((d) => ({ uri: pathToFileURL(d).href, name: path.basename(d) })),
+    }));
+  await client.connect(transport);
+  return {
+    client,
+    async rootsApplied(n) {
+      const count = () => errText.split('Updated allowed directories from MCP roots').length - 1;
+      const until = Date.now() + 15_000;
+      while (count() < n) {
+        if (Date.now() > until) throw new Error(`the server did not apply the roots: ${errText}`);
+        await new Promise<void>((r) => {
+          waiters.push(r);
+          setTimeout(r, 200);
+        });
+      }
+    },
+    decisions: () => (fs.existsSync(log) ? fs.readFileSync(log, 'utf8') : ''),
+    setRoots(d) {
+      roots = d;
+    },
+    close: () => client.close(),
+  };
+}
+
+/** What the client received for a call: the result, or the error it was refused with. */
+async function outcome(c: Client, name: string, args: Record<string, unknown>): Promise<string> {
+  try {
+    return JSON.stringify(await c.callTool({ name, arguments: args }));
+  } catch (e) {
+    return `error ${String((e as Error).message)}`;
+  }
+}
+
+/** The calls of the issue that reach outside the workspace when read against the wrong base. */
+const ESCAPES: [string, Record<string, unknown>][] = [
+  ['read_text_file', { path: 'outside.txt' }],
+  ['read_text_file', { path: './outside.txt' }],
+  ['read_text_file', { path: 'sub/../outside.txt' }],
+  ['read_multiple_files', { paths: ['outside.txt'] }],
+  ['list_directory', { path: 'outdir/.' }],
+  ['directory_tree', { path: '.' }],
+  ['search_files', { path: '.', pattern: '**/*marker*' }],
+  ['list_directory_with_sizes', { path: '.' }],
+  ['get_file_info', { path: 'outside.txt' }],
+  ['write_file', { path: 'l38-new.txt', content: 'x' }],
+  ['move_file', { source: 'outside.txt', destination: 'ws/l38-moved.txt' }],
+  ['create_directory', { path: 'l38-newdir' }],
+];
+
+async function expectNoEscape(r: Run): Promise<void> {
+  const before = outsideSnapshot();
+  for (const [name, args] of ESCAPES) {
+    const got = await outcome(r.client, name, args);
+    for (const m of MARKERS) expect(got, `${name} ${JSON.stringify(args)}`).not.toContain(m);
+  }
+  expect(outsideSnapshot()).toEqual(before);
+  expect(fs.existsSync(path.join(ws, 'l38-moved.txt'))).toBe(false);
+}
+
+describe.skipIf(!fs.existsSync(FS_SERVER))('the gate reads a call as server-filesystem will (issue #38)', () => {
+  it('server rooted above the workspace, gate started from another directory with --workspace', async () => {
+    const r = await start({ serverDirs: [root], gateCwd: home, workspace: ws });
+    try {
+      await expectNoEscape(r);
+      // The denial says what was judged: the path the server would have opened, not the string sent.
+      expect(r.decisions()).toContain(JSON.stringify(path.join(root, 'outside.txt')));
+    } finally {
+      await r.close();
+    }
+  }, 90_000);
+
+  it('server rooted above the workspace, gate started in the workspace (no --workspace)', async () => {
+    const r = await start({ serverDirs: [root], gateCwd: ws });
+    try {
+      await expectNoEscape(r);
+    } finally {
+      await r.close();
+    }
+  }, 90_000);
+
+  it('two server roots: the server resolves against the first', async () => {
+    const r = await start({ serverDirs: [root, ws], gateCwd: home, workspace: ws });
+    try {
+      await expectNoEscape(r);
+    } finally {
+      await r.close();
+    }
+  }, 90_000);
+
+  it("the client's roots move the server: the gate follows, at start and on roots/list_changed", async () => {
+    const r = await start({ serverDirs: [ws], gateCwd: home, workspace: ws, roots: [root] });
+    try {
+      await r.rootsApplied(1);
+      await expectNoEscape(r);
+      // Back to the workspace, then out again through list_changed.
+      r.setRoots([ws]);
+      await r.client.sendRootsListChanged();
+      await r.rootsApplied(2);
+      r.setRoots([root]);
+      await r.client.sendRootsListChanged();
+      await r.rootsApplied(3);
+      await expectNoEscape(r);
+    } finally {
+      await r.close();
+    }
+  }, 120_000);
+
+  it('server rooted at the workspace: relative reads work, listings leave out what a rule protects, NFD meets the NFC deny', async () => {
+    const r = await start({ serverDirs: [ws], gateCwd: home, workspace: ws });
+    try {
+      const a = await outcome(r.client, 'read_text_file', { path: 'a.txt' });
+      expect(a).toContain('inside');
+      for (const [name, args] of [
+        ['directory_tree', { path: '.' }],
+        ['search_files', { path: '.', pattern: '**/*' }],
+        ['list_directory', { path: '.' }],
+        ['list_directory_with_sizes', { path: '.' }],
+      ] as const) {
+        const got = await outcome(r.client, name, args);
+        expect(got, name).toContain('a.txt');
+        expect(got, name).not.toContain('.ssh');
+        expect(got, name).not.toContain('id_ed25519');
+        expect(got, name).not.toContain('priv');
+      }
+      for (const p of [`${NFD}/notes.txt`, path.join(ws, NFD, 'notes.txt'), `./${NFD}/./notes.txt`]) {
+        const got = await outcome(r.client, 'read_text_file', { path: p });
+        expect(got, p).not.toContain('L38-PRIVE-MARKER');
+        expect(got, p).toContain('operation_denied');
+      }
+      const before = fs.readdirSync(path.join(ws, NFC));
+      expect(await outcome(r.client, 'write_file', { path: `${NFD}/l38-w.txt`, content: 'x' })).toContain(
+        'operation_denied',
+      );
+      expect(fs.readdirSync(path.join(ws, NFC))).toEqual(before);
+    } finally {
+      await r.close();
+    }
+  }, 90_000);
+
+  it('a server whose base the gate cannot learn: a relative path is unknown, never allowed', async () => {
+    // A wrapper moves the server: its command line names no directory the gate can read.
+    const pf = path.join(fs.mkdtempSync(path.join(root, 'l38-run-')), 'policy.yaml');
+    fs.writeFileSync(pf, POLICY);
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [
+        CLI,
+        'mcp',
+        '--policy',
+        pf,
+        '--workspace',
+        ws,
+        '--',
+        '/bin/sh',
+        '-c',
+        `cd "${root}" && exec "${process.execPath}" "${FS_SERVER}" .`,
+      ],
+      cwd: home,
+      stderr: 'pipe',
+    });
+    const client = new Client({ name: 'l38-e2e', version: '1.0.0' });
+    await client.connect(transport);
+    try {
+      const got = await outcome(client, 'read_text_file', { path: 'outside.txt' });
+      expect(got).not.toContain('L38-OUTSIDE-MARKER');
+      expect(got).toContain('operation_default_denied');
+      // An absolute path in the workspace is still judged and allowed.
+      expect(await outcome(client, 'read_text_file', { path: path.join(ws, 'a.txt') })).toContain('inside');
+    } finally {
+      await client.close();
+    }
+  }, 90_000);
+});
