@@ -5,6 +5,7 @@
  * workspace. A case passes only if no marker reaches the client and the disk outside the workspace is
  * unchanged.
  */
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -23,6 +24,18 @@ const NFD = 'prive\u0301';
 let root: string;
 let ws: string;
 let home: string;
+/** A real PKCS#8 private key (PEM, 64-character lines) and the secrets the issue names. */
+const PEM = crypto.generateKeyPairSync('rsa', {
+  modulusLength: 2048,
+  privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+  publicKeyEncoding: { type: 'spki', format: 'pem' },
+}).privateKey;
+const BODY = PEM.split('\n').filter((l) => /^[A-Za-z0-9+/=]{16,}$/.test(l));
+const TOKENS = [
+  'AKIA' + 'QX7LM2NP4RT6VW8Y',
+  'ghp_' + 'Zq81' + 'x7Lm'.repeat(8),
+  'sk-' + 'proj' + 'Ab3Cd5Ef7Gh9'.repeat(4),
+];
 
 /** What lies outside the workspace: names and contents (the run directories of the logs left out). */
 function outsideSnapshot(): string[] {
@@ -57,6 +70,8 @@ beforeAll(() => {
   fs.writeFileSync(path.join(ws, '.ssh', 'id_ed25519'), 'not a key\n');
   fs.mkdirSync(path.join(ws, NFC));
   fs.writeFileSync(path.join(ws, NFC, 'notes.txt'), 'L38-PRIVE-MARKER\n');
+  fs.writeFileSync(path.join(ws, 'deploy-notes.txt'), `deploy notes\n${PEM}trailer\n`);
+  fs.writeFileSync(path.join(ws, 'config-dump.txt'), `aws ${TOKENS[0]}\ngh ${TOKENS[1]}\nopenai ${TOKENS[2]}\n${PEM}`);
 }, 60_000);
 
 afterAll(() => {
@@ -281,6 +296,41 @@ describe.skipIf(!fs.existsSync(FS_SERVER))('the gate reads a call as server-file
       expect(await outcome(client, 'read_text_file', { path: path.join(ws, 'a.txt') })).toContain('inside');
     } finally {
       await client.close();
+    }
+  }, 90_000);
+
+  it('redaction over every form: a base64 blob, the tail of a key, a dry-run diff of a key file', async () => {
+    const r = await start({ serverDirs: [ws], gateCwd: home, workspace: ws });
+    const leaks = (got: string, what: string) => {
+      // Every base64 payload the client got, decoded, is searched too.
+      const decoded = [...got.matchAll(/"(?:blob|data)":"([A-Za-z0-9+/=]+)"/g)].map((m) =>
+        Buffer.from(m[1]!, 'base64').toString('utf8'),
+      );
+      for (const text of [got, ...decoded]) {
+        for (const t of TOKENS) expect(text, what).not.toContain(t);
+        for (const l of BODY.slice(1)) expect(text, what).not.toContain(l);
+      }
+    };
+    try {
+      const media = await outcome(r.client, 'read_media_file', { path: 'config-dump.txt' });
+      expect(media).toContain('"blob"');
+      leaks(media, 'read_media_file');
+      const tail = await outcome(r.client, 'read_text_file', { path: 'deploy-notes.txt', tail: 6 });
+      expect(tail).toContain('END PRIVATE KEY');
+      leaks(tail, 'tail');
+      const head = await outcome(r.client, 'read_text_file', { path: 'deploy-notes.txt', head: 4 });
+      leaks(head, 'head');
+      const before = fs.readFileSync(path.join(ws, 'deploy-notes.txt'), 'utf8');
+      const diff = await outcome(r.client, 'edit_file', {
+        path: 'deploy-notes.txt',
+        edits: [{ oldText: 'trailer', newText: 'trailer 2' }],
+        dryRun: true,
+      });
+      expect(diff).toContain('trailer 2');
+      leaks(diff, 'edit_file dry run');
+      expect(fs.readFileSync(path.join(ws, 'deploy-notes.txt'), 'utf8')).toBe(before);
+    } finally {
+      await r.close();
     }
   }, 90_000);
 });
