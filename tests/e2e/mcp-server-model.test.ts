@@ -5,6 +5,7 @@
  * workspace. A case passes only if no marker reaches the client and the disk outside the workspace is
  * unchanged.
  */
+import { spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -333,4 +334,55 @@ describe.skipIf(!fs.existsSync(FS_SERVER))('the gate reads a call as server-file
       await r.close();
     }
   }, 90_000);
+
+  it('the gate and leash doctor warn on a workspace of /, one outside every server directory, unknown directories', async () => {
+    const pf = path.join(fs.mkdtempSync(path.join(root, 'l38-run-')), 'policy.yaml');
+    fs.writeFileSync(pf, POLICY);
+    const gateWarnings = async (cwd: string, extra: string[], server: string[]) => {
+      const transport = new StdioClientTransport({
+        command: process.execPath,
+        args: [CLI, 'mcp', '--policy', pf, ...extra, '--', ...server],
+        cwd,
+        stderr: 'pipe',
+      });
+      let err = '';
+      transport.stderr?.on('data', (c: Buffer) => (err += c.toString('utf8')));
+      const client = new Client({ name: 'l38-e2e', version: '1.0.0' });
+      await client.connect(transport);
+      await client.listTools();
+      await client.close();
+      return err.split('\n').filter((l) => l.startsWith('leash mcp: warning: '));
+    };
+    const fsServer = (dir: string) => [process.execPath, FS_SERVER, dir];
+    const slash = await gateWarnings('/', [], fsServer(ws));
+    expect(slash.some((l) => l.includes('the workspace is /'))).toBe(true);
+    const outside = await gateWarnings(home, ['--workspace', ws], fsServer(path.join(root, 'outdir')));
+    expect(outside.some((l) => l.includes(`the workspace ${ws} lies outside`))).toBe(true);
+    const unknown = await gateWarnings(
+      home,
+      ['--workspace', ws],
+      ['/bin/sh', '-c', `cd "${root}" && exec "${process.execPath}" "${FS_SERVER}" .`],
+    );
+    expect(unknown.some((l) => l.includes('allowed directories are unknown'))).toBe(true);
+    // Rooted at the workspace: nothing to say.
+    expect(await gateWarnings(home, ['--workspace', ws], fsServer(ws))).toEqual([]);
+
+    const pw = path.join(path.dirname(pf), 'policy-ws.yaml');
+    fs.writeFileSync(pw, POLICY.replace('  mapping: filesystem', `  mapping: filesystem\n  workspace: ${ws}`));
+    const doctor = spawnSync(
+      process.execPath,
+      [
+        CLI,
+        'doctor',
+        '--policy',
+        pw,
+        '--socket',
+        path.join(root, 'l38-none.sock'),
+        '--',
+        ...fsServer(path.join(root, 'outdir')),
+      ],
+      { encoding: 'utf8', timeout: 30_000 },
+    );
+    expect(doctor.stdout).toMatch(new RegExp(`warn server +the workspace ${ws} lies outside`));
+  }, 120_000);
 });

@@ -9,13 +9,14 @@ import { randomUUID } from 'node:crypto';
 import { actionFields, type AuditRecord, type AuditWriter } from './audit.js';
 import { createValidatedWalker } from './operations/paths.js';
 import { filterListing } from './operations/listing.js';
-import type { ServerModel } from './operations/model.js';
+import { workspaceWarnings, type ServerModel } from './operations/model.js';
 import {
   askUnavailable,
   deniedByName,
   judgeRequest,
   readAllowed,
   redactForLog,
+  tableFor,
   type CompiledGatePolicy,
   type AskJudgment,
   type GateSession,
@@ -67,6 +68,8 @@ export interface GateJudge {
   close?(): void;
   /** The gate's model of its server, kept up to date by the gate as messages pass. */
   attachModel?(m: ServerModel): void;
+  /** What the gate says once the server named itself: a workspace the rules cannot mean (operations/model.ts). */
+  warnings?(): string[];
   /** The server's initialize answer named it (selects the operations mapping table). */
   serverInfo?(name: string, version: string | null): void;
   /** Mask secrets in the server's answers (tools.redact_output). */
@@ -293,6 +296,11 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
     },
     attachModel(m) {
       session.model = m;
+    },
+    warnings() {
+      const ops = o.policy.ops;
+      if (ops === null) return [];
+      return workspaceWarnings(ops.workspace, tableFor(ops, session), session.model?.snapshot().lists ?? null);
     },
     serverInfo(name, version) {
       session.serverName = name;

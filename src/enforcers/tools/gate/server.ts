@@ -173,6 +173,7 @@ function handleServerMessage(g: GateState, v: JsonValue, line: Buffer): Out | Pr
   if (p.method === 'initialize' && isObject(v.result) && isObject(v.result.serverInfo)) {
     const si = v.result.serverInfo;
     if (typeof si.name === 'string') g.judge.serverInfo?.(si.name, typeof si.version === 'string' ? si.version : null);
+    for (const w of g.judge.warnings?.() ?? []) g.say(`warning: ${w}`);
   }
   if (p.dirsEpoch !== undefined) modelDirs(g, v, p.dirsEpoch);
   if (p.filter !== undefined && has(v, 'result')) p.filter(v.result!);

@@ -262,3 +262,30 @@ export function procCwd(pid: number | undefined): () => string | null {
     }
   };
 }
+
+/**
+ * What makes the rules mean something other than they say (`leash doctor` and the gate's start say
+ * it): a workspace of `/`, a workspace outside every directory the server serves (its relative paths
+ * land elsewhere), a server whose directories are unknown (every relative path is refused).
+ * `lists` is the model's (or the server's own answer, as one list).
+ */
+export function workspaceWarnings(
+  workspace: string | null,
+  table: MappingTable | null,
+  lists: (string[] | null)[] | null,
+): string[] {
+  const out: string[] = [];
+  if (workspace === '/')
+    out.push('the workspace is / (a gate started from / without --workspace?): ${workspace} rules name no project');
+  if (table?.relative?.from !== 'allowed_dirs') return out;
+  const current = lists === null || lists.length === 0 ? null : lists[lists.length - 1]!;
+  if (current === null)
+    out.push(
+      `the ${table.id} server's allowed directories are unknown (no directory on its command line the gate can read, no roots yet): every relative path is judged unknown and refused`,
+    );
+  else if (workspace !== null && workspace !== '/' && !current.some((d) => within(workspace, d)))
+    out.push(
+      `the workspace ${workspace} lies outside every directory the ${table.id} server serves (${current.join(', ')}): its relative paths land there, not in the workspace`,
+    );
+  return out;
+}

@@ -479,4 +479,37 @@ describe('paths the walk meets', () => {
       path.join(root, 'o2', 'src/a'),
     ]);
   });
+
+  it('a write through a dangling symlink is judged at its target too; a read is not (#38)', () => {
+    fs.mkdirSync(path.join(root, 'l38-out'), { recursive: true });
+    fs.symlinkSync(path.join(root, 'l38-out', 'planted'), path.join(ws, 'l38-dangling'));
+    const w = call('write_file', { path: 'l38-dangling', content: 'x' });
+    expect(w.paths).toEqual([path.join(ws, 'l38-dangling'), path.join(root, 'l38-out', 'planted')]);
+    const allowWs = rules([{ id: 'ws', effect: 'allow', operations: ['fs.*'], resources: [`${ws}/**`] }]);
+    expect(decideAction(w, allowWs).effect).toBe('deny');
+    expect(call('read_text_file', { path: 'l38-dangling' }).paths).toEqual([path.join(ws, 'l38-dangling')]);
+  });
+
+  it('a relative path with no model, or a table that cannot say where it lands, is unknown (#38)', () => {
+    const noModel = { workspace: ws, home: '/home/agent' };
+    expect(normalizeCall('read_text_file', fromPlain({ path: 'a' }), FS, noModel)).toMatchObject({
+      operation: 'unknown',
+    });
+    // An absolute path needs no model.
+    expect(normalizeCall('read_text_file', fromPlain({ path: `${ws}/a` }), FS, noModel).operation).toBe('fs.read');
+    // A server-filesystem model whose command line it could not read: unknown until roots or its own answer.
+    const m = new ServerModel(['/bin/sh', '-c', 'cd /x && exec mcp-server-filesystem .'], '/');
+    const ctx2 = { ...noModel, model: m };
+    expect(normalizeCall('read_text_file', fromPlain({ path: 'a' }), FS, ctx2).operation).toBe('unknown');
+    m.serverDirs(`Allowed directories:\n${ws}`, m.epoch);
+    expect(normalizeCall('read_text_file', fromPlain({ path: 'a' }), FS, ctx2).paths).toEqual([path.join(ws, 'a')]);
+    // Roots in flight: judged under the old list and the new one until the server names the new one.
+    m.clientRoots([{ uri: `file://${root}` }]);
+    expect(normalizeCall('read_text_file', fromPlain({ path: 'a' }), FS, ctx2).paths).toEqual([
+      path.join(ws, 'a'),
+      path.join(root, 'a'),
+    ]);
+    m.serverDirs(`Allowed directories:\n${root}`, m.epoch);
+    expect(normalizeCall('read_text_file', fromPlain({ path: 'a' }), FS, ctx2).paths).toEqual([path.join(root, 'a')]);
+  });
 });
