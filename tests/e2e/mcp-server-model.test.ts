@@ -264,6 +264,17 @@ describe.skipIf(!fs.existsSync(FS_SERVER))('the gate reads a call as server-file
     } finally {
       await r.close();
     }
+    // The allow line of the relative read names the path the server opened (written by the gate's end).
+    let allow: { subject: { resources?: string[] } } | undefined;
+    for (let i = 0; i < 50 && allow === undefined; i++) {
+      allow = r
+        .decisions()
+        .split('\n')
+        .filter((l) => l.includes('"action":"allow"') && l.includes('read_text_file'))
+        .map((l) => JSON.parse(l) as { subject: { resources?: string[] } })[0];
+      if (allow === undefined) await new Promise((res) => setTimeout(res, 100));
+    }
+    expect(allow?.subject.resources).toEqual([path.join(ws, 'a.txt')]);
   }, 90_000);
 
   it('a server whose base the gate cannot learn: a relative path is unknown, never allowed', async () => {
@@ -385,4 +396,58 @@ describe.skipIf(!fs.existsSync(FS_SERVER))('the gate reads a call as server-file
     );
     expect(doctor.stdout).toMatch(new RegExp(`warn server +the workspace ${ws} lies outside`));
   }, 120_000);
+
+  it("leash terminal's cwd lands in its --jail, not in the gate's workspace", async () => {
+    const jail = path.join(root, 'l38-jail');
+    const side = fs.mkdtempSync(path.join(root, 'l38-run-'));
+    fs.mkdirSync(path.join(jail, 'secret'), { recursive: true });
+    fs.mkdirSync(path.join(jail, 'open'));
+    fs.writeFileSync(path.join(jail, 'marker.txt'), 'L38-JAIL-ROOT\n');
+    fs.writeFileSync(path.join(jail, 'secret', 'marker.txt'), 'L38-JAIL-SECRET\n');
+    fs.writeFileSync(path.join(jail, 'open', 'marker.txt'), 'open note\n');
+    const termPolicy = path.join(side, 'commands.yaml');
+    fs.writeFileSync(termPolicy, 'commands:\n  mode: whitelist\n  allow: [cat, ls]\n  deny: []\n');
+    const gatePolicy = path.join(side, 'gate.yaml');
+    fs.writeFileSync(
+      gatePolicy,
+      `tools:\n  mapping: terminal\n  default: deny\n  rules:\n    - { id: open, effect: allow, operations: [shell.exec], resources: ["\${workspace}/**"] }\n`,
+    );
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [
+        CLI,
+        'mcp',
+        '--policy',
+        gatePolicy,
+        '--workspace',
+        path.join(jail, 'open'),
+        '--',
+        process.execPath,
+        CLI,
+        'terminal',
+        '--jail',
+        jail,
+        '--policy',
+        termPolicy,
+        '--audit',
+        path.join(side, 'audit.jsonl'),
+        '--decision-log',
+        path.join(side, 'decisions.jsonl'),
+      ],
+      cwd: home,
+      stderr: 'pipe',
+    });
+    const client = new Client({ name: 'l38-e2e', version: '1.0.0' });
+    await client.connect(transport);
+    try {
+      for (const args of [{ command: 'cat marker.txt', cwd: 'secret' }, { command: 'cat marker.txt' }]) {
+        const got = await outcome(client, 'run_command', args);
+        expect(got, JSON.stringify(args)).not.toContain('L38-JAIL');
+        expect(got, JSON.stringify(args)).toContain('operation_default_denied');
+      }
+      expect(await outcome(client, 'run_command', { command: 'cat marker.txt', cwd: 'open' })).toContain('open note');
+    } finally {
+      await client.close();
+    }
+  }, 90_000);
 });
