@@ -32,7 +32,7 @@ export type GateJudgment = Judgment & {
   audit?: PendingAudit;
   held?: HeldCall;
   /** An allowed listing call: takes the entries the rules protect out of its result (operations/listing.ts). */
-  filter?: (result: JsonValue) => boolean;
+  filter?: (result: JsonValue) => boolean | Promise<boolean>;
 };
 
 /**

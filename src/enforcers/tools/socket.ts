@@ -12,6 +12,7 @@
  *   a judge answered {judgment:{action:"ask", method, reason, rule, hold:N}}: the call is held for a
  *   human (./hold.ts); later, once, {hold:N, judgment:{...}} (allow, or deny with the approval's reason)
  *   {op:"cancel", hold:N}                     (no answer: the gate gave the held call up)
+ *   {op:"readable", paths:[...]}              → {seq, allowed:[bool...]}   (a listing's entries, judged as reads)
  *   {op:"tools", tools:[[name, sha256]...]}   (no answer: a tools/list page's schema hashes)
  *   {op:"commands_policy"}                    → {seq, ok:true, uid, policy:{fail_mode, commands}}
  *                                               | {seq, ok:false, error:"no_policy"}   (leash terminal)
@@ -21,6 +22,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { createValidatedWalker } from './operations/paths.js';
 import { ServerModel, type ModelSnapshot } from './operations/model.js';
+import { filterListingAsync, type ListingKind } from './operations/listing.js';
 import { loadNative } from '../../native.js';
 import type { DecisionWriter } from '../../log/decisions.js';
 import { logEvent, logJudgment, type GateEvent, type GateJudge, type GateJudgment } from './judge.js';
@@ -35,7 +37,7 @@ import {
 } from '../../jsonl/json.js';
 import { LineReader } from '../../jsonl/lines.js';
 import { listenJsonLines } from '../../jsonl/server.js';
-import { deniedByName, judgeRequest, type CompiledGatePolicy } from './policy.js';
+import { deniedByName, judgeRequest, readAllowed, type CompiledGatePolicy } from './policy.js';
 import type { Asker } from '../../approvals/contract.js';
 import { ToolHolds } from './hold.js';
 import { DEFAULT_TOOLS_SOCKET } from '../../paths.js';
@@ -81,6 +83,15 @@ function modelFrom(v: JsonValue | undefined): ServerModel | null {
   return ServerModel.fromSnapshot(s as ModelSnapshot);
 }
 
+/** A listing as the service's judgment names it, or null. */
+function listingFrom(v: unknown): { listing: ListingKind; paths: string[] } | null {
+  if (v === null || typeof v !== 'object') return null;
+  const { kind, paths } = v as { kind?: unknown; paths?: unknown };
+  if (kind !== 'lines' && kind !== 'tree' && kind !== 'paths') return null;
+  if (!Array.isArray(paths) || !paths.every((p) => typeof p === 'string')) return null;
+  return { listing: kind, paths };
+}
+
 /** A judgment as it goes on the wire to the gate. */
 function wireJudgment(j: GateJudgment): JsonObject {
   const out: JsonObject = { action: j.action, method: j.method };
@@ -92,6 +103,9 @@ function wireJudgment(j: GateJudgment): JsonObject {
     out.rule = j.rule;
   }
   if (j.ref !== undefined) out.ref = j.ref;
+  // A listing call: the gate asks about its entries (op readable) and takes out what is protected.
+  const a = j.action === 'allow' ? j.op?.action : undefined;
+  if (a?.listing !== undefined) out.listing = { kind: a.listing, paths: [...a.paths] };
   return out;
 }
 
@@ -209,6 +223,15 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
           case 'cancel':
             if (typeof msg.hold === 'number') holds.cancel(msg.hold);
             return;
+          case 'readable': {
+            const paths = Array.isArray(msg.paths) ? msg.paths : [];
+            const ok = policy?.ops ? readAllowed(policy.ops) : null;
+            send({
+              seq,
+              allowed: paths.map((p) => ok !== null && typeof p === 'string' && p.startsWith('/') && ok(p)),
+            });
+            return;
+          }
           case 'tools': {
             const list = Array.isArray(msg.tools) ? msg.tools : [];
             holds.listed(
@@ -336,7 +359,17 @@ export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promis
       const r = await ask(msg);
       const j = r.judgment;
       if (!isObject(j)) throw new Error('bad judgment from the service');
-      const out = toPlain(j) as GateJudgment & { hold?: number };
+      const out = toPlain(j) as GateJudgment & { hold?: number; listing?: unknown };
+      const listing = listingFrom(out.listing);
+      delete out.listing;
+      if (listing !== null && out.action === 'allow')
+        out.filter = (result) =>
+          filterListingAsync(result, listing, async (paths) => {
+            const r = await ask({ op: 'readable', paths });
+            if (!Array.isArray(r.allowed) || r.allowed.length !== paths.length)
+              throw new Error('bad readable answer from the service');
+            return r.allowed.map((x) => x === true);
+          });
       if (out.action === 'ask') {
         const hold = out.hold;
         const outcome = typeof hold === 'number' ? outcomes.get(hold) : undefined;

@@ -176,7 +176,23 @@ function handleServerMessage(g: GateState, v: JsonValue, line: Buffer): Out | Pr
     for (const w of g.judge.warnings?.() ?? []) g.say(`warning: ${w}`);
   }
   if (p.dirsEpoch !== undefined) modelDirs(g, v, p.dirsEpoch);
-  if (p.filter !== undefined && has(v, 'result')) p.filter(v.result!);
+  if (p.filter !== undefined && has(v, 'result')) {
+    const f = p.filter(v.result!);
+    // The service's judge asks it about the entries: the answer waits (a failure takes every entry out).
+    if (f instanceof Promise)
+      return f.then(
+        () => afterFilter(g, v, p, line),
+        () => {
+          v.result = { content: [], isError: true };
+          return afterFilter(g, v, p, line);
+        },
+      );
+  }
+  return afterFilter(g, v, p, line);
+}
+
+/** A response once its listing is filtered: redacted, audited, and a tools/list page read. */
+function afterFilter(g: GateState, v: JsonObject, p: Pending, line: Buffer): Out | Promise<Out> {
   const redacted = g.judge.redactOutput === true && REDACTED_METHODS.has(p.method) && redactResponse(v);
   if (p.audit !== undefined) {
     const res = has(v, 'result') ? v.result! : v.error!;

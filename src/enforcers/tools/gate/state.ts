@@ -24,7 +24,7 @@ export interface Pending {
   /** A list_allowed_directories call: the model's epoch when it was sent (its answer updates the model). */
   dirsEpoch?: number;
   /** Takes what the rules protect out of a listing answer (the judgment's `filter`). */
-  filter?: (result: JsonValue) => boolean;
+  filter?: (result: JsonValue) => boolean | Promise<boolean>;
   /** When the gate stops waiting (performance.now() ms; Infinity with no timeout). */
   deadline: number;
 }

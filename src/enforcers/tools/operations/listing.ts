@@ -72,10 +72,35 @@ function filterText(kind: ListingKind, text: string, root: string, ok: ReadAllow
 }
 
 /**
+ * filterListing with the answer for each entry from elsewhere (the service): the entries are
+ * collected first, asked about at once, then taken out.
+ */
+export async function filterListingAsync(
+  result: JsonValue | undefined,
+  a: Pick<Action, 'listing' | 'paths'>,
+  ask: (paths: string[]) => Promise<boolean[]>,
+): Promise<boolean> {
+  const seen: string[] = [];
+  const probe = structuredClone(result);
+  filterListing(probe, a, (p) => {
+    seen.push(p);
+    return true;
+  });
+  if (seen.length === 0) return false;
+  const answers = await ask(seen);
+  const allowed = new Map(seen.map((p, i) => [p, answers[i] === true]));
+  return filterListing(result, a, (p) => allowed.get(p) === true);
+}
+
+/**
  * Takes the protected entries out of a tools/call result, in place; true when anything went. The
  * start is every reading of the call's path: an entry must be allowed under each.
  */
-export function filterListing(result: JsonValue | undefined, a: Action, ok: ReadAllowed): boolean {
+export function filterListing(
+  result: JsonValue | undefined,
+  a: Pick<Action, 'listing' | 'paths'>,
+  ok: ReadAllowed,
+): boolean {
   const kind = a.listing;
   if (kind === undefined || !isObject(result)) return false;
   const roots = a.paths;
