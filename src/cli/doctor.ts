@@ -15,15 +15,18 @@ import { EXIT, isLeashError, LeashError } from '../errors.js';
 import { DEFAULT_TOOLS_SOCKET } from '../paths.js';
 import { loadConfig } from '../validate/load.js';
 import { mappingForServer } from '../enforcers/tools/operations/mappings.js';
+import { workspaceWarnings } from '../enforcers/tools/operations/model.js';
 import { configPath, print, printJson } from './context.js';
 import { loadPolicy } from './mcp.js';
 
 export interface Check {
-  check: 'node' | 'policy' | 'socket' | 'server';
+  check: 'node' | 'policy' | 'socket' | 'server' | 'workspace';
   ok: boolean;
   detail: string;
   /** The error code when a check failed on one (docs/errors.md). */
   code?: string;
+  /** What passed but makes the rules mean something else (a workspace of /, outside the server's directories). */
+  warnings?: string[];
 }
 
 const MIN_NODE = 20;
@@ -90,13 +93,28 @@ function socketCheck(socket: string, needed: boolean, timeoutMs: number): Promis
   });
 }
 
-/** Starts the server, asks initialize and tools/list, stops it (by its PID) whatever happened. */
-export function probeServer(command: string[], timeoutMs: number): Promise<Check> {
+/**
+ * Starts the server, asks initialize and tools/list (and, for a server whose relative paths land in
+ * its allowed directories, list_allowed_directories, to hold the workspace against), stops it (by its
+ * PID) whatever happened.
+ */
+export function probeServer(command: string[], timeoutMs: number, workspace: string | null = null): Promise<Check> {
   return new Promise((resolve) => {
     const [cmd, ...args] = command;
     const child = spawn(cmd!, args, { stdio: ['pipe', 'pipe', 'ignore'] });
     let done = false;
     let serverName: string | null = null;
+    let tools = 0;
+    let table: ReturnType<typeof mappingForServer> = null;
+    const done3 = (lists: string[][] | null) => {
+      const warnings = workspaceWarnings(workspace, table, lists);
+      finish({
+        check: 'server',
+        ok: true,
+        detail: `${serverName ?? '(no serverInfo.name)'}: ${tools} tools; mapping table ${table ? table.id : 'none (tools.mapping names one, or calls are unknown)'}`,
+        ...(warnings.length ? { warnings } : {}),
+      });
+    };
     const finish = (c: Check) => {
       if (done) return;
       done = true;
@@ -135,13 +153,16 @@ export function probeServer(command: string[], timeoutMs: number): Promise<Check
           send({ jsonrpc: '2.0', id: 2, method: 'tools/list', params: {} });
         } else if (m.id === 2) {
           if (m.error) return fail(`${cmd}: refused tools/list: ${String(m.error.message ?? '')}`);
-          const tools = Array.isArray(m.result?.tools) ? (m.result.tools as unknown[]).length : 0;
-          const table = serverName === null ? null : mappingForServer(serverName);
-          return finish({
-            check: 'server',
-            ok: true,
-            detail: `${serverName ?? '(no serverInfo.name)'}: ${tools} tools; mapping table ${table ? table.id : 'none (tools.mapping names one, or calls are unknown)'}`,
-          });
+          tools = Array.isArray(m.result?.tools) ? (m.result.tools as unknown[]).length : 0;
+          table = serverName === null ? null : mappingForServer(serverName);
+          const lister = table?.relative?.from === 'allowed_dirs' ? table.relative.tool : undefined;
+          if (lister === undefined) return done3(null);
+          send({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: lister, arguments: {} } });
+        } else if (m.id === 3) {
+          const c = (m.result?.content as { text?: unknown }[] | undefined)?.[0];
+          const lines = typeof c?.text === 'string' ? c.text.split('\n') : [];
+          const dirs = lines[0] === 'Allowed directories:' ? lines.slice(1).filter((l) => l.startsWith('/')) : [];
+          return done3(dirs.length > 0 ? [dirs] : null);
         }
       }
     });
@@ -181,12 +202,24 @@ export function register(program: Command): void {
           });
         const checks: Check[] = [nodeCheck(), policyCheck(o.policy, configPath(cmd.parent ?? cmd))];
         checks.push(await socketCheck(path.resolve(o.socket), o.policy === undefined, timeoutMs));
-        if (server !== undefined && server.length > 0) checks.push(await probeServer(server, timeoutMs));
+        let workspace: string | null = null;
+        try {
+          if (o.policy !== undefined) workspace = loadPolicy(o.policy).policy.ops?.workspace ?? null;
+        } catch {
+          /* the policy check says why */
+        }
+        if (server !== undefined && server.length > 0) checks.push(await probeServer(server, timeoutMs, workspace));
+        else if (workspace !== null) {
+          const warnings = workspaceWarnings(workspace, null, null);
+          if (warnings.length) checks.push({ check: 'workspace', ok: true, detail: workspace, warnings });
+        }
         const ok = checks.every((c) => c.ok);
         if (o.json) printJson({ ok, checks });
         else {
-          for (const c of checks)
+          for (const c of checks) {
             print(`${c.ok ? 'ok  ' : 'FAIL'} ${c.check.padEnd(7)} ${c.detail}${c.code ? ` [${c.code}]` : ''}`);
+            for (const w of c.warnings ?? []) print(`warn ${c.check.padEnd(7)} ${w}`);
+          }
         }
         if (!ok) process.exitCode = EXIT.verdict;
       },

@@ -8,11 +8,15 @@ import type { JsonValue } from '../../jsonl/json.js';
 import { randomUUID } from 'node:crypto';
 import { actionFields, type AuditRecord, type AuditWriter } from './audit.js';
 import { createValidatedWalker } from './operations/paths.js';
+import { filterListing } from './operations/listing.js';
+import { workspaceWarnings, type ServerModel } from './operations/model.js';
 import {
   askUnavailable,
   deniedByName,
   judgeRequest,
+  readAllowed,
   redactForLog,
+  tableFor,
   type CompiledGatePolicy,
   type AskJudgment,
   type GateSession,
@@ -23,7 +27,13 @@ import {
  * A judgment as the gate uses it: the log line's ref travels in the error's data; `audit` is what
  * the gate hands back to `answered` when the server's answer to an allowed call arrives.
  */
-export type GateJudgment = Judgment & { ref?: string; audit?: PendingAudit; held?: HeldCall };
+export type GateJudgment = Judgment & {
+  ref?: string;
+  audit?: PendingAudit;
+  held?: HeldCall;
+  /** An allowed listing call: takes the entries the rules protect out of its result (operations/listing.ts). */
+  filter?: (result: JsonValue) => boolean | Promise<boolean>;
+};
 
 /**
  * An asked call the service holds for a human (a judgment with action `ask`): `outcome` is the final
@@ -56,6 +66,10 @@ export interface GateJudge {
   /** Called before the gate writes what it queued: held-back log lines go out first. */
   flush?(): void;
   close?(): void;
+  /** The gate's model of its server, kept up to date by the gate as messages pass. */
+  attachModel?(m: ServerModel): void;
+  /** What the gate says once the server named itself: a workspace the rules cannot mean (operations/model.ts). */
+  warnings?(): string[];
   /** The server's initialize answer named it (selects the operations mapping table). */
   serverInfo?(name: string, version: string | null): void;
   /** Mask secrets in the server's answers (tools.redact_output). */
@@ -103,7 +117,27 @@ interface AllowTail {
   reason: string;
   rule: string | null;
   operation: string | undefined;
+  /** The resolved resources the line names (resourceKey). */
+  resources: string;
   tail: string;
+}
+
+/** What a decision line names of an action: resolved paths, hosts, programs (never argument values). */
+function resourceKey(j: Judgment): string {
+  const a = j.op?.action;
+  if (a === undefined) return '';
+  if (a.hosts.length === 0 && a.commands.length === 0) return a.paths.length === 1 ? a.paths[0]! : a.paths.join('\0');
+  return `${a.paths.join('\0')}\n${a.hosts.join('\0')}\n${a.commands.map((c) => c[0]).join('\0')}`;
+}
+
+/** Lists cut to 16 entries of 200 characters, masked: what the line says it judged. */
+function judged(j: Judgment, subject: Record<string, unknown>, mask: (s: string) => string): void {
+  const a = j.op?.action;
+  if (a === undefined) return;
+  const list = (xs: string[]) => xs.slice(0, 16).map((x) => cut(mask(x)));
+  if (a.paths.length) subject.resources = list(a.paths);
+  if (a.hosts.length) subject.hosts = list(a.hosts);
+  if (a.commands.length) subject.programs = list(a.commands.map((c) => c[0]!));
 }
 
 /** Bound on LogContext.allowTails (a client inventing names must not grow it for ever). */
@@ -135,6 +169,7 @@ export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: Log
     hit = tails.get(tailKey);
     if (
       hit !== undefined &&
+      hit.resources === resourceKey(j) &&
       hit.method === j.method &&
       hit.reason === j.verdict.reason &&
       hit.rule === j.verdict.rule &&
@@ -153,6 +188,7 @@ export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: Log
   if (j.name !== undefined) subject.name = cut(j.verdict?.reason === 'allow_entry' ? j.name : ctx.mask(j.name));
   if (args !== undefined) subject.inputs = redactForLog(args, ctx.mask);
   if (j.op !== undefined) subject.operation = j.op.action.operation;
+  judged(j, subject, ctx.mask);
   if (j.verdict?.at) subject.at = cut(j.verdict.at);
   if (j.verdict?.findings?.length) subject.findings = j.verdict.findings;
   if (j.action === 'deny' && j.code !== -32001) subject.code = j.code;
@@ -173,6 +209,7 @@ export function logJudgment(j: Judgment, params: JsonValue | undefined, ctx: Log
       reason: rec.reason,
       rule: rec.rule,
       operation: j.op?.action.operation,
+      resources: resourceKey(j),
       tail,
     });
     return ctx.log.writeTail!('allow', tail);
@@ -230,6 +267,11 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
       const j: Exclude<Judgment, AskJudgment> & GateJudgment = asked.action === 'ask' ? askUnavailable(asked) : asked;
       const ref = logJudgment(j, params, ctx);
       if (ref !== undefined) j.ref = ref;
+      const act = j.op?.action;
+      if (j.action === 'allow' && act?.listing !== undefined && o.policy.ops !== null) {
+        const ok = readAllowed(o.policy.ops);
+        j.filter = (result) => filterListing(result, act, ok);
+      }
       if (audit !== null && j.name !== undefined && j.method.toLowerCase() === 'tools/call') {
         const rec: PendingAudit = {
           v: 1,
@@ -251,6 +293,14 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
         else j.audit = rec;
       }
       return j;
+    },
+    attachModel(m) {
+      session.model = m;
+    },
+    warnings() {
+      const ops = o.policy.ops;
+      if (ops === null) return [];
+      return workspaceWarnings(ops.workspace, tableFor(ops, session), session.model?.snapshot().lists ?? null);
     },
     serverInfo(name, version) {
       session.serverName = name;

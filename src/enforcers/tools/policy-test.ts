@@ -15,6 +15,7 @@ import sqlite from './recipes/sqlite.json' with { type: 'json' };
 import postgres from './recipes/postgres.json' with { type: 'json' };
 import { MAPPINGS } from './operations/mappings.js';
 import { judgeRequest, type CompiledGatePolicy } from './policy.js';
+import { ServerModel } from './operations/model.js';
 
 export const actionSchema = z.strictObject({
   /** serverInfo.name of the server the call goes to (selects the table under mapping: auto). */
@@ -70,7 +71,9 @@ export interface Explanation {
 
 export function explain(policy: CompiledGatePolicy, a: ActionSpec): Explanation {
   const params = fromPlain({ name: a.tool, arguments: a.arguments ?? {} });
-  const j = judgeRequest('tools/call', params, policy, { serverName: a.server ?? null });
+  // No server runs here: a relative path is read as a server rooted at the workspace would read it.
+  const model = policy.ops === null ? null : ServerModel.rootedAt(policy.ops.workspace);
+  const j = judgeRequest('tools/call', params, policy, { serverName: a.server ?? null, model });
   const decision = j.action;
   return {
     tool: a.tool,

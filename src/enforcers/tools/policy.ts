@@ -12,6 +12,7 @@ import { normalizeToolName, otherSpellingOf } from './names.js';
 import { MAPPINGS, mappingForServer, type MappingTable } from './operations/mappings.js';
 import { normalizeCall, unknownAction, type Action } from './operations/normalize.js';
 import type { PathWalker } from './operations/paths.js';
+import type { ServerModel } from './operations/model.js';
 import { compileRules, decideAction, type CompiledRules, type OpDecision } from './operations/rules.js';
 
 export type ToolsGatePolicy = ToolsSurfacePolicy & ToolsGateFields;
@@ -61,6 +62,8 @@ export interface GateSession {
   /** The gate's remembering walk (operations/paths.ts createValidatedWalker); a walk per path without one. */
   walker?: PathWalker | null;
   serverName: string | null;
+  /** The gate's model of its server (operations/model.ts); none: relative paths are unknown. */
+  model?: ServerModel | null;
 }
 
 /** The table that reads a session's calls. */
@@ -492,11 +495,22 @@ export function judgeOperation(
       workspace: ops.workspace,
       home: ops.home,
       walker: session?.walker ?? null,
+      model: session?.model ?? null,
     });
   } catch {
     action = unknownAction(name, null, 'the call could not be read');
   }
   return { action, decision: decideAction(action, ops.rules) };
+}
+
+/** Whether a read of one absolute path is allowed by the rules (a listed entry, operations/listing.ts). */
+export function readAllowed(ops: CompiledOps): (p: string) => boolean {
+  return (p) => {
+    const paths = p.normalize('NFC') === p ? [p] : [p, p.normalize('NFC')];
+    const a: Action = { ...unknownAction('', null, ''), operation: 'fs.read', paths };
+    delete a.why;
+    return decideAction(a, ops.rules).effect === 'allow';
+  };
 }
 
 /** Cuts strings to 200 characters and masks secrets, for argument values written to the log. */

@@ -5,12 +5,14 @@
  *
  * Wire: newline-delimited JSON both ways, requests carry `seq`, answers echo it.
  *   {op:"hello"}                              → {seq, ok:true, uid, hide_denied, redact_output}
- *   {op:"judge", method, params?, notification, server?} → {seq, judgment}   (server: serverInfo.name)
+ *   {op:"judge", method, params?, notification, server?, model?} → {seq, judgment}   (server: serverInfo.name;
+ *                                               model: the gate's ServerModel snapshot, where relative paths land)
  *   {op:"hidden", names:[...]}                → {seq, hidden:[bool...]}
  *   {op:"event", event:{...}}                 (no answer: logged)
  *   a judge answered {judgment:{action:"ask", method, reason, rule, hold:N}}: the call is held for a
  *   human (./hold.ts); later, once, {hold:N, judgment:{...}} (allow, or deny with the approval's reason)
  *   {op:"cancel", hold:N}                     (no answer: the gate gave the held call up)
+ *   {op:"readable", paths:[...]}              → {seq, allowed:[bool...]}   (a listing's entries, judged as reads)
  *   {op:"tools", tools:[[name, sha256]...]}   (no answer: a tools/list page's schema hashes)
  *   {op:"commands_policy"}                    → {seq, ok:true, uid, policy:{fail_mode, commands}}
  *                                               | {seq, ok:false, error:"no_policy"}   (leash terminal)
@@ -19,6 +21,8 @@
 import net from 'node:net';
 import path from 'node:path';
 import { createValidatedWalker } from './operations/paths.js';
+import { ServerModel, type ModelSnapshot } from './operations/model.js';
+import { filterListingAsync, type ListingKind } from './operations/listing.js';
 import { loadNative } from '../../native.js';
 import type { DecisionWriter } from '../../log/decisions.js';
 import { logEvent, logJudgment, type GateEvent, type GateJudge, type GateJudgment } from './judge.js';
@@ -33,7 +37,7 @@ import {
 } from '../../jsonl/json.js';
 import { LineReader } from '../../jsonl/lines.js';
 import { listenJsonLines } from '../../jsonl/server.js';
-import { deniedByName, judgeRequest, type CompiledGatePolicy } from './policy.js';
+import { deniedByName, judgeRequest, readAllowed, type CompiledGatePolicy } from './policy.js';
 import type { Asker } from '../../approvals/contract.js';
 import { ToolHolds } from './hold.js';
 import { DEFAULT_TOOLS_SOCKET } from '../../paths.js';
@@ -69,6 +73,25 @@ export interface ToolsSocketServerOptions {
   onSessionDropped?: (e: { uid: number; tool: string; request: string | null }) => void;
 }
 
+/** The gate's model as its judge request carries it, or null when it is not one (relative paths are then unknown). */
+function modelFrom(v: JsonValue | undefined): ServerModel | null {
+  if (v === undefined || !isObject(v)) return null;
+  const s = toPlain(v) as Partial<ModelSnapshot>;
+  const strs = (a: unknown): a is string[] => Array.isArray(a) && a.every((x) => typeof x === 'string');
+  if (!Array.isArray(s.lists) || !s.lists.every((l) => l === null || strs(l))) return null;
+  if (!(s.cwd === null || typeof s.cwd === 'string') || !strs(s.argv)) return null;
+  return ServerModel.fromSnapshot(s as ModelSnapshot);
+}
+
+/** A listing as the service's judgment names it, or null. */
+function listingFrom(v: unknown): { listing: ListingKind; paths: string[] } | null {
+  if (v === null || typeof v !== 'object') return null;
+  const { kind, paths } = v as { kind?: unknown; paths?: unknown };
+  if (kind !== 'lines' && kind !== 'tree' && kind !== 'paths') return null;
+  if (!Array.isArray(paths) || !paths.every((p) => typeof p === 'string')) return null;
+  return { listing: kind, paths };
+}
+
 /** A judgment as it goes on the wire to the gate. */
 function wireJudgment(j: GateJudgment): JsonObject {
   const out: JsonObject = { action: j.action, method: j.method };
@@ -80,6 +103,9 @@ function wireJudgment(j: GateJudgment): JsonObject {
     out.rule = j.rule;
   }
   if (j.ref !== undefined) out.ref = j.ref;
+  // A listing call: the gate asks about its entries (op readable) and takes out what is protected.
+  const a = j.action === 'allow' ? j.op?.action : undefined;
+  if (a?.listing !== undefined) out.listing = { kind: a.listing, paths: [...a.paths] };
   return out;
 }
 
@@ -156,6 +182,7 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
               j = judgeRequest(method, params, policy, {
                 serverName: typeof msg.server === 'string' ? msg.server : null,
                 walker,
+                model: modelFrom(msg.model),
               }) as GateJudgment;
             if (policy === null) {
               j.ref = o.log.write({
@@ -196,6 +223,15 @@ export async function createToolsSocketServer(o: ToolsSocketServerOptions): Prom
           case 'cancel':
             if (typeof msg.hold === 'number') holds.cancel(msg.hold);
             return;
+          case 'readable': {
+            const paths = Array.isArray(msg.paths) ? msg.paths : [];
+            const ok = policy?.ops ? readAllowed(policy.ops) : null;
+            send({
+              seq,
+              allowed: paths.map((p) => ok !== null && typeof p === 'string' && p.startsWith('/') && ok(p)),
+            });
+            return;
+          }
           case 'tools': {
             const list = Array.isArray(msg.tools) ? msg.tools : [];
             holds.listed(
@@ -303,6 +339,7 @@ export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promis
   const hello = await ask({ op: 'hello' });
   if (hello.ok !== true || typeof hello.uid !== 'number') throw new Error('the leash service refused the hello');
   let serverName: string | null = null;
+  let model: ServerModel | null = null;
   return {
     uid: hello.uid,
     hideDenied: hello.hide_denied === true,
@@ -311,14 +348,28 @@ export async function connectToolsJudge(sockPath = DEFAULT_TOOLS_SOCKET): Promis
     serverInfo(name) {
       serverName = name;
     },
+    attachModel(m) {
+      model = m;
+    },
     async judge(method, params, notification) {
       const msg: JsonObject = { op: 'judge', method, notification };
       if (serverName !== null) msg.server = serverName;
+      if (model !== null && method === 'tools/call') msg.model = fromPlain(model.snapshot()) as JsonObject;
       if (params !== undefined) msg.params = params;
       const r = await ask(msg);
       const j = r.judgment;
       if (!isObject(j)) throw new Error('bad judgment from the service');
-      const out = toPlain(j) as GateJudgment & { hold?: number };
+      const out = toPlain(j) as GateJudgment & { hold?: number; listing?: unknown };
+      const listing = listingFrom(out.listing);
+      delete out.listing;
+      if (listing !== null && out.action === 'allow')
+        out.filter = (result) =>
+          filterListingAsync(result, listing, async (paths) => {
+            const r = await ask({ op: 'readable', paths });
+            if (!Array.isArray(r.allowed) || r.allowed.length !== paths.length)
+              throw new Error('bad readable answer from the service');
+            return r.allowed.map((x) => x === true);
+          });
       if (out.action === 'ask') {
         const hold = out.hold;
         const outcome = typeof hold === 'number' ? outcomes.get(hold) : undefined;

@@ -119,5 +119,7 @@ function handleClientMessage(g: GateState, v: JsonValue, line: Buffer, raw: Buff
     return;
   }
   g.serverPending.delete(key);
+  // The client's roots move the server: the model takes them before the server can.
+  if (g.rootsAsked.delete(key) && isObject(v.result)) g.model.clientRoots(v.result.roots);
   toServer(g, v, raw);
 }

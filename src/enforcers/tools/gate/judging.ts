@@ -47,6 +47,9 @@ function answerRequest(g: GateState, v: JsonObject, key: string, j: GateJudgment
   const fm = normalizeToolName(method);
   const p: Pending = { id: v.id!, method: fm, deadline: timeoutMs > 0 ? performance.now() + timeoutMs : Infinity };
   if (j.audit !== undefined) p.audit = j.audit;
+  if (j.filter !== undefined) p.filter = j.filter;
+  if (fm === 'tools/call' && isObject(v.params) && v.params.name === 'list_allowed_directories')
+    p.dirsEpoch = g.model.epoch;
   if (g.observer && fm === 'tools/call' && isObject(v.params)) {
     p.name = typeof v.params.name === 'string' ? v.params.name : undefined;
     p.args = v.params.arguments;

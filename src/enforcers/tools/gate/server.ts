@@ -54,6 +54,8 @@ export function handleServerLine(g: GateState, line: Buffer): void | Promise<voi
       !(p.method === 'tools/list' && (g.judge.hideDenied || g.judge.listed !== undefined)) &&
       p.method !== 'initialize' &&
       p.audit === undefined &&
+      p.filter === undefined &&
+      p.dirsEpoch === undefined &&
       !(g.judge.redactOutput && REDACTED_METHODS.has(p.method) && lineMayHoldSecret(line))
     ) {
       g.pending.delete(key!);
@@ -143,8 +145,13 @@ function handleServerMessage(g: GateState, v: JsonValue, line: Buffer): Out | Pr
     if (has(v, 'id')) {
       // A server-to-client request (sampling, roots, elicitation): relayed; the answer goes back.
       if (exactKey === null) return refuseServer(g, 'bad_id', line, null);
-      if (g.serverPending.size >= 10_000) g.serverPending.delete(g.serverPending.keys().next().value!);
+      if (g.serverPending.size >= 10_000) {
+        const old = g.serverPending.keys().next().value!;
+        g.serverPending.delete(old);
+        g.rootsAsked.delete(old);
+      }
       g.serverPending.set(exactKey, v.id!);
+      if (v.method === 'roots/list') g.rootsAsked.add(exactKey);
     }
     return v;
   }
@@ -166,7 +173,26 @@ function handleServerMessage(g: GateState, v: JsonValue, line: Buffer): Out | Pr
   if (p.method === 'initialize' && isObject(v.result) && isObject(v.result.serverInfo)) {
     const si = v.result.serverInfo;
     if (typeof si.name === 'string') g.judge.serverInfo?.(si.name, typeof si.version === 'string' ? si.version : null);
+    for (const w of g.judge.warnings?.() ?? []) g.say(`warning: ${w}`);
   }
+  if (p.dirsEpoch !== undefined) modelDirs(g, v, p.dirsEpoch);
+  if (p.filter !== undefined && has(v, 'result')) {
+    const f = p.filter(v.result!);
+    // The service's judge asks it about the entries: the answer waits (a failure takes every entry out).
+    if (f instanceof Promise)
+      return f.then(
+        () => afterFilter(g, v, p, line),
+        () => {
+          v.result = { content: [], isError: true };
+          return afterFilter(g, v, p, line);
+        },
+      );
+  }
+  return afterFilter(g, v, p, line);
+}
+
+/** A response once its listing is filtered: redacted, audited, and a tools/list page read. */
+function afterFilter(g: GateState, v: JsonObject, p: Pending, line: Buffer): Out | Promise<Out> {
   const redacted = g.judge.redactOutput === true && REDACTED_METHODS.has(p.method) && redactResponse(v);
   if (p.audit !== undefined) {
     const res = has(v, 'result') ? v.result! : v.error!;
@@ -180,6 +206,14 @@ function handleServerMessage(g: GateState, v: JsonValue, line: Buffer): Out | Pr
     g.judge.listed(schemaHashes(v.result.tools));
   if (p.method === 'tools/list' && has(v, 'result') && g.judge.hideDenied) return filterToolsList(g, v, p, line);
   return v;
+}
+
+/** A list_allowed_directories answer: the server's own word on where its relative paths land. */
+function modelDirs(g: GateState, v: JsonObject, epoch: number): void {
+  const r = v.result;
+  if (!isObject(r) || r.isError === true || !Array.isArray(r.content)) return;
+  const first = r.content[0];
+  if (isObject(first) && typeof first.text === 'string') g.model.serverDirs(first.text, epoch);
 }
 
 /**

@@ -9,6 +9,7 @@ import type { GateJudge, PendingAudit } from '../judge.js';
 import type { JsonValue } from '../../../jsonl/json.js';
 import type { LineScanner } from '../scan.js';
 import { LineReader } from '../../../jsonl/lines.js';
+import { procCwd, ServerModel } from '../operations/model.js';
 import { MAX_LINE, OutQueue, Sequencer } from './lines.js';
 import type { GateObserver, McpGateOptions } from './types.js';
 
@@ -20,6 +21,10 @@ export interface Pending {
   args?: JsonValue;
   /** The call's audit record, waiting for its outcome. */
   audit?: PendingAudit;
+  /** A list_allowed_directories call: the model's epoch when it was sent (its answer updates the model). */
+  dirsEpoch?: number;
+  /** Takes what the rules protect out of a listing answer (the judgment's `filter`). */
+  filter?: (result: JsonValue) => boolean | Promise<boolean>;
   /** When the gate stops waiting (performance.now() ms; Infinity with no timeout). */
   deadline: number;
 }
@@ -66,6 +71,10 @@ export class GateState {
   readonly retired = new Set<string>();
   /** Server-to-client requests awaiting the client's answer: idKey → the id as sent. */
   readonly serverPending = new Map<string, JsonValue>();
+  /** Which of them are roots/list: the client's answer moves the server, so the model reads it first. */
+  readonly rootsAsked = new Set<string>();
+  /** The gate's model of the server (where its relative paths land). */
+  readonly model: ServerModel;
   clientSent = 0;
   timeouts = 0;
 
@@ -109,6 +118,9 @@ export class GateState {
     this.child = child;
     this.sin = child.stdin!;
     this.sout = child.stdout!;
+    // The server starts in the gate's directory; /proc says where it is when a wrapper moved it.
+    this.model = new ServerModel(o.command, process.cwd(), procCwd(child.pid));
+    o.judge.attachModel?.(this.model);
     this.clientSeq = new Sequencer<GateState, Buffer>(parts.clientLine, this);
     this.serverSeq = new Sequencer<GateState, Buffer>(parts.serverLine, this);
     this.clientLines = new LineReader(

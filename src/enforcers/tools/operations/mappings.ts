@@ -48,7 +48,19 @@ const toolMapping = z.strictObject({
   sql: z.strictObject({ arg: z.string().min(1) }).optional(),
   /** A command line run without a shell by leash terminal's own parser; `cwd` names the directory argument. */
   command: z.strictObject({ arg: z.string().min(1), cwd: z.string().min(1).optional() }).optional(),
+  /**
+   * What the answer lists below its path (./listing.ts): `lines` one entry name per line (`[DIR] x`),
+   * `tree` a JSON tree of names, `paths` one absolute path per line. Entries a rule protects are taken out.
+   */
+  listing: z.enum(['lines', 'tree', 'paths']).optional(),
 });
+
+/** How the server reads a relative path (./model.ts). */
+const relative = z.union([
+  z.strictObject({ from: z.literal('allowed_dirs'), tool: z.string().min(1).optional() }),
+  z.strictObject({ from: z.literal('cwd') }),
+  z.strictObject({ from: z.literal('option'), option: z.string().min(1) }),
+]);
 
 export const mappingTableSchema = z.strictObject({
   id: z.string().min(1),
@@ -56,6 +68,10 @@ export const mappingTableSchema = z.strictObject({
   package: z.string(),
   checked: z.string(),
   server_names: z.array(z.string().min(1)),
+  /** Absent: the model cannot know where a relative path lands, and such a call is unknown. */
+  relative: relative.optional(),
+  /** The server opens a missing name through an entry equal to it once both are in Unicode NFC. */
+  unicode_equivalent: z.boolean().optional(),
   tools: z.record(z.string().min(1), toolMapping),
 });
 

@@ -8,8 +8,9 @@ import path from 'node:path';
 import { isObject, type JsonValue } from '../../../jsonl/json.js';
 import { parseCommandLine } from '../../terminal/parse.js';
 import { gitOperation } from './git.js';
+import type { ListingKind } from './listing.js';
 import type { MappingTable, Operation } from './mappings.js';
-import { resolvePath, type PathContext } from './paths.js';
+import { danglingTarget, resolvePath, type PathContext } from './paths.js';
 import { classifySql } from './sql.js';
 
 export interface Action {
@@ -25,6 +26,8 @@ export interface Action {
   ambiguous: boolean;
   /** Why the action is unknown or ambiguous (for explain and the log). */
   why?: string;
+  /** The answer lists entries below the path (./listing.ts): they are judged as reads of their own. */
+  listing?: ListingKind;
 }
 
 /** An action whose operation is unknown (it names no path, command or host). */
@@ -75,33 +78,60 @@ export function normalizeCall(
     methods: [],
     ambiguous: false,
   };
-  const add = (p: string, base: string): boolean => {
-    const r = resolvePath(p, base, ctx);
-    if (r === null) return false;
-    for (const x of r) if (!act.paths.includes(x)) act.paths.push(x);
+  if (m.listing !== undefined) act.listing = m.listing;
+  // A relative path lands where the server's model says (./model.ts), under every reading the
+  // server may be in; a base it cannot know makes the call unknown (null).
+  const model = ctx.model ?? null;
+  const relUnknown = 'a relative path whose base the model of this server cannot know';
+  const bases = (p: string, base: string[] | null): string[] | null => {
+    if (p.startsWith('/') || p === '~' || p.startsWith('~/')) return [p];
+    if (base !== null) return base.map((b) => `${b}/${p}`);
+    return model === null ? null : model.resolveRelative(table, p);
+  };
+  const add = (p: string, base: string[] | null): boolean | null => {
+    if (p.length === 0 || p.includes('\0')) return false;
+    const raws = bases(p, base);
+    if (raws === null) return null;
+    for (const raw of raws) {
+      const r = resolvePath(raw, '/', ctx, table.unicode_equivalent === true);
+      if (r === null) return false;
+      for (const x of r) if (!act.paths.includes(x)) act.paths.push(x);
+    }
     return true;
   };
   for (const spec of m.paths ?? []) {
-    let base = ctx.workspace;
+    let base: string[] | null = null;
     if (spec.base !== undefined) {
       const b = str(spec.base);
       if (typeof b !== 'string')
         return unknownAction(tool, mapping, `argument ${spec.base} is missing or not a string`);
-      const rb = resolvePath(b, ctx.workspace, ctx);
-      if (rb === null) return unknownAction(tool, mapping, `argument ${spec.base} is not a path`);
-      base = rb[0]!;
+      const raws = b.length === 0 || b.includes('\0') ? [] : bases(b, null);
+      if (raws === null) return unknownAction(tool, mapping, relUnknown);
+      base = raws.flatMap((raw) => resolvePath(raw, '/', ctx) ?? []);
+      if (base.length === 0) return unknownAction(tool, mapping, `argument ${spec.base} is not a path`);
     }
     const v = Object.prototype.hasOwnProperty.call(a, spec.arg) ? a[spec.arg] : undefined;
     if (spec.array) {
       if (!Array.isArray(v) || v.length === 0)
         return unknownAction(tool, mapping, `argument ${spec.arg} is not a non-empty array of paths`);
       for (const el of v) {
-        if (typeof el !== 'string' || !add(el, base))
-          return unknownAction(tool, mapping, `argument ${spec.arg} holds something that is not a path`);
+        const ok = typeof el === 'string' ? add(el, base) : false;
+        if (ok === null) return unknownAction(tool, mapping, relUnknown);
+        if (!ok) return unknownAction(tool, mapping, `argument ${spec.arg} holds something that is not a path`);
       }
-    } else if (typeof v !== 'string' || !add(v, base))
-      return unknownAction(tool, mapping, `argument ${spec.arg} is missing or not a path`);
+    } else {
+      const ok = typeof v === 'string' ? add(v, base) : false;
+      if (ok === null) return unknownAction(tool, mapping, relUnknown);
+      if (!ok) return unknownAction(tool, mapping, `argument ${spec.arg} is missing or not a path`);
+    }
   }
+  // A write through a symlink that points nowhere creates its target: judged there too.
+  if (act.operation === 'fs.write' || act.operation === 'fs.delete')
+    for (let i = 0; i < act.paths.length && i < 32; i++) {
+      const t = danglingTarget(act.paths[i]!);
+      if (t === null) continue;
+      for (const x of resolvePath(t, '/', ctx) ?? []) if (!act.paths.includes(x)) act.paths.push(x);
+    }
   if (m.url !== undefined) {
     const u = str(m.url.arg);
     if (typeof u !== 'string') return unknownAction(tool, mapping, `argument ${m.url.arg} is missing or not a string`);
@@ -139,10 +169,12 @@ export function normalizeCall(
     if (m.command.cwd !== undefined) {
       const c = str(m.command.cwd);
       if (c === null) return unknownAction(tool, mapping, `argument ${m.command.cwd} is not a string`);
-      if (c !== undefined && !add(c, ctx.workspace))
-        return unknownAction(tool, mapping, `argument ${m.command.cwd} is not a path`);
+      const ok = c === undefined ? true : add(c, null);
+      if (ok === null) return unknownAction(tool, mapping, relUnknown);
+      if (!ok) return unknownAction(tool, mapping, `argument ${m.command.cwd} is not a path`);
     }
-    if (act.paths.length === 0) act.paths.push(...(resolvePath('.', ctx.workspace, ctx) ?? []));
+    // No cwd: the command runs where the server's base is (leash terminal: its jail root).
+    if (act.paths.length === 0 && add('.', null) !== true) return unknownAction(tool, mapping, relUnknown);
     // A compound or quoted command line is never taken as a safe argv: it is ambiguous, with no
     // argv a commands rule could match (a rule without commands can still authorise it).
     if (/["'\\]/.test(line)) {

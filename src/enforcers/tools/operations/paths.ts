@@ -9,12 +9,15 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { loadNative, type NativeWalkCache } from '../../../native.js';
+import type { ServerModel } from './model.js';
 
 export interface PathContext {
   workspace: string;
   home: string;
   /** The gate's walker (createValidatedWalker); the plain walk per call without one. */
   walker?: PathWalker | null;
+  /** The gate's model of its server (./model.ts): where a relative path lands. None: relative paths are unknown. */
+  model?: ServerModel | null;
 }
 
 /** A walk that remembers: `walk` answers what the plain walk would. */
@@ -162,18 +165,93 @@ const walkWith = (w: PathWalker | null, raw: string): string => (w !== null ? w.
 
 /**
  * The resolved readings of a path argument (one, or two when the kernel's and the lexical reading
- * differ). A path with a NUL byte, or that is not a string, is null: the call is `unknown`.
+ * differ). A path with a NUL byte, or that is not a string, is null: the call is `unknown`. A name
+ * outside ASCII is also judged in Unicode NFC (rules are compiled in NFC: every spelling of a name
+ * meets the same rules), and, for a server that opens a missing name through an NFC-equal entry
+ * (`unicodeEquivalent`), through the entry it would open.
  */
-export function resolvePath(p: string, base: string, ctx: PathContext): string[] | null {
+export function resolvePath(p: string, base: string, ctx: PathContext, unicodeEquivalent = false): string[] | null {
   if (p.length === 0 || p.includes('\0')) return null;
   let raw: string;
   if (p === '~' || p.startsWith('~/')) raw = p === '~' ? ctx.home : `${ctx.home}/${p.slice(2)}`;
   else raw = p.startsWith('/') ? p : `${base}/${p}`;
   const w = ctx.walker ?? null;
+  let out: string[];
   // Without a `..` component the kernel's walk is the lexical one, and both walks drop empty and
   // `.` components themselves: one walk of the path as given, not two.
-  if (!raw.includes('..') || !/(^|\/)\.\.(\/|$)/.test(raw)) return [walkWith(w, raw)];
-  const lexical = walkWith(w, path.resolve(raw));
-  const kernel = walkWith(w, raw);
-  return lexical === kernel ? [lexical] : [lexical, kernel];
+  if (!raw.includes('..') || !/(^|\/)\.\.(\/|$)/.test(raw)) out = [walkWith(w, raw)];
+  else {
+    const lexical = walkWith(w, path.resolve(raw));
+    const kernel = walkWith(w, raw);
+    out = lexical === kernel ? [lexical] : [lexical, kernel];
+  }
+  if (!NON_ASCII.test(raw)) return out;
+  if (unicodeEquivalent) {
+    const u = walkEquivalent(path.resolve(raw));
+    if (!out.includes(u)) out.push(u);
+  }
+  for (const x of [...out]) {
+    const n = x.normalize('NFC');
+    if (!out.includes(n)) out.push(n);
+  }
+  return out;
+}
+
+const NON_ASCII = /[^\x00-\x7f]/;
+
+/**
+ * server-filesystem's reading of a path that does not exist as written (lib.js
+ * resolveUnicodeEquivalentPath): each missing name is looked for among its directory's entries by
+ * NFC equality, and what is found is followed (symlinks resolved) before the next name.
+ */
+export function walkEquivalent(abs: string): string {
+  const parts = abs.split('/').filter((c) => c !== '');
+  let cur = '/';
+  for (let i = 0; i < parts.length; i++) {
+    const c = parts[i]!;
+    const join = (x: string) => (cur === '/' ? `/${x}` : `${cur}/${x}`);
+    let name: string | undefined = lstatOrNull(join(c)) !== null ? c : undefined;
+    if (name === undefined) {
+      let entries: string[] = [];
+      try {
+        entries = fs.readdirSync(cur);
+      } catch {
+        /* not a directory, unreadable: nothing to match */
+      }
+      const want = c.normalize('NFC');
+      name = entries.find((e) => e.normalize('NFC') === want);
+      if (name === undefined) return [cur === '/' ? '' : cur, ...parts.slice(i)].join('/');
+    }
+    try {
+      cur = fs.realpathSync.native(join(name));
+    } catch {
+      return [cur === '/' ? '' : cur, name, ...parts.slice(i + 1)].join('/');
+    }
+  }
+  return cur;
+}
+
+/**
+ * A path whose deepest existing component is a symlink pointing nowhere (the walk keeps such a link
+ * as named): where a write through it lands, since open(O_CREAT) creates the link's target. Null when
+ * the path has no such link. Only writes ask (a read through it fails anyway), so reads pay nothing.
+ */
+export function danglingTarget(p: string): string | null {
+  let link = p;
+  for (let depth = 0; depth < 64 && link !== '/'; depth++) {
+    const st = lstatOrNull(link);
+    if (st === null) {
+      link = path.dirname(link);
+      continue;
+    }
+    if (!st.isSymbolicLink()) return null;
+    let to: string;
+    try {
+      to = fs.readlinkSync(link);
+    } catch {
+      return null;
+    }
+    return path.resolve(path.dirname(link), to) + p.slice(link.length);
+  }
+  return null;
 }

@@ -211,8 +211,11 @@ export function compileRules(
               problems.push(`${at}.resources.${k}: ${e.problem}`);
               return [];
             }
-            const n = e.startsWith('/') ? (e.includes('*') ? e.replace(/\/+$/, '') || '/' : normalizePath(e)) : null;
-            if (n === null || !n.startsWith('/')) {
+            // In NFC, as paths are judged (paths.ts): one rule for every spelling of a name.
+            const n = e.startsWith('/')
+              ? (e.includes('*') ? e.replace(/\/+$/, '') || '/' : normalizePath(e))?.normalize('NFC')
+              : null;
+            if (n == null || !n.startsWith('/')) {
               problems.push(
                 `${at}.resources.${k}: '${text}' is not an absolute path or glob once its variables are expanded`,
               );

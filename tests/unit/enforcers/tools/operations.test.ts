@@ -14,6 +14,7 @@ import {
 } from '../../../../src/enforcers/tools/policy.js';
 import { MAPPINGS, mappingForServer } from '../../../../src/enforcers/tools/operations/mappings.js';
 import { normalizeCall } from '../../../../src/enforcers/tools/operations/normalize.js';
+import { ServerModel } from '../../../../src/enforcers/tools/operations/model.js';
 import { gitOperation } from '../../../../src/enforcers/tools/operations/git.js';
 import { compileRules, decideAction } from '../../../../src/enforcers/tools/operations/rules.js';
 import { classifySql } from '../../../../src/enforcers/tools/operations/sql.js';
@@ -26,7 +27,8 @@ fs.mkdirSync(path.join(ws, 'deep', 'er'), { recursive: true });
 fs.writeFileSync(path.join(root, 'outside.txt'), 'x');
 fs.symlinkSync(path.join(root, 'outside.txt'), path.join(ws, 'link'));
 fs.symlinkSync(path.join(ws, 'deep', 'er'), path.join(ws, 'down'));
-const ctx = { workspace: ws, home: '/home/agent' };
+// A server rooted at the workspace: where the calls' relative paths land (operations/model.ts).
+const ctx = { workspace: ws, home: '/home/agent', model: ServerModel.rootedAt(ws) };
 const FS = MAPPINGS.get('filesystem')!;
 const call = (tool: string, args: unknown, table = FS) => normalizeCall(tool, fromPlain(args), table, ctx);
 
@@ -268,7 +270,10 @@ describe('the gate judgment with rules', () => {
   };
   const p = compileGatePolicy(base, 'closed', GATE_ENGINE, { workspace: ws, home: '/h' });
   const j = (name: string, args: unknown) =>
-    judgeRequest('tools/call', fromPlain({ name, arguments: args }), p, { serverName: null });
+    judgeRequest('tools/call', fromPlain({ name, arguments: args }), p, {
+      serverName: null,
+      model: ServerModel.rootedAt(ws),
+    });
 
   it('allows by rule without a name allow entry; deny entries and inspection still apply', () => {
     expect(j('read_text_file', { path: 'a' })).toMatchObject({
@@ -300,11 +305,18 @@ describe('the gate judgment with rules', () => {
   it('selects the table by the server name when mapping is auto', () => {
     const auto = compileGatePolicy({ ...base, mapping: 'auto' }, 'closed', GATE_ENGINE, { workspace: ws, home: '/h' });
     const call = fromPlain({ name: 'read_text_file', arguments: { path: 'a' } });
-    expect(judgeRequest('tools/call', call, auto, { serverName: null })).toMatchObject({
-      action: 'ask',
-      op: { action: { operation: 'unknown' } },
-    });
-    expect(judgeRequest('tools/call', call, auto, { serverName: 'secure-filesystem-server' })).toMatchObject({
+    expect(judgeRequest('tools/call', call, auto, { serverName: null, model: ServerModel.rootedAt(ws) })).toMatchObject(
+      {
+        action: 'ask',
+        op: { action: { operation: 'unknown' } },
+      },
+    );
+    expect(
+      judgeRequest('tools/call', call, auto, {
+        serverName: 'secure-filesystem-server',
+        model: ServerModel.rootedAt(ws),
+      }),
+    ).toMatchObject({
       action: 'allow',
     });
   });
@@ -466,5 +478,38 @@ describe('paths the walk meets', () => {
       path.join(ws, 'src/a'),
       path.join(root, 'o2', 'src/a'),
     ]);
+  });
+
+  it('a write through a dangling symlink is judged at its target too; a read is not (#38)', () => {
+    fs.mkdirSync(path.join(root, 'l38-out'), { recursive: true });
+    fs.symlinkSync(path.join(root, 'l38-out', 'planted'), path.join(ws, 'l38-dangling'));
+    const w = call('write_file', { path: 'l38-dangling', content: 'x' });
+    expect(w.paths).toEqual([path.join(ws, 'l38-dangling'), path.join(root, 'l38-out', 'planted')]);
+    const allowWs = rules([{ id: 'ws', effect: 'allow', operations: ['fs.*'], resources: [`${ws}/**`] }]);
+    expect(decideAction(w, allowWs).effect).toBe('deny');
+    expect(call('read_text_file', { path: 'l38-dangling' }).paths).toEqual([path.join(ws, 'l38-dangling')]);
+  });
+
+  it('a relative path with no model, or a table that cannot say where it lands, is unknown (#38)', () => {
+    const noModel = { workspace: ws, home: '/home/agent' };
+    expect(normalizeCall('read_text_file', fromPlain({ path: 'a' }), FS, noModel)).toMatchObject({
+      operation: 'unknown',
+    });
+    // An absolute path needs no model.
+    expect(normalizeCall('read_text_file', fromPlain({ path: `${ws}/a` }), FS, noModel).operation).toBe('fs.read');
+    // A server-filesystem model whose command line it could not read: unknown until roots or its own answer.
+    const m = new ServerModel(['/bin/sh', '-c', 'cd /x && exec mcp-server-filesystem .'], '/');
+    const ctx2 = { ...noModel, model: m };
+    expect(normalizeCall('read_text_file', fromPlain({ path: 'a' }), FS, ctx2).operation).toBe('unknown');
+    m.serverDirs(`Allowed directories:\n${ws}`, m.epoch);
+    expect(normalizeCall('read_text_file', fromPlain({ path: 'a' }), FS, ctx2).paths).toEqual([path.join(ws, 'a')]);
+    // Roots in flight: judged under the old list and the new one until the server names the new one.
+    m.clientRoots([{ uri: `file://${root}` }]);
+    expect(normalizeCall('read_text_file', fromPlain({ path: 'a' }), FS, ctx2).paths).toEqual([
+      path.join(ws, 'a'),
+      path.join(root, 'a'),
+    ]);
+    m.serverDirs(`Allowed directories:\n${root}`, m.epoch);
+    expect(normalizeCall('read_text_file', fromPlain({ path: 'a' }), FS, ctx2).paths).toEqual([path.join(root, 'a')]);
   });
 });

@@ -1,4 +1,6 @@
+import { generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
+import { maskKeyBodies } from '../../../../src/enforcers/tools/keybody.js';
 import { inspectInputs, mayHoldSecret, SECRET_LITERALS } from '../../../../src/engine/index.js';
 import { fromPlain, parseStrict, stringifyAscii, toPlain, type JsonObject } from '../../../../src/jsonl/json.js';
 import { lineMayHoldSecret, lineMayHoldSecretJs, redactResponse } from '../../../../src/enforcers/tools/redact.js';
@@ -134,5 +136,63 @@ describe('output redaction', () => {
     expect(has(Buffer.from('..aB..'))).toBe(1);
     expect(has(Buffer.from('..xy..'))).toBe(0);
     expect(() => has('str' as unknown as Buffer)).toThrow(/has\(buf: Buffer\)/);
+  });
+
+  it('a key body without its BEGIN line is masked, and the pre-check sends such answers to be read (#38)', () => {
+    const pem = generateKeyPairSync('rsa', {
+      modulusLength: 2048,
+      privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+      publicKeyEncoding: { type: 'spki', format: 'pem' },
+    }).privateKey;
+    const lines = pem.trimEnd().split('\n');
+    const body = lines.slice(1, -1);
+    const diff = [
+      '@@ -20,4 +20,4 @@',
+      ...lines.slice(-4, -1).map((l) => ` ${l}`),
+      ` ${lines.at(-1)}`,
+      '-trailer',
+      '+trailer 2',
+    ];
+    const ssh = ['b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW', 'QyNTUxOQAAACD'];
+    const forms: [string, string][] = [
+      ['tail', lines.slice(-3).join('\n')],
+      ['diff context', diff.join('\n')],
+      ['openssh first body line', ssh.join('\n')],
+    ];
+    for (const [what, text] of forms) {
+      const v = fromPlain({ jsonrpc: '2.0', id: 1, result: { content: [{ type: 'text', text }] } }) as JsonObject;
+      expect(lineMayHoldSecret(Buffer.from(stringifyAscii(v))), what).toBe(true);
+      expect(redactResponse(v), what).toBe(true);
+      const out = stringifyAscii(v);
+      for (const l of [...body, ssh[0]!]) expect(out, what).not.toContain(l);
+    }
+    // Two full-width lines from the middle of a key, no END: masked when read (the pre-check has no literal for it).
+    expect(maskKeyBodies(body.slice(3, 5).join('\n'))).toBe('****\n****');
+    // Prose and a single hash are left alone.
+    const prose = 'commit 0123456789abcdef0123456789abcdef01234567\nAuthor: someone';
+    expect(maskKeyBodies(prose)).toBe(prose);
+  });
+
+  it('a base64 payload that is text is decoded, masked and encoded again; binary stays as it came', () => {
+    const secret = 'ghp_' + 'a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8';
+    const blob = Buffer.from(`token: ${secret}\n`).toString('base64');
+    const png = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0, 1, 2, 3, 0xff, 0xfe]).toString('base64');
+    const v = fromPlain({
+      jsonrpc: '2.0',
+      id: 3,
+      result: {
+        content: [
+          { type: 'resource', resource: { uri: 'file:///x', mimeType: 'application/octet-stream', blob } },
+          { type: 'image', data: png, mimeType: 'image/png' },
+        ],
+      },
+    }) as JsonObject;
+    expect(lineMayHoldSecret(Buffer.from(stringifyAscii(v)))).toBe(true);
+    expect(redactResponse(v)).toBe(true);
+    const r = toPlain(v) as { result: { content: [{ resource: { blob: string } }, { data: string }] } };
+    const text = Buffer.from(r.result.content[0].resource.blob, 'base64').toString('utf8');
+    expect(text).not.toContain(secret);
+    expect(text).toContain('****');
+    expect(r.result.content[1].data).toBe(png);
   });
 });

@@ -14,6 +14,7 @@ import { mulberry32 as rng } from '../../../../src/lab/prng.js';
 import { createValidatedWalker, resolvePath } from '../../../../src/enforcers/tools/operations/paths.js';
 import { compileRules, decideAction } from '../../../../src/enforcers/tools/operations/rules.js';
 import { normalizeCall } from '../../../../src/enforcers/tools/operations/normalize.js';
+import { ServerModel } from '../../../../src/enforcers/tools/operations/model.js';
 import { MAPPINGS } from '../../../../src/enforcers/tools/operations/mappings.js';
 
 const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'leash-walkcache-')));
@@ -230,7 +231,7 @@ describe.skipIf(!nativeAvailable())('rules over operations with the remembering 
     expect(problems).toEqual([]);
     const walker = createValidatedWalker()!;
     try {
-      const ctx = { workspace: ws, home: '/root', walker };
+      const ctx = { workspace: ws, home: '/root', walker, model: ServerModel.rootedAt(ws) };
       const judge = () =>
         decideAction(normalizeCall('read_file', { path: 'notes/passwd' }, MAPPINGS.get('filesystem')!, ctx), rules);
       expect(judge()).toMatchObject({ effect: 'allow', rule: 'ws' });
