@@ -166,6 +166,8 @@ export const REASONS = {
   mode_allow: 'blacklist mode and no deny entry matched',
   no_policy: 'the subject has no resolved policy; fail_mode decided',
   not_allowed: 'whitelist mode and no allow entry matched',
+  rebind:
+    'a name led to a local or internal address (loopback, link-local, the host, network.internal) that no allow entry names: the connection or the DNS answer is refused',
 } as const satisfies Record<Reason, string>;
 
 /**
