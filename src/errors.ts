@@ -41,6 +41,7 @@ export const ERROR_CODES = {
   mode_invalid: EXIT.refused,
   native_unavailable: EXIT.failed,
   service_failed: EXIT.failed,
+  service_running: EXIT.refused,
   service_signal_failed: EXIT.failed,
   subject_invalid: EXIT.refused,
   subject_not_leashed: EXIT.refused,
