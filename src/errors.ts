@@ -85,6 +85,7 @@ export const ERROR_CODES = {
   ledger_unwritable: EXIT.failed,
   loosening_unacknowledged: EXIT.refused,
   passwd_unreadable: EXIT.failed,
+  permission_denied: EXIT.refused,
   policy_unjudgeable: EXIT.refused,
   ports_corrupt: EXIT.failed,
   profile_changed: EXIT.failed,
