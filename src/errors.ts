@@ -42,6 +42,7 @@ export const ERROR_CODES = {
   mode_invalid: EXIT.refused,
   native_unavailable: EXIT.failed,
   service_failed: EXIT.failed,
+  service_running: EXIT.refused,
   service_signal_failed: EXIT.failed,
   // the reload generation (src/cli/reload.ts)
   reload_incomplete: EXIT.failed,
@@ -88,6 +89,7 @@ export const ERROR_CODES = {
   ledger_unwritable: EXIT.failed,
   loosening_unacknowledged: EXIT.refused,
   passwd_unreadable: EXIT.failed,
+  permission_denied: EXIT.refused,
   policy_unjudgeable: EXIT.refused,
   ports_corrupt: EXIT.failed,
   profile_changed: EXIT.failed,
@@ -170,6 +172,8 @@ export const REASONS = {
   mode_allow: 'blacklist mode and no deny entry matched',
   no_policy: 'the subject has no resolved policy; fail_mode decided',
   not_allowed: 'whitelist mode and no allow entry matched',
+  rebind:
+    'a name led to a local or internal address (loopback, link-local, the host, network.internal) that no allow entry names: the connection or the DNS answer is refused',
 } as const satisfies Record<Reason, string>;
 
 /**

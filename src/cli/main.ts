@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { CommanderError } from 'commander';
 import { EXIT, isLeashError } from '../errors.js';
 import { applyExit } from './apply.js';
+import { permissionDenied } from './permission.js';
 import { buildProgram, type CommandGroup } from './program.js';
 
 /**
@@ -16,7 +17,8 @@ export async function run(argv: string[] = process.argv, extra: CommandGroup[] =
   try {
     await buildProgram(extra).parseAsync(argv);
     return typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok;
-  } catch (e) {
+  } catch (caught) {
+    const e = permissionDenied(caught) ?? caught;
     if (e instanceof CommanderError) {
       // commander has already printed its message on stderr (help and --version are exit 0).
       if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version' || e.exitCode === 0) return EXIT.ok;
@@ -60,6 +62,11 @@ function isMain(): boolean {
 
 function crash(e: unknown): void {
   // Last resort for an error thrown outside a command (an enforcer's callback): one line, exit 70.
+  const denied = permissionDenied(e);
+  if (denied) {
+    for (const l of denied.lines()) process.stderr.write(`${l}\n`);
+    process.exit(denied.exitCode);
+  }
   const err = e as Error;
   process.stderr.write(`leash: internal error: ${err?.message ?? String(e)} [internal]\n`);
   if (process.env.LEASH_DEBUG === '1' && err?.stack) process.stderr.write(`${err.stack}\n`);

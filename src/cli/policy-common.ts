@@ -1,3 +1,4 @@
+import { permissionDenied } from './permission.js';
 import type { Command } from 'commander';
 import type { Account } from '../config/accounts.js';
 import { DEFAULT_CONFIG_PATH, loadConfig } from '../validate/load.js';
@@ -70,7 +71,8 @@ export function typedCommand(): string {
 }
 
 /** Prints an error (text or JSON) and sets the exit code from the catalogue. */
-export function report(e: unknown, o: PolicyOpts): void {
+export function report(caught: unknown, o: PolicyOpts): void {
+  const e = permissionDenied(caught) ?? caught;
   if (!isLeashError(e)) {
     const msg = (e as Error)?.message ?? String(e);
     if (o.json) process.stdout.write(`${JSON.stringify({ error: { code: 'internal', message: msg } })}\n`);

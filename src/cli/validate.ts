@@ -10,6 +10,7 @@ import { systemLoaders } from '../enforcers/watcher/loaders.js';
 import { startProblems } from '../enforcers/watcher/startup.js';
 import { toPolicyInput } from '../config/policy-input.js';
 import { stateDirOf } from './policy-common.js';
+import { permissionDenied } from './permission.js';
 
 export function register(program: Command): void {
   program
@@ -21,7 +22,8 @@ export function register(program: Command): void {
       let loaded;
       try {
         loaded = loadConfig(file);
-      } catch (e) {
+      } catch (caught) {
+        const e = permissionDenied(caught) ?? caught;
         if (opts.json && isLeashError(e)) {
           printJson({ valid: false, config: file, ...e.toJSON() });
           process.exitCode = e.exitCode;

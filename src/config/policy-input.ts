@@ -18,7 +18,7 @@ export function toPolicyInput(
   return {
     fail_mode: c.fail_mode,
     ...(c.enforce === 'shadow' ? { enforce: 'shadow' as const } : {}),
-    network: sp(c.network),
+    network: { ...sp(c.network), internal: [...c.network.internal], rebind_ok: [...c.network.rebind_ok] },
     filesystem: sp(c.filesystem),
     commands: {
       ...sp(c.commands),

@@ -1,6 +1,7 @@
 import { isIP } from 'node:net';
 import { z } from 'zod';
-import { commandEntryProblem } from '../engine/index.js';
+import { commandEntryProblem, parseNetworkEntry } from '../engine/index.js';
+import { DEFAULT_INTERNAL } from '../engine/rebind.js';
 import { GATE_DEFAULTS, toolsGateSpecs } from './tools.js';
 import type { Config } from './types.js';
 
@@ -57,6 +58,14 @@ function decisionsPathProblem(s: string): string | null {
   if (/^\/(proc|sys)(\/|$)/.test(s)) return 'must not be under /proc or /sys (kernel interfaces, not files)';
   if (/^\/dev\//.test(s) && s !== '/dev/null') return 'must not be a device (only /dev/null, which discards)';
   return null;
+}
+
+/** Why a `network.internal` entry is not an address range (a name or a port would never match an address). */
+function internalRangeProblem(v: string): string | null {
+  const e = parseNetworkEntry(v);
+  if ('problem' in e) return e.problem.message;
+  if (e.kind !== 'ip') return 'must be an IP address or CIDR range, not a name';
+  return e.port === null ? null : 'must be a range without a port';
 }
 
 const bool = (description: string) => z.boolean({ error: 'must be true or false' }).describe(description);
@@ -379,6 +388,25 @@ function build<F extends boolean>(fragment: F) {
             'what the DNS forwarder answers for a name the policy refuses (nothing is sent upstream either way): refused = rcode REFUSED, nxdomain = the name does not exist',
           ),
         'refused',
+      ),
+      internal: opt(
+        z
+          .array(
+            z.string({ error: 'must be a string' }).refine((v) => internalRangeProblem(v) === null, {
+              error: (i) => internalRangeProblem(String(i.input))!,
+            }),
+            { error: LIST_MSG },
+          )
+          .describe(
+            "address ranges (IP or CIDR, IPv4 or IPv6; an IPv4 range covers its ::ffff: form) a name-decided connection and a DNS answer never lead to unless an allow entry names the address itself, so an allowed name whose records someone else controls cannot reach the private network or the metadata address. Loopback, link-local, multicast and the host's own addresses are refused for names whatever this says (reason rebind)",
+          ),
+        [...DEFAULT_INTERNAL],
+      ),
+      rebind_ok: opt(
+        entryList(
+          "names (host, *.host) that may resolve into network.internal ranges (an intranet name), as dnsmasq's rebind-domain-ok; never into loopback, link-local or the host's own addresses",
+        ),
+        [],
       ),
       ech: z
         .enum(['refuse', 'allow'], { error: 'must be refuse or allow' })

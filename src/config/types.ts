@@ -26,6 +26,10 @@ export interface Config {
     udp: 'drop' | 'allow';
     /** What the DNS forwarder answers for a name the policy refuses. */
     dns_refuse: 'refused' | 'nxdomain';
+    /** Ranges a name never leads to unless an entry names the address (docs/network.md "Names and local addresses"). */
+    internal: string[];
+    /** Names that may resolve into `internal`. */
+    rebind_ok: string[];
     /** ClientHellos with encrypted_client_hello: absent = refuse in whitelist mode, allow in blacklist mode. */
     ech?: 'refuse' | 'allow';
   };

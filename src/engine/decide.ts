@@ -11,6 +11,7 @@ import { CommandIndex, normalizeBinary } from './command.js';
 import { CATEGORY_PRIORITY, inspectInputs } from './inspect.js';
 import { NetworkIndex, newPreparedNetwork, prepareDnsName, prepareNetworkSubject } from './network.js';
 import { ALL_PORTS, SOME_PORT } from './port.js';
+import { compileRebind, rebindRefusal, type RebindLists } from './rebind.js';
 import { PathIndex, normalizePath } from './path.js';
 import { ToolIndex, normalizeToolName } from './tool.js';
 import type {
@@ -36,7 +37,7 @@ export interface CompiledPolicy {
   readonly failMode: FailMode;
   /** Shadow mode (PolicyInput.enforce): blocks come back as allows marked `wouldBlock`. */
   readonly shadow: boolean;
-  readonly network: Lists<NetworkIndex>;
+  readonly network: Lists<NetworkIndex> & { rebind: RebindLists };
   readonly filesystem: Lists<PathIndex>;
   readonly commands: Lists<CommandIndex> & { interpreters: CommandIndex };
   readonly tools: Lists<ToolIndex> & { inspect: Readonly<Record<InspectCategory, InspectAction>> };
@@ -127,7 +128,10 @@ export function compilePolicy(p: PolicyInput): CompiledPolicy {
   return {
     failMode: effectiveFailMode(p.fail_mode),
     shadow: p.enforce === 'shadow',
-    network: build(() => new NetworkIndex(), p.network),
+    network: {
+      ...build(() => new NetworkIndex(), p.network),
+      rebind: compileRebind(p.network?.internal, p.network?.rebind_ok),
+    },
     filesystem: build(() => new PathIndex(), p.filesystem),
     commands: { ...build(() => new CommandIndex(), p.commands), interpreters: interpreterIndex(p.commands) },
     tools: { ...tools, inspect: inspectActions((p.tools as { inspect?: unknown } | undefined)?.inspect) },
@@ -172,10 +176,23 @@ function byLists<T>(lists: Lists<{ match(s: T): string | null }>, subject: T): V
 
 const prepared = newPreparedNetwork();
 
+/** A name-decided connection's resolved address: the verdict stands unless the address is local or internal. */
+function resolvedVerdict(n: CompiledPolicy['network'], s: SubjectOf['network'], v: Verdict): Verdict {
+  const ip = s.ip;
+  if (typeof ip !== 'string' || typeof s.domain !== 'string')
+    throw new TypeError('resolved subject without ip or domain');
+  const kind = rebindRefusal(n.rebind, n.allow, s.domain, ip, s.port, s.resolved!.own === true);
+  return kind === null ? v : { action: 'block', reason: 'rebind', source: 'rebind', rule: v.rule };
+}
+
 function decideUnsafe(surface: Surface, subject: unknown, policy: CompiledPolicy): Verdict {
   switch (surface) {
-    case 'network':
-      return byLists(policy.network, prepareNetworkSubject(subject as SubjectOf['network'], prepared));
+    case 'network': {
+      const s = subject as SubjectOf['network'];
+      const v = byLists(policy.network, prepareNetworkSubject(s, prepared));
+      if (s.resolved === undefined || v.action === 'block') return v;
+      return resolvedVerdict(policy.network, s, v);
+    }
     case 'filesystem': {
       const raw = (subject as SubjectOf['filesystem']).path;
       if (typeof raw !== 'string') throw new TypeError('subject path is not a string');
@@ -215,7 +232,7 @@ function decideUnsafe(surface: Surface, subject: unknown, policy: CompiledPolicy
 /**
  * Judges one subject on one surface against a compiled policy.
  *
- * - network `{domain?, ip?, port}`, filesystem `{path}`, commands `{binary}`, tools `{name, inputs}`
+ * - network `{domain?, ip?, port, resolved?}`, filesystem `{path}`, commands `{binary}`, tools `{name, inputs}`
  * - returns a Verdict: action, stable reason code, the source that decided (an allow or deny
  *   entry, the mode default, inspection, or fail_mode) and the entry text (`rule`) when one did.
  * - `policy` null: `no_policy`, blocked unless `opts.failMode` is `open`.
@@ -264,6 +281,19 @@ const preparedDns = newPreparedNetwork();
 export function decideDnsName(name: string, policy: CompiledPolicy | null, opts?: DecideOptions): Verdict {
   if (policy === null || policy === undefined) return decideNoPolicy(opts?.failMode);
   const v = decideDnsUnsafe(name, policy);
+  return policy.shadow ? shadowed(v) : v;
+}
+
+/**
+ * Whether an answer for `name` may carry `ip` to a subject whose query an entry allowed (the proxy's rule for a
+ * name-decided connection, rebind.ts, on any port an entry admits): null when it may, else a `rebind` block
+ * (an allow marked `wouldBlock` in shadow mode). `own`: the enforcer found `ip` to be one of this host's addresses.
+ */
+export function decideDnsAnswer(name: string, ip: string, own: boolean, policy: CompiledPolicy): Verdict | null {
+  const n = policy.network;
+  const kind = rebindRefusal(n.rebind, n.allow, name, ip, SOME_PORT, own);
+  if (kind === null) return null;
+  const v: Verdict = { action: 'block', reason: 'rebind', source: 'rebind', rule: null };
   return policy.shadow ? shadowed(v) : v;
 }
 

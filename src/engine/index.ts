@@ -7,6 +7,7 @@ export {
   compilePolicy,
   decide,
   decideDnsName,
+  decideDnsAnswer,
   decideNoPolicy,
   effectiveFailMode,
   logAction,

@@ -25,6 +25,14 @@ export interface SurfacePolicy {
   ask?: string[];
 }
 
+/** The network surface: where a name may not lead (rebind.ts). */
+export interface NetworkSurfacePolicy extends SurfacePolicy {
+  /** Ranges a name may lead to only when an entry names the address (absent = rebind.ts DEFAULT_INTERNAL). */
+  internal?: string[];
+  /** Names (domain entries) that may resolve into `internal`. */
+  rebind_ok?: string[];
+}
+
 /** The commands surface: `interpreters` (absolute paths) may only be loaded for an allowed program. */
 export interface CommandsSurfacePolicy extends SurfacePolicy {
   interpreters?: string[];
@@ -42,7 +50,7 @@ export interface PolicyInput {
    * source and rule those of the block), for the enforcer to log as `would_block`. Absent = enforce.
    */
   enforce?: 'enforce' | 'shadow';
-  network: SurfacePolicy;
+  network: NetworkSurfacePolicy;
   filesystem: SurfacePolicy;
   commands: CommandsSurfacePolicy;
   tools: ToolsSurfacePolicy;
@@ -55,6 +63,12 @@ export interface NetworkSubject {
   /** Original destination address (IPv4 dotted, IPv6, or IPv4-mapped IPv6). */
   ip?: string | null;
   port: number;
+  /**
+   * Set when `ip` is where `domain` resolved for a connection its name decided (not an address the agent chose):
+   * the address must then also not be local or internal (reason `rebind`, see rebind.ts). `own`: the enforcer
+   * found it to be one of this host's own addresses.
+   */
+  resolved?: { own: boolean };
 }
 export interface FilesystemSubject {
   path: string;
@@ -92,6 +106,7 @@ export interface SubjectOf {
  * - interpreter_direct: commands whitelist: a commands.interpreters entry run directly (blocked)
  * - ask_entry:     an ask entry matched: the enforcer holds the action and asks a human (docs/approvals.md)
  * - ask_rule:      a tools operation rule with `effect: ask` matched (the gate's rules, same outcome)
+ * - rebind:        a name led to a local or internal address no entry names (network, rebind.ts)
  */
 export type Reason =
   | 'allow_entry'
@@ -106,10 +121,11 @@ export type Reason =
   | 'interpreter_of'
   | 'interpreter_direct'
   | 'ask_entry'
-  | 'ask_rule';
+  | 'ask_rule'
+  | 'rebind';
 
 /** Which part of the policy decided: an entry of a list, the mode default, inspection, or a failure. */
-export type VerdictSource = 'allow' | 'deny' | 'ask' | 'mode' | 'inspect' | 'fail_mode' | 'interpreters';
+export type VerdictSource = 'allow' | 'deny' | 'ask' | 'mode' | 'inspect' | 'fail_mode' | 'interpreters' | 'rebind';
 
 /**
  * A decision. `rule` is the entry that decided, or null for a mode default / failure. `ask` is a

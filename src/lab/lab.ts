@@ -186,6 +186,11 @@ export interface LabOptions {
   holdTls?: number;
   /** Bench: a bulk source port in the upstream namespace (see UpstreamConfig.bulk). */
   bulk?: { port: number; bytes: number };
+  /**
+   * Extra DNS records only (name -> addresses), on no interface: names whose answers point where the lab must never
+   * connect (loopback, link-local, private ranges), so a test can show the proxy refuses before connecting.
+   */
+  names?: Record<string, string[]>;
   /** Log every message the lab resolver receives (default true; a benchmark turns it off). */
   dnsLog?: boolean;
   /** The caller's cleanup registry (so a Ctrl-C during the build can still undo what exists so far). */
@@ -346,6 +351,7 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
     ]);
     const names: Record<string, string[]> = {};
     for (const h of hosts) if (h.name) names[h.name] = [h.v4, h.v6];
+    Object.assign(names, opts.names ?? {});
     const upCfg: UpstreamConfig = {
       cert,
       key,

@@ -17,8 +17,11 @@ export type Probe =
   | { kind: 'tcp'; host: string; port: number; send?: string; hex?: string; firstData?: boolean; localPort?: number }
   | { kind: 'udp'; host: string; port: number }
   | { kind: 'dns'; name: string }
-  /** One A query in one datagram, straight to `server`:53: the errno is the one sendto really returned. */
-  | { kind: 'dnsudp'; server: string; name: string }
+  /**
+   * One A query (or `qtype` 28: AAAA) in one datagram, straight to `server`:53: the errno is the one sendto really
+   * returned.
+   */
+  | { kind: 'dnsudp'; server: string; name: string; qtype?: 1 | 28 }
   | { kind: 'dnsserver'; server: string; name: string }
   /**
    * `count` connections opened at once and held for `holdMs`: how many were still open then, and how many the
@@ -107,26 +110,33 @@ async function lookup(name: string, server?: string): Promise<ProbeResult> {
   }
 }
 
-/** An A query for `name` (id 0x1234, recursion desired). */
-function dnsQuery(name: string): Buffer {
+/** An A (or `qtype`) query for `name` (id 0x1234, recursion desired). */
+function dnsQuery(name: string, qtype = 1): Buffer {
   return Buffer.concat([
     Buffer.from([0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]),
     ...name.split('.').map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)])),
-    Buffer.from([0, 0, 1, 0, 1]),
+    Buffer.from([0, 0, qtype, 0, 1]),
   ]);
 }
 
 const RCODES = ['NOERROR', 'FORMERR', 'SERVFAIL', 'NXDOMAIN', 'NOTIMP', 'REFUSED'];
 
-/** A one-answer A response -> the probe's result: its last 4 bytes are the address; no answer -> the rcode's name. */
-function dnsAnswer(t0: number, msg: Buffer): ProbeResult {
+/**
+ * A one-answer A response -> the probe's result: its last 4 bytes are the address (an AAAA's last 16, as hex); no
+ * answer -> the rcode's name.
+ */
+function dnsAnswer(t0: number, msg: Buffer, qtype = 1): ProbeResult {
   const ok = msg.length >= 12 && msg.readUInt16BE(6) > 0;
   const rcode = msg.length >= 4 ? (RCODES[msg.readUInt16BE(2) & 0xf] ?? 'RCODE') : 'SHORT';
   return finish(
     t0,
     ok,
     ok ? null : rcode === 'NOERROR' ? 'ENODATA' : rcode,
-    ok ? [...msg.subarray(msg.length - 4)].join('.') : '',
+    !ok
+      ? ''
+      : qtype === 28
+        ? msg.subarray(msg.length - 16).toString('hex')
+        : [...msg.subarray(msg.length - 4)].join('.'),
   );
 }
 
@@ -149,7 +159,7 @@ function rawUdp53(server: string, hex: string): Promise<ProbeResult> {
   });
 }
 
-function dnsUdp(server: string, name: string): Promise<ProbeResult> {
+function dnsUdp(server: string, name: string, qtype = 1): Promise<ProbeResult> {
   const t0 = performance.now();
   return new Promise((resolve) => {
     const sock = dgram.createSocket(net.isIPv6(server) ? 'udp6' : 'udp4');
@@ -160,8 +170,8 @@ function dnsUdp(server: string, name: string): Promise<ProbeResult> {
       resolve(r);
     };
     sock.on('error', (e: NodeJS.ErrnoException) => done(finish(t0, false, e.code ?? 'ERR', '')));
-    sock.on('message', (msg: Buffer) => done(dnsAnswer(t0, msg)));
-    sock.send(dnsQuery(name), 53, server, (err) => {
+    sock.on('message', (msg: Buffer) => done(dnsAnswer(t0, msg, qtype)));
+    sock.send(dnsQuery(name, qtype), 53, server, (err) => {
       const e = err as NodeJS.ErrnoException | null;
       if (e) done(finish(t0, false, e.code ?? 'ERR', ''));
     });
@@ -259,7 +269,7 @@ export async function runProbe(p: Probe): Promise<ProbeResult> {
     case 'dnstcp':
       return dnsTcp(p.server, p.name);
     case 'dnsudp':
-      return dnsUdp(p.server, p.name);
+      return dnsUdp(p.server, p.name, p.qtype);
     case 'rawudp53':
       return rawUdp53(p.server, p.hex);
   }

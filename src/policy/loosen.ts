@@ -184,6 +184,16 @@ export function loosenings(before: Effective, after: Effective): Loosening[] {
         l('network.dns_resolvers', r, `network dns_resolvers adds ${r}: allowed queries may be forwarded to it`),
       );
   }
+  for (const r of before.network.internal) {
+    if (!after.network.internal.includes(r))
+      out.push(l('network.internal', r, `network internal ${r} removed: an allowed name may now lead into ${r}`));
+  }
+  for (const n of after.network.rebind_ok) {
+    if (!before.network.rebind_ok.includes(n))
+      out.push(
+        l('network.rebind_ok', n, `network rebind_ok adds ${n}: that name may lead into the network.internal ranges`),
+      );
+  }
   for (const p of before.filesystem.watch) {
     if (!after.filesystem.watch.includes(p)) {
       out.push(l('filesystem.unset.watch', p, `filesystem watch ${p} removed: its filesystem may no longer be marked`));

@@ -16,6 +16,7 @@ import {
 import { loadNative } from '../native.js';
 import { countDecisions, createMetrics, type Metrics, type MetricFamily } from '../metrics/metrics.js';
 import { startMetricsServer, type MetricsServer } from '../metrics/server.js';
+import { lockService, serviceDirs } from './instance.js';
 import { launchConsole } from './console/launch.js';
 import type { ConsoleServer } from './console/server.js';
 import {
@@ -426,6 +427,15 @@ async function closeAfterFailedStart(): Promise<void> {
 
 /** `leash` with no subcommand: run until SIGTERM/SIGINT, then exit 0; exit 1 when the watcher gave up. */
 export async function runService(configPath: string): Promise<void> {
+  const instance = lockService(serviceDirs(process.env));
+  try {
+    await serveUntilStopped(configPath);
+  } finally {
+    instance.release();
+  }
+}
+
+async function serveUntilStopped(configPath: string): Promise<void> {
   let fatal = false;
   let svc: Service | null = null;
   const wrapS = Number(process.env.LEASH_WATCHER_TIMEOUT_S);

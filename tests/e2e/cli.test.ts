@@ -175,7 +175,7 @@ const ofFile = (findings: { code: string }[]) => findings.filter((f) => !HOST_FI
 
 describe('leash validate', () => {
   it.skipIf(!isRoot)(
-    'an operator who cannot read the 0640 floor is refused with config_unreadable and told to use sudo',
+    'an operator who cannot read the 0640 floor is refused with permission_denied and told to use sudo',
     async () => {
       const dir = tmpDir();
       fs.chmodSync(dir, 0o755);
@@ -195,14 +195,51 @@ describe('leash validate', () => {
         const j = as([...cmd, '--json']);
         expect(j.status, `${cmd.join(' ')}: ${j.stdout}${j.stderr}`).toBe(2);
         expect(JSON.parse(j.stdout)).toMatchObject({
-          error: { code: 'config_unreadable', details: { errno: 'EACCES' } },
+          error: { code: 'permission_denied', details: { errno: 'EACCES', was: 'config_unreadable' } },
         });
       }
       const t = as(['validate']);
-      expect(t.stderr).toMatch(
-        /^leash: cannot read config file .*: EACCES \(.*run it with sudo\) \[config_unreadable\]$/m,
-      );
+      expect(t.stderr).toMatch(/^leash: cannot read config file .*run it with sudo\) \[permission_denied\]$/m);
       noStack(t.stderr);
+    },
+  );
+
+  it.skipIf(!isRoot)(
+    'the agent (it reads the floor, not the state) gets permission_denied, exit 2, from every command it tries',
+    async () => {
+      const dir = tmpDir();
+      fs.chmodSync(dir, 0o755);
+      const file = path.join(dir, 'leash.yaml');
+      expect((await leash(['-c', file, 'init', '--user', 'nobody'])).code).toBe(0);
+      // The state as root leaves it: the directory and the commit record root's alone.
+      const state = path.join(dir, 'state');
+      fs.mkdirSync(path.join(state, 'profiles'), { recursive: true, mode: 0o700 });
+      fs.chmodSync(state, 0o700);
+      fs.writeFileSync(path.join(state, 'apply.pending.json'), '{}', { mode: 0o600 });
+      const as = (args: string[]) =>
+        spawnSync(
+          'setpriv',
+          ['--reuid=65534', `--regid=${NOBODY_GID}`, '--clear-groups', process.execPath, CLI, '-c', file, ...args],
+          { encoding: 'utf8', env: { ...process.env, LEASH_STATE_DIR: state } },
+        );
+      for (const cmd of [
+        ['profile', 'list'],
+        ['profile', 'show', 'p1'],
+        ['status'],
+        ['net', 'allow', 'x.test'],
+        ['validate'],
+      ]) {
+        const j = as([...cmd, '--json']);
+        expect(j.status, `${cmd.join(' ')}: ${j.stdout}${j.stderr}`).toBe(2);
+        expect(JSON.parse(j.stdout), cmd.join(' ')).toMatchObject({ error: { code: 'permission_denied' } });
+        const t = as(cmd);
+        expect(t.status, cmd.join(' ')).toBe(2);
+        expect(t.stderr, cmd.join(' ')).toMatch(/run it with sudo\) \[permission_denied\]\n$/);
+        expect(t.stderr.match(/\[[a-z_]+\]/g), cmd.join(' ')).toEqual(['[permission_denied]']);
+        noStack(t.stderr);
+      }
+      // Nothing was written: the floor is as init left it.
+      expect(fs.readFileSync(file, 'utf8')).not.toContain('x.test');
     },
   );
 

@@ -42,13 +42,22 @@ while True:
   return { path: sockPath, messages, waitFor };
 }
 
+function ownDirs(): Record<string, string> {
+  const d = tmpDir();
+  return {
+    LEASH_PID_FILE: path.join(d, 'leash.pid'),
+    LEASH_STATE_DIR: path.join(d, 'state'),
+    LEASH_TOOLS_SOCKET: path.join(d, 'run', 'tools.sock'),
+  };
+}
+
 function start(
   args: string[],
   env: Record<string, string> = {},
 ): { child: ChildProcess; out: () => string; err: () => string; exit: Promise<number | null> } {
   const child = spawn(process.execPath, [CLI, ...args], {
-    // The pid file goes to a temp dir, never the host's /run/leash.
-    env: { ...process.env, LEASH_PID_FILE: path.join(tmpDir(), 'leash.pid'), ...env },
+    // The pid file, the state and the sockets go to a temp dir, never the host's /run/leash or /var/lib/leash.
+    env: { ...process.env, ...ownDirs(), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   onTestFinished(() => void child.kill('SIGKILL'));
@@ -126,12 +135,39 @@ describe.skipIf(!nativeAvailable())('leash service (no subcommand)', () => {
   });
 
   it('runs without NOTIFY_SOCKET too (sd_notify is a no-op)', async () => {
-    const env: NodeJS.ProcessEnv = { ...process.env, LEASH_PID_FILE: path.join(tmpDir(), 'leash.pid') };
+    const env: NodeJS.ProcessEnv = { ...process.env, ...ownDirs() };
     delete env.NOTIFY_SOCKET;
     const svc = start(['-c', configFile(policy('stdout'))], env as Record<string, string>);
     for (let i = 0; i < 100 && !svc.err().includes('"ready"'); i++) await new Promise((r) => setTimeout(r, 50));
     expect(svc.err()).toContain('"msg":"ready"');
     svc.child.kill('SIGTERM');
     expect(await svc.exit).toBe(0);
+  });
+
+  it('a second service on the same state or runtime directory is refused (exit 2, service_running, the first pid); the first runs on', async () => {
+    const dirs = ownDirs();
+    const file = configFile(policy('stdout'));
+    const first = start(['-c', file], dirs);
+    for (let i = 0; i < 200 && !first.err().includes('"msg":"ready"'); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(first.err()).toContain('"msg":"ready"');
+    const sameState = start(['-c', file], { ...ownDirs(), LEASH_STATE_DIR: dirs.LEASH_STATE_DIR! });
+    const sameRun = start(['-c', file], { ...ownDirs(), LEASH_TOOLS_SOCKET: dirs.LEASH_TOOLS_SOCKET! });
+    for (const second of [sameState, sameRun]) {
+      expect(await second.exit).toBe(2);
+      expect(second.err()).toContain('[service_running]');
+      expect(second.err()).toContain(`pid ${first.child.pid}`);
+      expect(second.err()).not.toMatch(/\n\s+at /);
+    }
+    expect(first.child.exitCode).toBeNull();
+    // A crash leaves its lock behind: it is stale (no such process), and a restart is not blocked.
+    first.child.kill('SIGKILL');
+    await first.exit;
+    expect(fs.existsSync(path.join(dirs.LEASH_STATE_DIR!, 'leash-service.lock'))).toBe(true);
+    const again = start(['-c', file], dirs);
+    for (let i = 0; i < 200 && !again.err().includes('"msg":"ready"'); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(again.err()).toContain('"msg":"ready"');
+    again.child.kill('SIGTERM');
+    expect(await again.exit).toBe(0);
+    expect(fs.existsSync(path.join(dirs.LEASH_STATE_DIR!, 'leash-service.lock'))).toBe(false);
   });
 });

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/validate/load.js';
-import { decide, decideDnsName, type CompiledPolicy } from '../../src/engine/index.js';
+import { decide, decideDnsAnswer, decideDnsName, type CompiledPolicy } from '../../src/engine/index.js';
 import { startNetworkEnforcer } from '../../src/enforcers/network/enforcer.js';
 import { networkPlanHooks } from '../../src/service/surfaces/network.js';
 import type { Effective } from '../../src/policy/fragment.js';
@@ -59,6 +59,7 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
       runner: run,
       decide,
       decideDns: decideDnsName,
+      decideDnsAnswer,
       log: { write: () => 'r' },
       resolvers: ['198.18.1.53'],
       udp: 'drop',

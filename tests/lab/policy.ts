@@ -1,7 +1,7 @@
-import type { PolicyInput, SurfacePolicy } from '../../src/engine/types.js';
+import type { NetworkSurfacePolicy, PolicyInput, SurfacePolicy } from '../../src/engine/types.js';
 
 /** A full PolicyInput whose network section is `network`; other surfaces permissive (they are not under test here). */
-export function netPolicy(network: Partial<SurfacePolicy>): PolicyInput {
+export function netPolicy(network: Partial<NetworkSurfacePolicy>): PolicyInput {
   const open: SurfacePolicy = { mode: 'blacklist', allow: [], deny: [] };
   return {
     fail_mode: 'closed',

@@ -26,9 +26,11 @@ import {
 } from './dns-wire.js';
 import type { DecisionWriter } from '../../log/decisions.js';
 import { createListenerTable } from './listeners.js';
-import { plainIp } from './resolve.js';
+import { ownAddresses, plainIp } from './resolve.js';
 
 export type DnsDecide<P> = (name: string, policy: P | null) => Verdict;
+/** Whether an answer for a name an entry allowed may carry an address (the engine's decideDnsAnswer). */
+export type DnsAnswerDecide<P> = (name: string, ip: string, own: boolean, policy: P) => Verdict | null;
 
 export interface DnsSubject<P> {
   uid: number;
@@ -40,6 +42,11 @@ export interface DnsSubject<P> {
 
 export interface DnsForwarderOptions<P> {
   decide: DnsDecide<P>;
+  /**
+   * Judges each address of an answer to a query an entry allowed: a name never leads into a local or internal
+   * address no entry names (dnsmasq's stop-dns-rebind); such an answer is refused whole (`rebind`). Absent: none.
+   */
+  decideAnswer?: DnsAnswerDecide<P>;
   log: DecisionWriter;
   /** What a subject without a policy gets: closed (default) refuses with no_policy, open forwards (still logged). */
   failMode?: () => 'closed' | 'open';
@@ -379,6 +386,23 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
     opts.log.write({ uid: e.uid, surface: 'network', action: 'block', reason, subject, rule });
   }
 
+  /** True (and the line written) when an answer leads the allowed name into a local or internal address. */
+  function rebound(e: Entry<P>, policy: P, rule: string, q: Query, transport: 'udp' | 'tcp', a: Answer): boolean {
+    if (!opts.decideAnswer) return false;
+    for (const { address } of a.addresses) {
+      const ip = plainIp(address);
+      const v = opts.decideAnswer(q.question.name, ip, ownAddresses().has(ip), policy);
+      if (v === null) continue;
+      const subject = { ...subjectOf(q, transport), address: ip };
+      if (v.action === 'block') {
+        logBlock(e, v.reason, subject, rule);
+        return true;
+      }
+      opts.log.write({ uid: e.uid, surface: 'network', action: 'would_block', reason: v.reason, subject, rule });
+    }
+    return false;
+  }
+
   /**
    * One message from the subject: `reply` gets what to send back (null = send nothing). What a UDP client can take
    * is its EDNS size, or 512; TCP has no limit.
@@ -415,6 +439,8 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
         logBlock(e, 'dns_upstream_failed', subjectOf(q, transport), verdict.rule);
         return reply(encodeError(q.id, RCODE.SERVFAIL, q));
       }
+      if (verdict.rule !== null && e.policy !== null && rebound(e, e.policy, verdict.rule, q, transport, r.answer))
+        return reply(encodeError(q.id, refuseRcode, q));
       remember(e, q.question.name, r.answer);
       logAllow(e, verdict, q, transport);
       const maxSize = transport === 'tcp' ? 65535 : (q.edns?.udpSize ?? 512);

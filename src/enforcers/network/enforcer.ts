@@ -1,7 +1,13 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import { dnsPortFor } from '../../subjects/ports.js';
-import { createDnsForwarder, type DnsDecide, type DnsForwarder, type DnsForwarderOptions } from './dns.js';
+import {
+  createDnsForwarder,
+  type DnsAnswerDecide,
+  type DnsDecide,
+  type DnsForwarder,
+  type DnsForwarderOptions,
+} from './dns.js';
 import { openFirewall, type ApplyOutcome, type Firewall } from './nft.js';
 import type { DecisionWriter } from '../../log/decisions.js';
 import { createProxy, type NetworkDecide, type Proxy, type ProxyOptions } from './proxy.js';
@@ -48,6 +54,8 @@ export interface NetworkEnforcerOptions<P> {
   decide: NetworkDecide<P>;
   /** Judges a DNS query name (the engine's decideDnsName). */
   decideDns: DnsDecide<P>;
+  /** Judges a DNS answer's addresses (the engine's decideDnsAnswer): the rebind rule. */
+  decideDnsAnswer: DnsAnswerDecide<P>;
   log: DecisionWriter;
   resolvers: string[];
   udp: 'drop' | 'allow';
@@ -107,7 +115,12 @@ export interface NetworkEnforcer<P> {
 /** The service's network surface: nft chains per UID plus one proxy listener per UID. */
 export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): Promise<NetworkEnforcer<P>> {
   const firewall = await openFirewall({ runner: opts.runner, subjects: opts.expectedSubjects, warn: opts.warn });
-  const dns = createDnsForwarder<P>({ decide: opts.decideDns, log: opts.log, ...opts.dns });
+  const dns = createDnsForwarder<P>({
+    decide: opts.decideDns,
+    decideAnswer: opts.decideDnsAnswer,
+    log: opts.log,
+    ...opts.dns,
+  });
   const proxy = createProxy<P>({
     decide: opts.decide,
     log: opts.log,

@@ -82,10 +82,13 @@ export interface HeldDeps<P> {
   ): Promise<void>;
   judge(e: ProxyEntry<P>, subject: NetworkSubject): Verdict;
   shadow(e: ProxyEntry<P>): boolean;
-  /** True when the rule that allowed decides on the name (not an address entry): the name is then resolved. */
-  byName(rule: string | null): boolean;
-  /** Where a name-decided connection goes (see resolveTarget in proxy.ts); null: the name resolves to nothing. */
-  target(e: ProxyEntry<P>, ip: string, domain: string): Promise<string | null>;
+  /** Where an allowed connection goes, or its refusal: the stream path's own step (see destination in proxy.ts). */
+  destination(
+    e: ProxyEntry<P>,
+    domain: string | null,
+    subject: NetworkSubject,
+    verdict: Verdict,
+  ): Promise<{ target: string } | { refusal: Refusal }>;
 }
 
 export interface HeldPath<P> {
@@ -256,17 +259,10 @@ export function createHeldPath<P>(d: HeldDeps<P>): HeldPath<P> {
     const verdict = d.judge(e, subject);
     if (verdict.action === 'ask' || verdict.wouldBlock) return slow();
     if (verdict.action === 'block') return refuseHeld(c, { reason: verdict.reason, subject, rule: verdict.rule });
-    let target = ip;
-    if (domain && verdict.rule !== null && d.byName(verdict.rule)) {
-      // Decided on the name: connect where the name resolves (see afterPeek), the resolved address judged too.
-      const to = await d.target(e, ip, domain);
-      if (!held.has(c.id)) return; // its subject closed meanwhile (and reset it)
-      if (to === null) return refuseHeld(c, { reason: 'resolve_failed', subject, rule: verdict.rule });
-      const again = to === ip ? null : d.judge(e, { domain, ip: to, port: dst.port });
-      if (again?.action === 'block')
-        return refuseHeld(c, { reason: again.reason, subject: { ...subject, upstream: to }, rule: again.rule });
-      target = to;
-    }
+    const to = await d.destination(e, domain, subject, verdict);
+    if (!held.has(c.id)) return; // its subject closed meanwhile (and reset it)
+    if ('refusal' in to) return refuseHeld(c, to.refusal);
+    const target = to.target;
     d.log.write({
       uid: e.uid,
       surface: 'network',

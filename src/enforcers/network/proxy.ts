@@ -1,5 +1,4 @@
 import net from 'node:net';
-import os from 'node:os';
 import type { FailMode, NetworkSubject, Reason, Verdict } from '../../engine/types.js';
 import { logAction } from '../../engine/decide.js';
 import type { PROXY_REASONS } from '../../errors.js';
@@ -13,7 +12,7 @@ import { HttpRequestGate } from './http-gate.js';
 import { createRelay } from './relay.js';
 import { createHeldPath, type Arrival, type Arrived, type ProxyEntry, type Refusal } from './held.js';
 import { createForgetter } from './forget.js';
-import { createNameResolver, plainIp, type Resolved } from './resolve.js';
+import { createNameResolver, ownAddresses, plainIp, type Resolved } from './resolve.js';
 import { approvalOf, type Asker, type AskOutcome } from '../../approvals/contract.js';
 
 /**
@@ -198,19 +197,6 @@ export function isAddressRule(rule: string | null): boolean {
   return !!m && net.isIPv4(m[1]!);
 }
 
-let ownAddrs: { at: number; set: Set<string> } = { at: 0, set: new Set() };
-/** This host's own interface addresses (a connection to one is delivered locally), re-read at most every 5 s. */
-function ownAddresses(): Set<string> {
-  const now = Date.now();
-  if (now - ownAddrs.at > 5000) {
-    const set = new Set<string>();
-    for (const list of Object.values(os.networkInterfaces()))
-      for (const a of list ?? []) set.add(a.address.replace(/%.*$/, ''));
-    ownAddrs = { at: now, set };
-  }
-  return ownAddrs.set;
-}
-
 /**
  * A destination on this host, whatever it is called (already plain: no ::ffff: prefix): 127.0.0.0/8 and ::1,
  * the unspecified 0.0.0.0 and :: (a connect there reaches a local service), and the host's own interface
@@ -308,6 +294,44 @@ function redirectedDestination(
   return { dst, ip, isLoop };
 }
 
+/**
+ * Where an allowed connection goes: the address asked for, unless a name entry decided. Then it goes where the name
+ * resolves (through our resolvers, or as the subject's own DNS answers said), never to the address the agent
+ * supplied, so a forged SNI/Host cannot carry an allowed name to an arbitrary address; and that address is judged
+ * again: a deny entry covering it wins, and a name never leads into a local or internal address no entry names
+ * (`rebind`). A mode default (blacklist, nothing denied) judged the address as well as the name: it goes there.
+ */
+async function nameDestination<P>(
+  d: {
+    resolve: (name: string) => Promise<Resolved>;
+    seen: ProxyOptions<P>['seen'];
+    judge: (e: Entry<P>, s: NetworkSubject) => Verdict;
+    log: DecisionWriter;
+  },
+  e: Entry<P>,
+  domain: string | null,
+  subject: NetworkSubject,
+  verdict: Verdict,
+): Promise<{ target: string } | { refusal: Refusal }> {
+  const ip = subject.ip!;
+  if (!domain || verdict.rule === null || isAddressRule(verdict.rule)) return { target: ip };
+  const to = await resolveTarget(ip, domain, d.seen?.(e.uid, domain) ?? [], d.resolve);
+  if (to === null) return { refusal: { reason: 'resolve_failed', subject, rule: verdict.rule } };
+  const again = d.judge(e, { domain, ip: to, port: subject.port, resolved: { own: ownAddresses().has(to) } });
+  const upstream = { ...subject, upstream: to };
+  if (again.action === 'block') return { refusal: { reason: again.reason, subject: upstream, rule: again.rule } };
+  if (again.wouldBlock)
+    d.log.write({
+      uid: e.uid,
+      surface: 'network',
+      action: 'would_block',
+      reason: again.reason,
+      subject: upstream,
+      rule: again.rule,
+    });
+  return { target: to };
+}
+
 /** Creates the proxy. No listener opens until `setSubject`. */
 export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const hosts = opts.hosts ?? ['127.0.0.1', '::1'];
@@ -368,8 +392,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
         afterPeek,
         judge,
         shadow: (e) => isShadow(e.policy),
-        byName: (rule) => !isAddressRule(rule),
-        target: (e, ip, domain) => resolveTarget(ip, domain, opts.seen?.(e.uid, domain) ?? [], resolve),
+        destination,
       })
     : null;
 
@@ -387,6 +410,10 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
 
   function judge(e: Entry<P>, subject: NetworkSubject): Verdict {
     return judgeEntry(opts.decide, failMode, e.policy, subject);
+  }
+
+  function destination(e: Entry<P>, domain: string | null, subject: NetworkSubject, verdict: Verdict) {
+    return nameDestination({ resolve, seen: opts.seen, judge, log: opts.log }, e, domain, subject, verdict);
   }
 
   /** Where a connection was going, and what its address alone decides (a refusal, or whether to connect at once). */
@@ -529,30 +556,13 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
       return;
     }
 
-    let target = ip;
     // A shadowed block goes where the agent asked: no entry allowed the name, so no resolution vouches for it.
-    if (domain && verdict.rule !== null && !isAddressRule(verdict.rule) && !verdict.wouldBlock) {
-      // Decided on the name: connect where the name resolves (through our resolvers), never to the address the
-      // agent supplied, so a forged SNI/Host cannot carry an allowed name to an arbitrary address. A mode default
-      // (blacklist, nothing denied) judged the address as well as the name, so it goes to the address.
-      const to = await resolveTarget(ip, domain, opts.seen?.(e.uid, domain) ?? [], resolve);
-      if (to === null) {
-        refuse(e, sock, { reason: 'resolve_failed', subject, rule: verdict.rule, ...(approval ? { approval } : {}) });
-        return;
-      }
-      // The resolved address is judged too: a deny entry covering it still wins.
-      const again = to === ip ? null : judge(e, { domain, ip: to, port: dst.port });
-      if (again?.action === 'block') {
-        refuse(e, sock, {
-          reason: again.reason,
-          subject: { ...subject, upstream: to },
-          rule: again.rule,
-          ...(approval ? { approval } : {}),
-        });
-        return;
-      }
-      target = to;
+    const to = verdict.wouldBlock ? { target: ip } : await destination(e, domain, subject, verdict);
+    if ('refusal' in to) {
+      refuse(e, sock, { ...to.refusal, ...(approval ? { approval } : {}) });
+      return;
     }
+    const target = to.target;
     if (sock.destroyed) return;
     allowAndRelay(target, verdict, null);
   }

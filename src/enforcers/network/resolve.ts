@@ -4,6 +4,7 @@
  */
 import dns from 'node:dns';
 import net from 'node:net';
+import os from 'node:os';
 
 /** A name's addresses, split by family, with when the answer expires (ms since the epoch; 0 = not cached). */
 export interface Resolved {
@@ -15,6 +16,19 @@ export interface Resolved {
 /** `::ffff:a.b.c.d` -> `a.b.c.d`, lower case: one spelling per address for comparisons. */
 export function plainIp(a: string): string {
   return a.toLowerCase().replace(/^::ffff:(\d+\.\d+\.\d+\.\d+)$/, '$1');
+}
+
+let ownAddrs: { at: number; set: Set<string> } = { at: 0, set: new Set() };
+/** This host's own interface addresses (a connection to one is delivered locally), re-read at most every 5 s. */
+export function ownAddresses(): Set<string> {
+  const now = Date.now();
+  if (now - ownAddrs.at > 5000) {
+    const set = new Set<string>();
+    for (const list of Object.values(os.networkInterfaces()))
+      for (const a of list ?? []) set.add(a.address.replace(/%.*$/, ''));
+    ownAddrs = { at: now, set };
+  }
+  return ownAddrs.set;
 }
 
 /**

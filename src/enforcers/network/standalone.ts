@@ -5,7 +5,14 @@
  * differs; SIGTERM/SIGINT release every chain it applied and exit.
  */
 import fs from 'node:fs';
-import { compilePolicy, decide, decideDnsName, type CompiledPolicy, type PolicyInput } from '../../engine/index.js';
+import {
+  compilePolicy,
+  decide,
+  decideDnsAnswer,
+  decideDnsName,
+  type CompiledPolicy,
+  type PolicyInput,
+} from '../../engine/index.js';
 import { createDecisionLog } from '../../log/decisions.js';
 import { startNetworkEnforcer, type NetworkEnforcer } from './enforcer.js';
 import { hostRunner } from './run.js';
@@ -36,6 +43,7 @@ async function main(): Promise<void> {
     runner: hostRunner(),
     decide,
     decideDns: decideDnsName,
+    decideDnsAnswer,
     log,
     resolvers: spec.resolvers,
     udp: spec.udp ?? 'drop',

@@ -6,7 +6,8 @@
 // filesystem is never marked from here. A mount notification on each namespace found
 // (FAN_MARK_MNTNS, Linux 6.14+) re-reads its mounts as soon as one is attached; without it the scan
 // re-reads them every round. Under `filesystem.namespaces: deny` a subject process found in a user
-// namespace of its own is killed (`namespace_denied`).
+// namespace of its own is killed (`namespace_denied`). A subject process in the watcher's own user namespace is
+// in no mount namespace of its making, so its mounts are never attributed to it.
 import fs from 'node:fs';
 import type { DecisionRecord } from '../../log/decisions.js';
 import type { NativeAddon, NativeMountWatch, NativeWatcher, WatcherSubject } from '../../native.js';
@@ -189,6 +190,10 @@ export function createNamespaceScanner(o: NamespaceScannerOptions): NamespaceSca
         }
         shadowed(pid, uid, user);
       }
+      // A mount namespace a process in our own user namespace is in was made by a privileged process (systemd's
+      // private tmp and credentials ramfs for a unit, `ip netns exec`): an unprivileged one can neither make nor
+      // enter a mount namespace there. Only one made in a user namespace of the subject's own is the subject's.
+      if (user !== null && user === ownUser) continue;
       const mnt = nsIno(proc, name, 'mnt');
       if (mnt === null || mnt === ownMnt) continue;
       const k = known.get(mnt);

@@ -7,7 +7,7 @@
  */
 import type { Config } from '../../config/types.js';
 import { toPolicyInput } from '../../config/policy-input.js';
-import { compilePolicy, decide, decideDnsName, type CompiledPolicy } from '../../engine/index.js';
+import { compilePolicy, decide, decideDnsAnswer, decideDnsName, type CompiledPolicy } from '../../engine/index.js';
 import {
   hostResolvers,
   startNetworkEnforcer,
@@ -121,6 +121,7 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
     runner,
     decide,
     decideDns: decideDnsName,
+    decideDnsAnswer,
     log: o.decisions,
     resolvers,
     udp: c.network.udp,

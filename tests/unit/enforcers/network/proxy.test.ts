@@ -266,7 +266,12 @@ describe.each([
       splice,
       originalDst: () => ({ family: 4, address: '10.1.1.1', port: upPort }),
     });
-    await p2.setSubject({ uid: 7, port, policy: compilePolicy(netPolicy({ allow: ['made.up'] })) });
+    // The name resolves to loopback (where the test's upstream is): an entry must name that address itself.
+    await p2.setSubject({
+      uid: 7,
+      port,
+      policy: compilePolicy(netPolicy({ allow: ['made.up', `127.0.0.1:${upPort}`] })),
+    });
     try {
       const r = await new Promise<string>((resolve) => {
         const c = net.connect(port, '127.0.0.1', () => c.write(get('made.up')));
@@ -315,11 +320,20 @@ describe.each([
         action: 'block',
         subject: { domain: 'localhost', ip: '127.0.0.1', port: upPort },
       });
-      // Not told: the proxy's own resolution decides, and the agent's address is not used.
+      // Not told: the proxy's own resolution decides, and the agent's address is not used. It says loopback, where
+      // a name leads only when an entry names the address itself (rebind).
       dst = { family: 4, address: '10.9.9.9', port: upPort };
-      expect(await fetch('other.up')).toContain('"host":"other.up"');
+      expect(await fetch('other.up')).toBe('');
       expect(asked).toEqual(['other.up']);
-      expect(mine[1]?.subject).toMatchObject({ domain: 'other.up', upstream: '127.0.0.1' });
+      expect(mine[1]).toMatchObject({
+        action: 'block',
+        reason: 'rebind',
+        subject: { domain: 'other.up', upstream: '127.0.0.1' },
+      });
+      const named = netPolicy({ allow: ['told.up', 'other.up', `127.0.0.1:${upPort}`] });
+      await p2.setSubject({ uid: 7, port, policy: compilePolicy(named) });
+      expect(await fetch('other.up')).toContain('"host":"other.up"');
+      expect(mine[2]?.subject).toMatchObject({ domain: 'other.up', upstream: '127.0.0.1' });
     } finally {
       await p2.close();
     }
