@@ -354,7 +354,9 @@ export class LeashError extends CatalogueError<ErrorCode> {
   lines(): string[] {
     const out = [`leash: ${this.message} [${this.code}]`];
     const issues = this.details?.issues as ConfigIssue[] | undefined;
-    if (Array.isArray(issues)) for (const i of issues) out.push(`  ${i.path}: ${i.message}`);
+    // A located error already says where in its message.
+    if (Array.isArray(issues) && this.details?.located !== true)
+      for (const i of issues) out.push(`  ${i.path}: ${i.message}`);
     return out;
   }
 
