@@ -49,6 +49,7 @@ export const ERROR_CODES = {
   // leash mcp (docs/tools.md)
   mcp_no_client: EXIT.refused,
   mcp_server_unrunnable: EXIT.refused,
+  mcp_no_approver: EXIT.refused,
   mcp_service_unreachable: EXIT.refused,
   mcp_learn_failed: EXIT.refused,
   // leash host (docs/tools.md "Host set-up")
