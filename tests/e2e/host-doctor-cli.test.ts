@@ -24,8 +24,8 @@ describe('leash host', () => {
     const original = fs.readFileSync(path.join(FIX, 'cursor.json'), 'utf8');
     fs.writeFileSync(file, original, { mode: 0o640 });
     const env = { HOME: home };
-    // Without --write: printed, the file untouched.
-    const shown = leash(['host', 'init', '--host', 'cursor', '--leash', '/usr/bin/leash'], home, env);
+    // Without --write: printed (--print: the whole file), the file untouched.
+    const shown = leash(['host', 'init', '--host', 'cursor', '--leash', '/usr/bin/leash', '--print'], home, env);
     expect(shown.code).toBe(0);
     expect(shown.out).toBe(fs.readFileSync(path.join(FIX, 'cursor.wrapped.json'), 'utf8'));
     expect(fs.readFileSync(file, 'utf8')).toBe(original);
