@@ -307,6 +307,10 @@ export function register(program: Command): void {
         const graceMs = parseMs('--grace', opts.grace);
         requireStdio();
         let judge: GateJudge;
+        if (opts.policy === undefined && opts.approval !== undefined)
+          throw new LeashError('usage', '--approval goes with --policy (the service has its own approvers)', {
+            option: '--approval',
+          });
         if (opts.policy !== undefined) {
           const { policy, decisions } = loadPolicy(
             opts.policy,

@@ -78,6 +78,12 @@ describe.skipIf(!fs.existsSync(CLI))('leash mcp: asks without the service', () =
     expect(calledTools(g)).toEqual([]);
   });
 
+  it('--approval without --policy is a usage error (the service has its own approvers)', async () => {
+    const g = startGate({ policy: null, cliArgs: ['--approval', 'tty'] });
+    expect(await g.exited).toBe(2);
+    expect(g.stderr()).toContain('[usage]');
+  });
+
   it('a policy that never asks starts as before', async () => {
     const g = startGate({ policy: 'tools: { mode: whitelist, allow: [read_file] }\n' });
     g.send(init(0));
