@@ -8,7 +8,7 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "leash demo needs root (namespaces, nftables, fanotify): run it with sudo" >&2
   exit 2
 fi
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --build
 [ -d node_modules ] || npm ci --no-audit --no-fund
 npm run build >/dev/null
 exec node dist/src/cli/main.js demo "$@"

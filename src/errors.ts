@@ -54,6 +54,7 @@ export const ERROR_CODES = {
   // leash mcp (docs/tools.md)
   mcp_no_client: EXIT.refused,
   mcp_server_unrunnable: EXIT.refused,
+  mcp_no_approver: EXIT.refused,
   mcp_service_unreachable: EXIT.refused,
   mcp_learn_failed: EXIT.refused,
   // leash host (docs/tools.md "Host set-up")
@@ -368,7 +369,9 @@ export class LeashError extends CatalogueError<ErrorCode> {
   lines(): string[] {
     const out = [`leash: ${this.message} [${this.code}]`];
     const issues = this.details?.issues as ConfigIssue[] | undefined;
-    if (Array.isArray(issues)) for (const i of issues) out.push(`  ${i.path}: ${i.message}`);
+    // A located error already says where in its message.
+    if (Array.isArray(issues) && this.details?.located !== true)
+      for (const i of issues) out.push(`  ${i.path}: ${i.message}`);
     return out;
   }
 

@@ -125,6 +125,9 @@ export function register(program: Command): void {
       const list = r.requests ?? [];
       if (o.json && !o.follow) process.stdout.write(JSON.stringify({ requests: list }) + '\n');
       else for (const v of list) print(v);
+      // Silence would read as a hung or broken command.
+      if (!o.json && list.length === 0)
+        process.stdout.write(o.follow ? 'no pending requests; waiting for new ones\n' : 'no pending requests\n');
       if (!o.follow) return void c.close();
       await c.closed;
       throw new LeashError(

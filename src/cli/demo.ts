@@ -186,7 +186,7 @@ export interface DemoOptions {
   onSetup?: (s: DemoSetup) => void;
 }
 
-interface Row {
+export interface Row {
   step: DemoStep;
   outcome: StepOutcome;
   decisions: LoggedDecision[];
@@ -217,6 +217,22 @@ function describeDecision(row: Row): string {
   if (row.step.surface === 'network' && row.outcome.result === 'blocked') return 'kernel: nft filter drop (UDP)';
   if (row.step.surface === 'network') return 'kernel: not redirected (DNS to resolver)';
   return 'no decision line';
+}
+
+/**
+ * The demo's table: the action column as wide as its longest title (a cut title hid what row 9 did), each
+ * row's detail on the line below it. `short` rewrites the tmpfs root as <t>.
+ */
+export function renderTable(rows: readonly Row[], agentName: string, short: (s: string) => string = (s) => s): string {
+  const head = `action (as ${agentName})`;
+  const w = Math.max(head.length, ...rows.map((r) => r.step.title.length)) + 2;
+  let text = `  ${pad('#', 3)}${pad(head, w)}${pad('expected', 9)}${pad('outcome', 9)}why\n`;
+  rows.forEach((r, i) => {
+    const mark = r.outcome.result === r.step.expect ? ' ' : '!';
+    text += `${mark} ${pad(String(i + 1), 3)}${pad(r.step.title, w)}${pad(r.step.expect, 9)}${pad(r.outcome.result, 9)}${short(describeDecision(r))}\n`;
+    text += `  ${pad('', 3)}${pad('', w)}${pad('', 18)}${r.outcome.detail}\n`;
+  });
+  return text;
 }
 
 /** Runs the demo; returns the exit code (0 when every step did what the policy says). */
@@ -346,16 +362,11 @@ export async function runDemo(opts: DemoOptions = {}): Promise<number> {
         ) + '\n',
       );
     } else {
-      out(`  ${pad('#', 3)}${pad('action (as ' + agent.name + ')', 56)}${pad('expected', 9)}${pad('outcome', 9)}why\n`);
-      rows.forEach((r, i) => {
-        const mark = r.outcome.result === r.step.expect ? ' ' : '!';
-        out(
-          `${mark} ${pad(String(i + 1), 3)}${pad(r.step.title, 56)}${pad(r.step.expect, 9)}${pad(r.outcome.result, 9)}${short(describeDecision(r))}\n`,
-        );
-        out(`  ${pad('', 3)}${pad('', 56)}${pad('', 18)}${r.outcome.detail}\n`);
-      });
-      out(`\nDecision log lines written by the enforcer${fsd ? ' and the watcher' : ''}:\n`);
-      for (const l of fs.readFileSync(enforcer.decisionsPath, 'utf8').split('\n').filter(Boolean)) out(`  ${l}\n`);
+      out(renderTable(rows, agent.name, short));
+      const lines = decisions().length;
+      out(
+        `\n${lines} decision lines were written by the enforcer${fsd ? ' and the watcher' : ''} (--json prints them).\n`,
+      );
       out(`\n${ok}/${rows.length} actions did what the policy says.\n`);
     }
     const code = await enforcer.stop();

@@ -18,9 +18,10 @@ import { mappingForServer } from '../enforcers/tools/operations/mappings.js';
 import { workspaceWarnings } from '../enforcers/tools/operations/model.js';
 import { configPath, print, printJson } from './context.js';
 import { loadPolicy } from './mcp.js';
+import { askSources, noApprover, parseApprovalMode } from './mcp-approval.js';
 
 export interface Check {
-  check: 'node' | 'policy' | 'socket' | 'server' | 'workspace';
+  check: 'node' | 'policy' | 'approval' | 'socket' | 'server' | 'workspace';
   ok: boolean;
   detail: string;
   /** The error code when a check failed on one (docs/errors.md). */
@@ -61,6 +62,30 @@ function policyCheck(policy: string | undefined, config: string): Check {
     if (isLeashError(e)) return { check: 'policy', ok: false, detail: e.message, code: e.code };
     throw e;
   }
+}
+
+/** With --policy: who answers what the policy asks (leash mcp refuses to start a policy that asks nobody). */
+function approvalCheck(policy: string, mode: string | undefined): Check {
+  let asks: string[];
+  try {
+    asks = askSources(policy);
+  } catch {
+    return { check: 'approval', ok: true, detail: 'not checked (the policy does not load)' };
+  }
+  const m = parseApprovalMode(mode);
+  if (asks.length === 0) return { check: 'approval', ok: true, detail: 'the policy never asks' };
+  if (m === 'none')
+    return { check: 'approval', ok: true, detail: `asks refused (--approval none): ${asks.join('; ')}` };
+  if (m === 'tty') {
+    try {
+      fs.closeSync(fs.openSync('/dev/tty', 'r+'));
+      return { check: 'approval', ok: true, detail: `asked on /dev/tty: ${asks.join('; ')}` };
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code ?? 'cannot open';
+      return { check: 'approval', ok: false, detail: `--approval tty: /dev/tty: ${code}`, code: 'mcp_no_approver' };
+    }
+  }
+  return { check: 'approval', ok: false, detail: noApprover(policy, asks).message, code: 'mcp_no_approver' };
 }
 
 function socketCheck(socket: string, needed: boolean, timeoutMs: number): Promise<Check> {
@@ -187,12 +212,13 @@ export function register(program: Command): void {
     .option('--policy <file>', 'check this tools policy file (default: the service config)')
     .option('--socket <path>', 'the service tools socket', DEFAULT_TOOLS_SOCKET)
     .option('--timeout <ms>', 'for the socket and for each probe answer', '5000')
+    .option('--approval <who>', 'with --policy: as leash mcp will run, tty or none')
     .option('--json', 'JSON output')
     .argument('[server...]', 'a server command to probe, after --')
     .action(
       async (
         server: string[] | undefined,
-        o: { policy?: string; socket: string; timeout: string; json?: boolean },
+        o: { policy?: string; socket: string; timeout: string; json?: boolean; approval?: string },
         cmd: Command,
       ) => {
         const timeoutMs = Number(o.timeout);
@@ -201,6 +227,7 @@ export function register(program: Command): void {
             option: '--timeout',
           });
         const checks: Check[] = [nodeCheck(), policyCheck(o.policy, configPath(cmd.parent ?? cmd))];
+        if (o.policy !== undefined) checks.push(approvalCheck(o.policy, o.approval));
         checks.push(await socketCheck(path.resolve(o.socket), o.policy === undefined, timeoutMs));
         let workspace: string | null = null;
         try {
@@ -217,8 +244,8 @@ export function register(program: Command): void {
         if (o.json) printJson({ ok, checks });
         else {
           for (const c of checks) {
-            print(`${c.ok ? 'ok  ' : 'FAIL'} ${c.check.padEnd(7)} ${c.detail}${c.code ? ` [${c.code}]` : ''}`);
-            for (const w of c.warnings ?? []) print(`warn ${c.check.padEnd(7)} ${w}`);
+            print(`${c.ok ? 'ok  ' : 'FAIL'} ${c.check.padEnd(9)} ${c.detail}${c.code ? ` [${c.code}]` : ''}`);
+            for (const w of c.warnings ?? []) print(`warn ${c.check.padEnd(9)} ${w}`);
           }
         }
         if (!ok) process.exitCode = EXIT.verdict;

@@ -44,7 +44,7 @@ export const HOSTS: readonly HostSpec[] = [
     format: 'json-mcpServers',
     files: ['~/.claude.json', '.mcp.json'],
     checked:
-      'JSON {"mcpServers": {NAME: {type?, command, args, env} | {type: "http"|"sse", url}}}: user scope at the top of ~/.claude.json, project scope in .mcp.json (the per-project "projects"[DIR].mcpServers of ~/.claude.json are not read) — from the format as of 2026-12-02',
+      'JSON {"mcpServers": {NAME: {type?, command, args, env} | {type: "http"|"sse", url}}}: user scope at the top of ~/.claude.json, local scope in its "projects"[DIR].mcpServers (listed as DIR:NAME), project scope in .mcp.json — from the format as of 2026-12-02',
   },
   {
     id: 'codex',
@@ -74,7 +74,13 @@ export function hostFiles(h: HostSpec, env: NodeJS.ProcessEnv = process.env, cwd
 export type EntryState = 'wrapped' | 'unwrapped' | 'remote' | 'invalid';
 
 export interface ServerEntry {
+  /** As listed and as --server names it: the key, or DIR:key for a project-scoped entry of ~/.claude.json. */
   name: string;
+  /** The entry's key in its table, and the keys leading to that table from the top of the document. */
+  key: string;
+  table: string[];
+  /** The project directory of a project-scoped entry, else null. */
+  scope: string | null;
   state: EntryState;
   command: string | null;
   args: string[];
@@ -85,6 +91,10 @@ export interface WrapOptions {
   leash: string;
   /** `leash mcp --policy FILE` instead of asking the service. */
   policy?: string;
+  /** A policy per server (by its listed name), over `policy`. */
+  policies?: Record<string, string>;
+  /** `leash mcp --approval tty|none`: who answers what a policy asks. */
+  approval?: string;
   /** Only these servers (default: every unwrapped stdio server). */
   only?: string[];
 }
@@ -101,17 +111,33 @@ function entryState(v: unknown): ServerEntry['state'] {
   return 'unwrapped';
 }
 
-function entries(servers: Obj): ServerEntry[] {
-  return Object.entries(servers).map(([name, v]) => ({
-    name,
+interface Table {
+  path: string[];
+  scope: string | null;
+  servers: Obj;
+}
+
+function entries(tables: Table[]): ServerEntry[] {
+  return tables.flatMap((t) => Object.entries(t.servers).map(([key, v]) => entry(t, key, v)));
+}
+
+function entry(t: Table, key: string, v: unknown): ServerEntry {
+  return {
+    name: t.scope === null ? key : `${t.scope}:${key}`,
+    key,
+    table: t.path,
+    scope: t.scope,
     state: entryState(v),
     command: isObj(v) && typeof v.command === 'string' ? v.command : null,
     args: isObj(v) && Array.isArray(v.args) ? v.args.filter((a): a is string => typeof a === 'string') : [],
-  }));
+  };
 }
 
-/** The parsed document and its server table (an empty one when the file has none). */
-function parseDoc(format: HostFormat, text: string, file: string): { doc: Obj; servers: Obj } {
+/**
+ * The parsed document and its server tables: the top one (an empty one when the file has none) and, in
+ * JSON, each `projects[DIR].mcpServers` (Claude Code keeps its local-scope servers there in ~/.claude.json).
+ */
+function parseDoc(format: HostFormat, text: string, file: string): { doc: Obj; tables: Table[] } {
   let doc: unknown;
   try {
     doc = format === 'json-mcpServers' ? JSON.parse(text) : parseToml(text);
@@ -124,17 +150,37 @@ function parseDoc(format: HostFormat, text: string, file: string): { doc: Obj; s
   if (!isObj(doc)) throw new LeashError('host_config_invalid', `${file}: the top level is not an object`, { file });
   const key = format === 'json-mcpServers' ? 'mcpServers' : 'mcp_servers';
   const servers = doc[key];
-  if (servers === undefined) return { doc, servers: {} };
-  if (!isObj(servers)) throw new LeashError('host_config_invalid', `${file}: ${key} is not an object`, { file });
-  return { doc, servers };
+  const tables: Table[] = [];
+  if (servers !== undefined) {
+    if (!isObj(servers)) throw new LeashError('host_config_invalid', `${file}: ${key} is not an object`, { file });
+    tables.push({ path: [key], scope: null, servers });
+  }
+  if (format === 'json-mcpServers' && isObj(doc.projects)) {
+    for (const [dir, p] of Object.entries(doc.projects)) {
+      if (!isObj(p) || p.mcpServers === undefined) continue;
+      if (!isObj(p.mcpServers))
+        throw new LeashError('host_config_invalid', `${file}: projects[${dir}].mcpServers is not an object`, { file });
+      tables.push({ path: ['projects', dir, 'mcpServers'], scope: dir, servers: p.mcpServers });
+    }
+  }
+  return { doc, tables };
 }
 
 export function listServers(format: HostFormat, text: string, file: string): ServerEntry[] {
-  return entries(parseDoc(format, text, file).servers);
+  return entries(parseDoc(format, text, file).tables);
 }
 
-function wrappedArgs(o: WrapOptions, command: string, args: string[]): string[] {
-  return ['mcp', ...(o.policy !== undefined ? ['--policy', o.policy] : []), '--', command, ...args];
+/** The args a wrapped entry runs: leash mcp with its policy and approver, then the server as it was. */
+export function wrappedArgs(o: WrapOptions, e: Pick<ServerEntry, 'name' | 'command' | 'args'>): string[] {
+  const policy = o.policies?.[e.name] ?? o.policy;
+  return [
+    'mcp',
+    ...(policy !== undefined ? ['--policy', policy] : []),
+    ...(policy !== undefined && o.approval !== undefined ? ['--approval', o.approval] : []),
+    '--',
+    e.command!,
+    ...e.args,
+  ];
 }
 
 /** The servers a wrap touches: the selected (or every) unwrapped stdio entry; a selected name that cannot be wrapped is an error. */
@@ -234,16 +280,15 @@ function applyEdits(text: string, edits: Edit[]): string {
 }
 
 function jsonEdits(text: string, wrap: ServerEntry[], o: WrapOptions): Edit[] {
-  const top = skipWs(text, 0);
-  const servers = member(text, top, 'mcpServers');
-  if (servers === null) return [];
   const edits: Edit[] = [];
   for (const e of wrap) {
-    const entry = member(text, servers.start, e.name)!;
+    let at = skipWs(text, 0);
+    for (const k of e.table) at = member(text, at, k)!.start;
+    const entry = member(text, at, e.key)!;
     const cmd = member(text, entry.start, 'command')!;
     const args = member(text, entry.start, 'args');
     edits.push({ start: cmd.start, end: cmd.end, text: JSON.stringify(o.leash) });
-    const a = jsonArray(wrappedArgs(o, e.command!, e.args));
+    const a = jsonArray(wrappedArgs(o, e));
     if (args !== null) edits.push({ start: args.start, end: args.end, text: a });
     else edits.push({ start: cmd.end, end: cmd.end, text: `, "args": ${a}` });
   }
@@ -316,7 +361,7 @@ function tomlEdit(text: string, wrap: ServerEntry[], o: WrapOptions, file: strin
       );
     const indent = /^\s*/.exec(lines[cmd.from]!)![0];
     const args = tomlKeyLines(lines, h + 1, end, 'args');
-    const argsLine = `${indent}args = ${jsonArray(wrappedArgs(o, e.command!, e.args))}`;
+    const argsLine = `${indent}args = ${jsonArray(wrappedArgs(o, e))}`;
     replace.push({ from: cmd.from, to: cmd.to, text: [`${indent}command = ${JSON.stringify(o.leash)}`] });
     if (args !== null) replace.push({ from: args.from, to: args.to, text: [argsLine] });
     else replace.push({ from: cmd.to, to: cmd.to, text: [argsLine] });
@@ -339,17 +384,18 @@ export interface WrapResult {
  * original with exactly those entries' command and args replaced (anything else is a bug, refused).
  */
 export function wrapConfig(format: HostFormat, text: string, file: string, o: WrapOptions): WrapResult {
-  const { doc, servers } = parseDoc(format, text, file);
-  const list = entries(servers);
+  const { doc, tables } = parseDoc(format, text, file);
+  const list = entries(tables);
   const wrap = targets(list, o, file);
   const out = format === 'json-mcpServers' ? applyEdits(text, jsonEdits(text, wrap, o)) : tomlEdit(text, wrap, o, file);
   // What the edit must give: the same document with only the wrapped entries changed.
   const expected = structuredClone(doc);
-  const key = format === 'json-mcpServers' ? 'mcpServers' : 'mcp_servers';
   for (const e of wrap) {
-    const v = (expected[key] as Obj)[e.name] as Obj;
+    let t: Obj = expected;
+    for (const k of e.table) t = t[k] as Obj;
+    const v = t[e.key] as Obj;
     v.command = o.leash;
-    v.args = wrappedArgs(o, e.command!, e.args);
+    v.args = wrappedArgs(o, e);
   }
   const got = parseDoc(format, out, file).doc;
   const cmp = (x: unknown) => (format === 'json-mcpServers' ? x : JSON.parse(JSON.stringify(x)));
@@ -377,4 +423,20 @@ function sortKeys(v: unknown): unknown {
       .sort()
       .map((k) => [k, sortKeys(v[k])]),
   );
+}
+
+/** The host a configuration file belongs to, from its name (`host list --file` without --host); null when unsure. */
+export function inferHost(file: string): HostSpec | null {
+  const base = path.basename(file);
+  const id: HostId | null =
+    base === '.claude.json' || base === '.mcp.json'
+      ? 'claude-code'
+      : base === 'claude_desktop_config.json'
+        ? 'claude-desktop'
+        : base === 'mcp.json' && path.basename(path.dirname(path.resolve(file))) === '.cursor'
+          ? 'cursor'
+          : base === 'config.toml'
+            ? 'codex'
+            : null;
+  return id === null ? null : hostSpec(id);
 }

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import { lookupAccount } from '../config/accounts.js';
+import { groupName, lookupAccount } from '../config/accounts.js';
 import { editConfig, policyOwner, setUser } from '../validate/write.js';
 import { LeashError } from '../errors.js';
 import { defaultPolicyPath } from '../paths.js';
@@ -42,11 +42,12 @@ export function register(program: Command): void {
         uid: account.uid,
         mode: '0640',
         owner: `${owner.uid}:${owner.gid}`,
+        group: groupName(owner.gid),
       };
       if (opts.json) printJson(result);
       else {
         print(
-          `${existed ? (changed ? 'updated' : 'unchanged') : 'created'} ${file}: user ${opts.user} (uid ${account.uid}), mode 0640 owner root group ${owner.gid}`,
+          `${existed ? (changed ? 'updated' : 'unchanged') : 'created'} ${file}: user ${opts.user} (uid ${account.uid}), mode 0640 owner root group ${result.group}`,
         );
       }
     });

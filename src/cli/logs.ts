@@ -210,7 +210,11 @@ export function register(program: Command): void {
       } catch (e) {
         const code = (e as NodeJS.ErrnoException).code;
         if (!(opts.follow && code === 'ENOENT')) {
-          throw new LeashError('log_unreadable', `cannot read decision log ${file}: ${code ?? (e as Error).message}`, {
+          const why =
+            code === 'ENOENT'
+              ? `no decisions yet: ${file} does not exist (the service creates it when it starts; --follow waits for it)`
+              : `cannot read decision log ${file}: ${code ?? (e as Error).message}`;
+          throw new LeashError('log_unreadable', why, {
             file,
             errno: code,
           });

@@ -32,6 +32,7 @@ import {
 } from '../enforcers/tools/policy.js';
 import { openAudit, readAudit, summarise, type AuditRecord } from '../enforcers/tools/audit.js';
 import { loadGatePolicyFile } from '../enforcers/tools/schema.js';
+import { askSources, noApprover, parseApprovalMode, ttyApprover, type Approve } from './mcp-approval.js';
 import { connectToolsJudge, DEFAULT_TOOLS_SOCKET } from '../enforcers/tools/socket.js';
 import { createDecisionLog, formatDecision, newRef, type DecisionWriter } from '../log/decisions.js';
 import { createJournal, findJournalSocket, teeDecisionsToJournal } from '../log/journal.js';
@@ -188,6 +189,16 @@ export function loadPolicy(
   }
 }
 
+/** The approver of a gate run with --policy (src/cli/mcp-approval.ts): refuses to start a policy that asks nobody. */
+function approverFor(file: string, mode: string | undefined, timeoutMs: number): Approve | undefined {
+  const m = parseApprovalMode(mode);
+  if (m === 'none') return undefined;
+  if (m === 'tty') return ttyApprover({ timeoutMs, mask: maskString }).approve;
+  const asks = askSources(file);
+  if (asks.length) throw noApprover(file, asks);
+  return undefined;
+}
+
 async function flushAndExit(code: number): Promise<never> {
   await new Promise<void>((r) => {
     if (process.stdout.writableLength === 0) return r();
@@ -260,6 +271,8 @@ interface GateCliOptions {
   log?: string;
   audit?: string;
   workspace?: string;
+  approval?: string;
+  approvalTimeout: string;
 }
 
 /** Registers `leash mcp` (and `learn`, `check`) on the program. */
@@ -284,6 +297,8 @@ export function register(program: Command): void {
       '--workspace <dir>',
       'with --policy: the workspace of the operation rules (default: tools.workspace, else .)',
     )
+    .option('--approval <who>', 'with --policy: who answers an ask, tty (this terminal) or none (refused)')
+    .option('--approval-timeout <ms>', 'with --approval tty: how long a question waits for its answer', '60000')
     .argument('[server...]', 'the server command, after --')
     .action(async (server: string[] | undefined, opts: GateCliOptions) => {
       await guarded(async () => {
@@ -292,6 +307,10 @@ export function register(program: Command): void {
         const graceMs = parseMs('--grace', opts.grace);
         requireStdio();
         let judge: GateJudge;
+        if (opts.policy === undefined && opts.approval !== undefined)
+          throw new LeashError('usage', '--approval goes with --policy (the service has its own approvers)', {
+            option: '--approval',
+          });
         if (opts.policy !== undefined) {
           const { policy, decisions } = loadPolicy(
             opts.policy,
@@ -300,7 +319,15 @@ export function register(program: Command): void {
           const log = withJournal(openLog(opts.log ?? decisions));
           const auditFile = opts.audit ?? policy.audit;
           const audit = auditFile == null ? null : openAudit(path.resolve(auditFile));
-          judge = createLocalJudge({ policy, log, uid: process.getuid?.() ?? -1, mask: maskString, audit });
+          const approval = approverFor(opts.policy, opts.approval, parseMs('--approval-timeout', opts.approvalTimeout));
+          judge = createLocalJudge({
+            policy,
+            log,
+            uid: process.getuid?.() ?? -1,
+            mask: maskString,
+            audit,
+            approve: approval,
+          });
         } else {
           try {
             judge = await connectToolsJudge(opts.socket);

@@ -28,7 +28,10 @@ export function registerProfileCommands(program: Command): void {
       checkProfileName(name);
       const file = (o as { from?: string } & typeof o).from as string;
       // The strict reader: bounded, UTF-8 or refused (config_encoding), never U+FFFD.
-      const text = readPolicyFile(file);
+      const text = readPolicyFile(file, {
+        what: 'fragment file (--from)',
+        hint: 'write the keys the profile sets, e.g. network: { allow: [api.example.com] }',
+      });
       const ctx = loadContext(o);
       const r = await saveProfile(ctx, name, text, file, o.ack ?? []);
       const lines = [`profile ${name} ${r.created ? 'created' : 'saved'} (sha256 ${r.hash.slice(0, 12)})`];

@@ -24,7 +24,15 @@ export function register(program: Command): void {
           const file = configPath(cmd);
           checkEntry(surface, list, entry);
           let added = false;
-          const { loaded } = await editConfig(file, (doc) => {
+          const { loaded } = await editConfig(file, (doc, current) => {
+            // A blacklist never consults its allow list: the entry would read as a grant and do nothing.
+            if (list === 'allow' && current?.config[surface].mode === 'blacklist') {
+              throw new LeashError(
+                'entry_inert',
+                `${surface} allow entry ${JSON.stringify(entry)}: ${surface} is in blacklist mode (default-allow), which never consults its allow list; nothing written (to allow only listed entries: leash ${SHORT[surface]} mode whitelist)`,
+                { kind: 'entry', inert_entries: [{ surface, list, entry, problem: null, severity: 'critical' }] },
+              );
+            }
             added = addEntry(doc, surface, list, entry);
           });
           const related = loaded.findings.filter((f) => f.path.startsWith(`${surface}.`));

@@ -42,3 +42,26 @@ export function lookupAccount(name: string): Account | null {
   }
   return null;
 }
+
+/** The name of group `gid` (getent group, then /etc/group); the number itself when it has none. */
+export function groupName(gid: number): string {
+  try {
+    const out = execFileSync('getent', ['group', String(gid)], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    const name = out.split(':')[0];
+    if (name) return name;
+  } catch {
+    /* not found, or no getent: the file */
+  }
+  try {
+    for (const line of fs.readFileSync('/etc/group', 'utf8').split('\n')) {
+      const f = line.split(':');
+      if (f.length >= 3 && Number(f[2]) === gid && f[0]) return f[0];
+    }
+  } catch {
+    /* unreadable: the number */
+  }
+  return String(gid);
+}

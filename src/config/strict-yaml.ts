@@ -47,19 +47,21 @@ export const POLICY_LIMITS: TextLimits = {
   maxTokens: MAX_TOKENS,
 };
 
-/** Reads a policy file as UTF-8 with a bounded buffer; throws LeashError (config_missing, …). */
-export function readPolicyFile(file: string): string {
+/**
+ * Reads a policy file as UTF-8 with a bounded buffer; throws LeashError (config_missing, …). `missing`
+ * says what the file is and how to make it, for the config_missing message (default: the floor).
+ */
+export function readPolicyFile(
+  file: string,
+  missing = { what: 'config file', hint: 'create it with: leash init --user NAME' },
+): string {
   let fd: number;
   try {
     fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT')
-      throw new LeashError(
-        'config_missing',
-        `config file ${file} does not exist (create it with: leash init --user NAME)`,
-        { file },
-      );
+      throw new LeashError('config_missing', `${missing.what} ${file} does not exist (${missing.hint})`, { file });
     // The floor is 0640 root:<user's group>: an operator who is neither reads it as root (docs/cli.md). The
     // policy is not widened for read-only commands; the refusal says how to run them instead.
     const hint =
@@ -247,11 +249,19 @@ export function parseStrictYaml(
   if (doc.errors.some((e) => e.code === 'RESOURCE_EXHAUSTION'))
     add('config_too_deep', '(document)', `nested too deep to read (at most ${MAX_DEPTH} levels)`);
   if (doc.errors.length > 0 && found.size === 0) {
-    const issues = doc.errors.map((e) => ({
-      path: e.linePos ? `line ${e.linePos[0].line}, column ${e.linePos[0].col}` : '(document)',
-      message: e.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''),
-    }));
-    throw new LeashError('config_syntax', `config ${source} is not valid YAML`, { file: source, issues });
+    // The parser's later errors follow from its first (one bad indent gives up to four): only the first
+    // is the operator's to fix, said the way compilers do, file:line:col.
+    const e = doc.errors[0]!;
+    const message = e.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
+    const where = e.linePos ? `${e.linePos[0].line}:${e.linePos[0].col}` : null;
+    const issues = [
+      { path: where ? `line ${e.linePos![0].line}, column ${e.linePos![0].col}` : '(document)', message },
+    ];
+    throw new LeashError('config_syntax', `${where ? `${source}:${where}` : source}: ${message} (not valid YAML)`, {
+      file: source,
+      issues,
+      located: true,
+    });
   }
   if (opts.uniqueKeys) {
     const dups = duplicateKeys(doc.contents, text);

@@ -195,7 +195,9 @@ const ENTRIES: SecretEntry[] = [
       const next = m.input.charCodeAt(m.index + m[0].length);
       return next !== 40 /* ( */ && next !== 46; /* . */
     },
-    mask: (m) => `${m[1]!}=****`,
+    // The name, separator and opening quote as written: `api_key = "****"` keeps its shape (and its closing quote
+    // still pairs), never `api_key=****"`.
+    mask: (m) => `${m[0].slice(0, m[0].length - m[3]!.length)}****`,
     part: tailGroup(3),
     recall: { re: CREDENTIAL_ASSIGNMENT_RECALL, pre: anyOf('=', ':'), part: tailGroup(2) },
   },

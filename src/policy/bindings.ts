@@ -243,12 +243,15 @@ export function writeBindings(stateDir: string, doc: BindingsDoc): void {
 export function parseScope(raw: string, accounts: PasswdEntry[], configuredUser: string | null): Scope {
   if (raw === 'global') return 'global';
   const m = /^agent:(.+)$/.exec(raw);
-  if (!m)
+  if (!m) {
+    // A bare account name is the likely slip: say the scope it meant.
+    const known = accounts.some((a) => a.name === raw);
     throw new LeashError(
       'scope_invalid',
-      `scope ${JSON.stringify(raw)} must be global or agent:<account> (team is not a scope)`,
+      `scope ${JSON.stringify(raw)} must be global or agent:<account>` + (known ? ` (did you mean agent:${raw}?)` : ''),
       { scope: raw },
     );
+  }
   const name = m[1] ?? '';
   const exact = accounts.find((a) => a.name === name);
   if (exact && name.startsWith(AGENT_PREFIX) && name !== configuredUser) return `agent:${name}`;

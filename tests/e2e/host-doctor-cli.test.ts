@@ -24,8 +24,8 @@ describe('leash host', () => {
     const original = fs.readFileSync(path.join(FIX, 'cursor.json'), 'utf8');
     fs.writeFileSync(file, original, { mode: 0o640 });
     const env = { HOME: home };
-    // Without --write: printed, the file untouched.
-    const shown = leash(['host', 'init', '--host', 'cursor', '--leash', '/usr/bin/leash'], home, env);
+    // Without --write: printed (--print: the whole file), the file untouched.
+    const shown = leash(['host', 'init', '--host', 'cursor', '--leash', '/usr/bin/leash', '--print'], home, env);
     expect(shown.code).toBe(0);
     expect(shown.out).toBe(fs.readFileSync(path.join(FIX, 'cursor.wrapped.json'), 'utf8'));
     expect(fs.readFileSync(file, 'utf8')).toBe(original);
@@ -77,7 +77,7 @@ describe('leash doctor', () => {
     expect(r.code, r.out + r.err).toBe(0);
     const j = JSON.parse(r.out) as { ok: boolean; checks: { check: string; ok: boolean }[] };
     expect(j.ok).toBe(true);
-    expect(j.checks.map((c) => c.check)).toEqual(['node', 'policy', 'socket', 'server']);
+    expect(j.checks.map((c) => c.check)).toEqual(['node', 'policy', 'approval', 'socket', 'server']);
   });
 
   it('exit 1 naming the failed check: a bad policy, a server that is not there, a server that never answers', () => {

@@ -49,6 +49,8 @@ export interface GateOpts {
   env?: NodeJS.ProcessEnv;
   /** Extra options before `--`. */
   cliArgs?: string[];
+  /** A command the gate runs under (e.g. a wrapper giving it a controlling terminal). */
+  wrapper?: string[];
 }
 
 export function startGate(o: GateOpts = {}): GateRun {
@@ -62,7 +64,8 @@ export function startGate(o: GateOpts = {}): GateRun {
     args.push('--policy', pf, '--log', logFile);
   }
   args.push(...(o.cliArgs ?? []), '--', ...(o.server ?? [process.execPath, FAKE]));
-  const proc = spawn(process.execPath, args, {
+  const [bin, ...pre] = [...(o.wrapper ?? []), process.execPath];
+  const proc = spawn(bin!, [...pre, ...args], {
     stdio: ['pipe', 'pipe', 'pipe'],
     env: { ...process.env, FAKE_RECORD: record, FAKE_MODE: o.mode ?? '', ...o.env },
   });

@@ -12,6 +12,7 @@ import { filterListing } from './operations/listing.js';
 import { workspaceWarnings, type ServerModel } from './operations/model.js';
 import {
   askUnavailable,
+  DENIED_CODE,
   deniedByName,
   judgeRequest,
   readAllowed,
@@ -236,6 +237,36 @@ export interface LocalJudgeOptions {
   mask?: (s: string) => string;
   /** Where audit records go (the policy's tools.audit, or --audit), if anywhere. */
   audit?: AuditWriter | null;
+  /**
+   * Who decides an asked call when there is no service (`leash mcp --approval tty`): the outcome is the
+   * call's judgment. Absent: an asked call is refused at once (approval_unavailable).
+   */
+  approve?: (j: AskJudgment, params: JsonValue | undefined) => Promise<{ action: 'allow' | 'block'; reason: string }>;
+}
+
+/** An asked call as its approver decided it: approved_* allows it, anything else denies it with that reason. */
+function decidedAsk(j: AskJudgment, o: { action: 'allow' | 'block'; reason: string }): Exclude<Judgment, AskJudgment> {
+  const verdict = { ...(j.verdict ?? { action: 'ask' as const }), reason: o.reason, rule: j.rule };
+  if (o.action === 'allow')
+    return {
+      action: 'allow',
+      policed: true,
+      method: j.method,
+      name: j.name,
+      verdict: { ...verdict, action: 'allow' },
+      op: j.op,
+    };
+  return {
+    action: 'deny',
+    code: DENIED_CODE,
+    message: `denied by leash: ${o.reason}${j.op ? ` (${j.op.action.operation})` : ''}`,
+    reason: o.reason,
+    rule: j.rule,
+    method: j.method,
+    name: j.name,
+    verdict: { ...verdict, action: 'block' },
+    op: j.op,
+  };
 }
 
 /** A judge over a compiled policy, logging every policed or denied call. */
@@ -256,6 +287,37 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
   };
   const run = randomUUID();
   const audit = o.audit ?? null;
+  // The decision line and the audit record of a final judgment.
+  const finish = (j: Exclude<Judgment, AskJudgment> & GateJudgment, params: JsonValue | undefined): GateJudgment => {
+    const ref = logJudgment(j, params, ctx);
+    if (ref !== undefined) j.ref = ref;
+    const act = j.op?.action;
+    if (j.action === 'allow' && act?.listing !== undefined && o.policy.ops !== null) {
+      const ok = readAllowed(o.policy.ops);
+      j.filter = (result) => filterListing(result, act, ok);
+    }
+    if (audit !== null && j.name !== undefined && j.method.toLowerCase() === 'tools/call') {
+      const rec: PendingAudit = {
+        v: 1,
+        ts: new Date().toISOString(),
+        run,
+        session: session.id,
+        uid: o.uid,
+        server: session.serverName,
+        server_version: session.version,
+        tool: ctx.mask(j.name),
+        ...actionFields(j.op?.action),
+        decision: j.action,
+        reason: j.action === 'allow' ? (j.verdict?.reason ?? 'allow_entry') : j.reason,
+        rule: j.action === 'allow' ? (j.verdict?.rule ?? null) : j.rule,
+        ref: ref ?? null,
+        dispatch: j.action === 'allow' ? 'forwarded' : 'not-forwarded',
+      };
+      if (j.action === 'deny') audit.write({ ...rec, outcome: null, result_sha256: null, redacted: false });
+      else j.audit = rec;
+    }
+    return j;
+  };
   return {
     hideDenied: o.policy.hideDenied,
     redactOutput: o.policy.redactOutput,
@@ -263,36 +325,13 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
     judge(method, params) {
       if (method === 'initialize') session.id = randomUUID();
       const asked = judgeRequest(method, params, o.policy, session);
+      if (asked.action === 'ask' && o.approve)
+        return o.approve(asked, params).then(
+          (out) => finish(decidedAsk(asked, out), params),
+          () => finish(askUnavailable(asked), params),
+        );
       // No service, so no approver: an asked call is refused at once, as the queue refuses it with nobody subscribed.
-      const j: Exclude<Judgment, AskJudgment> & GateJudgment = asked.action === 'ask' ? askUnavailable(asked) : asked;
-      const ref = logJudgment(j, params, ctx);
-      if (ref !== undefined) j.ref = ref;
-      const act = j.op?.action;
-      if (j.action === 'allow' && act?.listing !== undefined && o.policy.ops !== null) {
-        const ok = readAllowed(o.policy.ops);
-        j.filter = (result) => filterListing(result, act, ok);
-      }
-      if (audit !== null && j.name !== undefined && j.method.toLowerCase() === 'tools/call') {
-        const rec: PendingAudit = {
-          v: 1,
-          ts: new Date().toISOString(),
-          run,
-          session: session.id,
-          uid: o.uid,
-          server: session.serverName,
-          server_version: session.version,
-          tool: ctx.mask(j.name),
-          ...actionFields(j.op?.action),
-          decision: j.action,
-          reason: j.action === 'allow' ? (j.verdict?.reason ?? 'allow_entry') : j.reason,
-          rule: j.action === 'allow' ? (j.verdict?.rule ?? null) : j.rule,
-          ref: ref ?? null,
-          dispatch: j.action === 'allow' ? 'forwarded' : 'not-forwarded',
-        };
-        if (j.action === 'deny') audit.write({ ...rec, outcome: null, result_sha256: null, redacted: false });
-        else j.audit = rec;
-      }
-      return j;
+      return finish(asked.action === 'ask' ? askUnavailable(asked) : asked, params);
     },
     attachModel(m) {
       session.model = m;

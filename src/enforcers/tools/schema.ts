@@ -90,7 +90,14 @@ export function loadGatePolicyFile(file: string): LoadedGatePolicy {
   // bounded sizes; uniqueKeys makes a duplicate key an error instead of "the last one wins".
   let js: unknown;
   try {
-    js = parseStrictYaml(readPolicyFile(file), file, { uniqueKeys: true }).js;
+    js = parseStrictYaml(
+      readPolicyFile(file, {
+        what: 'tools policy',
+        hint: 'make one with: leash tools policy init --recipe NAME --policy FILE',
+      }),
+      file,
+      { uniqueKeys: true },
+    ).js;
   } catch (e) {
     if (e instanceof LeashError) throw new GatePolicyError(strictProblems(e, file));
     throw e;
