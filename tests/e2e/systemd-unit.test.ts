@@ -80,7 +80,7 @@ const fs = require('node:fs');
 let n = 0;
 const confirm = () => fs.writeFileSync(${JSON.stringify(statusFile)}, JSON.stringify({ pid: process.pid, hup: n, done: n, phase: 'ready', problems: [], at: new Date().toISOString() }));
 process.on('SIGHUP', () => { n++; process.stdout.write('main HUP ' + n + '\\n'); setTimeout(confirm, 300); });
-const c = spawn(process.execPath, ['-e', "process.on('SIGHUP', () => process.stdout.write('child HUP\\n')); setInterval(() => {}, 1000)"], { stdio: ['ignore', 'inherit', 'inherit'] });
+const c = spawn(process.execPath, ['-e', "process.on('SIGHUP', () => process.stdout.write('child HUP\\\\n')); process.stdout.write('child up\\\\n'); setInterval(() => {}, 1000)"], { stdio: ['ignore', 'inherit', 'inherit'] });
 process.on('SIGTERM', () => { c.kill('SIGKILL'); process.exit(0); });
 confirm();
 setTimeout(() => process.stdout.write('ready ' + c.pid + '\\n'), 300);
@@ -103,6 +103,8 @@ setInterval(() => {}, 1000);`,
       expect(out).toMatch(re);
     };
     await until(/ready \d+/);
+    // The child is up and listening (it would print 'child HUP' if it were signalled).
+    await until(/child up/);
     const argv = reload![0]!.split(/\s+/).map((a) => (a === '$MAINPID' ? String(main.pid) : a));
     expect(argv[0]).toBe('/usr/bin/leash');
     const cli = path.resolve('dist/src/cli/main.js');

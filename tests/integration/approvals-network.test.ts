@@ -123,7 +123,7 @@ commands: { mode: blacklist }
 tools: { mode: whitelist }
 enforcers: { network: true, filesystem: false, tools: false }
 approvals: { deadlines: { network: 3 } }
-logging: { level: info, decisions: ${decisionsPath()} }
+logging: { level: info, decisions: ${decisionsPath()}, allows: all }
 `,
     );
     env = {

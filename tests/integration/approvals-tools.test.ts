@@ -151,7 +151,7 @@ commands: { mode: blacklist }
 tools: { mode: whitelist, allow: [echo, mutate], ask: [run_shell, deploy] }
 enforcers: { network: false, filesystem: false, tools: true }
 approvals: { deadlines: { tools: ${DEADLINE_S} } }
-logging: { level: info, decisions: ${decisionsPath()} }
+logging: { level: info, decisions: ${decisionsPath()}, allows: all }
 `,
     );
     env = {

@@ -114,7 +114,7 @@ network: { mode: whitelist, allow: [good.lab, evil.lab], deny: [], dns_resolvers
 filesystem: { mode: whitelist, allow: [${mnt}], deny: [] }
 commands: { mode: whitelist, allow: [${mnt}/bin], deny: [] }
 tools: { mode: whitelist, allow: [], deny: [] }
-logging: { level: info, decisions: ${decisionsPath()} }
+logging: { level: info, decisions: ${decisionsPath()}, allows: all }
 `,
     );
     env = {
