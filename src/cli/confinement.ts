@@ -5,6 +5,7 @@
  * and only while that service's process is alive. `leash status` never says "enforcer on" for a subject this says
  * is not confined.
  */
+import fs from 'node:fs';
 import { appliedUids, readState } from '../enforcers/network/nft.js';
 import { hostRunner } from '../enforcers/network/run.js';
 import { readReloadStatus, statusFilePath } from '../service/generation.js';
@@ -15,9 +16,15 @@ export type Confinement = Record<'network' | 'filesystem' | 'commands' | 'tools'
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (e) {
     return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+  // A killed process its parent has not reaped yet still answers signal 0, but its watcher and sockets are gone.
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return !/^[ZX]/.test(stat.slice(stat.lastIndexOf(')') + 2));
+  } catch {
+    return false;
   }
 }
 

@@ -402,6 +402,15 @@ async function startInner(
  */
 async function closeAfterFailedStart(): Promise<void> {
   const log = createLogger({ level: 'info' }).child({ component: 'service' });
+  // Only the host's service holds the host's agents: under systemd (INVOCATION_ID), or started by hand with
+  // LEASH_HOLD_CLOSED=1. A start that fails elsewhere (a test's, a `leash -c` tried on a config) changes no rule.
+  if (!process.env.INVOCATION_ID && process.env.LEASH_HOLD_CLOSED !== '1') {
+    log.error(
+      { code: 'service_failed' },
+      'start failed: no agent held closed (not under systemd; LEASH_HOLD_CLOSED=1 does it by hand)',
+    );
+    return;
+  }
   try {
     const agents = discoverFrom(readPasswd(defaultPasswdSource()), null).subjects;
     const r = await holdClosed(

@@ -100,7 +100,7 @@ describe.skipIf(!canRunLab)('approvals: MCP tool calls held for a human (root, t
   const linesOf = (request: string) => decisions().filter((d) => d.approval?.request === request);
 
   /** A gate as the leashed account (its UID is what the service knows it by), driven by the SDK client. */
-  const connect = async (as: LabUser = agent, rec: string = record()) => {
+  const connect = async (as: LabUser = agent, rec: string = record(), serverArgs: string[] = []) => {
     const transport = new StdioClientTransport({
       command: 'setpriv',
       args: [
@@ -115,6 +115,7 @@ describe.skipIf(!canRunLab)('approvals: MCP tool calls held for a human (root, t
         '--',
         process.execPath,
         SERVER,
+        ...serverArgs,
       ],
       env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, FAKE_RECORD: rec },
       stderr: 'pipe',
@@ -410,7 +411,9 @@ logging: { level: info, decisions: ${decisionsPath()}, allows: all }
 
   // Last: it stops the service.
   it('an operations rule with effect ask holds the call in the service queue while an allowed operation flows', async () => {
-    const c = await connect(opsAgent, opsRecord());
+    // The terminal table's server runs a command without `cwd` in its --jail (leash terminal's own option): the
+    // stand-in names one, so the gate's model knows where such a command runs.
+    const c = await connect(opsAgent, opsRecord(), ['--jail', dir]);
     const held = c.callTool({ name: 'run_command', arguments: { command: 'rm -rf build' } });
     const req = await nextRequest();
     expect(req).toMatchObject({

@@ -173,6 +173,8 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
       LEASH_PID_FILE: path.join(dir, 'leash.pid'),
       LEASH_WATCHER_TIMEOUT_S: '600',
       LEASH_RELOAD_TIMEOUT_S: '60',
+      // A failed start holds the agents closed only as the host's service (systemd sets INVOCATION_ID).
+      LEASH_HOLD_CLOSED: '1',
     };
     await startSvc();
   }, 120_000);
