@@ -5,28 +5,13 @@
  * and only while that service's process is alive. `leash status` never says "enforcer on" for a subject this says
  * is not confined.
  */
-import fs from 'node:fs';
 import { appliedUids, readState } from '../enforcers/network/nft.js';
 import { hostRunner } from '../enforcers/network/run.js';
 import { readReloadStatus, statusFilePath } from '../service/generation.js';
 import { defaultPasswdSource, readPasswd } from '../subjects/discovery.js';
+import { processAlive } from '../store/files.js';
 
 export type Confinement = Record<'network' | 'filesystem' | 'commands' | 'tools', { confined: boolean; why?: string }>;
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-  // A killed process its parent has not reaped yet still answers signal 0, but its watcher and sockets are gone.
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return !/^[ZX]/.test(stat.slice(stat.lastIndexOf(')') + 2));
-  } catch {
-    return false;
-  }
-}
 
 export async function confinementOf(uid: number): Promise<Confinement> {
   let network: Confinement['network'];
@@ -41,7 +26,11 @@ export async function confinementOf(uid: number): Promise<Confinement> {
   }
   const st = readReloadStatus(statusFilePath());
   const service =
-    st === null ? 'no service status file' : !alive(st.pid) ? `the service (pid ${st.pid}) is not running` : null;
+    st === null
+      ? 'no service status file'
+      : !processAlive(st.pid)
+        ? `the service (pid ${st.pid}) is not running`
+        : null;
   const from = (surface: string): { confined: boolean; why?: string } => {
     if (service !== null) return { confined: false, why: service };
     const uids = st!.confined?.[surface];

@@ -9,6 +9,7 @@ import { spawnSync } from 'node:child_process';
 import type { Command } from 'commander';
 import { LeashError } from '../errors.js';
 import { readReloadStatus, statusFilePath, type ReloadProblem, type ReloadStatus } from '../service/generation.js';
+import { processAlive } from '../store/files.js';
 
 export const UNIT = 'leash.service';
 const DEFAULT_PID_FILE = '/run/leash/leash.pid';
@@ -25,15 +26,6 @@ export interface ReloadOptions {
 
 function sleepSync(ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 function defaultTimeoutMs(): number {
@@ -150,7 +142,7 @@ export function reloadService(opts: ReloadOptions = {}): ReloadOutcome {
   for (let wait = 2; ; wait = Math.min(wait * 2, 50)) {
     st = readReloadStatus(file);
     if (st !== null && st.pid === pid && st.done > after) break;
-    if (!alive(pid)) unconfirmed(`pid ${pid} exited`);
+    if (!processAlive(pid)) unconfirmed(`pid ${pid} exited`);
     if (Date.now() > deadline)
       unconfirmed(
         `no reload covering the signal within ${Math.round((opts.timeoutMs ?? defaultTimeoutMs()) / 1000)} s, status in ${file}`,

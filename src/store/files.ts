@@ -13,12 +13,18 @@ export const CONFIG_MODE = 0o640;
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-function alive(pid: number): boolean {
+/** Whether a process runs: it answers signal 0 and is not a zombie its parent has yet to reap. */
+export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (e) {
     return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return !/^[ZX]/.test(stat.slice(stat.lastIndexOf(')') + 2));
+  } catch {
+    return false;
   }
 }
 
@@ -81,7 +87,7 @@ export async function withLock<T>(file: string, fn: () => Promise<T> | T, timeou
       }
     }
     const holder = readLockPid(lockPath);
-    if (holder !== null && !alive(holder)) {
+    if (holder !== null && !processAlive(holder)) {
       breakStale(lockPath, holder);
       continue;
     }
