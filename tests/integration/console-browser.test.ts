@@ -46,10 +46,12 @@ describe.skipIf(!canRunLab)('console: the web console in a real browser against 
       .probe(u, [{ kind: 'tls', host: addr, port: 443, servername: host }])
       .then(([r]) => r!);
   };
-  // The screenshots in docs/console.md: the viewport (the top of the page, as an operator first sees it).
+  // The screenshots in docs/console.md: the viewport (the top of the page, as an operator first sees it). Written
+  // into docs/images only when asked (LEASH_DOC_SHOTS=1), so a test run leaves the checkout as it found it.
   const docShot = async (p: Page, name: string, keep: boolean) => {
     if (!keep) return;
-    const file = path.join(ROOT, 'docs', 'images', `${name}.png`);
+    const dir = process.env.LEASH_DOC_SHOTS === '1' ? path.join(ROOT, 'docs', 'images') : path.join(SHOTS, 'docs');
+    const file = path.join(dir, `${name}.png`);
     fs.mkdirSync(path.dirname(file), { recursive: true });
     await p.evaluate('window.scrollTo(0, 0)');
     await p.screenshot({ path: file });
