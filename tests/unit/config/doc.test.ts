@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { configReferenceTable } from '../../../src/config/reference.js';
+import { configReferenceTable } from '../../../src/control/config/reference.js';
 
 /** Table rows as trimmed cells (prettier re-pads tables, so compare cells, not bytes). */
 function rows(md: string): string[][] {

@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { type Account } from '../../../src/config/accounts.js';
-import { parseConfig, parseFragment } from '../../../src/validate/load.js';
+import { type Account } from '../../../src/control/config/accounts.js';
+import { parseConfig, parseFragment } from '../../../src/control/config/load.js';
 import { compilePolicy, decide } from '../../../src/engine/index.js';
-import { checkTool, compileGatePolicy } from '../../../src/enforcers/tools/policy.js';
-import { GATE_DEFAULTS } from '../../../src/config/tools.js';
-import { GATE_ENGINE, gatePolicyOf } from '../../../src/enforcers/tools/service.js';
-import { validateTerminalPolicy } from '../../../src/enforcers/terminal/policy-file.js';
+import { checkTool, compileGatePolicy } from '../../../src/tools/judge/policy.js';
+import { GATE_DEFAULTS } from '../../../src/tools/judge/fields.js';
+import { GATE_ENGINE, gatePolicyOf } from '../../../src/tools/judge/from-config.js';
+import { validateTerminalPolicy } from '../../../src/tools/terminal/policy-file.js';
 import { LeashError } from '../../../src/errors.js';
 
 const accounts: Record<string, Account> = { fido: { name: 'fido', uid: 1234, gid: 2345, home: '/home/fido' } };

@@ -7,22 +7,22 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { loadConfig, parseConfig, parseFragment } from '../../../src/validate/load.js';
-import { sinkProblem } from '../../../src/config/sink.js';
-import { addEntry, editConfig } from '../../../src/validate/write.js';
+import { loadConfig, parseConfig, parseFragment } from '../../../src/control/config/load.js';
+import { sinkProblem } from '../../../src/control/config/sink.js';
+import { addEntry, editConfig } from '../../../src/control/config/write.js';
 import {
   MAX_DEPTH,
   MAX_ENTRY_CHARS,
   MAX_FILE_BYTES,
   MAX_LIST_ITEMS,
   parseStrictYaml,
-} from '../../../src/config/strict-yaml.js';
-import { GatePolicyError } from '../../../src/enforcers/tools/policy.js';
-import { loadGatePolicyFile } from '../../../src/enforcers/tools/schema.js';
-import { loadTerminalPolicy, TerminalPolicyError } from '../../../src/enforcers/terminal/policy-file.js';
+} from '../../../src/formats/yaml.js';
+import { GatePolicyError } from '../../../src/tools/judge/policy.js';
+import { loadGatePolicyFile } from '../../../src/tools/judge/policy-file.js';
+import { loadTerminalPolicy, TerminalPolicyError } from '../../../src/tools/terminal/policy-file.js';
 import { networkEntryProblem } from '../../../src/engine/index.js';
 import { EXIT, LeashError } from '../../../src/errors.js';
-import { loadProfile } from '../../../src/policy/profiles.js';
+import { loadProfile } from '../../../src/control/policy/profiles.js';
 
 const lookup = () => null;
 

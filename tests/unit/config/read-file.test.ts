@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { MAX_FILE_BYTES, readPolicyFile } from '../../../src/config/strict-yaml.js';
+import { MAX_FILE_BYTES, readPolicyFile } from '../../../src/formats/yaml.js';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-readfile-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { idKey, JsonError, JsonNumber, parseStrict, stringifyAscii } from '../../../src/jsonl/json.js';
+import { idKey, JsonError, JsonNumber, parseStrict, stringifyAscii } from '../../../src/formats/json.js';
 
 const p = (s: string | Buffer) => parseStrict(typeof s === 'string' ? Buffer.from(s, 'utf8') : s);
 const code = (s: string | Buffer): string => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { LineReader } from '../../../src/jsonl/lines.js';
+import { LineReader } from '../../../src/formats/lines.js';
 
 function reader(maxBytes: number) {
   const got: (string | null)[] = [];

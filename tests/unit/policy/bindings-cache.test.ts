@@ -11,7 +11,7 @@ import {
   type BindingsCache,
   type BindingsDoc,
   type Scope,
-} from '../../../src/policy/bindings.js';
+} from '../../../src/control/policy/bindings.js';
 
 // readBindings with a cache reads a text in serializeBindings' shape entry by entry (only new entries are parsed);
 // whatever it returns must be exactly what the strict parse of the whole text returns, or the same error.

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { LeashError } from '../../../src/errors.js';
-import { parseStrictYaml } from '../../../src/config/strict-yaml.js';
+import { parseStrictYaml } from '../../../src/formats/yaml.js';
 import {
   BINDINGS_LIMITS,
   bindingsFile,
@@ -17,7 +17,7 @@ import {
   writeBindings,
   type BindingsCache,
   type BindingsDoc,
-} from '../../../src/policy/bindings.js';
+} from '../../../src/control/policy/bindings.js';
 
 let dir: string;
 beforeEach(() => {

@@ -3,12 +3,18 @@ import os from 'node:os';
 import path from 'node:path';
 import YAML from 'yaml';
 import { describe, expect, it } from 'vitest';
-import { configSchema } from '../../../src/config/schema.js';
-import { toPolicyInput } from '../../../src/config/policy-input.js';
+import { configSchema } from '../../../src/control/config/schema.js';
+import { toPolicyInput } from '../../../src/control/config/policy-input.js';
 import { compilePolicy, decide } from '../../../src/engine/index.js';
-import { fold, floorOf, type Effective } from '../../../src/policy/fragment.js';
-import { learnFragment, networkEntry, parseDuration, renderLearned, type SeenLine } from '../../../src/policy/learn.js';
-import { parseProfileText } from '../../../src/policy/profiles.js';
+import { fold, floorOf, type Effective } from '../../../src/control/policy/fragment.js';
+import {
+  learnFragment,
+  networkEntry,
+  parseDuration,
+  renderLearned,
+  type SeenLine,
+} from '../../../src/control/policy/learn.js';
+import { parseProfileText } from '../../../src/control/policy/profiles.js';
 import { seenLines, writeNew } from '../../../src/cli/learn.js';
 
 const floor = floorOf(

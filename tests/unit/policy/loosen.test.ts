@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { configSchema } from '../../../src/config/schema.js';
-import type { Effective, Fragment } from '../../../src/policy/fragment.js';
-import { floorOf, fold } from '../../../src/policy/fragment.js';
-import { ackFlags, judgeOverlay, loosenings, parseAgentAck, parseToken } from '../../../src/policy/loosen.js';
+import { configSchema } from '../../../src/control/config/schema.js';
+import type { Effective, Fragment } from '../../../src/control/policy/fragment.js';
+import { floorOf, fold } from '../../../src/control/policy/fragment.js';
+import { ackFlags, judgeOverlay, loosenings, parseAgentAck, parseToken } from '../../../src/control/policy/loosen.js';
 
 function floor(doc: Record<string, unknown> = {}): Effective {
   return floorOf(configSchema.parse(doc));

@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { configSchema } from '../../../src/config/schema.js';
-import type { BindingsDoc } from '../../../src/policy/bindings.js';
-import type { Effective, Fragment } from '../../../src/policy/fragment.js';
-import { floorOf } from '../../../src/policy/fragment.js';
-import type { ProfileStatus } from '../../../src/policy/profiles.js';
-import type { PolicyState } from '../../../src/policy/resolve.js';
-import { policyHash, resolveSubject } from '../../../src/policy/resolve.js';
-import type { Subject } from '../../../src/subjects/discovery.js';
+import { configSchema } from '../../../src/control/config/schema.js';
+import type { BindingsDoc } from '../../../src/control/policy/bindings.js';
+import type { Effective, Fragment } from '../../../src/control/policy/fragment.js';
+import { floorOf } from '../../../src/control/policy/fragment.js';
+import type { ProfileStatus } from '../../../src/control/policy/profiles.js';
+import type { PolicyState } from '../../../src/control/policy/resolve.js';
+import { policyHash, resolveSubject } from '../../../src/control/policy/resolve.js';
+import type { Subject } from '../../../src/control/subjects/discovery.js';
 
 const floor: Effective = floorOf(
   configSchema.parse({

@@ -5,8 +5,8 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
 // The profile write fails on demand; everything else is the real store.
 const failWrite = { on: false };
-vi.mock('../../../src/policy/profiles.js', async (importOriginal) => {
-  const real = await importOriginal<typeof import('../../../src/policy/profiles.js')>();
+vi.mock('../../../src/control/policy/profiles.js', async (importOriginal) => {
+  const real = await importOriginal<typeof import('../../../src/control/policy/profiles.js')>();
   return {
     ...real,
     writeProfileText: (dir: string, name: string, text: string) => {
@@ -16,12 +16,12 @@ vi.mock('../../../src/policy/profiles.js', async (importOriginal) => {
   };
 });
 
-const { configSchema } = await import('../../../src/config/schema.js');
-const { bindingsFile, readBindings } = await import('../../../src/policy/bindings.js');
-const { bind, saveProfile } = await import('../../../src/policy/commands.js');
-const { floorOf } = await import('../../../src/policy/fragment.js');
-const { loadProfile } = await import('../../../src/policy/profiles.js');
-const { discoverFrom, parsePasswd } = await import('../../../src/subjects/discovery.js');
+const { configSchema } = await import('../../../src/control/config/schema.js');
+const { bindingsFile, readBindings } = await import('../../../src/control/policy/bindings.js');
+const { bind, saveProfile } = await import('../../../src/control/policy/commands.js');
+const { floorOf } = await import('../../../src/control/policy/fragment.js');
+const { loadProfile } = await import('../../../src/control/policy/profiles.js');
+const { discoverFrom, parsePasswd } = await import('../../../src/control/subjects/discovery.js');
 
 let stateDir: string;
 beforeEach(() => {

@@ -2,17 +2,17 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { configSchema } from '../../../src/config/schema.js';
-import { toPolicyInput } from '../../../src/config/policy-input.js';
+import { configSchema } from '../../../src/control/config/schema.js';
+import { toPolicyInput } from '../../../src/control/config/policy-input.js';
 import { compilePolicy, decide, decideDnsName } from '../../../src/engine/index.js';
-import { readBindings } from '../../../src/policy/bindings.js';
-import { bind, saveProfile } from '../../../src/policy/commands.js';
-import type { StoreContext } from '../../../src/policy/consent.js';
-import { floorOf } from '../../../src/policy/fragment.js';
-import { loadPolicyState } from '../../../src/policy/state.js';
-import { resolveSubject } from '../../../src/policy/resolve.js';
-import { fsCmdPolicyOf } from '../../../src/enforcers/watcher/policy.js';
-import { discoverFrom, parsePasswd } from '../../../src/subjects/discovery.js';
+import { readBindings } from '../../../src/control/policy/bindings.js';
+import { bind, saveProfile } from '../../../src/control/policy/commands.js';
+import type { StoreContext } from '../../../src/control/policy/consent.js';
+import { floorOf } from '../../../src/control/policy/fragment.js';
+import { loadPolicyState } from '../../../src/control/policy/state.js';
+import { resolveSubject } from '../../../src/control/policy/resolve.js';
+import { fsCmdPolicyOf } from '../../../src/dataplane/watcher/policy.js';
+import { discoverFrom, parsePasswd } from '../../../src/control/subjects/discovery.js';
 
 const PASSWD = `root:x:0:0:root:/root:/bin/bash
 fido:x:1000:1000:Fido:/home/fido:/bin/bash

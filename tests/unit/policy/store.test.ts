@@ -2,14 +2,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { configSchema } from '../../../src/config/schema.js';
-import { ledgerFile, parseScope, readBindings } from '../../../src/policy/bindings.js';
-import { bind, deleteProfile, saveProfile, unbind } from '../../../src/policy/commands.js';
-import type { StoreContext } from '../../../src/policy/consent.js';
-import { floorOf } from '../../../src/policy/fragment.js';
-import { loadProfile, parseProfileText } from '../../../src/policy/profiles.js';
-import { validateStore } from '../../../src/policy/validate.js';
-import { discoverFrom, parsePasswd } from '../../../src/subjects/discovery.js';
+import { configSchema } from '../../../src/control/config/schema.js';
+import { ledgerFile, parseScope, readBindings } from '../../../src/control/policy/bindings.js';
+import { bind, deleteProfile, saveProfile, unbind } from '../../../src/control/policy/commands.js';
+import type { StoreContext } from '../../../src/control/policy/consent.js';
+import { floorOf } from '../../../src/control/policy/fragment.js';
+import { loadProfile, parseProfileText } from '../../../src/control/policy/profiles.js';
+import { validateStore } from '../../../src/control/policy/validate.js';
+import { discoverFrom, parsePasswd } from '../../../src/control/subjects/discovery.js';
 
 const PASSWD = `root:x:0:0:root:/root:/bin/bash
 fido:x:1000:1000:Fido:/home/fido:/bin/bash

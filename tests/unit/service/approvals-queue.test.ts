@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import type { AskRequest } from '../../../src/approvals/contract.js';
+import type { AskRequest } from '../../../src/engine/approval.js';
 import type { DecisionRecord } from '../../../src/log/decisions.js';
-import { judgePeer } from '../../../src/service/approvals/peer.js';
-import { createApprovalQueue, type ApprovalSettings } from '../../../src/service/approvals/queue.js';
+import { judgePeer } from '../../../src/control/approvals/peer.js';
+import { createApprovalQueue, type ApprovalSettings } from '../../../src/control/approvals/queue.js';
 
 const settings = (over: Partial<ApprovalSettings> = {}): ApprovalSettings => ({
   deadlines: { network: 30, filesystem: 10, commands: 10, tools: 120 },

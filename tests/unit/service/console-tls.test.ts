@@ -12,9 +12,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isLeashError } from '../../../src/errors.js';
-import { loadConfig } from '../../../src/validate/load.js';
-import { startConsole, type ConsoleServer } from '../../../src/service/console/server.js';
-import type { ApprovalsPort } from '../../../src/service/console/approvals.js';
+import { loadConfig } from '../../../src/control/config/load.js';
+import { startConsole, type ConsoleServer } from '../../../src/control/console/server.js';
+import type { ApprovalsPort } from '../../../src/control/console/approvals.js';
 
 let dir: string;
 let cert: string;

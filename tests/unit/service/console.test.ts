@@ -8,12 +8,12 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../../src/validate/load.js';
-import { createHub, matches, type StreamSink } from '../../../src/service/console/hub.js';
-import { followDecisions } from '../../../src/service/console/follow.js';
-import { startConsole, type ConsoleServer } from '../../../src/service/console/server.js';
-import type { ApprovalsPort } from '../../../src/service/console/approvals.js';
-import type { PendingView } from '../../../src/service/approvals/queue.js';
+import { loadConfig } from '../../../src/control/config/load.js';
+import { createHub, matches, type StreamSink } from '../../../src/control/console/hub.js';
+import { followDecisions } from '../../../src/control/console/follow.js';
+import { startConsole, type ConsoleServer } from '../../../src/control/console/server.js';
+import type { ApprovalsPort } from '../../../src/control/console/approvals.js';
+import type { PendingView } from '../../../src/control/approvals/queue.js';
 import { LeashError } from '../../../src/errors.js';
 
 /** A sink whose reader takes nothing until told: writableLength grows as a stuck browser's socket would. */

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { createReloadTracker, readReloadStatus, statusFilePath } from '../../../src/service/generation.js';
+import { createReloadTracker, readReloadStatus, statusFilePath } from '../../../src/control/reconcile/generation.js';
 
 const tmp = () => path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'leash-gen-')), 'reconcile.json');
 

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { applyHostSettings, memfdNoexecStatus, restoreHostSettings } from '../../../src/service/host.js';
+import { applyHostSettings, memfdNoexecStatus, restoreHostSettings } from '../../../src/control/daemon/host.js';
 import { isLeashError } from '../../../src/errors.js';
 
 let dir = '';

@@ -2,10 +2,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../../src/validate/load.js';
-import { configSchema } from '../../../src/config/schema.js';
-import { observe, observeCache } from '../../../src/service/observe.js';
-import { emptyApplied, planReconcile } from '../../../src/service/plan.js';
+import { loadConfig } from '../../../src/control/config/load.js';
+import { configSchema } from '../../../src/control/config/schema.js';
+import { observe, observeCache } from '../../../src/control/reconcile/observe.js';
+import { emptyApplied, planReconcile } from '../../../src/control/reconcile/plan.js';
 
 let dir: string;
 let stateDir: string;

@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { configSchema } from '../../../src/config/schema.js';
-import { floorOf } from '../../../src/policy/fragment.js';
-import type { Resolution } from '../../../src/policy/resolve.js';
-import { policyHash } from '../../../src/policy/resolve.js';
-import type { AppliedState, AppliedSubject, Observation, Observed } from '../../../src/service/plan.js';
-import { emptyApplied, executePlan, planReconcile } from '../../../src/service/plan.js';
+import { configSchema } from '../../../src/control/config/schema.js';
+import { floorOf } from '../../../src/control/policy/fragment.js';
+import type { Resolution } from '../../../src/control/policy/resolve.js';
+import { policyHash } from '../../../src/control/policy/resolve.js';
+import type { AppliedState, AppliedSubject, Observation, Observed } from '../../../src/control/reconcile/plan.js';
+import { emptyApplied, executePlan, planReconcile } from '../../../src/control/reconcile/plan.js';
 
 const pA = floorOf(configSchema.parse({ network: { allow: ['a.com'] } }));
 const pB = floorOf(configSchema.parse({ network: { allow: ['b.com'] } }));

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { createLogger } from '../../../src/log/logger.js';
-import { startService, type EnforcerFactory } from '../../../src/service/start.js';
+import { startService, type EnforcerFactory } from '../../../src/control/daemon/start.js';
 
 function setup(text: string) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-svc-'));

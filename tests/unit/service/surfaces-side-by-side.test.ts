@@ -1,6 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import type { ApplyAction } from '../../../src/service/plan.js';
-import { applySideBySide, type SurfaceAdapter, type SurfaceName } from '../../../src/service/surfaces/contract.js';
+import type { ApplyAction } from '../../../src/control/reconcile/plan.js';
+import {
+  applySideBySide,
+  type SurfaceAdapter,
+  type SurfaceName,
+} from '../../../src/control/reconcile/surfaces/contract.js';
 
 /** A surface whose apply is the given function; the rest is never called here. */
 function surface(name: SurfaceName, apply: (a: ApplyAction[]) => Promise<Map<number, Error>>): SurfaceAdapter {

@@ -2,8 +2,8 @@
 // group a wake-up of the held process (docs/approvals.md, Load), so its own bound, approvals.max_held_opens, caps
 // both the total and the per-subject bound the queue's settings would give it.
 import { describe, expect, it } from 'vitest';
-import { watcherHoldSettings } from '../../../src/service/surfaces/watcher.js';
-import { parseConfig } from '../../../src/validate/load.js';
+import { watcherHoldSettings } from '../../../src/control/reconcile/surfaces/watcher.js';
+import { parseConfig } from '../../../src/control/config/load.js';
 
 const settings = (approvals: string) =>
   watcherHoldSettings(parseConfig(`user: null\napprovals: ${approvals}\n`, 'test.yaml').config);

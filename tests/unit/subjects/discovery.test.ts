@@ -9,8 +9,15 @@ import {
   parsePasswd,
   readPasswd,
   readPasswdAsync,
-} from '../../../src/subjects/discovery.js';
-import { assignPorts, dnsPortFor, PORT_MAX, PORT_MIN, PORT_RESERVED, readPorts } from '../../../src/subjects/ports.js';
+} from '../../../src/control/subjects/discovery.js';
+import {
+  assignPorts,
+  dnsPortFor,
+  PORT_MAX,
+  PORT_MIN,
+  PORT_RESERVED,
+  readPorts,
+} from '../../../src/control/subjects/ports.js';
 
 const PASSWD = `root:x:0:0:root:/root:/bin/bash
 fido:x:1000:1000:Fido:/home/fido:/bin/bash

@@ -3,11 +3,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
-import { type Account } from '../../../src/config/accounts.js';
-import { loadConfig, parseConfig, parseFragment, suggest } from '../../../src/validate/load.js';
-import { configSchema, fragmentSchema } from '../../../src/config/schema.js';
+import { type Account } from '../../../src/control/config/accounts.js';
+import { loadConfig, parseConfig, parseFragment, suggest } from '../../../src/control/config/load.js';
+import { configSchema, fragmentSchema } from '../../../src/control/config/schema.js';
 import { LeashError } from '../../../src/errors.js';
-import { parseProfileText } from '../../../src/policy/profiles.js';
+import { parseProfileText } from '../../../src/control/policy/profiles.js';
 
 const accounts: Record<string, Account> = { fido: { name: 'fido', uid: 1234, gid: 2345, home: '/home/fido' } };
 const lookup = (n: string) => accounts[n] ?? null;

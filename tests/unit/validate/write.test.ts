@@ -3,9 +3,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import type { Account } from '../../../src/config/accounts.js';
-import { loadConfig } from '../../../src/validate/load.js';
-import { addEntry, atomicWrite, editConfig, setMode, withLock } from '../../../src/validate/write.js';
+import type { Account } from '../../../src/control/config/accounts.js';
+import { loadConfig } from '../../../src/control/config/load.js';
+import { addEntry, atomicWrite, editConfig, setMode, withLock } from '../../../src/control/config/write.js';
 import { LeashError } from '../../../src/errors.js';
 
 const isRoot = process.getuid?.() === 0;

@@ -1,6 +1,6 @@
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createForgetter } from '../../../../src/enforcers/network/forget.js';
+import { createForgetter } from '../../../../src/dataplane/network/proxy/forget.js';
 import { loadNative } from '../../../../src/native.js';
 
 /** A connected loopback pair: [the client's socket, the server's]. */

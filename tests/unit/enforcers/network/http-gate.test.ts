@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { HttpRequestGate, upgradeAgreed, type GateStep } from '../../../../src/enforcers/network/http-gate.js';
+import { HttpRequestGate, upgradeAgreed, type GateStep } from '../../../../src/dataplane/network/proxy/http-gate.js';
 import { mulberry32 } from '../../../../src/lab/prng.js';
 
 // The plain-HTTP request framer: every request on a kept-alive connection judged by its own Host, bodies followed

@@ -10,7 +10,7 @@ import {
   renderSubject,
   type RulesetState,
   type TableState,
-} from '../../../../src/enforcers/network/nft.js';
+} from '../../../../src/dataplane/network/nft/nft.js';
 
 const base = { uid: 1001, port: 18001, dnsPort: 18501, udp: 'drop' as const };
 

@@ -2,7 +2,7 @@ import dgram from 'node:dgram';
 import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createProxy, isAddressRule, type Proxy } from '../../../../src/enforcers/network/proxy.js';
+import { createProxy, isAddressRule, type Proxy } from '../../../../src/dataplane/network/proxy/proxy.js';
 import type { DecisionRecord } from '../../../../src/log/decisions.js';
 import { captureHello, withExtension } from '../../../../src/lab/client-hello.js';
 import { answerDns } from '../../../../src/lab/upstream.js';

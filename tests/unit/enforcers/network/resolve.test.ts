@@ -1,6 +1,6 @@
 import dgram from 'node:dgram';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createNameResolver } from '../../../../src/enforcers/network/resolve.js';
+import { createNameResolver } from '../../../../src/dataplane/network/proxy/resolve.js';
 import { answerDns } from '../../../../src/lab/upstream.js';
 
 let close: (() => void) | null = null;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { releaseMemory, startSettler } from '../../../../src/enforcers/network/settle.js';
+import { releaseMemory, startSettler } from '../../../../src/dataplane/network/proxy/settle.js';
 
 describe('the settler (memory back after a load peak)', () => {
   it('releases once a burst or a flood is over, never while the load holds', async () => {

@@ -3,8 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { engineDeciderFactory } from '../../../../src/enforcers/terminal/decider.js';
-import type { TerminalPolicy } from '../../../../src/enforcers/terminal/types.js';
+import { engineDeciderFactory } from '../../../../src/tools/terminal/decider.js';
+import type { TerminalPolicy } from '../../../../src/tools/terminal/types.js';
 
 const localDeciderFactory = engineDeciderFactory();
 
@@ -12,7 +12,7 @@ const loaded = vi.hoisted(() => ({ executor: false, spawns: 0 }));
 
 // Runtime half of the proof: if anything on explain's path imported the executor, this factory
 // would run; if anything started a process, the spawn counter would move.
-vi.mock('../../../../src/enforcers/terminal/executor.js', () => {
+vi.mock('../../../../src/tools/terminal/executor.js', () => {
   loaded.executor = true;
   return {};
 });
@@ -27,7 +27,7 @@ vi.mock('node:child_process', async (orig) => {
   return { ...real, spawn: count('spawn'), execFile: count('execFile'), exec: count('exec'), fork: count('fork') };
 });
 
-const srcDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../../src/enforcers/terminal');
+const srcDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../../src/tools/terminal');
 
 /** Every module reachable from `entry` through static and dynamic imports (relative ones resolved). */
 function importGraph(entry: string): { files: Set<string>; externals: Set<string> } {
@@ -71,7 +71,7 @@ describe('explain_command cannot reach the executor', () => {
   afterAll(() => fs.rmSync(jail, { recursive: true, force: true }));
 
   it('at run time, explaining an allowed command loads no executor and starts nothing', async () => {
-    const { explainCommand } = await import('../../../../src/enforcers/terminal/explain.js');
+    const { explainCommand } = await import('../../../../src/tools/terminal/explain.js');
     const policy: TerminalPolicy = {
       fail_mode: 'closed',
       commands: { mode: 'whitelist', allow: ['touch'], deny: [], args: {} },

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { isInside, openJail, realLocation, resolveCwd } from '../../../../src/enforcers/terminal/jail.js';
+import { isInside, openJail, realLocation, resolveCwd } from '../../../../src/tools/terminal/jail.js';
 
 const base = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'leash-term-jail-')));
 afterAll(() => fs.rmSync(base, { recursive: true, force: true }));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseCommandLine } from '../../../../src/enforcers/terminal/parse.js';
+import { parseCommandLine } from '../../../../src/tools/terminal/parse.js';
 
 describe('terminal parser', () => {
   it.each([

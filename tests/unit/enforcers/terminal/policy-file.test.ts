@@ -6,7 +6,7 @@ import {
   loadTerminalPolicy,
   TerminalPolicyError,
   validateTerminalPolicy,
-} from '../../../../src/enforcers/terminal/policy-file.js';
+} from '../../../../src/tools/terminal/policy-file.js';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-term-pf-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));

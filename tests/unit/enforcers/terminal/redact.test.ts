@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { finishOutput, TRUNCATION_MARKER } from '../../../../src/enforcers/terminal/executor.js';
-import { redactSecrets } from '../../../../src/enforcers/terminal/redact.js';
+import { finishOutput, TRUNCATION_MARKER } from '../../../../src/tools/terminal/executor.js';
+import { redactSecrets } from '../../../../src/tools/terminal/redact.js';
 
 describe('redaction', () => {
   it.each([

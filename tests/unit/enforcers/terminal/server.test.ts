@@ -1,7 +1,7 @@
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { createTerminalServer } from '../../../../src/enforcers/terminal/server.js';
-import { result } from '../../../../src/enforcers/terminal/types.js';
+import { createTerminalServer } from '../../../../src/tools/terminal/server.js';
+import { result } from '../../../../src/tools/terminal/types.js';
 
 function harness(handlers: Parameters<typeof createTerminalServer>[0]['handlers']) {
   const input = new PassThrough();

@@ -3,7 +3,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
-import { fetchServicePolicy, servicePolicySource } from '../../../../src/enforcers/terminal/service-client.js';
+import { fetchServicePolicy, servicePolicySource } from '../../../../src/tools/terminal/service-client.js';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-term-svc-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -63,11 +63,11 @@ describe('policy from the service', () => {
   });
 });
 
-describe('policy from the tools socket server (src/enforcers/tools/socket.ts)', () => {
+describe('policy from the tools socket server (src/tools/remote/socket.ts)', () => {
   it('answers commands_policy for the UID SO_PEERCRED names, and no_policy for others', async () => {
     const { nativeAvailable } = await import('../../../../src/native.js');
     if (!nativeAvailable()) return; // SO_PEERCRED needs the addon (tests/native covers its absence)
-    const { createToolsSocketServer } = await import('../../../../src/enforcers/tools/socket.js');
+    const { createToolsSocketServer } = await import('../../../../src/tools/remote/socket.js');
     const asked: number[] = [];
     const make = async (policyUid: number) => {
       const sock = path.join(dir, `tools${n++}.sock`);
@@ -90,7 +90,7 @@ describe('policy from the tools socket server (src/enforcers/tools/socket.ts)', 
   });
 
   it('rejects when the service does not offer commands_policy (it closes the connection)', async () => {
-    const { createToolsSocketServer } = await import('../../../../src/enforcers/tools/socket.js');
+    const { createToolsSocketServer } = await import('../../../../src/tools/remote/socket.js');
     const sock = path.join(dir, `tools${n++}.sock`);
     const srv = await createToolsSocketServer({
       path: sock,

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { checkArgs, compileToolArgs } from '../../../../src/enforcers/tools/args.js';
-import { parseStrict } from '../../../../src/jsonl/json.js';
-import { parseFragment } from '../../../../src/validate/load.js';
-import { Learner, learnArgs, learnStringPattern, renderProfile } from '../../../../src/enforcers/tools/learn.js';
-import { validateGatePolicy } from '../../../../src/enforcers/tools/schema.js';
+import { checkArgs, compileToolArgs } from '../../../../src/tools/judge/args.js';
+import { parseStrict } from '../../../../src/formats/json.js';
+import { parseFragment } from '../../../../src/control/config/load.js';
+import { Learner, learnArgs, learnStringPattern, renderProfile } from '../../../../src/tools/learn/learn.js';
+import { validateGatePolicy } from '../../../../src/tools/judge/policy-file.js';
 import { parse as parseYaml } from 'yaml';
 
 const j = (s: string) => parseStrict(Buffer.from(s));

@@ -4,13 +4,13 @@
  * matched in linear time is refused when the policy is compiled, so at write and at load.
  */
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../../../src/validate/load.js';
-import { ArgRuleError, compileToolArgs } from '../../../../src/enforcers/tools/args.js';
-import { DOTDOT_GUARD } from '../../../../src/enforcers/tools/learn.js';
-import { compileLinear, LinearRegexError } from '../../../../src/enforcers/tools/linear-regex.js';
-import { checkTool, compileGatePolicy, globMatcher } from '../../../../src/enforcers/tools/policy.js';
-import { GATE_DEFAULTS } from '../../../../src/config/tools.js';
-import { GATE_ENGINE } from '../../../../src/enforcers/tools/service.js';
+import { parseConfig } from '../../../../src/control/config/load.js';
+import { ArgRuleError, compileToolArgs } from '../../../../src/tools/judge/args.js';
+import { DOTDOT_GUARD } from '../../../../src/tools/learn/learn.js';
+import { compileLinear, LinearRegexError } from '../../../../src/tools/judge/linear-regex.js';
+import { checkTool, compileGatePolicy, globMatcher } from '../../../../src/tools/judge/policy.js';
+import { GATE_DEFAULTS } from '../../../../src/tools/judge/fields.js';
+import { GATE_ENGINE } from '../../../../src/tools/judge/from-config.js';
 import { LeashError } from '../../../../src/errors.js';
 import { mulberry32 } from '../../../../src/lab/prng.js';
 

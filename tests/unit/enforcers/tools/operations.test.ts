@@ -2,22 +2,22 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { GATE_DEFAULTS, type OperationRuleSpec } from '../../../../src/config/tools.js';
-import { fromPlain } from '../../../../src/jsonl/json.js';
-import { GATE_ENGINE } from '../../../../src/enforcers/tools/service.js';
+import { GATE_DEFAULTS, type OperationRuleSpec } from '../../../../src/tools/judge/fields.js';
+import { fromPlain } from '../../../../src/formats/json.js';
+import { GATE_ENGINE } from '../../../../src/tools/judge/from-config.js';
 import {
   compileGatePolicy,
   askUnavailable,
   GatePolicyError,
   judgeRequest,
   type ToolsGatePolicy,
-} from '../../../../src/enforcers/tools/policy.js';
-import { MAPPINGS, mappingForServer } from '../../../../src/enforcers/tools/operations/mappings.js';
-import { normalizeCall } from '../../../../src/enforcers/tools/operations/normalize.js';
-import { ServerModel } from '../../../../src/enforcers/tools/operations/model.js';
-import { gitOperation } from '../../../../src/enforcers/tools/operations/git.js';
-import { compileRules, decideAction } from '../../../../src/enforcers/tools/operations/rules.js';
-import { classifySql } from '../../../../src/enforcers/tools/operations/sql.js';
+} from '../../../../src/tools/judge/policy.js';
+import { MAPPINGS, mappingForServer } from '../../../../src/tools/judge/operations/mappings.js';
+import { normalizeCall } from '../../../../src/tools/judge/operations/normalize.js';
+import { ServerModel } from '../../../../src/tools/judge/operations/model.js';
+import { gitOperation } from '../../../../src/tools/judge/operations/git.js';
+import { compileRules, decideAction } from '../../../../src/tools/judge/operations/rules.js';
+import { classifySql } from '../../../../src/tools/judge/operations/sql.js';
 
 const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'leash-ops-')));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));

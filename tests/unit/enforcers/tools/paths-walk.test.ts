@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadNative, nativeAvailable } from '../../../../src/native.js';
-import { resolvePath, walkJs } from '../../../../src/enforcers/tools/operations/paths.js';
+import { resolvePath, walkJs } from '../../../../src/tools/judge/operations/paths.js';
 import { mulberry32 as rng } from '../../../../src/lab/prng.js';
 
 const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'leash-walk-')));

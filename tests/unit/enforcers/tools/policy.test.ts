@@ -1,16 +1,16 @@
 import { describe, expect, it } from 'vitest';
-import { checkArgs, compileToolArgs } from '../../../../src/enforcers/tools/args.js';
-import { GATE_DEFAULTS, type ToolArgsSpec } from '../../../../src/config/tools.js';
-import { fromPlain, parseStrict } from '../../../../src/jsonl/json.js';
-import { isOtherSpelling, normalizeToolName, otherSpellingOf } from '../../../../src/enforcers/tools/names.js';
+import { checkArgs, compileToolArgs } from '../../../../src/tools/judge/args.js';
+import { GATE_DEFAULTS, type ToolArgsSpec } from '../../../../src/tools/judge/fields.js';
+import { fromPlain, parseStrict } from '../../../../src/formats/json.js';
+import { isOtherSpelling, normalizeToolName, otherSpellingOf } from '../../../../src/tools/judge/names.js';
 import {
   checkTool,
   compileGatePolicy,
   GatePolicyError,
   judgeRequest,
   type ToolsGatePolicy,
-} from '../../../../src/enforcers/tools/policy.js';
-import { validateGatePolicy } from '../../../../src/enforcers/tools/schema.js';
+} from '../../../../src/tools/judge/policy.js';
+import { validateGatePolicy } from '../../../../src/tools/judge/policy-file.js';
 import { fakeEngine } from '../../../fixtures/fake-tools-engine.js';
 
 const j = (s: string) => parseStrict(Buffer.from(s));
@@ -256,7 +256,7 @@ describe('policy file validation', () => {
 
 describe('arguments in the log', () => {
   it('cuts strings to 200 characters and masks through the given masker', async () => {
-    const { redactForLog } = await import('../../../../src/enforcers/tools/policy.js');
+    const { redactForLog } = await import('../../../../src/tools/judge/policy.js');
     const v = redactForLog(j(`{"a":"${'x'.repeat(500)}","k":"TOKEN-1","n":[1.5,2]}`), (s) =>
       s.replace('TOKEN-1', '****'),
     );

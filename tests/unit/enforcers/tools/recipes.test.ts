@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { validateGatePolicy } from '../../../../src/enforcers/tools/schema.js';
-import { compileGatePolicy } from '../../../../src/enforcers/tools/policy.js';
-import { RECIPES, recipeTable, runCases } from '../../../../src/enforcers/tools/policy-test.js';
-import { GATE_ENGINE } from '../../../../src/enforcers/tools/service.js';
+import { validateGatePolicy } from '../../../../src/tools/judge/policy-file.js';
+import { compileGatePolicy } from '../../../../src/tools/judge/policy.js';
+import { RECIPES, recipeTable, runCases } from '../../../../src/tools/judge/recipes.js';
+import { GATE_ENGINE } from '../../../../src/tools/judge/from-config.js';
 
 describe('recipes', () => {
   it('ship filesystem, git, fetch, terminal, github, sqlite and postgres, each for a built-in table', () => {

@@ -1,9 +1,9 @@
 import { generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { maskKeyBodies } from '../../../../src/enforcers/tools/keybody.js';
+import { maskKeyBodies } from '../../../../src/tools/judge/keybody.js';
 import { inspectInputs, mayHoldSecret, SECRET_LITERALS } from '../../../../src/engine/index.js';
-import { fromPlain, parseStrict, stringifyAscii, toPlain, type JsonObject } from '../../../../src/jsonl/json.js';
-import { lineMayHoldSecret, lineMayHoldSecretJs, redactResponse } from '../../../../src/enforcers/tools/redact.js';
+import { fromPlain, parseStrict, stringifyAscii, toPlain, type JsonObject } from '../../../../src/formats/json.js';
+import { lineMayHoldSecret, lineMayHoldSecretJs, redactResponse } from '../../../../src/tools/judge/redact.js';
 import { loadNative } from '../../../../src/native.js';
 
 // One sample per secret detector of the engine (the set input inspection runs).
@@ -87,7 +87,7 @@ describe('output redaction', () => {
   });
 
   it('the native pre-check answers as the JavaScript one, byte for byte', () => {
-    // It is the one the gate runs (native/literals.cc); the JavaScript form is the definition.
+    // It is the one the gate runs (native/tools/literals.cc); the JavaScript form is the definition.
     expect(lineMayHoldSecret).not.toBe(lineMayHoldSecretJs);
     let seed = 0x2545f491;
     const rnd = (n: number) => {

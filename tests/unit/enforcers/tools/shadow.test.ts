@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { GATE_DEFAULTS } from '../../../../src/config/tools.js';
-import { compileGatePolicy, judgeRequest, type ToolsGatePolicy } from '../../../../src/enforcers/tools/policy.js';
-import { createLocalJudge } from '../../../../src/enforcers/tools/judge.js';
-import { judge } from '../../../../src/enforcers/terminal/policy.js';
-import { engineDeciderFactory } from '../../../../src/enforcers/terminal/decider.js';
-import { validateTerminalPolicy } from '../../../../src/enforcers/terminal/policy-file.js';
+import { GATE_DEFAULTS } from '../../../../src/tools/judge/fields.js';
+import { compileGatePolicy, judgeRequest, type ToolsGatePolicy } from '../../../../src/tools/judge/policy.js';
+import { createLocalJudge } from '../../../../src/tools/judge/judge.js';
+import { judge } from '../../../../src/tools/terminal/policy.js';
+import { engineDeciderFactory } from '../../../../src/tools/terminal/decider.js';
+import { validateTerminalPolicy } from '../../../../src/tools/terminal/policy-file.js';
 import type { DecisionRecord } from '../../../../src/log/decisions.js';
-import { GATE_ENGINE } from '../../../../src/enforcers/tools/service.js';
+import { GATE_ENGINE } from '../../../../src/tools/judge/from-config.js';
 
 const gate = (shadow: boolean, over: Partial<ToolsGatePolicy> = {}) =>
   compileGatePolicy(

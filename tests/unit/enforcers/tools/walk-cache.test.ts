@@ -1,4 +1,4 @@
-// The gate's remembering walk (native/walkcache.h) must never answer what a walk made now would not:
+// The gate's remembering walk (native/tools/walkcache.h) must never answer what a walk made now would not:
 // after any change to the tree (a directory renamed, replaced by a symlink, removed, a symlink created
 // where a name was missing, a filesystem mounted over a directory) and once the kernel's news is
 // applied, it gives exactly what walkPath gives, on every path. And the news is applied by its own
@@ -11,11 +11,11 @@ import { execFileSync } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadNative, nativeAvailable } from '../../../../src/native.js';
 import { mulberry32 as rng } from '../../../../src/lab/prng.js';
-import { createValidatedWalker, resolvePath } from '../../../../src/enforcers/tools/operations/paths.js';
-import { compileRules, decideAction } from '../../../../src/enforcers/tools/operations/rules.js';
-import { normalizeCall } from '../../../../src/enforcers/tools/operations/normalize.js';
-import { ServerModel } from '../../../../src/enforcers/tools/operations/model.js';
-import { MAPPINGS } from '../../../../src/enforcers/tools/operations/mappings.js';
+import { createValidatedWalker, resolvePath } from '../../../../src/tools/judge/operations/paths.js';
+import { compileRules, decideAction } from '../../../../src/tools/judge/operations/rules.js';
+import { normalizeCall } from '../../../../src/tools/judge/operations/normalize.js';
+import { ServerModel } from '../../../../src/tools/judge/operations/model.js';
+import { MAPPINGS } from '../../../../src/tools/judge/operations/mappings.js';
 
 const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'leash-walkcache-')));
 const mounted: string[] = [];

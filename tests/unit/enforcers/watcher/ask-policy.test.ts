@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { compilePolicy, decide, type Mode } from '../../../../src/engine/index.js';
-import { fsCmdPolicyOf, policyRoots } from '../../../../src/enforcers/watcher/policy.js';
+import { fsCmdPolicyOf, policyRoots } from '../../../../src/dataplane/watcher/policy.js';
 
-// The watcher holds asked events for an approver (native/hold.h): what it is given must ask about exactly
+// The watcher holds asked events for an approver (native/watcher/hold.h): what it is given must ask about exactly
 // the paths the engine asks about (in both modes: a blacklist's ask entry is no longer compiled as a deny)
 // and change nothing else. Judged here by the engine over the watcher's own policy; the native AskOf
 // follows the same order (deny, allow, ask), tested end to end in tests/integration/watcher-hold.test.ts.

@@ -2,8 +2,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { findSystemLoaders } from '../../../../src/enforcers/watcher/loaders.js';
-import { fsCmdPolicyOf } from '../../../../src/enforcers/watcher/policy.js';
+import { findSystemLoaders } from '../../../../src/dataplane/watcher/loaders.js';
+import { fsCmdPolicyOf } from '../../../../src/dataplane/watcher/policy.js';
 
 describe('commands.interpreters default: the system dynamic loaders', () => {
   const dirs: string[] = [];

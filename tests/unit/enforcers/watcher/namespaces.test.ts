@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createNamespaceScanner } from '../../../../src/enforcers/watcher/namespaces.js';
+import { createNamespaceScanner } from '../../../../src/dataplane/watcher/namespaces.js';
 import type { NativeAddon, NativeWatcher, WatcherSubject } from '../../../../src/native.js';
 
 // A /proc of our own making (the scanner takes its root): each namespace is a file whose inode stands for it, each

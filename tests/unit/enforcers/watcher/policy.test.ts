@@ -1,4 +1,4 @@
-import { systemLoaders } from '../../../../src/enforcers/watcher/loaders.js';
+import { systemLoaders } from '../../../../src/dataplane/watcher/loaders.js';
 import { describe, expect, it } from 'vitest';
 import {
   interpreterWarnings,
@@ -7,10 +7,10 @@ import {
   nonGlobPrefix,
   parseMountinfo,
   policyRoots,
-} from '../../../../src/enforcers/watcher/policy.js';
-import { watcherMapHooks, type FsSupervisor } from '../../../../src/enforcers/watcher/index.js';
+} from '../../../../src/dataplane/watcher/policy.js';
+import { watcherMapHooks, type FsSupervisor } from '../../../../src/dataplane/watcher/index.js';
 import type { FsCmdPolicy } from '../../../../src/native.js';
-import type { Effective } from '../../../../src/policy/fragment.js';
+import type { Effective } from '../../../../src/control/policy/fragment.js';
 
 const MOUNTINFO = [
   '22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw',
