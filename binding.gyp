@@ -12,6 +12,10 @@
       "target_name": "leash_native",
       "sources": [
         "native/common/module.cc",
+        "native/common/register.cc",
+        "native/proxy/register.cc",
+        "native/watcher/register.cc",
+        "native/tools/register.cc",
         "native/common/errors.cc",
         "native/common/sockopt.cc",
         "native/proxy/conntrack.cc",

@@ -1,0 +1,18 @@
+#include "register.h"
+
+#include "acceptor.h"
+#include "conntrack.h"
+#include "nftread.h"
+#include "sockopt.h"
+#include "splice.h"
+
+namespace leash {
+
+void RegisterProxy(Napi::Env env, Napi::Object exports) {
+  SetFunctions(env, exports, {{"originalDst", OriginalDst}, {"nftRead", NftRead}});
+  SetFunctions(env, exports, {{"conntrackRequest", ConntrackRequest}, {"conntrackDelete", ConntrackDelete}});
+  InitSplice(env, exports);
+  InitAcceptor(env, exports);
+}
+
+}  // namespace leash

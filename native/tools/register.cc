@@ -1,0 +1,16 @@
+#include "register.h"
+
+#include "jsonscan.h"
+#include "literals.h"
+#include "walkcache.h"
+#include "walkpath.h"
+
+namespace leash {
+
+void RegisterTools(Napi::Env env, Napi::Object exports) {
+  SetFunctions(env, exports, {{"walkPath", WalkPathJs}, {"createJsonScanner", CreateJsonScanner}});
+  SetFunctions(env, exports, {{"createLiteralFinder", CreateLiteralFinder}});
+  InitWalkCache(env, exports);
+}
+
+}  // namespace leash
