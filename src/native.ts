@@ -1,341 +1,28 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { NativeProxyPart } from './dataplane/network/addon.js';
+import type { NativeWatcherPart } from './dataplane/watcher/addon.js';
+import type { NativeToolsPart } from './tools/addon.js';
 
-/** The surface of the C++ addon. The only file that loads it. */
-export interface OriginalDst {
-  family: 4 | 6;
-  address: string;
-  port: number;
-}
+/**
+ * The only file that loads the C++ addon. Each plane gets its own typed part of it (nativeProxy, nativeWatcher,
+ * nativeTools; nativeCommon for what every part of the service uses), declared next to that plane
+ * (dataplane/network/addon.ts, dataplane/watcher/addon.ts, tools/addon.ts), as native/<subsystem>/register.cc
+ * puts it on the module.
+ */
+export type * from './dataplane/network/addon.js';
+export type * from './dataplane/watcher/addon.js';
+export type * from './tools/addon.js';
+
 export interface PeerCred {
   pid: number;
   uid: number;
   gid: number;
 }
-/** A splice(2) pump shared by many connections (native/proxy/splice.cc). */
-export interface SplicerInstance {
-  /** Starts moving bytes both ways between two connected sockets JS no longer reads; returns the pair's id. */
-  add(fdA: number, fdB: number): number;
-  /**
-   * Opens a non-blocking TCP connection to ip:port and splices fdA with it once connected; returns the pair's id
-   * and the new socket's descriptor. Both descriptors are the caller's to close after onDone, except when
-   * `closeOnClean` is set and the pair ended cleanly (onDone's `closed`): the pump closed them.
-   */
-  connect(fdA: number, ip: string, port: number, timeoutMs: number, closeOnClean?: boolean): [number, number];
-  /** Finishes a pair now (its onDone fires with ECANCELED). */
-  abort(id: number): void;
-  /** Finishes every pair and stops the thread. */
-  close(): void;
-}
-/** The filesystem + commands part of a subject's policy, as the native matcher reads it. */
-export interface FsCmdPolicy {
-  fail_mode: 'closed' | 'open';
-  /**
-   * Shadow mode: the native judge answers allow where it would deny and queues the decision as
-   * `would_block` (its reason and rule the block's); the namespace scan logs instead of killing.
-   */
-  shadow?: boolean;
-  /** `watch`: extra paths whose filesystems are marked (config filesystem.watch); the matcher ignores it. */
-  filesystem: {
-    mode: 'whitelist' | 'blacklist';
-    allow: string[];
-    deny: string[];
-    watch?: string[];
-    /**
-     * `deny`: a process of the subject found in a user namespace of its own is killed (`namespace_denied`);
-     * `allow`: it is left running (its own filesystems are still marked). Absent: deny when filesystem or
-     * commands is a whitelist. The matcher ignores it (the watcher's namespace scan reads it).
-     */
-    namespaces?: 'deny' | 'allow';
-    /** Ask entries: an open they cover is held for an approver (WatcherOptions.hold), or blocked. */
-    ask?: string[];
-  };
-  /** `interpreters`: commands.interpreters (absolute paths), implied only as an allowed program's interpreter. */
-  commands: {
-    mode: 'whitelist' | 'blacklist';
-    allow: string[];
-    deny: string[];
-    interpreters?: string[];
-    ask?: string[];
-  };
-}
-/** Opaque handle to a natively compiled FsCmdPolicy. */
-export type NativeFsPolicyHandle = { readonly __nativeFsPolicy: unique symbol };
-export interface NativeVerdict {
-  action: 'allow' | 'block';
-  reason:
-    | 'allow_entry'
-    | 'mode_allow'
-    | 'deny_entry'
-    | 'not_allowed'
-    | 'no_policy'
-    | 'engine_error'
-    | 'interpreter_of'
-    | 'interpreter_direct'
-    | 'namespace_denied';
-  rule: string | null;
-}
-/** One map entry: a subject UID and its policy (null = subject with no policy, fail mode decides). */
-export interface WatcherSubject {
-  uid: number;
-  policy: FsCmdPolicy | null;
-  failMode: 'closed' | 'open';
-}
-/** What one drain hands JavaScript: the decision-log lines the loop queued, formatted natively. */
-export interface WatcherDrain {
-  /**
-   * Whole decision-log lines (native/watcher/decisionline.cc), byte for byte what `formatDecision`
-   * writes for the same decision, with the time the loop decided and a fresh ref.
-   */
-  lines: Buffer;
-  /** Lines in `lines`. */
-  count: number;
-  /** Of which blocks. */
-  denies: number;
-  /** Allow decisions counted instead of queued since the last drain (log pressure). */
-  droppedAllows: number;
-  /**
-   * With allowLines summary or sampled: the plain allows counted since the last drain, flat, four
-   * numbers per subject and surface: uid, exec (1: commands, 0: filesystem), allowed, written whole.
-   */
-  allows?: number[];
-  /** Events held for an approver since the last drain (native/watcher/hold.h): answer each with `answer(id, allow)`. */
-  asks: HeldAsk[];
-}
-/** One held open or exec, as the loop passes it up. */
-export interface HeldAsk {
-  id: number;
-  pid: number;
-  uid: number;
-  surface: 'filesystem' | 'commands';
-  /** The path opened, or the binary executed. */
-  subject: string;
-  /** The ask entry that covers it. */
-  rule: string | null;
-  /** When the loop itself denies it unanswered (ms since the epoch). */
-  deadline: number;
-}
-/** One case for the decision-line differential test (`formatDecisionLines`). */
-export interface DecisionLineCase {
-  ts: number;
-  uid: number;
-  exec: boolean;
-  allow: boolean;
-  reason: NativeVerdict['reason'] | 'hardlinked';
-  /** The path's raw bytes, as readlink gives them. */
-  subject: Buffer;
-  rule: string | null;
-  ref: string;
-  /** interpreter_of: the served program's raw bytes (written as the subject's `interpreterOf`). */
-  interpreterOf?: Buffer;
-  /** hardlinked: the file's inode and link count (written after the path, both or neither). */
-  inode?: number;
-  nlink?: number;
-}
-export interface WatcherOptions {
-  /** Called (no arguments) from the event loop when records are waiting; call drain(). */
-  onRecords: () => void;
-  /** Read crafted events from this descriptor instead of a fanotify group (tests). */
-  eventFd?: number;
-  /** Write answers here instead of the group (tests). */
-  responseFd?: number;
-  /** Exit with stacks on stderr when the loop or the JS heartbeat stops this long; 0 = off. */
-  watchdogMs?: number;
-  /**
-   * Stay awake this long after an event of a burst (the previous batch less than 5 spins ago),
-   * yielding the CPU, before sleeping in poll(); off for 100 ms after a yield that took over
-   * 0.5 ms (the CPU is shared). Default 0 here; the watcher process uses 20.
-   */
-  spinUs?: number;
-  /** Nice value for the loop thread. */
-  nice?: number;
-  /** Pending allow records beyond this are counted instead of queued (denies always queue). */
-  queueAllows?: number;
-  /**
-   * Plain allows (config logging.allows): 'all' queues each one's line (default); 'summary' only
-   * counts them (drain's `allows`), never formatting a line; 'sampled' counts them and queues the
-   * first of each subject and surface per `sampleMs` (default 60000).
-   */
-  allowLines?: 'all' | 'summary' | 'sampled';
-  sampleMs?: number;
-  /**
-   * How the opener's credentials are read: 'pidfd-cache' (default: one pidfd kept per live
-   * process, one ioctl per event), 'report-pidfd' (FAN_REPORT_PIDFD: a new pidfd from the kernel
-   * on every event), 'proc' (/proc/<pid>/status). The last two are for measurement.
-   */
-  identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
-  /**
-   * Measurement only (bench/fanotify): false skips the hard-link check (native/watcher/hardlinks.h) and asks
-   * statx for the mount ID alone, as before the check; the default is true.
-   */
-  linkCheck?: boolean;
-  /**
-   * Measurement only (bench/fanotify): read up to 64 KiB of events per read(2) instead of one event
-   * (watcher.h says why one: a watcher killed inside read(2) then loses at most one event).
-   */
-  readBatch?: boolean;
-  /**
-   * Measurement only (bench/fanotify): false skips the judge-time histogram's two clock reads per
-   * subject-era event (the metrics' leash_watcher_judge_seconds); the default is true.
-   */
-  metrics?: boolean;
-  /** The PID whose events are always allowed (default: this process). */
-  selfPid?: number;
-  /**
-   * Be the standby of the watcher process `pid`: take its group (`groupFd`) and in-flight table
-   * (`tableFd`) with pidfd_getfd, and after start() read nothing until that process has exited;
-   * then answer the events it had read and not answered (its table), and read on.
-   */
-  standbyOf?: { pid: number; groupFd: number; tableFd: number };
-  /**
-   * Hold the events an ask entry covers for an approver (native/watcher/hold.h): at most `max` at once and
-   * `perSubject` per subject (beyond: denied at once, approval_limit), each denied unanswered after its
-   * surface's deadline (approval_timeout). Absent: an ask is denied at once (approval_unavailable).
-   */
-  hold?: { max: number; perSubject: number; filesystemMs: number; commandsMs: number };
-}
-export interface WatcherStats {
-  events: number;
-  self: number;
-  nonSubject: number;
-  subjectAllow: number;
-  subjectDeny: number;
-  unknownProcess: number;
-  procFallback: number;
-  writeErrors: number;
-  /** Subject events that came through another mount namespace's mount and were renamed through ours. */
-  foreignMount: number;
-  /** Execs allowed as the interpreter of an allowed program. */
-  interpreterOf: number;
-  /** Decisions turned into a block because the file has other names (`hardlinked`: native/watcher/hardlinks.h). */
-  hardlinked: number;
-  /** Execs of a remembered interpreter refused the implication (the process was not in a binfmt loader). */
-  execStateRefused: number;
-  /** Exec-state entries dropped because the table was full. */
-  execStateDropped: number;
-  /** Takeovers done (0 or 1), and the dead watcher's unanswered events this watcher answered then. */
-  takeovers: number;
-  takeoverAllowed: number;
-  takeoverDenied: number;
-  /** Of those, events read by the dead watcher but never recorded (it was killed inside read). */
-  takeoverUnrecorded: number;
-  /** Events the dead watcher had read but not recorded, found in the in-flight table's read area and answered like recorded ones. */
-  takeoverFromArea: number;
-  /** The highest descriptor number the takeover fenced and answered by number. */
-  takeoverHi: number;
-  /** The errno that cut the fence short (EMFILE: out of descriptors), 0 when it was whole. */
-  takeoverFenceErrno: number;
-  /** Recorded events whose process could not be read (denied). */
-  takeoverNoCreds: number;
-  /** Events read from the queue and judged during the takeover, and the errno that ended that drain (0: empty). */
-  takeoverDrained: number;
-  takeoverDrainErrno: number;
-  loopError: number;
-  running: boolean;
-  /** Decisions by surface, action and reason since start (the ones counted instead of queued included). */
-  decisions: {
-    surface: 'filesystem' | 'commands';
-    action: 'allow' | 'block' | 'would_block';
-    reason: string;
-    count: number;
-  }[];
-  /** Time from reading a subject-era event to its answer: `buckets[i]` are those <= bounds[i] seconds, the last +Inf. */
-  judge: { bounds: number[]; buckets: number[]; sum: number; count: number };
-  /** Decision lines waiting for JavaScript's next drain, and of those allows. */
-  queued: number;
-  queuedAllows: number;
-  /** Allow decisions counted instead of written since start (log pressure). */
-  allowsCounted: number;
-  /** Events held now, and since start: held, answered allow, answered deny, denied at their deadline, refused over the bound. */
-  held: number;
-  heldTotal: number;
-  heldAllowed: number;
-  heldDenied: number;
-  heldExpired: number;
-  heldLimited: number;
-}
-export interface NativeWatcher {
-  readonly fd: number;
-  /** The in-flight table (a memfd: one slot per event descriptor number, the PID of each unanswered event). */
-  readonly tableFd: number;
-  /** A standby that has not taken over yet. */
-  readonly standby: boolean;
-  /** What the takeover answered (returned once): subject events by PID, and unrecorded ones (pid 0). */
-  takeoverRecords(): { pid: number; uid: number; exec: boolean; allow: boolean; recorded: boolean }[];
-  readonly reportsPidfd: boolean;
-  start(): void;
-  mark(path: string, scope?: 'filesystem' | 'mount'): void;
-  /**
-   * Marks (FAN_MARK_FILESYSTEM, through the descriptor opened here) a filesystem an agent mounted in a
-   * namespace of its own, reached as /proc/PID/root/<mount point>, only when that descriptor is on device
-   * major:minor (EXDEV otherwise). Its files' names are the agent's: under a whitelist they are
-   * `namespace_denied`.
-   */
-  mark(path: string, scope: 'agent', major: number, minor: number): void;
-  setSubjects(entries: WatcherSubject[]): number;
-  drain(): WatcherDrain;
-  /** Answers a held event (HeldAsk.id); false when it is no longer held (its deadline passed). */
-  answer(id: number, allow: boolean): boolean;
-  heartbeat(): void;
-  stats(): WatcherStats;
-  close(): void;
-}
-/** The proxy's listeners and first-bytes peek on Node's loop (native/proxy/acceptor.cc). */
-export interface AcceptorCallbacks {
-  onAccept(
-    tag: number,
-    id: number,
-    fd: number,
-    localAddr: string,
-    localPort: number,
-    peerAddr: string,
-    peerPort: number,
-    /** Its SO_ORIGINAL_DST (family 4 or 6), or family 0 and `dstError` the errno name when there is none. */
-    dstFamily: 0 | 4 | 6,
-    dstAddr: string,
-    dstPort: number,
-    dstError: string,
-  ): void;
-  /** `why` "data": return true when the bytes are enough, false to wait for more; else the peek is over. */
-  onPeek(id: number, bytes: Buffer, why: 'data' | 'closed' | 'timeout' | 'limit'): boolean | void;
-  /** An accept failed with errno; `refused` waiting connections were reset for want of descriptors. */
-  onError(tag: number, errno: number, refused: number): void;
-}
-export interface AcceptorInstance {
-  /** Listens on host:port (an IP literal); returns the listener's id. Throws with `code` (EADDRINUSE, ...). */
-  listen(host: string, port: number, backlog: number, tag: number): number;
-  unlisten(id: number): void;
-  peek(id: number, maxBytes: number, timeoutMs: number): boolean;
-  /** The descriptor is the caller's from here; `consume` peeked bytes are read off it first. */
-  release(id: number, consume: number): number;
-  /** Refuses with a TCP reset and closes. */
-  reset(id: number): boolean;
-  size(): number;
-  close(): void;
-}
-export interface NativeAddon {
-  /**
-   * new Splicer(onDone): onDone(id, errno (0 = both sides closed cleanly), bytesAtoB, bytesBtoA, connected: false
-   * when a connect() pair's upstream never connected, closed: the pump closed both descriptors (closeOnClean)).
-   */
-  Splicer: new (
-    onDone: (id: number, errno: number, ab: number, ba: number, connected: boolean, closed: boolean) => void,
-    options?: { inline?: boolean },
-  ) => SplicerInstance;
-  Acceptor?: new (callbacks: AcceptorCallbacks) => AcceptorInstance;
-  /** SO_LINGER 0 and close: the peer gets a TCP reset. */
-  resetClose?(fd: number): void;
-  originalDst(fd: number): OriginalDst;
-  /** The ctnetlink delete request for a connected TCP socket's entry, by the tuple of the packets it sends. */
-  conntrackRequest(fd: number, direction: 'orig' | 'reply'): Buffer;
-  /** Sends one conntrackRequest: 0 when deleted, else the errno name ("ENOENT": no such entry). */
-  conntrackDelete(request: Buffer): 0 | string;
-  /**
-   * Reads nf_tables objects straight from the kernel (native/proxy/nftread.cc), in the network namespace at `netns`
-   * (null: the process's own), from one generation of the ruleset. Throws an errno error (EPERM: not root).
-   */
-  nftRead(netns: string | null, tables: NftReadAsk[]): NftReadTable[];
+
+/** Socket credentials, journald, sd_notify and memory release (native/common/register.cc). */
+export interface NativeCommonPart {
   peerCred(fd: number): PeerCred;
   sdNotify(state: string): boolean;
   /**
@@ -343,101 +30,12 @@ export interface NativeAddon {
    * malloc_trim(0); true when malloc_trim returned pages to the kernel.
    */
   releaseMemory(): boolean;
-  /**
-   * The tools gate's reading of an absolute path (src/tools/judge/operations/paths.ts): existing symlinks
-   * resolved, `..` by the parent reached so far, the rest appended once a component is missing; one openat2
-   * for a plain existing path. Throws a TypeError for a relative path or one with a NUL.
-   */
-  walkPath(path: string): string;
-  /**
-   * The same walk with a memory kept true by inotify and the mount table (native/tools/walkcache.h): `walk(path)` answers
-   * what walkPath(path) would. Throws an Error with the errno when inotify or /proc/self/mountinfo cannot be opened.
-   */
-  WalkCache: new () => NativeWalkCache;
   /** Sends one serialised journal entry (src/log/journal.ts) to journald's socket: 0, or the errno that refused it. */
   journalSend(socketPath: string, entry: Buffer): number;
-  compileFsPolicy(policy: FsCmdPolicy): NativeFsPolicyHandle;
-  nativeMatch(
-    handle: NativeFsPolicyHandle | null,
-    /** 'interpreter': a commands subject with `interpreterOf` set (the exec state's case). */
-    kind: 'filesystem' | 'commands' | 'interpreter',
-    subject: string,
-    failMode?: 'closed' | 'open',
-  ): NativeVerdict;
-  /** Batch form for the differential test: "action|reason|rule" per case ("\x01null" for no rule). */
-  nativeMatchBatch(
-    handle: NativeFsPolicyHandle | null,
-    kinds: ('filesystem' | 'commands' | 'interpreter')[],
-    subjects: string[],
-    failMode?: 'closed' | 'open',
-  ): string[];
-  /** The watcher's line formatter on given cases (test hook); `subjects`/`rules` as V8 decodes the same bytes. */
-  formatDecisionLines(cases: DecisionLineCase[]): { text: Buffer; subjects: string[]; rules: (string | null)[] };
-  Watcher: new (opts: WatcherOptions) => NativeWatcher;
-  /**
-   * The MCP gate's pre-check (native/tools/jsonscan.cc), bound to `out`: scan(line) is 1 when `line` is
-   * certainly a JSON text the gate's strict parser accepts and its writer would write back byte for
-   * byte, with the top-level facts in `out` (flags, integer id, id span, method span); 0 when not sure.
-   */
-  createJsonScanner(out: Float64Array): (line: Buffer) => number;
-  /**
-   * One pass over a buffer for any of `literals` (2..64 ASCII bytes each, at most 256), ASCII letters
-   * compared without case (native/tools/literals.cc): has(buf) is 1 when one occurs, else 0.
-   */
-  createLiteralFinder(literals: string[]): (buf: Buffer) => number;
-  /**
-   * Mount events (native/watcher/mntns.cc): FAN_REPORT_MNT, FAN_MARK_MNTNS (Linux 6.14+). `onMounts(n)` is called
-   * with the number of mounts attached (coalesced) in the namespaces marked. `supported` is false (and
-   * `initErrno` says why) on a kernel without them.
-   */
-  MountWatch: new (onMounts: (count: number) => void) => NativeMountWatch;
-  /** SIGKILL to `pid` by pidfd if it is still in the user namespace of inode `userNsIno`; true when sent. */
-  nsKill(pid: number, userNsIno: number): boolean;
-  /** Whether a BPF LSM program loads here (nothing attached), beside a socket filter as the control. */
-  probeBpfLsm(): BpfLsmProbe;
 }
 
-export interface NativeWalkCache {
-  walk(path: string): string;
-  /** Applies what the kernel has queued now (what the reader thread applies on waking). */
-  sync(): void;
-  /**
-   * Three uint32 read without a call: [0] a generation (moves when a remembered path may have been forgotten),
-   * [1] non-zero while news waits to be applied (for good once closed), [2] whether the last walk's answer was a
-   * remembered one. Null on an addon without it.
-   */
-  shared?(): ArrayBuffer | null;
-  stats(): {
-    hits: number;
-    misses: number;
-    wakeups: number;
-    events: number;
-    forgotten: number;
-    broken: boolean;
-    paths: number;
-    walkOnly: number;
-    watches: number;
-  };
-  close(): void;
-}
-
-export interface NativeMountWatch {
-  readonly supported: boolean;
-  readonly initErrno: number;
-  /** FAN_MARK_MNTNS on /proc/PID/ns/mnt. */
-  mark(nsPath: string): void;
-  close(): void;
-}
-
-export interface BpfLsmProbe {
-  /** The LSM hook the probe program is for, and its BTF id (0: not in the kernel's BTF). */
-  hook: string;
-  btfId: number;
-  /** The LSM program: loaded, or the errno name the kernel refused it with. */
-  lsm: { loaded: boolean; code: string | null };
-  /** A socket filter with the same two instructions: shows the loader itself works. */
-  control: { loaded: boolean; code: string | null };
-}
+/** The whole module, for tests and benches that reach into several parts. */
+export type NativeAddon = NativeCommonPart & NativeProxyPart & NativeWatcherPart & NativeToolsPart;
 
 /** A native failure: `code` is the errno name, `syscall` the call, like Node's fs errors. */
 export interface NativeError extends Error {
@@ -458,24 +56,6 @@ function candidates(): string[] {
     out.push(path.join(r, 'build', 'Debug', 'leash_native.node'));
   }
   return out;
-}
-
-/** One table to read: `chains` null for every chain of it. */
-export interface NftReadAsk {
-  family: 'ip' | 'ip6' | 'inet';
-  table: string;
-  /** The verdict map whose jump elements are read. */
-  map: string;
-  chains: string[] | null;
-}
-
-export interface NftReadTable {
-  exists: boolean;
-  /** The asked chains that exist (every chain for `chains: null`), the hooked ones included. */
-  chains: string[];
-  /** Their rules in order; `dispatch` is exactly `meta skuid vmap @<map>`. */
-  rules: { chain: string; handle: number; comment: string | null; dispatch: boolean }[];
-  elements: [number, string][];
 }
 
 let cached: NativeAddon | null = null;
@@ -510,4 +90,24 @@ export function nativeAvailable(): boolean {
   } catch {
     return false;
   }
+}
+
+/** The part the service's common code uses (credentials, journald, sd_notify, memory release). */
+export function nativeCommon(): NativeCommonPart {
+  return loadNative();
+}
+
+/** The network data plane's part: the acceptor, the splice pump, SO_ORIGINAL_DST, conntrack, nf_tables reads. */
+export function nativeProxy(): NativeProxyPart {
+  return loadNative();
+}
+
+/** The watcher's part: the fanotify loop, its matcher, mount watches and the namespace kill. */
+export function nativeWatcher(): NativeWatcherPart {
+  return loadNative();
+}
+
+/** The tools gate's part: the path walk and its cache, the JSON pre-check, the literal finder. */
+export function nativeTools(): NativeToolsPart {
+  return loadNative();
 }

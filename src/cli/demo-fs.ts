@@ -23,7 +23,7 @@ import { hostRunner } from '../dataplane/network/nft/run.js';
 import type { Config } from '../control/config/types.js';
 import type { Cleanups, Lab, LabUser } from '../lab/lab.js';
 import { copyStartFiles, lddFiles, resolveInRoot } from '../lab/miniroot.js';
-import type { FsCmdPolicy } from '../native.js';
+import type { FsCmdPolicy } from '../dataplane/watcher/addon.js';
 import type { DemoContext, DemoStep, LoggedDecision, StepOutcome } from './demo.js';
 
 /** Re-roots one policy path (absolute, possibly a glob) under `root`; anything else is returned unchanged. */

@@ -29,7 +29,7 @@ import { askSources, noApprover, parseApprovalMode, ttyApprover, type Approve } 
 import { connectToolsJudge, DEFAULT_TOOLS_SOCKET } from '../tools/remote/socket.js';
 import { createDecisionLog, formatDecision, newRef, type DecisionWriter } from '../log/decisions.js';
 import { createJournal, findJournalSocket, teeDecisionsToJournal } from '../log/journal.js';
-import { loadNative } from '../native.js';
+import { nativeCommon } from '../native.js';
 
 /** The engine as the gate uses it. */
 export const toolsEngine: ToolsEngine = { compilePolicy, decide: decide as ToolsEngine['decide'] };
@@ -155,7 +155,7 @@ function withJournal<L extends DecisionWriter>(log: L): L {
   if (socket === null) return log;
   const journal = createJournal({
     socket,
-    send: (p, e) => loadNative().journalSend(p, e),
+    send: (p, e) => nativeCommon().journalSend(p, e),
     identifier: 'leash-mcp',
   });
   return teeDecisionsToJournal(log, journal, 'mcp');

@@ -12,7 +12,7 @@ import { DECISIONS, type Decision } from '../../engine/approval.js';
 import { isLeashError } from '../../errors.js';
 import type { JsonObject, JsonValue } from '../../formats/json.js';
 import { listenJsonLines } from '../../formats/line-server.js';
-import { loadNative } from '../../native.js';
+import { nativeCommon } from '../../native.js';
 import { judgePeer, procUids, type PeerIds } from './peer.js';
 import type { ApprovalQueue } from './queue.js';
 
@@ -42,7 +42,7 @@ export function peerFromAddon(sock: net.Socket): PeerIds | null {
   const fd = (sock as unknown as { _handle?: { fd?: number } })._handle?.fd;
   if (typeof fd !== 'number' || fd < 0) return null;
   try {
-    const c = loadNative().peerCred(fd);
+    const c = nativeCommon().peerCred(fd);
     const uids = procUids(c.pid);
     return uids ? { pid: c.pid, uid: c.uid, uids } : null;
   } catch {

@@ -6,7 +6,7 @@
  * control: the loader itself works); nothing is ever attached.
  */
 import fs from 'node:fs';
-import { loadNative } from '../../native.js';
+import { nativeWatcher } from '../../native.js';
 
 export interface BpfLsmStatus {
   /** `bpf` is in /sys/kernel/security/lsm (null: securityfs is not mounted, the list cannot be read). */
@@ -34,7 +34,7 @@ export function bpfLsmStatus(lsmFile = '/sys/kernel/security/lsm'): BpfLsmStatus
     return { listed, probed: false, loadable: false, code: null, control: null, reason: 'not root' };
   let probe;
   try {
-    probe = loadNative().probeBpfLsm();
+    probe = nativeWatcher().probeBpfLsm();
   } catch (e) {
     return { listed, probed: false, loadable: false, code: null, control: null, reason: (e as Error).message };
   }

@@ -13,7 +13,7 @@ import {
   teeDecisionsToJournal,
   type Journal,
 } from '../../log/journal.js';
-import { loadNative } from '../../native.js';
+import { nativeCommon } from '../../native.js';
 import { countDecisions, createMetrics, type Metrics, type MetricFamily } from '../../metrics/metrics.js';
 import { startMetricsServer, type MetricsServer } from '../../metrics/server.js';
 import { lockService, serviceDirs } from './instance.js';
@@ -90,7 +90,7 @@ function defaultNotify(): (state: string) => void {
   if (!process.env.NOTIFY_SOCKET) return () => {};
   let native;
   try {
-    native = loadNative();
+    native = nativeCommon();
   } catch (e) {
     // Under Type=notify systemd waits for READY=1; saying nothing would look like a hang.
     throw new LeashError(
@@ -168,7 +168,7 @@ async function startInner(
       ? null
       : createJournal({
           socket: journalSocket,
-          send: (p, e) => loadNative().journalSend(p, e),
+          send: (p, e) => nativeCommon().journalSend(p, e),
           allowSample: loaded.config.logging.journal_allows,
           identifier: 'leash',
         });

@@ -10,7 +10,7 @@
 // in no mount namespace of its making, so its mounts are never attributed to it.
 import fs from 'node:fs';
 import type { DecisionRecord } from '../../log/decisions.js';
-import type { NativeAddon, NativeMountWatch, NativeWatcher, WatcherSubject } from '../../native.js';
+import type { NativeMountWatch, NativeWatcher, NativeWatcherPart, WatcherSubject } from './addon.js';
 import { KERNEL_FILESYSTEMS, parseMountinfo } from './policy.js';
 
 export interface NamespaceStatus {
@@ -42,7 +42,7 @@ interface KnownNs {
 }
 
 export interface NamespaceScannerOptions {
-  native: NativeAddon;
+  native: NativeWatcherPart;
   watcher: NativeWatcher;
   subjects: () => ReadonlyMap<number, WatcherSubject>;
   log: { write?(rec: DecisionRecord): string };

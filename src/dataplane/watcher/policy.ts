@@ -3,7 +3,7 @@
 // interpreter, and how much of a whitelist the marks actually cover. Pure functions.
 import { isGlob, normalizePath } from '../../engine/path.js';
 import type { PolicyInput, SurfacePolicy } from '../../engine/types.js';
-import type { FsCmdPolicy } from '../../native.js';
+import type { FsCmdPolicy } from './addon.js';
 import { effectiveNamespaces } from './namespaces.js';
 import { systemLoaders } from './loaders.js';
 

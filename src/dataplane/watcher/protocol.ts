@@ -2,7 +2,7 @@
 // the watcher's fd 3. Every request carries an id and is acknowledged with that id.
 import { LineReader } from '../../formats/lines.js';
 import type { AskOutcome } from '../../engine/approval.js';
-import type { FsCmdPolicy, HeldAsk, WatcherStats, WatcherSubject } from '../../native.js';
+import type { FsCmdPolicy, HeldAsk, WatcherStats, WatcherSubject } from './addon.js';
 import type { NamespaceStatus } from './namespaces.js';
 
 export type ToWatcher =

@@ -13,7 +13,7 @@
 // watcher-proc.ts (one watcher process: spawn, its channel and pending requests, stop).
 import { LeashError } from '../../errors.js';
 import type { Asker } from '../../engine/approval.js';
-import type { FsCmdPolicy, WatcherSubject } from '../../native.js';
+import type { FsCmdPolicy, WatcherSubject } from './addon.js';
 import { createHoldRelay, holdArgs, type HoldBounds } from './hold-relay.js';
 import type { FromWatcher, WatcherStatus } from './protocol.js';
 import { startActive, type Succession } from './takeover.js';

@@ -8,9 +8,9 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { createDecisionLog, type AllowLines } from '../../log/decisions.js';
 import { createJournal, operationalFields, teeDecisionsToJournal } from '../../log/journal.js';
-import { loadNative } from '../../native.js';
+import { nativeCommon, nativeWatcher } from '../../native.js';
 import { approvalOf } from '../../engine/approval.js';
-import type { HeldAsk } from '../../native.js';
+import type { HeldAsk } from './addon.js';
 import { lineReader, type FromWatcher, type ToWatcher, type WatcherEvent } from './protocol.js';
 import { createWatcherCore } from './watcher.js';
 
@@ -57,13 +57,13 @@ const { values } = parseArgs({
  */
 const HOLD_GRACE_MS = 1000;
 
-const native = loadNative();
+const native = nativeWatcher();
 const journal =
   values.journal === undefined
     ? null
     : createJournal({
         socket: values.journal,
-        send: (p, e) => native.journalSend(p, e),
+        send: (p, e) => nativeCommon().journalSend(p, e),
         allowSample: Number(values['journal-allows']),
         identifier: 'leash-watcher',
       });

@@ -8,7 +8,7 @@ import type net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { LeashError } from '../../errors.js';
-import type { WatcherSubject } from '../../native.js';
+import type { WatcherSubject } from './addon.js';
 import {
   lineReader,
   type FromWatcher,

@@ -4,13 +4,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { DecisionRecord } from '../../log/decisions.js';
-import type { HeldAsk, NativeAddon, NativeWatcher, WatcherOptions, WatcherSubject } from '../../native.js';
+import type { HeldAsk, NativeWatcher, NativeWatcherPart, WatcherOptions, WatcherSubject } from './addon.js';
 import { createNamespaceScanner, type NamespaceScanner } from './namespaces.js';
 import { parseMountinfo, policyRoots } from './policy.js';
 import type { WatcherStatus } from './protocol.js';
 
 export interface WatcherCoreOptions {
-  native: NativeAddon;
+  native: NativeWatcherPart;
   /**
    * The decision log: `writeLines` gets a drain's whole lines (formatted by the native loop exactly
    * as `formatDecision` would, see native/watcher/decisionline.cc) for one write(2).

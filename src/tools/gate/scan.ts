@@ -6,7 +6,7 @@
  * given instead of parsing and re-writing them. Anything else goes through parseStrict, which
  * stays the definition of what is accepted. A differential test holds the two together.
  */
-import { loadNative } from '../../native.js';
+import { nativeTools } from '../../native.js';
 
 /** Bits of `facts[0]` (the top-level members of an object line). */
 export const SCAN = {
@@ -37,7 +37,7 @@ export function nativeLineScanner(): LineScanner | null {
   const facts = new Float64Array(8);
   let fn: (line: Buffer) => number;
   try {
-    const addon = loadNative();
+    const addon = nativeTools();
     if (typeof addon.createJsonScanner !== 'function') return null;
     fn = addon.createJsonScanner(facts);
   } catch {

@@ -8,7 +8,7 @@
  */
 import { mayHoldSecret, maskSecretsOnly, redactSecrets, SECRET_LITERALS } from '../../engine/index.js';
 import { isObject, type JsonObject, type JsonValue } from '../../formats/json.js';
-import { loadNative } from '../../native.js';
+import { nativeTools } from '../../native.js';
 import { KEY_BODY_LITERALS, maskKeyBodies } from './keybody.js';
 
 /** The methods whose answers are redacted. */
@@ -36,7 +36,7 @@ const OUTPUT_LITERALS: readonly string[] = [...KEY_BODY_LITERALS, '"blob"', '"da
 // JavaScript form.
 function nativeFinder(): ((line: Buffer) => boolean) | null {
   try {
-    const addon = loadNative();
+    const addon = nativeTools();
     if (typeof addon.createLiteralFinder !== 'function') return null;
     const has = addon.createLiteralFinder([...SECRET_LITERALS, ...OUTPUT_LITERALS]);
     return (line) => has(line) === 1;

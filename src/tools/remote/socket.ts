@@ -23,7 +23,7 @@ import path from 'node:path';
 import { createValidatedWalker } from '../judge/operations/paths.js';
 import { ServerModel, type ModelSnapshot } from '../judge/operations/model.js';
 import { filterListingAsync, type ListingKind } from '../judge/operations/listing.js';
-import { loadNative } from '../../native.js';
+import { nativeCommon } from '../../native.js';
 import type { DecisionWriter } from '../../log/decisions.js';
 import { logEvent, logJudgment, type GateEvent, type GateJudge, type GateJudgment } from '../judge/judge.js';
 import {
@@ -117,7 +117,7 @@ export interface ToolsSocketServer {
 function peerUidFromAddon(sock: net.Socket): number {
   const fd = (sock as unknown as { _handle?: { fd?: number } })._handle?.fd;
   if (typeof fd !== 'number' || fd < 0) throw new Error('no descriptor for the peer socket');
-  return loadNative().peerCred(fd).uid;
+  return nativeCommon().peerCred(fd).uid;
 }
 
 const noPolicyJudgment = (method: string): GateJudgment => ({

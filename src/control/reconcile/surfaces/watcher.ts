@@ -8,7 +8,7 @@ import type { Config } from '../../config/types.js';
 import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks } from '../../../dataplane/watcher/index.js';
 import type { LeashError } from '../../../errors.js';
 import { findJournalSocket } from '../../../log/journal.js';
-import type { WatcherStats, WatcherSubject } from '../../../native.js';
+import type { WatcherStats, WatcherSubject } from '../../../dataplane/watcher/addon.js';
 import { histogramFamily, type MetricFamily } from '../../../metrics/metrics.js';
 import type { Action } from '../plan.js';
 import { enforcedSet, type SurfaceAdapter } from './contract.js';

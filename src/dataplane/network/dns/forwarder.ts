@@ -10,7 +10,8 @@ import { randomBytes } from 'node:crypto';
 import dgram from 'node:dgram';
 import net from 'node:net';
 import type { Verdict } from '../../../engine/types.js';
-import { loadNative, type OriginalDst } from '../../../native.js';
+import { nativeProxy } from '../../../native.js';
+import type { OriginalDst } from '../addon.js';
 import { createForgetter } from '../proxy/forget.js';
 import {
   RCODE,
@@ -296,7 +297,7 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
   const refuseRcode = opts.refuse === 'nxdomain' ? RCODE.NXDOMAIN : RCODE.REFUSED;
   const allowPerSec = opts.allowLinesPerSec ?? 100;
   const onError = opts.onError ?? (() => {});
-  const originalDst = opts.originalDst ?? ((fd: number) => loadNative().originalDst(fd));
+  const originalDst = opts.originalDst ?? ((fd: number) => nativeProxy().originalDst(fd));
   const table = createListenerTable<Entry<P>, DnsSubject<P>>({
     create: (s) => ({
       uid: s.uid,

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { LeashError } from '../../../errors.js';
-import { loadNative, type NftReadAsk, type NftReadTable } from '../../../native.js';
+import { nativeProxy } from '../../../native.js';
+import type { NftReadAsk, NftReadTable } from '../addon.js';
 import { PORT_MAX, PORT_MIN } from '../ports.js';
 import type { Runner } from './run.js';
 
@@ -282,7 +283,7 @@ function kernelRead(runner: Runner, chains: string[] | null): RulesetState | nul
   if (runner.netns === undefined) return null;
   let tables: NftReadTable[];
   try {
-    const n = loadNative();
+    const n = nativeProxy();
     if (typeof n.nftRead !== 'function') return fellBack('the native addon was built without nftRead');
     const asks: NftReadAsk[] = ALL_TABLES.map((t) => ({ family: t.family, table: t.table, map: MAP, chains }));
     tables = n.nftRead(runner.netns, asks);

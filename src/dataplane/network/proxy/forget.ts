@@ -11,7 +11,8 @@
  * The subject's side of the same hole (a SYN joining an entry that is not its redirect) is closed in nft.ts.
  */
 import type net from 'node:net';
-import { loadNative, type NativeAddon } from '../../../native.js';
+import { nativeProxy } from '../../../native.js';
+import type { NativeProxyPart } from '../addon.js';
 
 /**
  * Which tuple of the entry this socket's packets carry: `reply` for a connection redirected to this process (the
@@ -28,7 +29,7 @@ export interface Forgetter {
   readonly stats: { deleted: number; failed: number };
 }
 
-type Native = Pick<NativeAddon, 'conntrackRequest' | 'conntrackDelete' | 'resetClose'>;
+type Native = Pick<NativeProxyPart, 'conntrackRequest' | 'conntrackDelete' | 'resetClose'>;
 
 function fdOf(s: net.Socket): number {
   return (s as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
@@ -43,7 +44,7 @@ export function createForgetter(
   const get = (): Native | null => {
     if (addon === undefined) {
       try {
-        addon = loadNative();
+        addon = nativeProxy();
       } catch {
         addon = null;
       }

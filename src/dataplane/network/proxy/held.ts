@@ -5,7 +5,7 @@ import type { PROXY_REASONS } from '../../../errors.js';
 import type { AskOutcome } from '../../../engine/approval.js';
 import { logAction } from '../../../engine/decide.js';
 import type { DecisionRecord, DecisionWriter } from '../../../log/decisions.js';
-import type { NativeAddon, OriginalDst } from '../../../native.js';
+import type { NativeProxyPart, OriginalDst } from '../addon.js';
 import { peekDestination, type PeekResult } from './peek.js';
 import type { Relay, RelayOwner } from './relay.js';
 import type { Forgetter } from './forget.js';
@@ -50,7 +50,7 @@ export interface ProxyEntry<P> extends RelayOwner {
 
 /** What the native path borrows from the proxy: the same decisions, caps and relay the stream path uses. */
 export interface HeldDeps<P> {
-  Acceptor: NonNullable<NativeAddon['Acceptor']>;
+  Acceptor: NonNullable<NativeProxyPart['Acceptor']>;
   hosts: string[];
   peekBytes: number;
   peekTimeoutMs: number;

@@ -3,7 +3,8 @@ import type { FailMode, NetworkSubject, Reason, Verdict } from '../../../engine/
 import { logAction } from '../../../engine/decide.js';
 import type { PROXY_REASONS } from '../../../errors.js';
 import type { DecisionRecord, DecisionWriter } from '../../../log/decisions.js';
-import { loadNative, type NativeAddon, type OriginalDst } from '../../../native.js';
+import { nativeProxy } from '../../../native.js';
+import type { NativeProxyPart, OriginalDst } from '../addon.js';
 import { startSettler } from './settle.js';
 import { PROXY_PORT_MAX, PROXY_PORT_MIN } from '../nft/nft.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket, type PeekResult } from './peek.js';
@@ -335,7 +336,7 @@ async function nameDestination<P>(
 /** Creates the proxy. No listener opens until `setSubject`. */
 export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const hosts = opts.hosts ?? ['127.0.0.1', '::1'];
-  const originalDst = opts.originalDst ?? ((fd: number) => loadNative().originalDst(fd));
+  const originalDst = opts.originalDst ?? ((fd: number) => nativeProxy().originalDst(fd));
   const peekBytes = opts.peekBytes ?? PEEK_MAX_BYTES;
   const peekTimeout = opts.peekTimeoutMs ?? PEEK_TIMEOUT_MS;
   const onError = rateLimitErrors(opts.onError ?? (() => {}), opts.errorWindowMs ?? 10_000);
@@ -683,10 +684,10 @@ function createCaps(
 }
 
 /** The addon's native acceptor when it is to be used (see ProxyOptions.nativeAccept), else null. */
-function nativeAcceptor(opts: { nativeAccept?: boolean; splice?: boolean }): NativeAddon['Acceptor'] | null {
+function nativeAcceptor(opts: { nativeAccept?: boolean; splice?: boolean }): NativeProxyPart['Acceptor'] | null {
   if (opts.nativeAccept === false || opts.splice === false) return null;
   try {
-    const n = loadNative();
+    const n = nativeProxy();
     return n.Acceptor && n.resetClose ? n.Acceptor : null;
   } catch {
     return null;

@@ -5,7 +5,7 @@
  * asks for one memory-reducing collection and `malloc_trim`, so RSS follows the load back down. It costs nothing
  * while the load is steady (a few comparisons a tick).
  */
-import { loadNative } from '../../../native.js';
+import { nativeCommon } from '../../../native.js';
 
 export interface SettleOptions {
   /** Open connections now. */
@@ -34,7 +34,7 @@ export function releases(): number {
  */
 export function releaseMemory(): void {
   released++;
-  loadNative().releaseMemory();
+  nativeCommon().releaseMemory();
 }
 
 /**

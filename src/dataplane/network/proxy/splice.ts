@@ -1,5 +1,6 @@
 import type net from 'node:net';
-import { loadNative, type SplicerInstance } from '../../../native.js';
+import { nativeProxy } from '../../../native.js';
+import type { SplicerInstance } from '../addon.js';
 
 /**
  * Moves an allowed connection's bytes with splice(2) on the addon's pump thread instead of through JavaScript
@@ -91,7 +92,7 @@ export function createSplicePump(o: { inline?: boolean } = {}): SplicePump | nul
   let native: SplicerInstance;
   const waiting = new Map<number, (r: SpliceResult) => void>();
   try {
-    const { Splicer } = loadNative();
+    const { Splicer } = nativeProxy();
     if (typeof Splicer !== 'function') return null;
     native = new Splicer(
       (id, errno, ab, ba, connected, closed) => {

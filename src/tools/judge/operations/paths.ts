@@ -8,7 +8,8 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { loadNative, type NativeWalkCache } from '../../../native.js';
+import { nativeTools } from '../../../native.js';
+import type { NativeWalkCache } from '../../addon.js';
 import type { ServerModel } from './model.js';
 
 export interface PathContext {
@@ -89,7 +90,7 @@ export function walkJs(raw: string): string {
  */
 let walk: (raw: string) => string = (raw) => {
   try {
-    const n = loadNative();
+    const n = nativeTools();
     if (typeof n.walkPath !== 'function') throw new Error('an addon built before walkPath');
     walk = (r) => n.walkPath(r);
   } catch {
@@ -107,7 +108,7 @@ let walk: (raw: string) => string = (raw) => {
 export function createValidatedWalker(): PathWalker | null {
   let c: NativeWalkCache;
   try {
-    const n = loadNative();
+    const n = nativeTools();
     if (typeof n.WalkCache !== 'function') return null;
     c = new n.WalkCache();
   } catch {

@@ -1,0 +1,52 @@
+/**
+ * The tools gate's part of the native addon (native/tools/register.cc), as src/native.ts's nativeTools() hands it
+ * over: the path walk and its cache, the JSON pre-check and the literal finder.
+ */
+export interface NativeWalkCache {
+  walk(path: string): string;
+  /** Applies what the kernel has queued now (what the reader thread applies on waking). */
+  sync(): void;
+  /**
+   * Three uint32 read without a call: [0] a generation (moves when a remembered path may have been forgotten),
+   * [1] non-zero while news waits to be applied (for good once closed), [2] whether the last walk's answer was a
+   * remembered one. Null on an addon without it.
+   */
+  shared?(): ArrayBuffer | null;
+  stats(): {
+    hits: number;
+    misses: number;
+    wakeups: number;
+    events: number;
+    forgotten: number;
+    broken: boolean;
+    paths: number;
+    walkOnly: number;
+    watches: number;
+  };
+  close(): void;
+}
+
+export interface NativeToolsPart {
+  /**
+   * The tools gate's reading of an absolute path (src/tools/judge/operations/paths.ts): existing symlinks
+   * resolved, `..` by the parent reached so far, the rest appended once a component is missing; one openat2
+   * for a plain existing path. Throws a TypeError for a relative path or one with a NUL.
+   */
+  walkPath(path: string): string;
+  /**
+   * The same walk with a memory kept true by inotify and the mount table (native/tools/walkcache.h): `walk(path)` answers
+   * what walkPath(path) would. Throws an Error with the errno when inotify or /proc/self/mountinfo cannot be opened.
+   */
+  WalkCache: new () => NativeWalkCache;
+  /**
+   * The MCP gate's pre-check (native/tools/jsonscan.cc), bound to `out`: scan(line) is 1 when `line` is
+   * certainly a JSON text the gate's strict parser accepts and its writer would write back byte for
+   * byte, with the top-level facts in `out` (flags, integer id, id span, method span); 0 when not sure.
+   */
+  createJsonScanner(out: Float64Array): (line: Buffer) => number;
+  /**
+   * One pass over a buffer for any of `literals` (2..64 ASCII bytes each, at most 256), ASCII letters
+   * compared without case (native/tools/literals.cc): has(buf) is 1 when one occurs, else 0.
+   */
+  createLiteralFinder(literals: string[]): (buf: Buffer) => number;
+}
