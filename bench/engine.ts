@@ -15,7 +15,7 @@ import { cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { compilePolicy, decide, type PolicyInput, type Surface, type SubjectOf } from '../src/engine/index.js';
-import { mulberry32 } from '../src/lab/prng.js';
+import { mulberry32 } from '../tests/lab/prng.js';
 
 const SIZES = [10, 1_000, 100_000] as const;
 const QUERIES = 4096;

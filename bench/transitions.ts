@@ -1,7 +1,7 @@
 /**
  * The windows of a change of state (issue 40), on the REAL service with one agent account, before and after, in one
  * run. The service runs in the lab's agent namespace (its nft rules are that namespace's own) and marks only a tmpfs
- * this bench mounts; the agent's operations run as the leashed account (src/lab/agent-loop.ts: a denied read and a
+ * this bench mounts; the agent's operations run as the leashed account (tests/lab/agent-loop.ts: a denied read and a
  * denied page over HTTP, back to back).
  *
  *   reload      a deny written with --no-reconcile, then the reload, then at once one read as the agent:
@@ -21,8 +21,8 @@ import fs from 'node:fs';
 import { loadavg } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { buildLab, createCleanups, LAB, stopChild, type LabUser } from '../src/lab/lab.js';
-import { AGENT_LOOP, type LoopCounts } from '../src/lab/agent-loop.js';
+import { buildLab, createCleanups, LAB, stopChild, type LabUser } from '../src/cli/demo/netns.js';
+import { AGENT_LOOP, type LoopCounts } from '../tests/lab/agent-loop.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 20);
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/cli/main.js');

@@ -8,7 +8,7 @@ import { register as check } from './check.js';
 import { register as completion } from './completion.js';
 import { register as consoleCmd } from './console.js';
 import { configPath } from './context.js';
-import { registerDemo } from './demo.js';
+import { registerDemo } from './demo/demo.js';
 import { registerTeardown } from './teardown.js';
 import { register as init } from './init.js';
 import { register as learn } from './learn.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DEMO_STEPS, runDemo } from '../../src/cli/demo.js';
+import { DEMO_STEPS, runDemo } from '../../src/cli/demo/demo.js';
 import { canRunLab } from '../lab/index.js';
 
 // `leash demo` as a reader sees it (issue 41): every action's title whole, and no raw JSON after the table.

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { runDemo, type DemoSetup } from '../../src/cli/demo.js';
+import { runDemo, type DemoSetup } from '../../src/cli/demo/demo.js';
 import { hostRunner } from '../../src/dataplane/network/nft/run.js';
 import { canRunLab } from '../lab/index.js';
 

@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { DecisionRecord } from '../../src/log/decisions.js';
-import { captureHello, withExtension } from '../../src/lab/client-hello.js';
+import { captureHello, withExtension } from '../lab/client-hello.js';
 import { canRunLab, netPolicy, useLab, type EnforcerHandle, type LabUser } from '../lab/index.js';
 
 // Loopback judged by policy, server-speaks-first without the peek wait, every plain-HTTP request judged, ECH.

@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { DecisionRecord } from '../../src/log/decisions.js';
-import type { Probe, ProbeResult } from '../../src/lab/probe.js';
+import type { Probe, ProbeResult } from '../../src/cli/demo/probe.js';
 import { canRunLab, netPolicy, useLab, type EnforcerHandle, type LabUser } from '../lab/index.js';
 
 // Acting as the leashed accounts inside the lab: every assertion is what the agent sees (a reset, EPERM, the

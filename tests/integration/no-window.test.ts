@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LAB, canRunLab, stopChild, useLab, type LabUser, waitForServiceReady } from '../lab/index.js';
-import { AGENT_LOOP, type LoopCounts } from '../../src/lab/agent-loop.js';
+import { AGENT_LOOP, type LoopCounts } from '../lab/agent-loop.js';
 
 const CLI = path.resolve(__dirname, '../../dist/src/cli/main.js');
 const ROUNDS = 20;

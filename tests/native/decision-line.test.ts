@@ -5,7 +5,7 @@
 // the calendar. The reference is fed the strings the structured drain used to hand JavaScript
 // (V8's decoding of the same bytes), so this is the old path against the new one.
 import { describe, expect, it } from 'vitest';
-import { mulberry32 as rng } from '../../src/lab/prng.js';
+import { mulberry32 as rng } from '../lab/prng.js';
 import { formatDecision } from '../../src/log/decisions.js';
 import { loadNative, nativeAvailable, type DecisionLineCase } from '../../src/native.js';
 

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { isObject, JsonError, parseStrict, stringifyAscii, type JsonValue } from '../../src/formats/json.js';
 import { nativeLineScanner, plainRequest, plainResponseKey, SCAN } from '../../src/tools/gate/scan.js';
 import { nativeAvailable } from '../../src/native.js';
-import { mulberry32 as rng } from '../../src/lab/prng.js';
+import { mulberry32 as rng } from '../lab/prng.js';
 
 const has = (o: object, k: string) => Object.prototype.hasOwnProperty.call(o, k);
 const ENVELOPE = ['jsonrpc', 'id', 'method', 'params', 'result', 'error'];

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { compilePolicy, decide } from '../../src/engine/index.js';
 import type { FailMode, Mode, PolicyInput } from '../../src/engine/types.js';
 import { loadNative, nativeAvailable, type FsCmdPolicy } from '../../src/native.js';
-import { mulberry32 as rng } from '../../src/lab/prng.js';
+import { mulberry32 as rng } from '../lab/prng.js';
 
 type Kind = 'filesystem' | 'commands' | 'interpreter';
 interface Case {

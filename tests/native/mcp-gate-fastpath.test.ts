@@ -13,7 +13,7 @@ import { createLocalJudge } from '../../src/tools/judge/judge.js';
 import { compileGatePolicy } from '../../src/tools/judge/policy.js';
 import { validateGatePolicy } from '../../src/tools/judge/policy-file.js';
 import { nativeLineScanner, type LineScanner } from '../../src/tools/gate/scan.js';
-import { mulberry32 } from '../../src/lab/prng.js';
+import { mulberry32 } from '../lab/prng.js';
 import { createDecisionLog } from '../../src/log/decisions.js';
 import { nativeAvailable } from '../../src/native.js';
 

@@ -6,8 +6,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-// The small root of its own (loader, libc, programs) lives in src/lab/miniroot.ts (leash demo uses it too).
-export { buildMiniRoot, copyIntoRoot, lddFiles, resolveInRoot } from '../../../src/lab/miniroot.js';
+// The small root of its own (loader, libc, programs) lives in src/cli/demo/miniroot.ts (leash demo uses it too).
+export { buildMiniRoot, copyIntoRoot, lddFiles, resolveInRoot } from '../../../src/cli/demo/miniroot.js';
 
 export type Cleanup = () => void;
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DEMO_STEPS, renderTable, type Row } from '../../../src/cli/demo.js';
+import { DEMO_STEPS, renderTable, type Row } from '../../../src/cli/demo/demo.js';
 
 const rows: Row[] = DEMO_STEPS.map((step) => ({
   step,

@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { inspectInputs, maskInputs, maskSecrets } from '../../../src/engine/inspect.js';
 import type { InspectAction, InspectCategory } from '../../../src/engine/types.js';
 import * as ref from './fixtures/inspect-reference.js';
-import { mulberry32 as prng } from '../../../src/lab/prng.js';
+import { mulberry32 as prng } from '../../lab/prng.js';
 
 const ALNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 const UPPERNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789';

@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { compilePolicy, decide, type Surface, type SubjectOf } from '../../../src/engine/index.js';
 import { makePolicy } from './helpers.js';
-import { mulberry32 as rng } from '../../../src/lab/prng.js';
+import { mulberry32 as rng } from '../../lab/prng.js';
 
 const pick = <T>(r: () => number, a: readonly T[]): T => a[Math.floor(r() * a.length)]!;
 const many = <T>(r: () => number, n: number, f: () => T): T[] => Array.from({ length: n }, f);

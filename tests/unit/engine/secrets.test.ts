@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { findSecrets, SECRET_KINDS } from '../../../src/engine/index.js';
 import type { Span } from '../../../src/engine/detect.js';
 import { SECRET_DETECTORS } from '../../../src/engine/secrets.js';
-import { mulberry32 as prng } from '../../../src/lab/prng.js';
+import { mulberry32 as prng } from '../../lab/prng.js';
 import { referenceSpans } from './fixtures/terminal-redact-reference.js';
 
 // Secret-shaped test values are assembled from parts so no scanner mistakes this file for a leak.

@@ -11,7 +11,7 @@ import { jsonString, jsonText } from '../../../src/log/json-text.js';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { mulberry32 as rng } from '../../../src/lab/prng.js';
+import { mulberry32 as rng } from '../../lab/prng.js';
 
 const CHARS = ['a', ' ', '"', '\\', '\n', '\u0000', '\u001f', '\u007f', 'é', '\u2028', '😀', '\ud800', '\udc00', '/'];
 

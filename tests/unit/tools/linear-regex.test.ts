@@ -12,7 +12,7 @@ import { checkTool, compileGatePolicy, globMatcher } from '../../../src/tools/ju
 import { GATE_DEFAULTS } from '../../../src/tools/judge/fields.js';
 import { GATE_ENGINE } from '../../../src/tools/judge/from-config.js';
 import { LeashError } from '../../../src/errors.js';
-import { mulberry32 } from '../../../src/lab/prng.js';
+import { mulberry32 } from '../../lab/prng.js';
 
 // A bound no linear matcher comes near on these inputs, and no backtracking one stays under:
 // (a+)+$ on 40 characters is 2^40 steps.

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadNative, nativeAvailable } from '../../../src/native.js';
 import { resolvePath, walkJs } from '../../../src/tools/judge/operations/paths.js';
-import { mulberry32 as rng } from '../../../src/lab/prng.js';
+import { mulberry32 as rng } from '../../lab/prng.js';
 
 const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'leash-walk-')));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));

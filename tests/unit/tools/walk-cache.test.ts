@@ -10,7 +10,7 @@ import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadNative, nativeAvailable } from '../../../src/native.js';
-import { mulberry32 as rng } from '../../../src/lab/prng.js';
+import { mulberry32 as rng } from '../../lab/prng.js';
 import { createValidatedWalker, resolvePath } from '../../../src/tools/judge/operations/paths.js';
 import { compileRules, decideAction } from '../../../src/tools/judge/operations/rules.js';
 import { normalizeCall } from '../../../src/tools/judge/operations/normalize.js';

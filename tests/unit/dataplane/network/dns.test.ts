@@ -5,8 +5,8 @@ import { compilePolicy, decideDnsName, ptrAddress, type CompiledPolicy } from '.
 import { createDnsForwarder, type DnsForwarder } from '../../../../src/dataplane/network/dns/forwarder.js';
 import { RCODE, encodeQuestion, parseQuery, readAnswer } from '../../../../src/dataplane/network/dns/wire.js';
 import type { DecisionRecord } from '../../../../src/log/decisions.js';
-import { answerDns } from '../../../../src/lab/upstream.js';
-import { runFuzz } from '../../../../src/lab/dns-fuzz.js';
+import { answerDns } from '../../../../src/cli/demo/upstream.js';
+import { runFuzz } from '../../../lab/dns-fuzz.js';
 
 function query(name: string, qtype = 1, opts: { id?: number; flags?: number; edns?: boolean; extra?: Buffer } = {}) {
   const hdr = Buffer.alloc(12);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { HttpRequestGate, upgradeAgreed, type GateStep } from '../../../../src/dataplane/network/proxy/http-gate.js';
-import { mulberry32 } from '../../../../src/lab/prng.js';
+import { mulberry32 } from '../../../lab/prng.js';
 
 // The plain-HTTP request framer: every request on a kept-alive connection judged by its own Host, bodies followed
 // exactly, anything ambiguous refused (nothing of it forwarded).

@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { parseHttpHost, peekDestination, type PeekResult } from '../../../../src/dataplane/network/proxy/peek.js';
-import { captureHello, withExtension } from '../../../../src/lab/client-hello.js';
+import { captureHello, withExtension } from '../../../lab/client-hello.js';
 
 /** Re-frames a single-record ClientHello into records of the given fragment sizes. */
 function reframe(hello: Buffer, sizes: number[]): Buffer {

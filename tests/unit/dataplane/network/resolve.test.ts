@@ -1,7 +1,7 @@
 import dgram from 'node:dgram';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createNameResolver } from '../../../../src/dataplane/network/proxy/resolve.js';
-import { answerDns } from '../../../../src/lab/upstream.js';
+import { answerDns } from '../../../../src/cli/demo/upstream.js';
 
 let close: (() => void) | null = null;
 afterEach(() => {

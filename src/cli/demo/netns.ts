@@ -1,5 +1,5 @@
 /**
- * The network lab (docs: /work/shared/DESIGN.md "Test lab"): an agent namespace and an upstream namespace joined by a
+ * The network lab (tests/lab, `leash demo`, the benches): an agent namespace and an upstream namespace joined by a
  * veth pair, on 198.18.0.0/15 and 2001:db8::/32. The upstream namespace carries HTTP/TLS servers that report which
  * name and address each connection reached, and a DNS server the proxy (and the agent) resolve through. Used by
  * the integration tests, `leash demo` and bench/proxy. Everything it makes is registered for teardown as soon as it
@@ -11,10 +11,10 @@ import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import type { PolicyInput } from '../engine/types.js';
-import type { DecisionRecord } from '../log/decisions.js';
-import { hostRunner, netnsRunner, type RunResult, type Runner } from '../dataplane/network/nft/run.js';
-import type { StandaloneSpec } from '../dataplane/network/standalone.js';
+import type { PolicyInput } from '../../engine/types.js';
+import type { DecisionRecord } from '../../log/decisions.js';
+import { hostRunner, netnsRunner, type RunResult, type Runner } from '../../dataplane/network/nft/run.js';
+import type { StandaloneSpec } from '../../dataplane/network/standalone.js';
 import type { Probe, ProbeResult } from './probe.js';
 import type { UpstreamConfig } from './upstream.js';
 
@@ -121,14 +121,14 @@ export interface Lab {
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
-/** dist/src: where the compiled lab scripts live (the lab runs them as separate processes in the namespaces). */
+/** dist/src: where the compiled scripts live (the lab runs them as separate processes in the namespaces). */
 export function distSrc(): string {
   const marker = `${path.sep}dist${path.sep}src${path.sep}`;
   const i = here.lastIndexOf(marker);
   if (i >= 0) return here.slice(0, i + marker.length - 1);
-  const root = path.resolve(here, '..', '..');
+  const root = path.resolve(here, '..', '..', '..');
   const d = path.join(root, 'dist', 'src');
-  if (!fs.existsSync(path.join(d, 'lab', 'upstream.js')))
+  if (!fs.existsSync(path.join(d, 'cli', 'demo', 'upstream.js')))
     throw new Error(`lab scripts not built: run "npm run build" (looked in ${d})`);
   return d;
 }
@@ -367,12 +367,12 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
     fs.writeFileSync(upCfgPath, JSON.stringify(upCfg));
     const dist = distSrc();
     const up = await spawnReady(
-      ['ip', 'netns', 'exec', upstreamNs, process.execPath, path.join(dist, 'lab', 'upstream.js'), upCfgPath],
+      ['ip', 'netns', 'exec', upstreamNs, process.execPath, path.join(dist, 'cli', 'demo', 'upstream.js'), upCfgPath],
       'lab upstream servers',
     );
     defer(`stop upstream pid ${up.child.pid}`, () => stopChild(up.child));
     // The probe runs as the leashed account: give it a copy it can read.
-    fs.copyFileSync(path.join(dist, 'lab', 'probe.js'), path.join(dir, 'probe.mjs'));
+    fs.copyFileSync(path.join(dist, 'cli', 'demo', 'probe.js'), path.join(dir, 'probe.mjs'));
     fs.chmodSync(path.join(dir, 'probe.mjs'), 0o644);
   } catch (e) {
     await teardown();

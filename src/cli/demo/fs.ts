@@ -4,7 +4,7 @@
  * sudoers.d, root's SSH key, copies of a few binaries), re-roots the policy's path entries onto that tmpfs
  * (`/etc/shadow` -> `<t>/etc/shadow`), and runs the fanotify watcher with that policy under a timeout. Steps run
  * as the demo account inside the agent namespace (another mount namespace: FAN_MARK_FILESYSTEM still sees it).
- * The tmpfs is also a small root of its own (src/lab/miniroot.ts): the host's real dynamic loader, libc and the
+ * The tmpfs is also a small root of its own (miniroot.ts): the host's real dynamic loader, libc and the
  * libraries of the copied programs, at their host paths. The commands-whitelist steps switch the account to a
  * commands whitelist whose `commands.interpreters` is that tmpfs loader and run programs chrooted there, so the
  * program, its ELF interpreter and its libraries are all on the marked filesystem, as on a host whose root
@@ -15,15 +15,15 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { createFsSupervisor } from '../dataplane/watcher/supervisor.js';
-import { readStart } from '../dataplane/watcher/startup.js';
-import { fsCmdPolicyOf, parseMountinfo, policyRoots } from '../dataplane/watcher/policy.js';
-import type { RunResult } from '../dataplane/network/nft/run.js';
-import { hostRunner } from '../dataplane/network/nft/run.js';
-import type { Config } from '../control/config/types.js';
-import type { Cleanups, Lab, LabUser } from '../lab/lab.js';
-import { copyStartFiles, lddFiles, resolveInRoot } from '../lab/miniroot.js';
-import type { FsCmdPolicy } from '../dataplane/watcher/addon.js';
+import { createFsSupervisor } from '../../dataplane/watcher/supervisor.js';
+import { readStart } from '../../dataplane/watcher/startup.js';
+import { fsCmdPolicyOf, parseMountinfo, policyRoots } from '../../dataplane/watcher/policy.js';
+import type { RunResult } from '../../dataplane/network/nft/run.js';
+import { hostRunner } from '../../dataplane/network/nft/run.js';
+import type { Config } from '../../control/config/types.js';
+import type { Cleanups, Lab, LabUser } from './netns.js';
+import { copyStartFiles, lddFiles, resolveInRoot } from './miniroot.js';
+import type { FsCmdPolicy } from '../../dataplane/watcher/addon.js';
 import type { DemoContext, DemoStep, LoggedDecision, StepOutcome } from './demo.js';
 
 /** Re-roots one policy path (absolute, possibly a glob) under `root`; anything else is returned unchanged. */
