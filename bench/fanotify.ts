@@ -23,8 +23,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { createFsSupervisor, type FsSupervisor } from '../src/dataplane/watcher/supervisor.js';
-import type { FsCmdPolicy } from '../src/native.js';
+import type { FsCmdPolicy } from '../src/dataplane/watcher/addon.js';
 import { benchTmpdir, cleanups, compileC, requireRoot } from './common.js';
+import { childOf, cpuNs, loopCpuNs, median, stop } from './fanotify/procstat.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const pkgRoot = [path.resolve(here, '..'), path.resolve(here, '..', '..')].find((r) =>
@@ -173,30 +174,6 @@ function bigPolicy(): FsCmdPolicy {
   };
 }
 
-/** CPU time (ns) a process has run, all threads: the steadier figure on a loaded VM. */
-function cpuNs(pid: number): number {
-  let s = 0;
-  for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
-    s += Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
-  }
-  return s;
-}
-
-/** CPU time (ns) of the watcher's loop thread alone (named leash-loop): the answer path's work. */
-function loopCpuNs(pid: number): number {
-  for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
-    if (fs.readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim() === 'leash-loop')
-      return Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
-  }
-  return NaN;
-}
-
-/** The PID of timeout(1)'s child. */
-function childOf(pid: number): number {
-  const kids = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/);
-  return Number(kids[0]);
-}
-
 async function startListener(): Promise<ChildProcess> {
   const c = spawn('timeout', ['-s', 'KILL', '300', listenerBin, mnt], { stdio: ['ignore', 'pipe', 'inherit'] });
   cleanups.push(() => void c.kill('SIGTERM'));
@@ -205,14 +182,6 @@ async function startListener(): Promise<ChildProcess> {
     c.on('exit', () => reject(new Error('listener exited')));
   });
   return c;
-}
-
-async function stop(c: ChildProcess): Promise<void> {
-  if (c.exitCode !== null || c.signalCode !== null) return;
-  const done = new Promise<void>((r) => c.once('exit', () => r()));
-  // SIGTERM: timeout(1) forwards it to the listener (a SIGKILL would orphan the listener).
-  c.kill('SIGTERM');
-  await done;
 }
 
 async function leash(tag: string, extraArgs: string[] = [], policy = bigPolicy()): Promise<FsSupervisor> {
@@ -266,11 +235,6 @@ function fapolicyd(): { rate: number; cpu: number } | null {
   const cpu = Number(/cpu_ns (\d+)/.exec(r.stdout)?.[1] ?? NaN);
   return { rate: Number(lines.find((l) => /^\d+$/.test(l))), cpu };
 }
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.floor(s.length / 2)]! : NaN;
-};
 
 async function main(): Promise<void> {
   const spin = values['spin-us'] ? Number(values['spin-us']) : null;

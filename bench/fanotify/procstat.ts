@@ -1,0 +1,43 @@
+/**
+ * What bench/fanotify reads of the processes it measures (CPU time from /proc, all threads or the watcher's loop
+ * thread alone), how it stops them, and the median of its rounds.
+ */
+import type { ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+
+/** CPU time (ns) a process has run, all threads: the steadier figure on a loaded VM. */
+export function cpuNs(pid: number): number {
+  let s = 0;
+  for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
+    s += Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+  }
+  return s;
+}
+
+/** CPU time (ns) of the watcher's loop thread alone (named leash-loop): the answer path's work. */
+export function loopCpuNs(pid: number): number {
+  for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
+    if (fs.readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim() === 'leash-loop')
+      return Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+  }
+  return NaN;
+}
+
+/** The PID of timeout(1)'s child. */
+export function childOf(pid: number): number {
+  const kids = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/);
+  return Number(kids[0]);
+}
+
+export async function stop(c: ChildProcess): Promise<void> {
+  if (c.exitCode !== null || c.signalCode !== null) return;
+  const done = new Promise<void>((r) => c.once('exit', () => r()));
+  // SIGTERM: timeout(1) forwards it to the listener (a SIGKILL would orphan the listener).
+  c.kill('SIGTERM');
+  await done;
+}
+
+export const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.floor(s.length / 2)]! : NaN;
+};
