@@ -41,7 +41,7 @@ if [ "${#need[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${need[@]}"
 fi
 
-# FIELD-NOTES: libnss-mymachines (systemd-container's recommendation) edits /etc/nsswitch.conf; a machine that got it
+# Measured: libnss-mymachines (systemd-container's recommendation) edits /etc/nsswitch.conf; a machine that got it
 # resolves every lookup through machined, which does not run here.
 if dpkg-query -W -f='${Status}' libnss-mymachines 2>/dev/null | grep -q 'install ok installed'; then
   DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq libnss-mymachines

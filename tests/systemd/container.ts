@@ -4,7 +4,7 @@ import path from 'node:path';
 
 /**
  * Debian 12 booted with systemd as PID 1 in systemd-nspawn, on a copy of the cached image (tests/systemd/image.sh),
- * as FIELD-NOTES "A real systemd on these machines" says: the image's own ext4 (fanotify marks made inside never
+ * because a real systemd on these machines needs: the image's own ext4 (fanotify marks made inside never
  * reach the host's filesystems), a network namespace of its own (nft rules stay in it), nspawn's seccomp list
  * widened by the fanotify calls, --keep-unit (PID 1 here is not systemd), a tmpfs on /run/systemd/nspawn.
  */
