@@ -56,7 +56,7 @@ find "$lib/node_modules" \( -name '*.md' -o -name '*.markdown' -o -name 'index.h
   -o -name '.npmignore' -o -name '.eslintrc*' -o -name '.prettierrc*' -o -name '.editorconfig' \
   -o -name '.travis.yml' -o -name '.taprc' -o -name '*.d.ts' -o -name '*.d.cts' -o -name '*.d.mts' \
   -o -name '*.map' -o -name 'tsconfig.json' -o -name '*.sh' \) -not -path '*/LICENSE*' -exec rm -rf {} +
-for d in .github .husky test tests docs benchmarks bench example examples; do
+for d in .github .husky test tests __tests__ spec specs fixtures docs benchmarks bench example examples; do
   find "$lib/node_modules" -mindepth 2 -type d -name "$d" -prune -exec rm -rf {} +
 done
 # Source maps point at TypeScript sources that are not shipped.

@@ -68,6 +68,19 @@ describe.skipIf(!hasDpkg && !isRoot)('packaging (.deb)', () => {
     );
   });
 
+  it('ships only what runs in production: no lab, test, bench or fixture code', () => {
+    const paths = run(['dpkg-deb', '-c', deb])
+      .out.split('\n')
+      .map((l) => l.split(/\s+/).pop() ?? '')
+      .filter((p) => p.startsWith('./'));
+    const ours = paths.filter((p) => p.startsWith('./usr/lib/leash/dist/'));
+    expect(ours).toContain('./usr/lib/leash/dist/src/cli/main.js');
+    // `leash demo` is shipped, and with it the namespaces, upstream and probes it runs.
+    expect(ours).toContain('./usr/lib/leash/dist/src/cli/demo/upstream.js');
+    const notProduction = /\/(lab|tests?|bench|benchmarks?|fixtures?)\/|\.(test|spec|bench)\.[cm]?js$/;
+    expect(paths.filter((p) => notProduction.test(p))).toEqual([]);
+  });
+
   it('the runtime dependencies in package.json are what the installed tree needs, no build tool among them', () => {
     const pkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')) as {
       dependencies: Record<string, string>;
