@@ -148,8 +148,11 @@ export async function pidNamespaceCheck(socket: string | null): Promise<Check> {
         : { 'service (if started here)': own };
   const warnings = pidNsWarnings(ns, live?.foreignPidEvents ?? null);
   const where = Object.entries(ns)
-    .map(([p, ino]) => `${p} ${ino === INITIAL_PID_NS ? 'initial' : ino}`)
-    .join(', ');
+    .map(
+      ([p, ino]) =>
+        `${p}: ${ino === INITIAL_PID_NS ? 'the initial PID namespace' : `PID namespace ${ino}, not the initial one`}`,
+    )
+    .join('; ');
   return { check: 'pid_namespace', ok: true, detail: where || 'unknown', ...(warnings.length ? { warnings } : {}) };
 }
 
