@@ -13,13 +13,13 @@ import path from 'node:path';
 import type { Command } from 'commander';
 import { EXIT, isLeashError, LeashError } from '../errors.js';
 import { DEFAULT_TOOLS_SOCKET } from '../paths.js';
-import { loadConfig } from '../validate/load.js';
-import { mappingForServer } from '../enforcers/tools/operations/mappings.js';
-import { workspaceWarnings } from '../enforcers/tools/operations/model.js';
+import { loadConfig } from '../control/config/load.js';
+import { mappingForServer } from '../tools/judge/operations/mappings.js';
+import { workspaceWarnings } from '../tools/judge/operations/model.js';
 import { configPath, print, printJson } from './context.js';
 import { loadPolicy } from './mcp.js';
 import { askSources, noApprover, parseApprovalMode } from './mcp-approval.js';
-import { INITIAL_PID_NS, pidNsOf, pidNsWarnings } from '../enforcers/watcher/pidns.js';
+import { INITIAL_PID_NS, pidNsOf, pidNsWarnings } from '../dataplane/watcher/pidns.js';
 import { parseMetricsText, summarize } from '../metrics/metrics.js';
 import { fetchMetrics } from '../metrics/server.js';
 

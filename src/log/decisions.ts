@@ -23,7 +23,7 @@ export interface DecisionRecord {
   findings?: InspectFinding[];
   /**
    * An asked action: the request's ID on the `ask` line and on its outcome's line, with who decided
-   * and how (src/approvals/contract.ts).
+   * and how (src/engine/approval.ts).
    */
   approval?: {
     request: string | null;
@@ -159,7 +159,7 @@ export function formatDecision(rec: DecisionRecord, ref = newRef(), now?: Date):
 
 /**
  * A decision line with no `uid`: the watcher's count of events from processes it cannot identify
- * (foreign_pid_namespace, src/enforcers/watcher/pidns.ts). Written whole, never through the allow tally.
+ * (foreign_pid_namespace, src/dataplane/watcher/pidns.ts). Written whole, never through the allow tally.
  */
 export function formatUnattributed(rec: Omit<DecisionRecord, 'uid'>): string {
   return decisionHead(newRef()) + formatDecisionTail(rec as DecisionRecord);

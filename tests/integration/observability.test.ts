@@ -14,7 +14,7 @@ import { loadNative } from '../../src/native.js';
 import { serializeEntry } from '../../src/log/journal.js';
 import { parseMetricsText, type Sample } from '../../src/metrics/metrics.js';
 import { fetchMetrics } from '../../src/metrics/server.js';
-import { INITIAL_PID_NS } from '../../src/enforcers/watcher/pidns.js';
+import { INITIAL_PID_NS } from '../../src/dataplane/watcher/pidns.js';
 import net from 'node:net';
 import { JOURNALD, hasJournalctl, startJournald, type TestJournald } from './helpers/journald.js';
 

@@ -8,13 +8,13 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { INITIAL_PID_NS, pidNsOf } from '../../src/enforcers/watcher/pidns.js';
-import { fsCmdPolicyOf } from '../../src/enforcers/watcher/policy.js';
-import { createFsSupervisor, type FsSupervisor } from '../../src/enforcers/watcher/supervisor.js';
+import { INITIAL_PID_NS, pidNsOf } from '../../src/dataplane/watcher/pidns.js';
+import { fsCmdPolicyOf } from '../../src/dataplane/watcher/policy.js';
+import { createFsSupervisor, type FsSupervisor } from '../../src/dataplane/watcher/supervisor.js';
 import { createMetrics, pidNamespaceFamily } from '../../src/metrics/metrics.js';
 import { startMetricsServer, type MetricsServer } from '../../src/metrics/server.js';
 import { nativeAvailable, type WatcherStats } from '../../src/native.js';
-import { watcherFamilies } from '../../src/service/surfaces/watcher.js';
+import { watcherFamilies } from '../../src/control/reconcile/surfaces/watcher.js';
 import {
   copyBinaries,
   createUser,
@@ -26,7 +26,7 @@ import {
   type Cleanup,
 } from './helpers/fslab.js';
 
-const WATCHER = path.resolve('dist/src/enforcers/watcher/watcher-main.js');
+const WATCHER = path.resolve('dist/src/dataplane/watcher/watcher-main.js');
 const CLI = path.resolve('dist/src/cli/main.js');
 const root = process.getuid?.() === 0 && nativeAvailable();
 /** The watcher's interval between count lines here: long enough that the burst below ends well inside one. */
