@@ -2,7 +2,7 @@
  * `leash demo`: shows Leash deciding, end to end, without touching the host. It builds the lab (an agent and an
  * "internet" network namespace), creates a demo agent account, runs the service's network enforcer with the shipped
  * default policy inside the agent namespace and the fanotify watcher on a tmpfs of the demo's own (the policy's
- * filesystem and commands entries re-rooted there, see demo-fs.ts), performs allowed and blocked actions AS that
+ * filesystem and commands entries re-rooted there, see fs.ts), performs allowed and blocked actions AS that
  * account, prints what was decided and why, and tears everything down (also on Ctrl-C or failure).
  *
  * Steps are data (DEMO_STEPS): another surface adds its own by appending to the list (or passing `steps`).

@@ -31,6 +31,8 @@ export interface WatcherStatus {
   markErrors: { path: string; code: string }[];
   subjects: number;
   droppedAllows: number;
+  /** The watcher's PID namespace (inode; pidns.ts): outside the initial one, the host's processes have no PID in it. */
+  pidNs: number | null;
   /** Namespaces subjects made (namespaces.ts): known now, filesystems marked and processes killed since start. */
   namespaces?: NamespaceStatus;
   stats: WatcherStats;

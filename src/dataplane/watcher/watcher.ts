@@ -6,6 +6,7 @@ import path from 'node:path';
 import type { DecisionRecord } from '../../log/decisions.js';
 import type { HeldAsk, NativeWatcher, NativeWatcherPart, WatcherOptions, WatcherSubject } from './addon.js';
 import { createNamespaceScanner, type NamespaceScanner } from './namespaces.js';
+import { createForeignPidLog, pidNsOf } from './pidns.js';
 import { parseMountinfo, policyRoots } from './policy.js';
 import type { WatcherStatus } from './protocol.js';
 
@@ -37,6 +38,8 @@ export interface WatcherCoreOptions {
   queueAllows?: number;
   /** How often queued records are drained when the loop has not woken JavaScript (default 100 ms). */
   drainMs?: number;
+  /** Events from outside the PID namespace: one decision-log line per surface per this many ms at most (default 60 s). */
+  foreignLogMs?: number;
   /** How often new filesystems under a root are looked for. */
   rescanMs?: number;
   /**
@@ -79,6 +82,12 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
   let droppedAllows = 0;
   let timers: NodeJS.Timeout[] = [];
   const readMountinfo = opts.readMountinfo ?? (() => fs.readFileSync('/proc/self/mountinfo', 'utf8'));
+  const pidNs = pidNsOf();
+  const foreign = createForeignPidLog({
+    intervalMs: opts.foreignLogMs ?? 60_000,
+    write: (text) => opts.log.writeLines(Buffer.from(text, 'utf8')),
+    warn: opts.warn,
+  });
 
   let standby = false;
   /** Once, after a takeover: the dead watcher's pending events this one answered, to the log. */
@@ -115,8 +124,9 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
 
   const drain = (): void => {
     if (standby && !w.standby) tookOver();
-    const { lines, droppedAllows: dropped, asks, allows } = w.drain();
+    const { lines, droppedAllows: dropped, asks, allows, foreignPid } = w.drain();
     if (lines.length > 0) opts.log.writeLines(lines);
+    foreign.update(foreignPid);
     if (allows)
       for (let i = 0; i + 3 < allows.length; i += 4)
         opts.log.countAllows?.(allows[i]!, allows[i + 1] ? 'commands' : 'filesystem', allows[i + 2]!, allows[i + 3]!);
@@ -248,6 +258,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
         markErrors: [...markErrors].map(([p, code]) => ({ path: p, code })),
         subjects: subjects.size,
         droppedAllows,
+        pidNs,
         ...(ns ? { namespaces: ns.status() } : {}),
         stats: w.stats(),
       };
@@ -259,6 +270,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
       // Closing answers what is held (native/watcher/hold.h: approval_cancelled); the drain after it writes those lines.
       w.close();
       drain();
+      foreign.flush();
     },
   };
 }

@@ -8,8 +8,9 @@ import type { Config } from '../../config/types.js';
 import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks } from '../../../dataplane/watcher/index.js';
 import type { LeashError } from '../../../errors.js';
 import { findJournalSocket } from '../../../log/journal.js';
-import type { WatcherStats, WatcherSubject } from '../../../dataplane/watcher/addon.js';
-import { histogramFamily, type MetricFamily } from '../../../metrics/metrics.js';
+import type { WatcherSubject } from '../../../dataplane/watcher/addon.js';
+import type { WatcherStatus } from '../../../dataplane/watcher/protocol.js';
+import { histogramFamily, pidNamespaceFamily, type MetricFamily } from '../../../metrics/metrics.js';
 import type { Action } from '../plan.js';
 import { enforcedSet, type SurfaceAdapter } from './contract.js';
 
@@ -97,13 +98,14 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
     },
     ...withdraw,
     reopenLogs: () => sup.reopenLog(),
-    families: async () => watcherFamilies((await sup.status()).stats),
+    families: async () => watcherFamilies(await sup.status()),
     close: () => sup.close(),
   };
 }
 
 /** The watcher's own counts as metric families (src/metrics/metrics.ts names them). */
-export function watcherFamilies(st: WatcherStats): MetricFamily[] {
+export function watcherFamilies(status: Pick<WatcherStatus, 'stats' | 'pidNs'>): MetricFamily[] {
+  const st = status.stats;
   return [
     {
       name: 'leash_decisions',
@@ -133,5 +135,15 @@ export function watcherFamilies(st: WatcherStats): MetricFamily[] {
       type: 'counter',
       values: [{ value: st.allowsCounted, labels: {} }],
     },
+    {
+      name: 'leash_watcher_foreign_pid_events',
+      help: "opens and execs from processes outside the watcher's PID namespace (pid 0), allowed unjudged",
+      type: 'counter',
+      values: [
+        { value: st.foreignPidOpen, labels: { surface: 'filesystem' } },
+        { value: st.foreignPidExec, labels: { surface: 'commands' } },
+      ],
+    },
+    ...(status.pidNs === null ? [] : [pidNamespaceFamily('watcher', status.pidNs)]),
   ];
 }
