@@ -5,7 +5,6 @@
  * the integration tests, `leash demo` and bench/proxy. Everything it makes is registered for teardown as soon as it
  * exists; `teardown()` undoes it in reverse order and never throws.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -13,10 +12,13 @@ import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { PolicyInput } from '../../engine/types.js';
 import type { DecisionRecord } from '../../log/decisions.js';
-import { hostRunner, netnsRunner, type RunResult, type Runner } from '../../dataplane/network/nft/run.js';
+import { hostRunner, netnsRunner, type Runner } from '../../dataplane/network/nft/run.js';
+import { createCleanups, must, spawnReady, stopChild, type Cleanups } from './children.js';
 import type { StandaloneSpec } from '../../dataplane/network/standalone.js';
 import type { Probe, ProbeResult } from './probe.js';
 import type { UpstreamConfig } from './upstream.js';
+
+export { createCleanups, stopChild, type Cleanups } from './children.js';
 
 export interface LabHost {
   name: string | null;
@@ -133,51 +135,6 @@ export function distSrc(): string {
   return d;
 }
 
-async function must(runner: Runner, argv: string[], input?: string): Promise<RunResult> {
-  const r = await runner(argv, input);
-  if (r.code !== 0) throw new Error(`${argv.join(' ')} -> ${r.code}: ${r.stderr.trim()}`);
-  return r;
-}
-
-function spawnReady(
-  argv: string[],
-  what: string,
-  timeoutMs = 15_000,
-): Promise<{ child: ChildProcess; err: () => string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
-    let err = '';
-    child.stderr!.setEncoding('utf8').on('data', (d: string) => {
-      err += d;
-      if (err.length > 65536) err = err.slice(-32768);
-    });
-    const rl = readline.createInterface({ input: child.stdout! });
-    const timer = setTimeout(() => reject(new Error(`${what} not ready after ${timeoutMs} ms: ${err}`)), timeoutMs);
-    rl.once('line', (line) => {
-      clearTimeout(timer);
-      if (line.trim() === 'ready') resolve({ child, err: () => err });
-      else reject(new Error(`${what}: unexpected "${line}" ${err}`));
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`${what} exited ${code}: ${err}`));
-    });
-  });
-}
-
-/** Stops a child we started, by its PID: SIGTERM, then SIGKILL after `graceMs`. */
-export function stopChild(child: ChildProcess, graceMs = 5000): Promise<number | null> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
-  return new Promise((resolve) => {
-    const t = setTimeout(() => child.kill('SIGKILL'), graceMs);
-    child.once('exit', (code) => {
-      clearTimeout(t);
-      resolve(code);
-    });
-    child.kill('SIGTERM');
-  });
-}
-
 export interface LabOptions {
   /** Unique per helper and run: namespaces are lt-<id>-a / lt-<id>-u. */
   id: string;
@@ -197,34 +154,196 @@ export interface LabOptions {
   cleanups?: Cleanups;
 }
 
-/** A LIFO registry of undo steps. `run` never throws; it returns what failed. */
-export interface Cleanups {
-  defer(what: string, fn: () => unknown): void;
-  run(): Promise<string[]>;
+type Defer = Cleanups['defer'];
+
+/**
+ * The two namespaces, joined by a veth pair created inside them (nothing appears in the host's own), with the lab's
+ * addresses, the upstream hosts on the upstream's lo, and static neighbours.
+ */
+async function wireNamespaces(host: Runner, agentNs: string, upstreamNs: string, hosts: LabHost[], defer: Defer) {
+  for (const ns of [agentNs, upstreamNs]) {
+    // A namespace left by a crashed earlier run of the same id would make `add` fail: remove it first.
+    await host(['ip', 'netns', 'del', ns]);
+    await must(host, ['ip', 'netns', 'add', ns]);
+    defer(`ip netns del ${ns}`, () => must(host, ['ip', 'netns', 'del', ns]));
+    await must(host, ['ip', '-n', ns, 'link', 'set', 'lo', 'up']);
+    // No duplicate address detection in the lab: a tentative link-local address delays the first IPv6
+    // neighbour solicitation by a second, which would show up as set-up time that is not Leash's.
+    await must(host, [
+      'ip',
+      'netns',
+      'exec',
+      ns,
+      'sysctl',
+      '-qw',
+      'net.ipv6.conf.all.accept_dad=0',
+      'net.ipv6.conf.default.accept_dad=0',
+      // A benchmark opens ~1000 connections/s for minutes: with the default range and no TIME_WAIT reuse the
+      // namespace runs out of source ports and every path collapses together (measured: all three to ~100/s).
+      'net.ipv4.ip_local_port_range=1024 65000',
+      'net.ipv4.tcp_tw_reuse=1',
+    ]);
+  }
+  // Both ends are created inside the namespaces: nothing ever appears in the host's own.
+  await must(host, [
+    'ip',
+    '-n',
+    agentNs,
+    'link',
+    'add',
+    'veth0',
+    'type',
+    'veth',
+    'peer',
+    'name',
+    'veth0',
+    'netns',
+    upstreamNs,
+  ]);
+  const sh = async (ns: string, cmds: string[][]) => {
+    for (const c of cmds) await must(host, ['ip', '-n', ns, ...c]);
+  };
+  await sh(agentNs, [
+    ['addr', 'add', `${LAB.agentV4}/24`, 'dev', 'veth0'],
+    ['-6', 'addr', 'add', `${LAB.agentV6}/64`, 'dev', 'veth0', 'nodad'],
+    ['link', 'set', 'veth0', 'up'],
+    ['route', 'add', 'default', 'via', LAB.upstreamV4],
+    ['-6', 'route', 'add', 'default', 'via', LAB.upstreamV6],
+  ]);
+  const upAddrs: string[][] = [];
+  for (const h of [...hosts, { name: null, v4: LAB.dnsV4, v6: LAB.dnsV6 }]) {
+    upAddrs.push(['addr', 'add', `${h.v4}/32`, 'dev', 'lo']);
+    upAddrs.push(['-6', 'addr', 'add', `${h.v6}/128`, 'dev', 'lo', 'nodad']);
+  }
+  await sh(upstreamNs, [
+    ['addr', 'add', `${LAB.upstreamV4}/24`, 'dev', 'veth0'],
+    ['-6', 'addr', 'add', `${LAB.upstreamV6}/64`, 'dev', 'veth0', 'nodad'],
+    ['link', 'set', 'veth0', 'up'],
+    ...upAddrs,
+  ]);
+
+  // Static neighbour entries: the first IPv6 connection otherwise waits ~1 s for neighbour discovery (measured
+  // here), which would show up as set-up time that is not Leash's.
+  const mac = async (ns: string) =>
+    (
+      JSON.parse((await must(host, ['ip', '-n', ns, '-j', 'link', 'show', 'veth0'])).stdout) as { address: string }[]
+    )[0]!.address;
+  const [agentMac, upMac] = [await mac(agentNs), await mac(upstreamNs)];
+  await sh(agentNs, [
+    ['neigh', 'replace', LAB.upstreamV4, 'lladdr', upMac, 'dev', 'veth0', 'nud', 'permanent'],
+    ['-6', 'neigh', 'replace', LAB.upstreamV6, 'lladdr', upMac, 'dev', 'veth0', 'nud', 'permanent'],
+  ]);
+  await sh(upstreamNs, [
+    ['neigh', 'replace', LAB.agentV4, 'lladdr', agentMac, 'dev', 'veth0', 'nud', 'permanent'],
+    ['-6', 'neigh', 'replace', LAB.agentV6, 'lladdr', agentMac, 'dev', 'veth0', 'nud', 'permanent'],
+  ]);
 }
 
-export function createCleanups(): Cleanups {
-  const steps: { what: string; fn: () => unknown }[] = [];
-  let running: Promise<string[]> | null = null;
+/** The upstream's HTTP/TLS/DNS servers (upstream.ts) in their namespace, and the probe script the accounts run. */
+async function startUpstream(opts: LabOptions, dir: string, upstreamNs: string, hosts: LabHost[], defer: Defer) {
+  const host = hostRunner();
+  const key = path.join(dir, 'key.pem');
+  const cert = path.join(dir, 'cert.pem');
+  await must(host, [
+    'openssl',
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-subj',
+    '/CN=leash-lab',
+    '-days',
+    '1',
+    '-keyout',
+    key,
+    '-out',
+    cert,
+  ]);
+  const names: Record<string, string[]> = {};
+  for (const h of hosts) if (h.name) names[h.name] = [h.v4, h.v6];
+  Object.assign(names, opts.names ?? {});
+  const upCfg: UpstreamConfig = {
+    cert,
+    key,
+    httpPorts: LAB.httpPorts,
+    tlsPorts: LAB.tlsPorts,
+    dns: [LAB.dnsV4, LAB.dnsV6, ...(hosts.some((h) => h.v4 === LAB.rogueDnsV4) ? [LAB.rogueDnsV4] : [])],
+    names,
+    bulk: opts.bulk,
+    holdTls: opts.holdTls,
+    ...(opts.dnsLog === false ? {} : { dnsLog: path.join(dir, 'dns-queries.jsonl') }),
+  };
+  const upCfgPath = path.join(dir, 'upstream.json');
+  fs.writeFileSync(upCfgPath, JSON.stringify(upCfg));
+  const dist = distSrc();
+  const up = await spawnReady(
+    ['ip', 'netns', 'exec', upstreamNs, process.execPath, path.join(dist, 'cli', 'demo', 'upstream.js'), upCfgPath],
+    'lab upstream servers',
+  );
+  defer(`stop upstream pid ${up.child.pid}`, () => stopChild(up.child));
+  // The probe runs as the leashed account: give it a copy it can read.
+  fs.copyFileSync(path.join(dist, 'cli', 'demo', 'probe.js'), path.join(dir, 'probe.mjs'));
+  fs.chmodSync(path.join(dir, 'probe.mjs'), 0o644);
+}
+
+/** The network enforcer (dataplane/network/standalone.ts) in the agent namespace, as root. */
+async function startEnforcer(
+  dir: string,
+  agentNs: string,
+  spec: LabEnforcerSpec,
+  defer: Defer,
+): Promise<EnforcerHandle> {
+  const specPath = path.join(dir, `enforcer-${Date.now()}.json`);
+  const decisionsPath = path.join(dir, `decisions-${Date.now()}.jsonl`);
+  const write = (s: LabEnforcerSpec) => {
+    const full: StandaloneSpec = { ...s, resolvers: [LAB.dnsV4, LAB.dnsV6], decisions: decisionsPath };
+    fs.writeFileSync(specPath, JSON.stringify(full));
+  };
+  write(spec);
+  fs.writeFileSync(decisionsPath, '');
+  const { child, err } = await spawnReady(
+    [
+      'ip',
+      'netns',
+      'exec',
+      agentNs,
+      ...(spec.nofile ? ['prlimit', `--nofile=${spec.nofile}:${spec.nofile}`, '--'] : []),
+      process.execPath,
+      // e.g. LEASH_LAB_NODE_ARGS=--cpu-prof to profile the enforcer under a benchmark
+      ...(process.env.LEASH_LAB_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
+      path.join(distSrc(), 'dataplane', 'network', 'standalone.js'),
+      specPath,
+    ],
+    'network enforcer',
+  );
+  defer(`stop enforcer pid ${child.pid}`, () => stopChild(child));
+  const lines = readline.createInterface({ input: child.stdout! });
+  const reloads: (() => void)[] = [];
+  lines.on('line', (l) => {
+    if (l.trim() === 'reloaded') reloads.shift()?.();
+  });
   return {
-    defer: (what, fn) => void steps.push({ what, fn }),
-    run() {
-      // A second call (Ctrl-C during teardown) waits for the first instead of racing it.
-      running ??= (async () => {
-        const problems: string[] = [];
-        while (steps.length) {
-          const c = steps.pop()!;
-          try {
-            await c.fn();
-          } catch (e) {
-            problems.push(`${c.what}: ${(e as Error).message}`);
-          }
-        }
-        running = null;
-        return problems;
-      })();
-      return running;
-    },
+    pid: child.pid!,
+    specPath,
+    decisionsPath,
+    decisions: () =>
+      fs
+        .readFileSync(decisionsPath, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as DecisionRecord),
+    reload: (s) =>
+      new Promise<void>((resolve) => {
+        write(s);
+        reloads.push(resolve);
+        child.kill('SIGHUP');
+      }),
+    stop: () => stopChild(child),
+    alive: () => child.exitCode === null && child.signalCode === null,
+    stderr: err,
   };
 }
 
@@ -246,82 +365,7 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
   const teardown = () => cleanups.run();
 
   try {
-    for (const ns of [agentNs, upstreamNs]) {
-      // A namespace left by a crashed earlier run of the same id would make `add` fail: remove it first.
-      await host(['ip', 'netns', 'del', ns]);
-      await must(host, ['ip', 'netns', 'add', ns]);
-      defer(`ip netns del ${ns}`, () => must(host, ['ip', 'netns', 'del', ns]));
-      await must(host, ['ip', '-n', ns, 'link', 'set', 'lo', 'up']);
-      // No duplicate address detection in the lab: a tentative link-local address delays the first IPv6
-      // neighbour solicitation by a second, which would show up as set-up time that is not Leash's.
-      await must(host, [
-        'ip',
-        'netns',
-        'exec',
-        ns,
-        'sysctl',
-        '-qw',
-        'net.ipv6.conf.all.accept_dad=0',
-        'net.ipv6.conf.default.accept_dad=0',
-        // A benchmark opens ~1000 connections/s for minutes: with the default range and no TIME_WAIT reuse the
-        // namespace runs out of source ports and every path collapses together (measured: all three to ~100/s).
-        'net.ipv4.ip_local_port_range=1024 65000',
-        'net.ipv4.tcp_tw_reuse=1',
-      ]);
-    }
-    // Both ends are created inside the namespaces: nothing ever appears in the host's own.
-    await must(host, [
-      'ip',
-      '-n',
-      agentNs,
-      'link',
-      'add',
-      'veth0',
-      'type',
-      'veth',
-      'peer',
-      'name',
-      'veth0',
-      'netns',
-      upstreamNs,
-    ]);
-    const sh = async (ns: string, cmds: string[][]) => {
-      for (const c of cmds) await must(host, ['ip', '-n', ns, ...c]);
-    };
-    await sh(agentNs, [
-      ['addr', 'add', `${LAB.agentV4}/24`, 'dev', 'veth0'],
-      ['-6', 'addr', 'add', `${LAB.agentV6}/64`, 'dev', 'veth0', 'nodad'],
-      ['link', 'set', 'veth0', 'up'],
-      ['route', 'add', 'default', 'via', LAB.upstreamV4],
-      ['-6', 'route', 'add', 'default', 'via', LAB.upstreamV6],
-    ]);
-    const upAddrs: string[][] = [];
-    for (const h of [...hosts, { name: null, v4: LAB.dnsV4, v6: LAB.dnsV6 }]) {
-      upAddrs.push(['addr', 'add', `${h.v4}/32`, 'dev', 'lo']);
-      upAddrs.push(['-6', 'addr', 'add', `${h.v6}/128`, 'dev', 'lo', 'nodad']);
-    }
-    await sh(upstreamNs, [
-      ['addr', 'add', `${LAB.upstreamV4}/24`, 'dev', 'veth0'],
-      ['-6', 'addr', 'add', `${LAB.upstreamV6}/64`, 'dev', 'veth0', 'nodad'],
-      ['link', 'set', 'veth0', 'up'],
-      ...upAddrs,
-    ]);
-
-    // Static neighbour entries: the first IPv6 connection otherwise waits ~1 s for neighbour discovery (measured
-    // here), which would show up as set-up time that is not Leash's.
-    const mac = async (ns: string) =>
-      (
-        JSON.parse((await must(host, ['ip', '-n', ns, '-j', 'link', 'show', 'veth0'])).stdout) as { address: string }[]
-      )[0]!.address;
-    const [agentMac, upMac] = [await mac(agentNs), await mac(upstreamNs)];
-    await sh(agentNs, [
-      ['neigh', 'replace', LAB.upstreamV4, 'lladdr', upMac, 'dev', 'veth0', 'nud', 'permanent'],
-      ['-6', 'neigh', 'replace', LAB.upstreamV6, 'lladdr', upMac, 'dev', 'veth0', 'nud', 'permanent'],
-    ]);
-    await sh(upstreamNs, [
-      ['neigh', 'replace', LAB.agentV4, 'lladdr', agentMac, 'dev', 'veth0', 'nud', 'permanent'],
-      ['-6', 'neigh', 'replace', LAB.agentV6, 'lladdr', agentMac, 'dev', 'veth0', 'nud', 'permanent'],
-    ]);
+    await wireNamespaces(host, agentNs, upstreamNs, hosts, defer);
 
     // `ip netns exec` bind-mounts /etc/netns/<ns>/resolv.conf over /etc/resolv.conf: the agent resolves via the lab.
     const etc = path.join('/etc/netns', agentNs);
@@ -329,51 +373,7 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
     defer(`rm ${etc}`, () => fs.rmSync(etc, { recursive: true, force: true }));
     fs.writeFileSync(path.join(etc, 'resolv.conf'), `nameserver ${LAB.dnsV4}\nnameserver ${LAB.dnsV6}\n`);
 
-    const key = path.join(dir, 'key.pem');
-    const cert = path.join(dir, 'cert.pem');
-    await must(host, [
-      'openssl',
-      'req',
-      '-x509',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:prime256v1',
-      '-nodes',
-      '-subj',
-      '/CN=leash-lab',
-      '-days',
-      '1',
-      '-keyout',
-      key,
-      '-out',
-      cert,
-    ]);
-    const names: Record<string, string[]> = {};
-    for (const h of hosts) if (h.name) names[h.name] = [h.v4, h.v6];
-    Object.assign(names, opts.names ?? {});
-    const upCfg: UpstreamConfig = {
-      cert,
-      key,
-      httpPorts: LAB.httpPorts,
-      tlsPorts: LAB.tlsPorts,
-      dns: [LAB.dnsV4, LAB.dnsV6, ...(hosts.some((h) => h.v4 === LAB.rogueDnsV4) ? [LAB.rogueDnsV4] : [])],
-      names,
-      bulk: opts.bulk,
-      holdTls: opts.holdTls,
-      ...(opts.dnsLog === false ? {} : { dnsLog: path.join(dir, 'dns-queries.jsonl') }),
-    };
-    const upCfgPath = path.join(dir, 'upstream.json');
-    fs.writeFileSync(upCfgPath, JSON.stringify(upCfg));
-    const dist = distSrc();
-    const up = await spawnReady(
-      ['ip', 'netns', 'exec', upstreamNs, process.execPath, path.join(dist, 'cli', 'demo', 'upstream.js'), upCfgPath],
-      'lab upstream servers',
-    );
-    defer(`stop upstream pid ${up.child.pid}`, () => stopChild(up.child));
-    // The probe runs as the leashed account: give it a copy it can read.
-    fs.copyFileSync(path.join(dist, 'cli', 'demo', 'probe.js'), path.join(dir, 'probe.mjs'));
-    fs.chmodSync(path.join(dir, 'probe.mjs'), 0o644);
+    await startUpstream(opts, dir, upstreamNs, hosts, defer);
   } catch (e) {
     await teardown();
     throw e;
@@ -417,57 +417,7 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
       const gid = Number((await must(host, ['id', '-g', name])).stdout.trim());
       return { name, uid, gid };
     },
-    async startEnforcer(spec) {
-      const specPath = path.join(dir, `enforcer-${Date.now()}.json`);
-      const decisionsPath = path.join(dir, `decisions-${Date.now()}.jsonl`);
-      const write = (s: LabEnforcerSpec) => {
-        const full: StandaloneSpec = { ...s, resolvers: [LAB.dnsV4, LAB.dnsV6], decisions: decisionsPath };
-        fs.writeFileSync(specPath, JSON.stringify(full));
-      };
-      write(spec);
-      fs.writeFileSync(decisionsPath, '');
-      const { child, err } = await spawnReady(
-        [
-          'ip',
-          'netns',
-          'exec',
-          agentNs,
-          ...(spec.nofile ? ['prlimit', `--nofile=${spec.nofile}:${spec.nofile}`, '--'] : []),
-          process.execPath,
-          // e.g. LEASH_LAB_NODE_ARGS=--cpu-prof to profile the enforcer under a benchmark
-          ...(process.env.LEASH_LAB_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
-          path.join(distSrc(), 'dataplane', 'network', 'standalone.js'),
-          specPath,
-        ],
-        'network enforcer',
-      );
-      defer(`stop enforcer pid ${child.pid}`, () => stopChild(child));
-      const lines = readline.createInterface({ input: child.stdout! });
-      const reloads: (() => void)[] = [];
-      lines.on('line', (l) => {
-        if (l.trim() === 'reloaded') reloads.shift()?.();
-      });
-      return {
-        pid: child.pid!,
-        specPath,
-        decisionsPath,
-        decisions: () =>
-          fs
-            .readFileSync(decisionsPath, 'utf8')
-            .split('\n')
-            .filter(Boolean)
-            .map((l) => JSON.parse(l) as DecisionRecord),
-        reload: (s) =>
-          new Promise<void>((resolve) => {
-            write(s);
-            reloads.push(resolve);
-            child.kill('SIGHUP');
-          }),
-        stop: () => stopChild(child),
-        alive: () => child.exitCode === null && child.signalCode === null,
-        stderr: err,
-      };
-    },
+    startEnforcer: (spec) => startEnforcer(dir, agentNs, spec, defer),
     async serve(where, listen) {
       const script = `
 const net = require('node:net');
