@@ -25,7 +25,7 @@ import { parseArgs } from 'node:util';
 import { createFsSupervisor, type FsSupervisor } from '../src/dataplane/watcher/supervisor.js';
 import type { FsCmdPolicy } from '../src/dataplane/watcher/addon.js';
 import { benchTmpdir, cleanups, compileC, requireRoot } from './common.js';
-import { childOf, cpuNs, loopCpuNs, median, stop } from './fanotify/procstat.js';
+import { childOf, cpuNs, loopCpuNs, median, ratioRow, saveJson, stop, type RatioRow } from './fanotify/procstat.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const pkgRoot = [path.resolve(here, '..'), path.resolve(here, '..', '..')].find((r) =>
@@ -383,31 +383,7 @@ async function main(): Promise<void> {
   console.table(table);
   // The checks against the watcher without them, round by round (the same round's rows).
   // opens/s: a over b; the loop thread's CPU per open: b over a (so above 1x is a faster a either way).
-  const vs = (
-    a: string,
-    b: string,
-  ): {
-    row: string;
-    'opens/s ratio': string;
-    'per round': string;
-    'loop CPU ratio': string;
-    'CPU per round': string;
-  } | null => {
-    const xa = rows[a];
-    const xb = rows[b];
-    if (!xa || !xb) return null;
-    const per = xa.map((x, i) => x / xb[i]!);
-    const ca = loopCpus[a] ?? [];
-    const cb = loopCpus[b] ?? [];
-    const perCpu = ca.map((x, i) => cb[i]! / x);
-    return {
-      row: `${a} / ${b}`,
-      'opens/s ratio': median(per).toFixed(3) + 'x',
-      'per round': per.map((r) => r.toFixed(2)).join(' '),
-      'loop CPU ratio': perCpu.length ? median(perCpu).toFixed(3) + 'x' : '-',
-      'CPU per round': perCpu.map((r) => r.toFixed(2)).join(' '),
-    };
-  };
+  const vs = (a: string, b: string): RatioRow | null => ratioRow(rows, loopCpus, a, b);
   const ratios = [
     vs('Leash, non-subject', 'Leash, non-subject (no link check)'),
     vs('Leash, subject, 1,000 entries', 'Leash, subject, 1,000 entries (no link check)'),
@@ -438,30 +414,10 @@ async function main(): Promise<void> {
   }));
   console.log(`execs of a dynamic program (loader + libc on the ramfs), ${EXECS} fork+exec per run`);
   console.table(execTable);
-  const out = path.join(os.tmpdir(), `leash-bench-fanotify-${Date.now()}.json`);
-  fs.writeFileSync(
-    out,
-    JSON.stringify(
-      {
-        opens: OPENS,
-        execs: EXECS,
-        rounds: ROUNDS,
-        load0,
-        load1,
-        rows,
-        cpus,
-        loopCpus,
-        table,
-        ratios,
-        execRows,
-        execCpus,
-        execTable,
-        extra,
-      },
-      null,
-      2,
-    ),
-  );
+  const out = saveJson({
+    ...{ opens: OPENS, execs: EXECS, rounds: ROUNDS, load0, load1, rows, cpus, loopCpus, table, ratios },
+    ...{ execRows, execCpus, execTable, extra },
+  });
   console.log(`json: ${out}`);
 }
 

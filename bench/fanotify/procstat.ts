@@ -1,9 +1,11 @@
 /**
  * What bench/fanotify reads of the processes it measures (CPU time from /proc, all threads or the watcher's loop
- * thread alone), how it stops them, and the median of its rounds.
+ * thread alone), how it stops them, the median of its rounds and the ratio of two rows measured in the same rounds.
  */
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 
 /** CPU time (ns) a process has run, all threads: the steadier figure on a loaded VM. */
 export function cpuNs(pid: number): number {
@@ -41,3 +43,41 @@ export const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length ? s[Math.floor(s.length / 2)]! : NaN;
 };
+
+export interface RatioRow {
+  row: string;
+  'opens/s ratio': string;
+  'per round': string;
+  'loop CPU ratio': string;
+  'CPU per round': string;
+}
+
+/** Row `a` against row `b`, round by round (the rounds are interleaved): opens/s and the loop thread's CPU. */
+export function ratioRow(
+  rows: Record<string, number[]>,
+  loopCpus: Record<string, number[]>,
+  a: string,
+  b: string,
+): RatioRow | null {
+  const xa = rows[a];
+  const xb = rows[b];
+  if (!xa || !xb) return null;
+  const per = xa.map((x, i) => x / xb[i]!);
+  const ca = loopCpus[a] ?? [];
+  const cb = loopCpus[b] ?? [];
+  const perCpu = ca.map((x, i) => cb[i]! / x);
+  return {
+    row: `${a} / ${b}`,
+    'opens/s ratio': median(per).toFixed(3) + 'x',
+    'per round': per.map((r) => r.toFixed(2)).join(' '),
+    'loop CPU ratio': perCpu.length ? median(perCpu).toFixed(3) + 'x' : '-',
+    'CPU per round': perCpu.map((r) => r.toFixed(2)).join(' '),
+  };
+}
+
+/** Writes a run's figures as JSON under the temporary directory; returns the file's path. */
+export function saveJson(data: Record<string, unknown>): string {
+  const out = path.join(os.tmpdir(), `leash-bench-fanotify-${Date.now()}.json`);
+  fs.writeFileSync(out, JSON.stringify(data, null, 2));
+  return out;
+}
