@@ -13,8 +13,8 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { startConsole } from '../src/service/console/server.js';
-import { loadConfig } from '../src/validate/load.js';
+import { startConsole } from '../src/control/console/server.js';
+import { loadConfig } from '../src/control/config/load.js';
 
 const SECONDS = Number(process.argv[2] ?? 8);
 const ROUNDS = Number(process.argv[3] ?? 3);

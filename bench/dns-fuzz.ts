@@ -9,8 +9,8 @@
  */
 import dgram from 'node:dgram';
 import { compilePolicy, decideDnsName, type CompiledPolicy } from '../src/engine/index.js';
-import { createDnsForwarder } from '../src/enforcers/network/dns.js';
-import { encodeQuestion, parseQuery } from '../src/enforcers/network/dns-wire.js';
+import { createDnsForwarder } from '../src/dataplane/network/dns/forwarder.js';
+import { encodeQuestion, parseQuery } from '../src/dataplane/network/dns/wire.js';
 import { fuzzMessage, runFuzz } from '../src/lab/dns-fuzz.js';
 import { mulberry32 } from '../src/lab/prng.js';
 import { answerDns } from '../src/lab/upstream.js';

@@ -22,7 +22,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { createFsSupervisor, type FsSupervisor } from '../src/enforcers/watcher/supervisor.js';
+import { createFsSupervisor, type FsSupervisor } from '../src/dataplane/watcher/supervisor.js';
 import type { FsCmdPolicy } from '../src/native.js';
 import { benchTmpdir, cleanups, compileC, requireRoot } from './common.js';
 
@@ -304,7 +304,7 @@ async function main(): Promise<void> {
 
     // Today's checks against the watcher without them, in the same round: '(no link check)' is the
     // hard-link check off (statx for the mount ID alone, as before it); '(batch read)' reads up to
-    // 64 KiB of events per read(2) instead of one event (native/watcher.h).
+    // 64 KiB of events per read(2) instead of one event (native/watcher/watcher.h).
     const variants: [string, string[]][] = [
       ['', []],
       [' (no link check)', ['--link-check=off']],

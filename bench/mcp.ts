@@ -8,7 +8,7 @@
  * Latency: one call in flight, p50/p99 per call. Throughput: 64 calls in flight, calls/s.
  * Gate CPU: user+system time of the middle process per 1,000 calls (steadier than latency on a VM).
  * Rounds are interleaved and the median of each figure is reported.
- * Then the remembering path walk's window (native/walkcache.h): a remembered path's directory is
+ * Then the remembering path walk's window (native/tools/walkcache.h): a remembered path's directory is
  * swapped for a symlink, and the time until the walk answers the symlink's target is measured, beside
  * the plain walk's cost per call and the remembered one's.
  *
@@ -20,7 +20,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadNative, nativeAvailable } from '../src/native.js';
-import { createValidatedWalker } from '../src/enforcers/tools/operations/paths.js';
+import { createValidatedWalker } from '../src/tools/judge/operations/paths.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..', '..');

@@ -11,10 +11,10 @@
 import fs from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
-import { configSchema } from '../src/config/schema.js';
-import { observe } from '../src/service/observe.js';
-import type { AppliedState } from '../src/service/plan.js';
-import { emptyApplied, executePlan, planReconcile } from '../src/service/plan.js';
+import { configSchema } from '../src/control/config/schema.js';
+import { observe } from '../src/control/reconcile/observe.js';
+import type { AppliedState } from '../src/control/reconcile/plan.js';
+import { emptyApplied, executePlan, planReconcile } from '../src/control/reconcile/plan.js';
 
 const AGENTS = Number(process.env.BENCH_AGENTS ?? 200);
 const PROFILES = 20;

@@ -75,7 +75,7 @@ export const ERROR_CODES = {
   usage: EXIT.refused,
   user_invalid: EXIT.refused,
   user_unknown: EXIT.refused,
-  // network enforcer (src/enforcers/network)
+  // network enforcer (src/dataplane/network)
   iptables_failed: EXIT.failed,
   iptables_single_subject: EXIT.failed,
   network_rule_invalid: EXIT.refused,
@@ -102,7 +102,7 @@ export const ERROR_CODES = {
   scope_unknown_account: EXIT.refused,
   // filesystem watcher (branch watch)
   watcher_failed: EXIT.failed,
-  // host settings the service applies (config `host`, src/service/host.ts)
+  // host settings the service applies (config `host`, src/control/daemon/host.ts)
   host_setting_failed: EXIT.failed,
   // the approvals queue and `leash approvals` (docs/approvals.md)
   approvals_unreachable: EXIT.failed,
@@ -232,7 +232,7 @@ export const PROXY_REASONS = {
 } as const;
 
 /**
- * Reason codes the DNS forwarder (src/enforcers/network/dns.ts) writes itself, in decision lines with
+ * Reason codes the DNS forwarder (src/dataplane/network/dns/forwarder.ts) writes itself, in decision lines with
  * subject `{dns, qtype}`; a refused name carries the engine's reason (`not_allowed`, `deny_entry`, `no_policy`).
  */
 export const DNS_REASONS = {
@@ -295,7 +295,7 @@ export const TOOLS_GATE_REASONS = {
 } as const;
 
 /**
- * Why a line is not one strict JSON value (the reader in src/jsonl/json.ts). The gate and the
+ * Why a line is not one strict JSON value (the reader in src/formats/json.ts). The gate and the
  * terminal answer such a line with a JSON-RPC parse error naming the code, and the gate's decision
  * line (`protocol_client` / `protocol_server`) carries it as `code`.
  */

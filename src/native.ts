@@ -13,7 +13,7 @@ export interface PeerCred {
   uid: number;
   gid: number;
 }
-/** A splice(2) pump shared by many connections (native/splice.cc). */
+/** A splice(2) pump shared by many connections (native/proxy/splice.cc). */
 export interface SplicerInstance {
   /** Starts moving bytes both ways between two connected sockets JS no longer reads; returns the pair's id. */
   add(fdA: number, fdB: number): number;
@@ -85,7 +85,7 @@ export interface WatcherSubject {
 /** What one drain hands JavaScript: the decision-log lines the loop queued, formatted natively. */
 export interface WatcherDrain {
   /**
-   * Whole decision-log lines (native/decisionline.cc), byte for byte what `formatDecision`
+   * Whole decision-log lines (native/watcher/decisionline.cc), byte for byte what `formatDecision`
    * writes for the same decision, with the time the loop decided and a fresh ref.
    */
   lines: Buffer;
@@ -100,7 +100,7 @@ export interface WatcherDrain {
    * numbers per subject and surface: uid, exec (1: commands, 0: filesystem), allowed, written whole.
    */
   allows?: number[];
-  /** Events held for an approver since the last drain (native/hold.h): answer each with `answer(id, allow)`. */
+  /** Events held for an approver since the last drain (native/watcher/hold.h): answer each with `answer(id, allow)`. */
   asks: HeldAsk[];
 }
 /** One held open or exec, as the loop passes it up. */
@@ -166,7 +166,7 @@ export interface WatcherOptions {
    */
   identity?: 'pidfd-cache' | 'report-pidfd' | 'proc';
   /**
-   * Measurement only (bench/fanotify): false skips the hard-link check (native/hardlinks.h) and asks
+   * Measurement only (bench/fanotify): false skips the hard-link check (native/watcher/hardlinks.h) and asks
    * statx for the mount ID alone, as before the check; the default is true.
    */
   linkCheck?: boolean;
@@ -189,7 +189,7 @@ export interface WatcherOptions {
    */
   standbyOf?: { pid: number; groupFd: number; tableFd: number };
   /**
-   * Hold the events an ask entry covers for an approver (native/hold.h): at most `max` at once and
+   * Hold the events an ask entry covers for an approver (native/watcher/hold.h): at most `max` at once and
    * `perSubject` per subject (beyond: denied at once, approval_limit), each denied unanswered after its
    * surface's deadline (approval_timeout). Absent: an ask is denied at once (approval_unavailable).
    */
@@ -208,7 +208,7 @@ export interface WatcherStats {
   foreignMount: number;
   /** Execs allowed as the interpreter of an allowed program. */
   interpreterOf: number;
-  /** Decisions turned into a block because the file has other names (`hardlinked`: native/hardlinks.h). */
+  /** Decisions turned into a block because the file has other names (`hardlinked`: native/watcher/hardlinks.h). */
   hardlinked: number;
   /** Execs of a remembered interpreter refused the implication (the process was not in a binfmt loader). */
   execStateRefused: number;
@@ -281,7 +281,7 @@ export interface NativeWatcher {
   stats(): WatcherStats;
   close(): void;
 }
-/** The proxy's listeners and first-bytes peek on Node's loop (native/acceptor.cc). */
+/** The proxy's listeners and first-bytes peek on Node's loop (native/proxy/acceptor.cc). */
 export interface AcceptorCallbacks {
   onAccept(
     tag: number,
@@ -332,7 +332,7 @@ export interface NativeAddon {
   /** Sends one conntrackRequest: 0 when deleted, else the errno name ("ENOENT": no such entry). */
   conntrackDelete(request: Buffer): 0 | string;
   /**
-   * Reads nf_tables objects straight from the kernel (native/nftread.cc), in the network namespace at `netns`
+   * Reads nf_tables objects straight from the kernel (native/proxy/nftread.cc), in the network namespace at `netns`
    * (null: the process's own), from one generation of the ruleset. Throws an errno error (EPERM: not root).
    */
   nftRead(netns: string | null, tables: NftReadAsk[]): NftReadTable[];
@@ -344,13 +344,13 @@ export interface NativeAddon {
    */
   releaseMemory(): boolean;
   /**
-   * The tools gate's reading of an absolute path (src/enforcers/tools/operations/paths.ts): existing symlinks
+   * The tools gate's reading of an absolute path (src/tools/judge/operations/paths.ts): existing symlinks
    * resolved, `..` by the parent reached so far, the rest appended once a component is missing; one openat2
    * for a plain existing path. Throws a TypeError for a relative path or one with a NUL.
    */
   walkPath(path: string): string;
   /**
-   * The same walk with a memory kept true by inotify and the mount table (native/walkcache.h): `walk(path)` answers
+   * The same walk with a memory kept true by inotify and the mount table (native/tools/walkcache.h): `walk(path)` answers
    * what walkPath(path) would. Throws an Error with the errno when inotify or /proc/self/mountinfo cannot be opened.
    */
   WalkCache: new () => NativeWalkCache;
@@ -375,18 +375,18 @@ export interface NativeAddon {
   formatDecisionLines(cases: DecisionLineCase[]): { text: Buffer; subjects: string[]; rules: (string | null)[] };
   Watcher: new (opts: WatcherOptions) => NativeWatcher;
   /**
-   * The MCP gate's pre-check (native/jsonscan.cc), bound to `out`: scan(line) is 1 when `line` is
+   * The MCP gate's pre-check (native/tools/jsonscan.cc), bound to `out`: scan(line) is 1 when `line` is
    * certainly a JSON text the gate's strict parser accepts and its writer would write back byte for
    * byte, with the top-level facts in `out` (flags, integer id, id span, method span); 0 when not sure.
    */
   createJsonScanner(out: Float64Array): (line: Buffer) => number;
   /**
    * One pass over a buffer for any of `literals` (2..64 ASCII bytes each, at most 256), ASCII letters
-   * compared without case (native/literals.cc): has(buf) is 1 when one occurs, else 0.
+   * compared without case (native/tools/literals.cc): has(buf) is 1 when one occurs, else 0.
    */
   createLiteralFinder(literals: string[]): (buf: Buffer) => number;
   /**
-   * Mount events (native/mntns.cc): FAN_REPORT_MNT, FAN_MARK_MNTNS (Linux 6.14+). `onMounts(n)` is called
+   * Mount events (native/watcher/mntns.cc): FAN_REPORT_MNT, FAN_MARK_MNTNS (Linux 6.14+). `onMounts(n)` is called
    * with the number of mounts attached (coalesced) in the namespaces marked. `supported` is false (and
    * `initErrno` says why) on a kernel without them.
    */

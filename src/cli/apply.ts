@@ -1,13 +1,13 @@
 /**
  * `leash apply -f DIR [--dry-run]`: the host's profiles and bindings made exactly those in DIR
- * (src/policy/apply.ts). Exit codes for configuration management, an exception to the CLI's table
+ * (src/control/policy/apply.ts). Exit codes for configuration management, an exception to the CLI's table
  * (docs/cli.md): 0 nothing changed, 2 changed, 1 refused (any refusal: DIR, consent, usage);
  * 3 an operation failed, 70 a bug, as everywhere.
  */
 import type { Command } from 'commander';
 import { EXIT, isLeashError } from '../errors.js';
-import type { ApplyResult } from '../policy/apply.js';
-import { applyDir, readApplyDir } from '../policy/apply.js';
+import type { ApplyResult } from '../control/policy/apply.js';
+import { applyDir, readApplyDir } from '../control/policy/apply.js';
 import {
   loadContext,
   policyOptions,

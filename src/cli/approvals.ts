@@ -1,5 +1,5 @@
 /**
- * `leash approvals`: a client of the service's approvals socket (src/service/approvals/socket.ts).
+ * `leash approvals`: a client of the service's approvals socket (src/control/approvals/socket.ts).
  *   leash approvals [--json] [--follow]          list pending requests (and stream new ones / outcomes)
  *   leash approvals allow ID --once|--session|--persist
  *   leash approvals deny ID
@@ -9,9 +9,9 @@
 import readline from 'node:readline';
 import { Command, Option } from 'commander';
 import { LeashError } from '../errors.js';
-import { check, connect } from '../service/approvals/client.js';
-import { DEFAULT_APPROVALS_SOCKET } from '../service/approvals/socket.js';
-import type { PendingView } from '../service/approvals/queue.js';
+import { check, connect } from '../control/approvals/client.js';
+import { DEFAULT_APPROVALS_SOCKET } from '../control/approvals/socket.js';
+import type { PendingView } from '../control/approvals/queue.js';
 
 function describeWhat(v: PendingView): string {
   const w = v.what as Record<string, unknown>;

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { bind, listBindings, unbind } from '../policy/commands.js';
+import { bind, listBindings, unbind } from '../control/policy/commands.js';
 import { LeashError } from '../errors.js';
 import { afterWrite, impactLines, loadContext, policyOptions, run } from './policy-common.js';
 import { registerProfileCommands } from './profile.js';

@@ -1,15 +1,15 @@
 import { isIP } from 'node:net';
 import type { Command } from 'commander';
-import { loadConfig } from '../validate/load.js';
+import { loadConfig } from '../control/config/load.js';
 import { EXIT, LeashError } from '../errors.js';
 import type { NetworkSubject, Surface, SubjectOf, Verdict } from '../engine/types.js';
-import type { ToolVerdict } from '../enforcers/tools/policy.js';
+import type { ToolVerdict } from '../tools/judge/policy.js';
 import { compilePolicy, decide, maskInputs } from '../engine/index.js';
-import { compileGatePolicy } from '../enforcers/tools/policy.js';
-import { GATE_ENGINE, gatePolicyOf } from '../enforcers/tools/service.js';
+import { compileGatePolicy } from '../tools/judge/policy.js';
+import { GATE_ENGINE, gatePolicyOf } from '../tools/judge/from-config.js';
 import { configPath, parseSurface, print, printJson } from './context.js';
 import { runCheckTool } from './mcp.js';
-import { toPolicyInput } from '../config/policy-input.js';
+import { toPolicyInput } from '../control/config/policy-input.js';
 import { layerOf, subjectOptions, subjectView } from './subject.js';
 
 /** The engine's verdict, or for a tool the gate's when an argument rule decided (source `args`, `at` where). */

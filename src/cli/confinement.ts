@@ -5,10 +5,10 @@
  * and only while that service's process is alive. `leash status` never says "enforcer on" for a subject this says
  * is not confined.
  */
-import { appliedUids, readState } from '../enforcers/network/nft.js';
-import { hostRunner } from '../enforcers/network/run.js';
-import { readReloadStatus, statusFilePath } from '../service/generation.js';
-import { defaultPasswdSource, readPasswd } from '../subjects/discovery.js';
+import { appliedUids, readState } from '../dataplane/network/nft/nft.js';
+import { hostRunner } from '../dataplane/network/nft/run.js';
+import { readReloadStatus, statusFilePath } from '../control/reconcile/generation.js';
+import { defaultPasswdSource, readPasswd } from '../control/subjects/discovery.js';
 import { processAlive } from '../store/files.js';
 
 export type Confinement = Record<'network' | 'filesystem' | 'commands' | 'tools', { confined: boolean; why?: string }>;

@@ -7,8 +7,8 @@
 import fs from 'node:fs';
 import { Command, Option } from 'commander';
 import { LeashError } from '../errors.js';
-import { launchConsole, tokenFile } from '../service/console/launch.js';
-import { loadConfig } from '../validate/load.js';
+import { launchConsole, tokenFile } from '../control/console/launch.js';
+import { loadConfig } from '../control/config/load.js';
 import { configPath, print } from './context.js';
 import { stateDirOf } from './policy-common.js';
 

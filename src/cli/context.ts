@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { LeashError } from '../errors.js';
 import { SURFACES, type Surface } from '../engine/types.js';
-import { DEFAULT_CONFIG_PATH, type Finding } from '../validate/load.js';
+import { DEFAULT_CONFIG_PATH, type Finding } from '../control/config/load.js';
 
 /** The config path of this invocation: --config/-c, else LEASH_CONFIG, else /etc/leash/leash.yaml. */
 export function configPath(cmd: Command): string {

@@ -15,12 +15,12 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { createFsSupervisor } from '../enforcers/watcher/supervisor.js';
-import { readStart } from '../enforcers/watcher/startup.js';
-import { fsCmdPolicyOf, parseMountinfo, policyRoots } from '../enforcers/watcher/policy.js';
-import type { RunResult } from '../enforcers/network/run.js';
-import { hostRunner } from '../enforcers/network/run.js';
-import type { Config } from '../config/types.js';
+import { createFsSupervisor } from '../dataplane/watcher/supervisor.js';
+import { readStart } from '../dataplane/watcher/startup.js';
+import { fsCmdPolicyOf, parseMountinfo, policyRoots } from '../dataplane/watcher/policy.js';
+import type { RunResult } from '../dataplane/network/nft/run.js';
+import { hostRunner } from '../dataplane/network/nft/run.js';
+import type { Config } from '../control/config/types.js';
 import type { Cleanups, Lab, LabUser } from '../lab/lab.js';
 import { copyStartFiles, lddFiles, resolveInRoot } from '../lab/miniroot.js';
 import type { FsCmdPolicy } from '../native.js';

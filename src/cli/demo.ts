@@ -9,18 +9,18 @@
  */
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import { loadConfig } from '../validate/load.js';
-import type { Config } from '../config/types.js';
+import { loadConfig } from '../control/config/load.js';
+import type { Config } from '../control/config/types.js';
 import { EXIT, LeashError } from '../errors.js';
-import { SINGLE_SUBJECT_PORT } from '../enforcers/network/nft.js';
+import { SINGLE_SUBJECT_PORT } from '../dataplane/network/nft/nft.js';
 import type { DecisionRecord } from '../log/decisions.js';
-import { nftAvailable } from '../enforcers/network/nft.js';
-import { hostRunner } from '../enforcers/network/run.js';
+import { nftAvailable } from '../dataplane/network/nft/nft.js';
+import { hostRunner } from '../dataplane/network/nft/run.js';
 import { buildLab, createCleanups, type Lab, type LabHost, type LabUser } from '../lab/lab.js';
 import type { Probe, ProbeResult } from '../lab/probe.js';
 import { nativeAvailable } from '../native.js';
 import { defaultPolicyPath } from '../paths.js';
-import { toPolicyInput } from '../config/policy-input.js';
+import { toPolicyInput } from '../control/config/policy-input.js';
 import { FS_DEMO_STEPS, setupDemoFs, type DemoFs } from './demo-fs.js';
 
 /** The demo's "internet": names the default policy talks about, on lab addresses. */

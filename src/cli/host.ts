@@ -12,7 +12,7 @@ import path from 'node:path';
 import type { Command } from 'commander';
 import { LeashError } from '../errors.js';
 import { print, printJson } from './context.js';
-import { shellQuote } from '../policy/loosen.js';
+import { shellQuote } from '../control/policy/loosen.js';
 import {
   HOSTS,
   hostFiles,

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import { groupName, lookupAccount } from '../config/accounts.js';
-import { editConfig, policyOwner, setUser } from '../validate/write.js';
+import { groupName, lookupAccount } from '../control/config/accounts.js';
+import { editConfig, policyOwner, setUser } from '../control/config/write.js';
 import { LeashError } from '../errors.js';
 import { defaultPolicyPath } from '../paths.js';
 import { configPath, print, printJson } from './context.js';

@@ -1,17 +1,17 @@
 /**
  * `leash learn --subject NAME --since DURATION [--out FILE] [--file LOG]`: reads the decision log for
  * the subject's would_block and block lines and proposes the tightest profile that would have allowed
- * them (src/policy/learn.ts). The file is written atomically and never over an existing one.
+ * them (src/control/policy/learn.ts). The file is written atomically and never over an existing one.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
 import YAML from 'yaml';
 import { LeashError } from '../errors.js';
-import { floorOf } from '../policy/fragment.js';
-import { learnFragment, parseDuration, renderLearned, type SeenLine } from '../policy/learn.js';
-import { defaultPasswdSource, readPasswd } from '../subjects/discovery.js';
-import { loadConfig } from '../validate/load.js';
+import { floorOf } from '../control/policy/fragment.js';
+import { learnFragment, parseDuration, renderLearned, type SeenLine } from '../control/policy/learn.js';
+import { defaultPasswdSource, readPasswd } from '../control/subjects/discovery.js';
+import { loadConfig } from '../control/config/load.js';
 import { configPath } from './context.js';
 import { subjectOptions, subjectView } from './subject.js';
 

@@ -1,10 +1,10 @@
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import { loadConfig } from '../validate/load.js';
+import { loadConfig } from '../control/config/load.js';
 import { LeashError } from '../errors.js';
 import { escapeForTerminal } from '../log/escape.js';
 import { formatLogLine, isFiltering, matchLine, parseLogFilter, type LogFilter } from '../log/filter.js';
-import { defaultPasswdSource, readPasswd } from '../subjects/discovery.js';
+import { defaultPasswdSource, readPasswd } from '../control/subjects/discovery.js';
 import { configPath } from './context.js';
 
 /**

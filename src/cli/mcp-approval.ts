@@ -9,9 +9,9 @@ import fs from 'node:fs';
 import readline from 'node:readline';
 import tty from 'node:tty';
 import { LeashError } from '../errors.js';
-import type { JsonValue } from '../jsonl/json.js';
-import { loadGatePolicyFile } from '../enforcers/tools/schema.js';
-import { redactForLog, type AskJudgment } from '../enforcers/tools/policy.js';
+import type { JsonValue } from '../formats/json.js';
+import { loadGatePolicyFile } from '../tools/judge/policy-file.js';
+import { redactForLog, type AskJudgment } from '../tools/judge/policy.js';
 
 export type ApprovalMode = 'tty' | 'none';
 export type Approve = (

@@ -11,17 +11,10 @@ import path from 'node:path';
 import type { Command } from 'commander';
 import { compilePolicy, decide, maskSecrets } from '../engine/index.js';
 import { isLeashError, LeashError } from '../errors.js';
-import { createMcpGate, type GateObserver } from '../enforcers/tools/gate.js';
-import { createLocalJudge, type GateJudge } from '../enforcers/tools/judge.js';
-import { JsonError, parseStrict, toPlain } from '../jsonl/json.js';
-import {
-  Learner,
-  LearnError,
-  learnScripted,
-  loadScript,
-  renderProfile,
-  writeAtomic,
-} from '../enforcers/tools/learn.js';
+import { createMcpGate, type GateObserver } from '../tools/gate/gate.js';
+import { createLocalJudge, type GateJudge } from '../tools/judge/judge.js';
+import { JsonError, parseStrict, toPlain } from '../formats/json.js';
+import { Learner, LearnError, learnScripted, loadScript, renderProfile, writeAtomic } from '../tools/learn/learn.js';
 import {
   checkTool,
   compileGatePolicy,
@@ -29,11 +22,11 @@ import {
   type CompiledGatePolicy,
   type CompileOptions,
   type ToolsEngine,
-} from '../enforcers/tools/policy.js';
-import { openAudit, readAudit, summarise, type AuditRecord } from '../enforcers/tools/audit.js';
-import { loadGatePolicyFile } from '../enforcers/tools/schema.js';
+} from '../tools/judge/policy.js';
+import { openAudit, readAudit, summarise, type AuditRecord } from '../tools/audit.js';
+import { loadGatePolicyFile } from '../tools/judge/policy-file.js';
 import { askSources, noApprover, parseApprovalMode, ttyApprover, type Approve } from './mcp-approval.js';
-import { connectToolsJudge, DEFAULT_TOOLS_SOCKET } from '../enforcers/tools/socket.js';
+import { connectToolsJudge, DEFAULT_TOOLS_SOCKET } from '../tools/remote/socket.js';
 import { createDecisionLog, formatDecision, newRef, type DecisionWriter } from '../log/decisions.js';
 import { createJournal, findJournalSocket, teeDecisionsToJournal } from '../log/journal.js';
 import { loadNative } from '../native.js';

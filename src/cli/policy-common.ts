@@ -1,12 +1,12 @@
 import { permissionDenied } from './permission.js';
 import type { Command } from 'commander';
-import type { Account } from '../config/accounts.js';
-import { DEFAULT_CONFIG_PATH, loadConfig } from '../validate/load.js';
+import type { Account } from '../control/config/accounts.js';
+import { DEFAULT_CONFIG_PATH, loadConfig } from '../control/config/load.js';
 import { LeashError, isLeashError } from '../errors.js';
-import type { StoreContext } from '../policy/consent.js';
-import { floorOf } from '../policy/fragment.js';
-import { ackFlags, shellQuote } from '../policy/loosen.js';
-import { discoverFrom, readPasswd, defaultPasswdSource } from '../subjects/discovery.js';
+import type { StoreContext } from '../control/policy/consent.js';
+import { floorOf } from '../control/policy/fragment.js';
+import { ackFlags, shellQuote } from '../control/policy/loosen.js';
+import { discoverFrom, readPasswd, defaultPasswdSource } from '../control/subjects/discovery.js';
 import { reloadService, type ReloadOutcome } from './reload.js';
 
 export const DEFAULT_STATE_DIR = '/var/lib/leash';

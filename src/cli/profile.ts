@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
-import { readPolicyFile } from '../config/strict-yaml.js';
+import { readPolicyFile } from '../formats/yaml.js';
 import { LeashError } from '../errors.js';
-import type { Binding, Scope } from '../policy/bindings.js';
-import { readBindings } from '../policy/bindings.js';
-import { deleteProfile, saveProfile } from '../policy/commands.js';
-import { checkProfileName, listProfiles, loadProfile } from '../policy/profiles.js';
+import type { Binding, Scope } from '../control/policy/bindings.js';
+import { readBindings } from '../control/policy/bindings.js';
+import { deleteProfile, saveProfile } from '../control/policy/commands.js';
+import { checkProfileName, listProfiles, loadProfile } from '../control/policy/profiles.js';
 import { afterWrite, impactLines, loadContext, policyOptions, run, stateDirOf } from './policy-common.js';
 
 function boundTo(stateDir: string, name: string): Scope[] {

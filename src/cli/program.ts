@@ -1,7 +1,7 @@
 import { Command, Option } from 'commander';
-import { DEFAULT_CONFIG_PATH, suggest } from '../validate/load.js';
+import { DEFAULT_CONFIG_PATH, suggest } from '../control/config/load.js';
 import { LeashError } from '../errors.js';
-import { runService } from '../service/start.js';
+import { runService } from '../control/daemon/start.js';
 import { register as apply } from './apply.js';
 import { register as approvals } from './approvals.js';
 import { register as check } from './check.js';

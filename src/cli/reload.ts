@@ -1,6 +1,6 @@
 /**
  * Signals the running service (its main PID alone) and waits until the reload that covers the signal has finished,
- * reading the service's generation back from its status file (src/service/generation.ts). `leash reload`
+ * reading the service's generation back from its status file (src/control/reconcile/generation.ts). `leash reload`
  * (ExecReload) and every policy-writing command return through here: the change is in force when they exit 0, and
  * they exit non-zero naming what is not.
  */
@@ -8,7 +8,12 @@ import fs from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import type { Command } from 'commander';
 import { LeashError } from '../errors.js';
-import { readReloadStatus, statusFilePath, type ReloadProblem, type ReloadStatus } from '../service/generation.js';
+import {
+  readReloadStatus,
+  statusFilePath,
+  type ReloadProblem,
+  type ReloadStatus,
+} from '../control/reconcile/generation.js';
 import { processAlive } from '../store/files.js';
 
 export const UNIT = 'leash.service';

@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
-import { loadConfig } from '../validate/load.js';
+import { loadConfig } from '../control/config/load.js';
 import { SURFACES } from '../engine/types.js';
-import { systemLoaders } from '../enforcers/watcher/loaders.js';
-import { bpfLsmStatus } from '../service/bpf-lsm.js';
-import { maxUserNamespacesStatus, memfdNoexecStatus } from '../service/host.js';
-import { effectiveNamespaces } from '../config/policy-input.js';
+import { systemLoaders } from '../dataplane/watcher/loaders.js';
+import { bpfLsmStatus } from '../control/daemon/bpf-lsm.js';
+import { maxUserNamespacesStatus, memfdNoexecStatus } from '../control/daemon/host.js';
+import { effectiveNamespaces } from '../dataplane/watcher/namespaces.js';
 import { configPath, print, printJson } from './context.js';
 import { parseMetricsText, summarize } from '../metrics/metrics.js';
 import { fetchMetrics } from '../metrics/server.js';

@@ -1,12 +1,12 @@
 import type { Command } from 'commander';
-import type { Config } from '../config/types.js';
+import type { Config } from '../control/config/types.js';
 import { LeashError } from '../errors.js';
-import type { Effective } from '../policy/fragment.js';
-import type { Resolution, Sources, SubjectFailure } from '../policy/resolve.js';
-import { resolveSubject } from '../policy/resolve.js';
-import { loadPolicyState } from '../policy/state.js';
-import type { Subject } from '../subjects/discovery.js';
-import { defaultPasswdSource, discoverFrom, readPasswd } from '../subjects/discovery.js';
+import type { Effective } from '../control/policy/fragment.js';
+import type { Resolution, Sources, SubjectFailure } from '../control/policy/resolve.js';
+import { resolveSubject } from '../control/policy/resolve.js';
+import { loadPolicyState } from '../control/policy/state.js';
+import type { Subject } from '../control/subjects/discovery.js';
+import { defaultPasswdSource, discoverFrom, readPasswd } from '../control/subjects/discovery.js';
 import { stateDirOf } from './policy-common.js';
 
 /** What `check` and `status` judge against: one subject's policy, resolved as the service resolves it. */

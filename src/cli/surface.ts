@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { addEntry, checkEntry, editConfig, entriesOf, removeEntry, setMode } from '../validate/write.js';
+import { addEntry, checkEntry, editConfig, entriesOf, removeEntry, setMode } from '../control/config/write.js';
 import { LeashError } from '../errors.js';
 import { SURFACES, type Mode, type Surface } from '../engine/types.js';
 import { configPath, formatFinding, print, printJson, SHORT, warn } from './context.js';

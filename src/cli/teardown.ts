@@ -1,18 +1,18 @@
 import type { Command } from 'commander';
 import { LeashError } from '../errors.js';
-import { teardownNetwork } from '../enforcers/network/enforcer.js';
-import { hostRunner, netnsRunner } from '../enforcers/network/run.js';
-import { restoreHostSettings } from '../service/host.js';
-import { keepsChainsAfter } from '../dataplane/closed.js';
+import { teardownNetwork } from '../dataplane/network/enforcer.js';
+import { hostRunner, netnsRunner } from '../dataplane/network/nft/run.js';
+import { restoreHostSettings } from '../control/daemon/host.js';
+import { keepsChainsAfter } from '../dataplane/network/nft/closed.js';
 
 /**
  * `leash teardown [--uid N ...]`: releases the leash nftables chains (every UID by default; the tables go with
  * the last one). The service's stop path does the same for the UIDs it applied; this is for ExecStopPost and for
  * an operator cleaning up after a crash. `--netns` runs it inside a network namespace (tests, the lab).
  * Without --uid and --netns it also restores the host settings a service recorded and did not restore
- * (`host.memfd_noexec` after a crash; src/service/host.ts).
+ * (`host.memfd_noexec` after a crash; src/control/daemon/host.ts).
  * As ExecStopPost after a crash or a failed start (`$SERVICE_RESULT` other than `success`) it releases nothing:
- * the chains keep every agent confined closed until the next start takes them over (src/dataplane/closed.ts);
+ * the chains keep every agent confined closed until the next start takes them over (src/dataplane/network/nft/closed.ts);
  * `--force` releases them anyway.
  */
 export function registerTeardown(program: Command): void {

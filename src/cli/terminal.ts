@@ -5,22 +5,18 @@ import { Command, InvalidArgumentError } from 'commander';
 import { maskSecrets } from '../engine/index.js';
 import { LeashError } from '../errors.js';
 import { createDecisionLog, type DecisionWriter } from '../log/decisions.js';
-import { createAuditLog } from '../enforcers/terminal/audit.js';
-import { engineDeciderFactory } from '../enforcers/terminal/decider.js';
-import { explainCommand } from '../enforcers/terminal/explain.js';
-import { isInside, openJail, realLocation } from '../enforcers/terminal/jail.js';
-import { parseStrictYaml, readPolicyFile } from '../config/strict-yaml.js';
-import { loadTerminalPolicy, TerminalPolicyError } from '../enforcers/terminal/policy-file.js';
-import { redactSecrets } from '../enforcers/terminal/redact.js';
-import { DEFAULT_PATH } from '../enforcers/terminal/resolve.js';
-import { runCommand } from '../enforcers/terminal/run.js';
-import { createTerminalServer } from '../enforcers/terminal/server.js';
-import {
-  DEFAULT_SERVICE_SOCKET,
-  fetchServicePolicy,
-  servicePolicySource,
-} from '../enforcers/terminal/service-client.js';
-import type { PolicySource, TerminalPolicy } from '../enforcers/terminal/types.js';
+import { createAuditLog } from '../tools/terminal/audit.js';
+import { engineDeciderFactory } from '../tools/terminal/decider.js';
+import { explainCommand } from '../tools/terminal/explain.js';
+import { isInside, openJail, realLocation } from '../tools/terminal/jail.js';
+import { parseStrictYaml, readPolicyFile } from '../formats/yaml.js';
+import { loadTerminalPolicy, TerminalPolicyError } from '../tools/terminal/policy-file.js';
+import { redactSecrets } from '../tools/terminal/redact.js';
+import { DEFAULT_PATH } from '../tools/terminal/resolve.js';
+import { runCommand } from '../tools/terminal/run.js';
+import { createTerminalServer } from '../tools/terminal/server.js';
+import { DEFAULT_SERVICE_SOCKET, fetchServicePolicy, servicePolicySource } from '../tools/terminal/service-client.js';
+import type { PolicySource, TerminalPolicy } from '../tools/terminal/types.js';
 
 interface TerminalOptions {
   policy?: string;

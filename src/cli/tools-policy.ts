@@ -11,9 +11,9 @@ import path from 'node:path';
 import type { Command } from 'commander';
 import { stringify } from 'yaml';
 import { LeashError } from '../errors.js';
-import { parseStrictYaml, readPolicyFile, strictProblems } from '../config/strict-yaml.js';
-import { writeAtomic } from '../enforcers/tools/learn.js';
-import { actionSchema, caseFileSchema, explain, RECIPES, runCases } from '../enforcers/tools/policy-test.js';
+import { parseStrictYaml, readPolicyFile, strictProblems } from '../formats/yaml.js';
+import { writeAtomic } from '../tools/learn/learn.js';
+import { actionSchema, caseFileSchema, explain, RECIPES, runCases } from '../tools/judge/recipes.js';
 import { loadPolicy } from './mcp.js';
 import { print, printJson } from './context.js';
 

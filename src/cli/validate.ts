@@ -1,14 +1,14 @@
 import type { Command } from 'commander';
 import fs from 'node:fs';
-import { coverageFindings, loadConfig, type Finding } from '../validate/load.js';
-import { sinkProblem } from '../config/sink.js';
-import type { Config } from '../config/types.js';
+import { coverageFindings, loadConfig, type Finding } from '../control/config/load.js';
+import { sinkProblem } from '../control/config/sink.js';
+import type { Config } from '../control/config/types.js';
 import { EXIT, FINDING_CODES, isLeashError } from '../errors.js';
-import { storeFindings } from '../policy/validate.js';
+import { storeFindings } from '../control/policy/validate.js';
 import { configPath, formatFinding, print, printJson } from './context.js';
-import { systemLoaders } from '../enforcers/watcher/loaders.js';
-import { startProblems } from '../enforcers/watcher/startup.js';
-import { toPolicyInput } from '../config/policy-input.js';
+import { systemLoaders } from '../dataplane/watcher/loaders.js';
+import { startProblems } from '../dataplane/watcher/startup.js';
+import { toPolicyInput } from '../control/config/policy-input.js';
 import { stateDirOf } from './policy-common.js';
 import { permissionDenied } from './permission.js';
 
@@ -84,7 +84,7 @@ function startFindings(config: Parameters<typeof coverageFindings>[0]): Finding[
   }));
 }
 
-/** Whether the service could append decision lines to logging.decisions (src/config/sink.ts). */
+/** Whether the service could append decision lines to logging.decisions (src/control/config/sink.ts). */
 function sinkFindings(config: Config): Finding[] {
   const why = sinkProblem(config.logging.decisions);
   return why === null

@@ -1,6 +1,6 @@
 import net from 'node:net';
 import tls from 'node:tls';
-import { parseClientHello } from '../enforcers/network/peek.js';
+import { parseClientHello } from '../dataplane/network/proxy/peek.js';
 
 /**
  * Captures the real ClientHello Node's TLS stack sends for `servername` over loopback (no handshake

@@ -4,7 +4,7 @@
  * question whose own bytes re-encode identically, and the query the forwarder would send upstream parses back to
  * that same question. Seeded, so a failure reproduces from its seed and index.
  */
-import { encodeQuery, encodeQuestion, parseQuery } from '../enforcers/network/dns-wire.js';
+import { encodeQuery, encodeQuestion, parseQuery } from '../dataplane/network/dns/wire.js';
 import { mulberry32 } from './prng.js';
 
 const ALPHA = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_';

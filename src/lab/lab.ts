@@ -13,8 +13,8 @@ import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { PolicyInput } from '../engine/types.js';
 import type { DecisionRecord } from '../log/decisions.js';
-import { hostRunner, netnsRunner, type RunResult, type Runner } from '../enforcers/network/run.js';
-import type { StandaloneSpec } from '../enforcers/network/standalone.js';
+import { hostRunner, netnsRunner, type RunResult, type Runner } from '../dataplane/network/nft/run.js';
+import type { StandaloneSpec } from '../dataplane/network/standalone.js';
 import type { Probe, ProbeResult } from './probe.js';
 import type { UpstreamConfig } from './upstream.js';
 
@@ -436,7 +436,7 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
           process.execPath,
           // e.g. LEASH_LAB_NODE_ARGS=--cpu-prof to profile the enforcer under a benchmark
           ...(process.env.LEASH_LAB_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
-          path.join(distSrc(), 'enforcers', 'network', 'standalone.js'),
+          path.join(distSrc(), 'dataplane', 'network', 'standalone.js'),
           specPath,
         ],
         'network enforcer',

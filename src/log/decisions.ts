@@ -23,7 +23,7 @@ export interface DecisionRecord {
   findings?: InspectFinding[];
   /**
    * An asked action: the request's ID on the `ask` line and on its outcome's line, with who decided
-   * and how (src/approvals/contract.ts).
+   * and how (src/engine/approval.ts).
    */
   approval?: {
     request: string | null;

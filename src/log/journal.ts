@@ -1,7 +1,7 @@
 /**
  * The journal as a view of Leash: operational lines and decisions sent with fields of their own
  * (`LEASH_UID`, `LEASH_SURFACE`, `LEASH_ACTION`, `LEASH_REASON`, `LEASH_REF`, `LEASH_COMPONENT`,
- * `PRIORITY`, a `MESSAGE` a person reads), in journald's native protocol (native/journal.cc sends
+ * `PRIORITY`, a `MESSAGE` a person reads), in journald's native protocol (native/common/journal.cc sends
  * the datagram, or a sealed memfd for a large entry), so that
  * `journalctl -u leash LEASH_UID=1001 LEASH_ACTION=block` works.
  *

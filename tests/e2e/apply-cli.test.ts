@@ -79,7 +79,7 @@ async function fakeService(): Promise<() => number> {
     process.execPath,
     [
       '-e',
-      // Confirms each reload through its status file (src/service/generation.ts), as leash does.
+      // Confirms each reload through its status file (src/control/reconcile/generation.ts), as leash does.
       `const fs=require('fs');let n=0;process.on('SIGHUP',()=>{n++;fs.appendFileSync(${JSON.stringify(hups)},'h');fs.writeFileSync(${JSON.stringify(path.join(path.dirname(env.LEASH_PID_FILE!), 'reconcile.json'))},JSON.stringify({pid:process.pid,hup:n,done:n,phase:'ready',problems:[]}))});setInterval(()=>{},1e6)`,
       'leash',
     ],

@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { mountOf, parseMountinfo } from '../../src/enforcers/watcher/policy.js';
+import { mountOf, parseMountinfo } from '../../src/dataplane/watcher/policy.js';
 import { CLI, configFile, ensureBuilt, leash, tmpDir } from './helpers.js';
 
 beforeAll(() => ensureBuilt(), 120_000);

@@ -4,11 +4,11 @@ import net from 'node:net';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { toolsEngine } from '../../src/cli/mcp.js';
-import { configSchema } from '../../src/config/schema.js';
+import { configSchema } from '../../src/control/config/schema.js';
 import type { DecisionWriter } from '../../src/log/decisions.js';
-import { compileGatePolicy, type CompiledGatePolicy } from '../../src/enforcers/tools/policy.js';
-import { GATE_DEFAULTS } from '../../src/config/tools.js';
-import { connectToolsJudge, createToolsSocketServer } from '../../src/enforcers/tools/socket.js';
+import { compileGatePolicy, type CompiledGatePolicy } from '../../src/tools/judge/policy.js';
+import { GATE_DEFAULTS } from '../../src/tools/judge/fields.js';
+import { connectToolsJudge, createToolsSocketServer } from '../../src/tools/remote/socket.js';
 import { nativeAvailable } from '../../src/native.js';
 import { call, CLI, FAKE, init, tmpdir } from './mcp-helpers.js';
 
@@ -164,9 +164,9 @@ describe.skipIf(!fs.existsSync(CLI) || !nativeAvailable() || !root)(
 
 describe.skipIf(!nativeAvailable() || !root)('tools socket of the running service (agents enforcer)', () => {
   it('serves each subject its resolved tools and commands policy, and a subject that left discovery none', async () => {
-    const { agentsEnforcer } = await import('../../src/service/agents.js');
+    const { agentsEnforcer } = await import('../../src/control/reconcile/agents.js');
     const { createLogger } = await import('../../src/log/logger.js');
-    const { fetchServicePolicy } = await import('../../src/enforcers/terminal/service-client.js');
+    const { fetchServicePolicy } = await import('../../src/tools/terminal/service-client.js');
     const dir = tmpdir();
     const sock = path.join(dir, 'run', 'tools.sock');
     // Discovery reads this passwd only: root is the configured account, nobody the next one.

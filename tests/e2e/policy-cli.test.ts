@@ -325,7 +325,7 @@ describe('signalling the service', () => {
       process.execPath,
       [
         '-e',
-        // A service that confirms each reload through its status file (src/service/generation.ts), as leash does.
+        // A service that confirms each reload through its status file (src/control/reconcile/generation.ts), as leash does.
         `const fs = require('fs'); let n = 0; process.on('SIGHUP', () => { n++; fs.appendFileSync(${JSON.stringify(got)}, 'x'); fs.writeFileSync(${JSON.stringify(path.join(path.dirname(env.LEASH_PID_FILE as string), 'reconcile.json'))}, JSON.stringify({ pid: process.pid, hup: n, done: n, phase: 'ready', problems: [] })); }); setInterval(() => {}, 1000);`,
         'leash-fake-service',
       ],

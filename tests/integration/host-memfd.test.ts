@@ -1,5 +1,5 @@
 // host.memfd_noexec, from the leashed account's side. A memfd lies on no marked filesystem, so a commands whitelist
-// never sees `memfd_create` + `fexecve` of a program it denies. The service's own code (src/service/host.ts, from
+// never sees `memfd_create` + `fexecve` of a program it denies. The service's own code (src/control/daemon/host.ts, from
 // the build) applies vm.memfd_noexec = 2 inside a PID namespace this test makes (`unshare --pid --fork
 // --mount-proc`: the value is per PID namespace), never on the host; the test checks the host's value is untouched.
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -8,11 +8,11 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadNative, nativeAvailable, type NativeWatcher } from '../../src/native.js';
-import { MEMFD_NOEXEC } from '../../src/service/host.js';
+import { MEMFD_NOEXEC } from '../../src/control/daemon/host.js';
 import { copyBinaries, createUser, isEperm, mountTmpfs, runAs, runCleanups, type Cleanup } from './helpers/fslab.js';
 
 const root = process.getuid?.() === 0 && nativeAvailable();
-const HOST_JS = path.resolve(import.meta.dirname, '../../dist/src/service/host.js');
+const HOST_JS = path.resolve(import.meta.dirname, '../../dist/src/control/daemon/host.js');
 
 function need(bin: string): void {
   try {

@@ -1,4 +1,4 @@
-// host.max_user_namespaces: the service's own code (src/service/host.ts, from the build) sets
+// host.max_user_namespaces: the service's own code (src/control/daemon/host.ts, from the build) sets
 // user.max_user_namespaces = 0 inside a user namespace this test makes (`unshare -U -r`: the value is per user
 // namespace, and the namespace's creator holds CAP_SYS_RESOURCE in it), never on the host; then no process there
 // can make a user namespace (so no filesystem of its own can be mounted), and the restore brings it back. The
@@ -9,10 +9,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { MAX_USER_NAMESPACES } from '../../src/service/host.js';
+import { MAX_USER_NAMESPACES } from '../../src/control/daemon/host.js';
 
 const root = process.getuid?.() === 0;
-const HOST_JS = path.resolve(import.meta.dirname, '../../dist/src/service/host.js');
+const HOST_JS = path.resolve(import.meta.dirname, '../../dist/src/control/daemon/host.js');
 
 interface InNs {
   userns: string;

@@ -6,12 +6,12 @@ import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createFsSupervisor, type FsSupervisor } from '../../src/enforcers/watcher/supervisor.js';
+import { createFsSupervisor, type FsSupervisor } from '../../src/dataplane/watcher/supervisor.js';
 import { nativeAvailable } from '../../src/native.js';
 import type { DecisionLine } from '../../src/log/decisions.js';
 import { mountTmpfs, runCleanups, type Cleanup } from './helpers/fslab.js';
 
-const WATCHER = path.resolve('dist/src/enforcers/watcher/watcher-main.js');
+const WATCHER = path.resolve('dist/src/dataplane/watcher/watcher-main.js');
 const CLI = path.resolve('dist/src/cli/main.js');
 const root = process.getuid?.() === 0 && nativeAvailable();
 const LOAD_MS = 12_000;

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { runDemo, type DemoSetup } from '../../src/cli/demo.js';
-import { hostRunner } from '../../src/enforcers/network/run.js';
+import { hostRunner } from '../../src/dataplane/network/nft/run.js';
 import { canRunLab } from '../lab/index.js';
 
 interface DemoRow {

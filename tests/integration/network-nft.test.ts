@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { teardownNetwork } from '../../src/enforcers/network/enforcer.js';
+import { teardownNetwork } from '../../src/dataplane/network/enforcer.js';
 import {
   applySubject,
   applySubjects,
@@ -9,8 +9,8 @@ import {
   readStateByProgram,
   releaseSubjects,
   type SubjectRules,
-} from '../../src/enforcers/network/nft.js';
-import { netnsRunner, type Runner } from '../../src/enforcers/network/run.js';
+} from '../../src/dataplane/network/nft/nft.js';
+import { netnsRunner, type Runner } from '../../src/dataplane/network/nft/run.js';
 import { bareNetns, isRoot } from '../lab/index.js';
 import { requireProgram } from '../lab/prereq.js';
 

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/validate/load.js';
+import { parseConfig } from '../../src/control/config/load.js';
 import { decide, decideDnsAnswer, decideDnsName, type CompiledPolicy } from '../../src/engine/index.js';
-import { startNetworkEnforcer } from '../../src/enforcers/network/enforcer.js';
-import { networkPlanHooks } from '../../src/service/surfaces/network.js';
-import type { Effective } from '../../src/policy/fragment.js';
-import { netnsRunner } from '../../src/enforcers/network/run.js';
+import { startNetworkEnforcer } from '../../src/dataplane/network/enforcer.js';
+import { networkPlanHooks } from '../../src/control/reconcile/surfaces/network.js';
+import type { Effective } from '../../src/control/policy/fragment.js';
+import { netnsRunner } from '../../src/dataplane/network/nft/run.js';
 import { bareNetns, isRoot } from '../lab/index.js';
 
 // nft always runs in a namespace of the test's own (never the host's ruleset).
@@ -23,7 +23,7 @@ describe.skipIf(!isRoot)('proxy on a host with IPv6 disabled', () => {
     await run(['sysctl', '-qw', 'net.ipv6.conf.all.disable_ipv6=1', 'net.ipv6.conf.default.disable_ipv6=1']);
     await run(['sysctl', '-qw', 'net.ipv6.conf.lo.disable_ipv6=1']);
     await run(['ip', 'link', 'set', 'lo', 'up']);
-    const proxyJs = new URL('../../dist/src/enforcers/network/proxy.js', import.meta.url).pathname;
+    const proxyJs = new URL('../../dist/src/dataplane/network/proxy/proxy.js', import.meta.url).pathname;
     const script = `import(${JSON.stringify(proxyJs)}).then(async (m) => {
       const errs = [];
       const p = m.createProxy({ decide: () => ({ action: 'block', reason: 'not_allowed', source: 'mode', rule: null }),

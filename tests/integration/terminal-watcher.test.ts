@@ -9,12 +9,12 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { createFsSupervisor, type FsSupervisor } from '../../src/enforcers/watcher/supervisor.js';
-import { createToolsSocketServer, type ToolsSocketServer } from '../../src/enforcers/tools/socket.js';
+import { createFsSupervisor, type FsSupervisor } from '../../src/dataplane/watcher/supervisor.js';
+import { createToolsSocketServer, type ToolsSocketServer } from '../../src/tools/remote/socket.js';
 import { nativeAvailable } from '../../src/native.js';
 import { copyBinaries, mountTmpfs, runCleanups, type Cleanup } from './helpers/fslab.js';
 
-const WATCHER = path.resolve('dist/src/enforcers/watcher/watcher-main.js');
+const WATCHER = path.resolve('dist/src/dataplane/watcher/watcher-main.js');
 const LEASH = path.resolve('dist/src/cli/main.js');
 const root = process.getuid?.() === 0 && nativeAvailable();
 

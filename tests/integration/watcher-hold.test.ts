@@ -1,4 +1,4 @@
-// The watcher holding an asked open or exec (native/hold.h), from the attacker's side: the leashed
+// The watcher holding an asked open or exec (native/watcher/hold.h), from the attacker's side: the leashed
 // account's open of an `ask` path is held (its process blocked in open(2)) while the approvals queue
 // waits for a human, and answered when decided or at its deadline; never allowed unasked. Meanwhile
 // another account's opens on the same marked tmpfs go on at their usual pace (measured before and
@@ -9,15 +9,15 @@ import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Decision } from '../../src/approvals/contract.js';
-import { fsCmdPolicyOf } from '../../src/enforcers/watcher/policy.js';
-import { createFsSupervisor, type FsSupervisor } from '../../src/enforcers/watcher/supervisor.js';
+import type { Decision } from '../../src/engine/approval.js';
+import { fsCmdPolicyOf } from '../../src/dataplane/watcher/policy.js';
+import { createFsSupervisor, type FsSupervisor } from '../../src/dataplane/watcher/supervisor.js';
 import { createDecisionLog } from '../../src/log/decisions.js';
 import { nativeAvailable } from '../../src/native.js';
-import { createApprovalQueue, type ApprovalQueue, type QueueEvent } from '../../src/service/approvals/queue.js';
+import { createApprovalQueue, type ApprovalQueue, type QueueEvent } from '../../src/control/approvals/queue.js';
 import { copyBinaries, createUser, mountTmpfs, runCleanups, type Cleanup } from './helpers/fslab.js';
 
-const WATCHER = path.resolve('dist/src/enforcers/watcher/watcher-main.js');
+const WATCHER = path.resolve('dist/src/dataplane/watcher/watcher-main.js');
 const root = process.getuid?.() === 0 && nativeAvailable();
 const DEADLINE_S = 3;
 

@@ -11,13 +11,13 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fsCmdPolicyOf } from '../../src/enforcers/watcher/policy.js';
-import { parseMountinfo } from '../../src/enforcers/watcher/policy.js';
-import { createFsSupervisor, type FsSupervisor } from '../../src/enforcers/watcher/supervisor.js';
+import { fsCmdPolicyOf } from '../../src/dataplane/watcher/policy.js';
+import { parseMountinfo } from '../../src/dataplane/watcher/policy.js';
+import { createFsSupervisor, type FsSupervisor } from '../../src/dataplane/watcher/supervisor.js';
 import { nativeAvailable } from '../../src/native.js';
 import { copyBinaries, createUser, mountTmpfs, runCleanups, type Cleanup } from './helpers/fslab.js';
 
-const WATCHER = path.resolve('dist/src/enforcers/watcher/watcher-main.js');
+const WATCHER = path.resolve('dist/src/dataplane/watcher/watcher-main.js');
 const root = process.getuid?.() === 0 && nativeAvailable();
 const ROUNDS = Number(process.env.LEASH_TEST_ROUNDS ?? 5);
 

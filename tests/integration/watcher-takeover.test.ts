@@ -7,12 +7,12 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fsCmdPolicyOf } from '../../src/enforcers/watcher/policy.js';
-import { createFsSupervisor, type FsSupervisor } from '../../src/enforcers/watcher/supervisor.js';
+import { fsCmdPolicyOf } from '../../src/dataplane/watcher/policy.js';
+import { createFsSupervisor, type FsSupervisor } from '../../src/dataplane/watcher/supervisor.js';
 import { nativeAvailable } from '../../src/native.js';
 import { createUser, mountTmpfs, runAs, runCleanups, isEperm, copyBinaries, type Cleanup } from './helpers/fslab.js';
 
-const WATCHER = path.resolve('dist/src/enforcers/watcher/watcher-main.js');
+const WATCHER = path.resolve('dist/src/dataplane/watcher/watcher-main.js');
 const root = process.getuid?.() === 0 && nativeAvailable();
 const KILLS = Number(process.env.LEASH_TEST_KILLS ?? 100);
 

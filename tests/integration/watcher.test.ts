@@ -4,8 +4,8 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fsCmdPolicyOf } from '../../src/enforcers/watcher/policy.js';
-import { createFsSupervisor, type FsSupervisor } from '../../src/enforcers/watcher/supervisor.js';
+import { fsCmdPolicyOf } from '../../src/dataplane/watcher/policy.js';
+import { createFsSupervisor, type FsSupervisor } from '../../src/dataplane/watcher/supervisor.js';
 import type { FsCmdPolicy } from '../../src/native.js';
 import { nativeAvailable } from '../../src/native.js';
 import {
@@ -21,7 +21,7 @@ import {
   type Cleanup,
 } from './helpers/fslab.js';
 
-const WATCHER = path.resolve('dist/src/enforcers/watcher/watcher-main.js');
+const WATCHER = path.resolve('dist/src/dataplane/watcher/watcher-main.js');
 const root = process.getuid?.() === 0 && nativeAvailable();
 
 describe.skipIf(!root)('filesystem watcher process', () => {

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll } from 'vitest';
 import { buildLab, type Lab, type LabOptions } from '../../src/lab/lab.js';
 import { nativeAvailable } from '../../src/native.js';
-import { hostRunner } from '../../src/enforcers/network/run.js';
+import { hostRunner } from '../../src/dataplane/network/nft/run.js';
 
 export * from '../../src/lab/lab.js';
 export { netPolicy } from './policy.js';

@@ -1,4 +1,4 @@
-// The watcher's natively formatted decision-log lines (native/decisionline.cc) against the
+// The watcher's natively formatted decision-log lines (native/watcher/decisionline.cc) against the
 // definition, formatDecision (src/log/decisions.ts): byte for byte, on a fixed corpus and on
 // seeded generated cases — paths with invalid UTF-8 (each maximal invalid subpart becomes
 // U+FFFD, as V8 decodes), control characters, quotes, backslashes and non-ASCII; times across

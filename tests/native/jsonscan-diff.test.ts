@@ -1,11 +1,11 @@
-// The MCP gate's native pre-check (native/jsonscan.cc) against its definition, the TypeScript
-// strict parser and writer (src/enforcers/tools/json.ts): whenever the scanner says 1 ("valid and
+// The MCP gate's native pre-check (native/tools/jsonscan.cc) against its definition, the TypeScript
+// strict parser and writer (src/tools/json.ts): whenever the scanner says 1 ("valid and
 // canonical"), parseStrict must accept the line, stringifyAscii must give back the same bytes, and
 // the top-level facts must be those of the parsed message. A fixed corpus plus 100,000 generated
 // lines from a fixed seed, most of them one mutation away from canonical.
 import { describe, expect, it } from 'vitest';
-import { isObject, JsonError, parseStrict, stringifyAscii, type JsonValue } from '../../src/jsonl/json.js';
-import { nativeLineScanner, plainRequest, plainResponseKey, SCAN } from '../../src/enforcers/tools/scan.js';
+import { isObject, JsonError, parseStrict, stringifyAscii, type JsonValue } from '../../src/formats/json.js';
+import { nativeLineScanner, plainRequest, plainResponseKey, SCAN } from '../../src/tools/gate/scan.js';
 import { nativeAvailable } from '../../src/native.js';
 import { mulberry32 as rng } from '../../src/lab/prng.js';
 

@@ -1,6 +1,6 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { netnsRunner, type Runner } from '../../src/enforcers/network/run.js';
+import { netnsRunner, type Runner } from '../../src/dataplane/network/nft/run.js';
 import { nativeAvailable } from '../../src/native.js';
 import { bareNetns } from '../lab/index.js';
 

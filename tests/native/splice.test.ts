@@ -3,7 +3,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createSplicePump, stopReading, type SplicePump } from '../../src/enforcers/network/splice.js';
+import { createSplicePump, stopReading, type SplicePump } from '../../src/dataplane/network/proxy/splice.js';
 import { loadNative, nativeAvailable } from '../../src/native.js';
 
 /** A connected pair of sockets on loopback: [client end, server end]. */

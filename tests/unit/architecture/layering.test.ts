@@ -3,8 +3,8 @@
  * TypeScript API so they cannot silently regress:
  *   - no folder-level cycle of value imports (a type-only import is erased and cycles nothing; a
  *     folder is at most two levels deep, see folderOf);
- *   - each layer imports only what is below it (the table LAYERS: nothing in src/config or src/policy
- *     imports src/enforcers, nothing under src/enforcers imports src/service, src/engine imports nothing);
+ *   - each layer imports only what is below it (the table LAYERS: nothing in src/control/config or src/control/policy
+ *     imports src/dataplane, nothing under src/dataplane imports src/control, src/engine imports nothing);
  *   - no function in src/ is longer than 300 lines.
  */
 import fs from 'node:fs';
@@ -71,8 +71,8 @@ function importsOf(file: string, sf: ts.SourceFile): Import[] {
 
 /**
  * The folder a file of src/ belongs to: its directory relative to src/ ("." for src/ itself), at
- * most two levels deep. A deeper folder is a part of the one above it (enforcers/tools/gate is the
- * gate's parts, wired by enforcers/tools/gate.ts; service/surfaces the adapters service/agents.ts
+ * most two levels deep. A deeper folder is a part of the one above it (dataplane/network/proxy is a part of the
+ * network data plane; control/reconcile/surfaces the adapters control/reconcile/agents.ts
  * loops over): a parent and its parts may import each other, two folders may not.
  */
 export const folderOf = (rel: string): string => path.dirname(rel).split('/').slice(0, 2).join('/');
@@ -161,22 +161,24 @@ export function cycles(g: Map<string, Set<string>>): string[][] {
  */
 const LAYERS: { layer: string; may: string[] }[] = [
   { layer: 'engine', may: [] },
-  { layer: 'jsonl', may: ['errors.ts'] },
+  { layer: 'formats', may: ['errors.ts'] },
   { layer: 'store', may: ['errors.ts'] },
   { layer: 'log', may: ['errors.ts', 'engine'] },
-  { layer: 'config', may: ['errors.ts', 'engine'] },
-  { layer: 'approvals', may: ['engine'] },
-  { layer: 'subjects', may: ['errors.ts', 'store'] },
 ];
 
-/** Layers that must never import another (any import). */
+/**
+ * Layers that must never import another (any import): arrows go down, cli -> control -> dataplane -> engine and
+ * tools -> engine (docs/architecture.md). The data plane takes compiled policies and answers: it knows no profile,
+ * binding, config file or CLI.
+ */
 const NEVER: { layer: string; not: string }[] = [
-  { layer: 'config', not: 'enforcers' },
-  { layer: 'policy', not: 'enforcers' },
-  { layer: 'enforcers', not: 'service' },
-  { layer: 'enforcers', not: 'validate' },
-  { layer: 'enforcers', not: 'policy' },
-  { layer: 'engine', not: 'enforcers' },
+  { layer: 'dataplane', not: 'control' },
+  { layer: 'dataplane', not: 'cli' },
+  { layer: 'dataplane', not: 'tools' },
+  { layer: 'tools', not: 'control' },
+  { layer: 'tools', not: 'cli' },
+  { layer: 'control', not: 'cli' },
+  { layer: 'engine', not: 'dataplane' },
 ];
 
 export const MAX_FUNCTION_LINES = 300;

@@ -1,9 +1,9 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { rerootPath, rerootPolicy } from '../../../src/cli/demo-fs.js';
-import { loadConfig } from '../../../src/validate/load.js';
+import { loadConfig } from '../../../src/control/config/load.js';
 import { compilePolicy, decide } from '../../../src/engine/index.js';
-import { fsCmdPolicyOf, policyRoots } from '../../../src/enforcers/watcher/policy.js';
+import { fsCmdPolicyOf, policyRoots } from '../../../src/dataplane/watcher/policy.js';
 
 const T = '/tmp/leash-lab-demo-x/fs';
 

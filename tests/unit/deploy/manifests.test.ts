@@ -10,8 +10,8 @@ import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
-import { SCOPE_RE } from '../../../src/policy/bindings.js';
-import { parseProfileText } from '../../../src/policy/profiles.js';
+import { SCOPE_RE } from '../../../src/control/policy/bindings.js';
+import { parseProfileText } from '../../../src/control/policy/profiles.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const docs = YAML.parseAllDocuments(

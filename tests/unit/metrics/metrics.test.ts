@@ -3,7 +3,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { configSchema } from '../../../src/config/schema.js';
+import { configSchema } from '../../../src/control/config/schema.js';
 import { createDecisionLog, formatDecisionTail } from '../../../src/log/decisions.js';
 import {
   countDecisions,

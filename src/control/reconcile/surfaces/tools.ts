@@ -1,0 +1,89 @@
+/**
+ * Tools in the service: the gate socket (src/tools/remote/socket.ts) that `leash mcp` and `leash terminal` ask
+ * for a subject's compiled gate policy and commands policy, by the peer's UID. prepare compiles a subject's gate
+ * policy before any surface is applied (a policy that does not compile fails the subject alone); apply puts the
+ * compiled policies in force once every other surface took the subject.
+ */
+import fs from 'node:fs';
+import type { Config } from '../../config/types.js';
+import { maskSecrets } from '../../../engine/index.js';
+import { compileGatePolicy, type CompiledGatePolicy } from '../../../tools/judge/policy.js';
+import { GATE_ENGINE, gatePolicyOf } from '../../../tools/judge/from-config.js';
+import { createToolsSocketServer, DEFAULT_TOOLS_SOCKET } from '../../../tools/remote/socket.js';
+import type { DecisionLog } from '../../../log/decisions.js';
+import type { SurfaceAdapter } from './contract.js';
+import type { Asker } from '../../../engine/approval.js';
+import type { Logger } from '../../../log/logger.js';
+
+export interface ToolsSurfaceOptions {
+  config: Config;
+  decisions: DecisionLog;
+  /** Gate socket path (default LEASH_TOOLS_SOCKET or /run/leash/tools.sock). */
+  socket?: string;
+  /** Each judge request's time, for the metrics (tools_judge). */
+  onJudge?: (seconds: number) => void;
+  /** The approvals queue: a gate's asked calls are held for it (docs/approvals.md). */
+  ask?: Asker;
+  /** Where a dropped session approval is said. */
+  logger?: Logger;
+}
+
+export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<SurfaceAdapter> {
+  const gate = new Map<number, CompiledGatePolicy>();
+  // What `leash terminal` asks for over the same socket (op commands_policy), per subject.
+  const commandsOf = new Map<number, { fail_mode: string; commands: unknown }>();
+  const prepared = new Map<number, CompiledGatePolicy>();
+  const sock = o.socket ?? process.env.LEASH_TOOLS_SOCKET ?? DEFAULT_TOOLS_SOCKET;
+  fs.mkdirSync(sock.slice(0, sock.lastIndexOf('/')) || '/', { recursive: true, mode: 0o755 });
+  const server = await createToolsSocketServer({
+    path: sock,
+    log: o.decisions,
+    mask: maskSecrets,
+    policyForUid: (uid) => gate.get(uid) ?? null,
+    commandsPolicyForUid: (uid) => commandsOf.get(uid) ?? null,
+    ...(o.onJudge ? { onJudge: o.onJudge } : {}),
+    ...(o.ask ? { ask: o.ask } : {}),
+    onSessionDropped: (e) =>
+      o.logger?.info(
+        { uid: e.uid, tool: e.tool, request: e.request },
+        'tools session approval dropped: the server changed the tool schema',
+      ),
+  });
+  const withdraw = (uid: number) => {
+    prepared.delete(uid);
+    gate.delete(uid);
+    commandsOf.delete(uid);
+  };
+  return {
+    surface: 'tools',
+    prepare(a) {
+      prepared.set(
+        a.uid,
+        compileGatePolicy(gatePolicyOf(a.policy), a.policy.fail_mode, GATE_ENGINE, {
+          shadow: a.policy.enforce === 'shadow',
+        }),
+      );
+    },
+    async apply(actions) {
+      for (const a of actions) {
+        const g = prepared.get(a.uid);
+        prepared.delete(a.uid);
+        if (g) gate.set(a.uid, g);
+        commandsOf.set(a.uid, {
+          fail_mode: a.policy.fail_mode,
+          ...(a.policy.enforce === 'shadow' ? { enforce: 'shadow' } : {}),
+          commands: a.policy.commands,
+        });
+      }
+      return new Map();
+    },
+    async deny(a) {
+      withdraw(a.uid);
+    },
+    async orphan(a) {
+      withdraw(a.uid);
+    },
+    status: () => ({ surface: 'tools', subjects: gate.size, uids: [...gate.keys()] }),
+    close: () => server.close(),
+  };
+}

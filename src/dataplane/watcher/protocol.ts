@@ -1,0 +1,77 @@
+// The map protocol between the service (supervisor) and the watcher: JSON lines over
+// the watcher's fd 3. Every request carries an id and is acknowledged with that id.
+import { LineReader } from '../../formats/lines.js';
+import type { AskOutcome } from '../../engine/approval.js';
+import type { FsCmdPolicy, HeldAsk, WatcherStats, WatcherSubject } from '../../native.js';
+import type { NamespaceStatus } from './namespaces.js';
+
+export type ToWatcher =
+  | { id: number; op: 'init'; subjects: WatcherSubject[]; watch: string[] }
+  | { id: number; op: 'set'; subject: WatcherSubject }
+  | { id: number; op: 'status' }
+  /** Reopen the decision log by its path (after a rename-style rotation). */
+  | { id: number; op: 'reopen' }
+  /** The approvals queue's outcome for a held event (`hold`: the id of its `ask` line). */
+  | { id: number; op: 'answer'; hold: number; outcome: AskOutcome }
+  /** Test hook: honoured only when the watcher runs with LEASH_TEST_WEDGE_JS=1. */
+  | { id: number; op: 'wedge' }
+  /** Test hook (same switch): the watcher opens and reads a file itself, e.g. on its own marked filesystem. */
+  | { id: number; op: 'selfopen'; path: string };
+
+export interface WatcherStatus {
+  pid: number;
+  /** 'standby': holds the group, reads nothing until the active watcher is gone. */
+  role: 'active' | 'standby';
+  /** The group's and the in-flight table's descriptor numbers in this process (a standby takes them by pidfd_getfd). */
+  groupFd?: number;
+  tableFd?: number;
+  /** Paths a FAN_MARK_FILESYSTEM mark was put on (one per filesystem). */
+  marks: string[];
+  /** Roots whose filesystem could not be marked, with the errno code. */
+  markErrors: { path: string; code: string }[];
+  subjects: number;
+  droppedAllows: number;
+  /** Namespaces subjects made (namespaces.ts): known now, filesystems marked and processes killed since start. */
+  namespaces?: NamespaceStatus;
+  stats: WatcherStats;
+}
+
+export type FromWatcher =
+  | { id: number; ok: true; status?: WatcherStatus; bytes?: number; held?: boolean }
+  | { id: number; ok: false; error: string; code?: string };
+
+/** A held open or exec, sent by the watcher unasked (no `id`): the service asks its approvals queue and answers. */
+export interface WatcherAsk extends HeldAsk {
+  /** The asking process's command line (/proc/PID/cmdline), for the approver. */
+  cmdline: string[];
+}
+export type WatcherEvent = { ask: WatcherAsk };
+
+export type { FsCmdPolicy, WatcherSubject };
+
+/** A map-protocol line longer than this is refused (the whole starting map is one `init` line). */
+const MAX_MAP_LINE = 256 * 1024 * 1024;
+
+/**
+ * Splits a byte stream into JSON lines (the one line reader, src/formats/lines.ts); calls `on` for
+ * each parsed message and `onBad` for a line that is not JSON or is over the limit.
+ */
+export function lineReader<T>(on: (msg: T) => void, onBad: (line: string) => void): (chunk: Buffer | string) => void {
+  const lines = new LineReader(
+    (bytes) => {
+      const line = bytes.toString('utf8');
+      if (!line.trim()) return;
+      let msg: T;
+      try {
+        msg = JSON.parse(line) as T;
+      } catch {
+        onBad(line);
+        return;
+      }
+      on(msg);
+    },
+    () => onBad(`(a line over ${MAX_MAP_LINE} bytes)`),
+    { maxBytes: MAX_MAP_LINE },
+  );
+  return (chunk) => lines.push(chunk);
+}

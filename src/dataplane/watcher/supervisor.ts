@@ -1,0 +1,215 @@
+// The service's side of the watcher: spawns it with the current map, forwards every
+// change over the map protocol and waits for the acknowledgement, and keeps a STANDBY
+// watcher beside it: a second process that holds the same fanotify group (taken from the
+// active one with pidfd_getfd) and the active's in-flight table, and takes over reading the
+// moment the active dies — so the group never closes and no event is let through unjudged
+// (docs/filesystem.md, "When the watcher dies"). With no standby ready, a dead watcher is
+// respawned from the current map (the group closed with it: the kernel let pending events
+// through). It gives up — a fatal error for the service to exit on — when watchers die more
+// than `maxDeaths` times in `windowMs`.
+//
+// In three files: this one (the options, and every request routed to a watcher that has the current
+// map: set, status, reopen), takeover.ts (active and standby, respawn, takeover, the death count) and
+// watcher-proc.ts (one watcher process: spawn, its channel and pending requests, stop).
+import { LeashError } from '../../errors.js';
+import type { Asker } from '../../engine/approval.js';
+import type { FsCmdPolicy, WatcherSubject } from '../../native.js';
+import { createHoldRelay, holdArgs, type HoldBounds } from './hold-relay.js';
+import type { FromWatcher, WatcherStatus } from './protocol.js';
+import { startActive, type Succession } from './takeover.js';
+import { defaultScript, endProc, request, stopProc, type Proc, type Request } from './watcher-proc.js';
+
+export interface FsSupervisorOptions {
+  /** The starting UID -> policy map. */
+  subjects: WatcherSubject[];
+  /** Extra paths whose filesystems are marked (config `filesystem.watch`). */
+  watch?: string[];
+  /** The decision sink the watcher opens before its marks: `stdout` or an absolute path. */
+  decisions: string;
+  /** argv prefix for the watcher (tests: `['timeout', '-s', 'KILL', '120']`). */
+  wrap?: string[];
+  /** The watcher script (default: watcher-main.js next to this file, or under dist/). */
+  script?: string;
+  /** Extra watcher arguments (`--spin-us`, `--watchdog-ms`, ...). */
+  args?: string[];
+  env?: NodeJS.ProcessEnv;
+  /** The watcher's stderr (its watchdog dumps): inherited (the journal) or handed to a callback. */
+  stderr?: 'inherit' | ((chunk: string) => void);
+  /** Deaths tolerated within windowMs before giving up (default 3 in 10 minutes). */
+  maxDeaths?: number;
+  windowMs?: number;
+  /** How long a spawned watcher may take to acknowledge its map. */
+  readyTimeoutMs?: number;
+  /** Called once when the supervisor gives up; the service should exit so systemd restarts it. */
+  onFatal?: (err: LeashError) => void;
+  /** Called after each respawn or takeover (the new active watcher has the map). */
+  onRespawn?: (info: { pid: number; deaths: number; takeover: boolean }) => void;
+  /** Keep a standby watcher on the same group (default true). */
+  standby?: boolean;
+  /** Called once when standbys are given up (a standby could not take the group twice in a row). */
+  onStandbyUnavailable?: (why: string) => void;
+  /**
+   * The approvals queue: an open or exec an ask entry covers is held by the watcher (native/watcher/hold.h) and asked
+   * here; the outcome is the watcher's answer. Absent: the watcher denies an ask at once (approval_unavailable).
+   */
+  ask?: Asker;
+  /** The watcher's bounds on held events and the surfaces' deadlines (ms): config approvals. */
+  hold?: HoldBounds;
+}
+
+export interface FsSupervisor {
+  /** Resolves when the first watcher has acknowledged the starting map and put its marks on. */
+  ready: Promise<WatcherStatus>;
+  /**
+   * Sets one subject's policy (null = no policy: denied, or allowed under fail_mode open) and
+   * resolves once a running watcher has it. A subject is never removed.
+   */
+  set(uid: number, policy: FsCmdPolicy | null, failMode?: 'closed' | 'open'): Promise<void>;
+  status(): Promise<WatcherStatus>;
+  /** The watcher reopens its decision log (after a rotation); resolves once it has. */
+  reopenLog(): Promise<void>;
+  /** PID of the watcher process itself (not of a wrapper), once it reported. */
+  watcherPid(): number | null;
+  /** PID of the standby watcher once it holds the group, else null. */
+  standbyPid(): number | null;
+  /** Resolves once a standby holds the group (test hook; rejects when standby is off or the supervisor ends). */
+  standbyReady(): Promise<number>;
+  deaths(): number;
+  /** Test hook: blocks the watcher's JavaScript side (needs LEASH_TEST_WEDGE_JS=1 in env). */
+  wedgeForTest(): Promise<void>;
+  /** Test hook: the watcher opens `file` (and lists its directory) itself (needs LEASH_TEST_WEDGE_JS=1). */
+  selfOpenForTest(file: string): Promise<number>;
+  close(): Promise<void>;
+}
+
+// Waits for a watcher that has the current map (the running one, or the next respawn).
+async function settle(st: Succession): Promise<WatcherStatus> {
+  for (;;) {
+    if (st.fatal) throw st.fatal;
+    if (st.closing) throw new Error('supervisor closed');
+    const c = st.current;
+    try {
+      return await c;
+    } catch (e) {
+      if (c === st.current) {
+        // The failed spawn's exit handler has not run yet; give it a moment.
+        await new Promise((r) => setTimeout(r, 50));
+        if (c === st.current && (st.fatal || st.closing || !st.act)) throw st.fatal ?? e;
+      }
+    }
+  }
+}
+
+// Sends a request to a watcher that has the current map; retried on the next one if it dies.
+async function call(st: Succession, msg: Request): Promise<FromWatcher> {
+  for (;;) {
+    await settle(st);
+    const a = st.act;
+    try {
+      return await request(st, a, msg);
+    } catch (e) {
+      if (st.fatal || st.closing) throw st.fatal ?? e;
+      // Wait for the exit handler to install the successor before retrying.
+      const t0 = Date.now();
+      while (st.act === a && a !== null && Date.now() - t0 < 2000) await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+}
+
+/** A map change reaches the standby too (it must judge with the current map the moment it takes over). */
+async function toStandby(st: Succession, msg: Request): Promise<void> {
+  const p = st.sb;
+  if (!p) return;
+  try {
+    await p.ready;
+    const m = await request(st, p, msg);
+    if (!m.ok) throw new Error(m.error);
+  } catch {
+    // A standby that missed a change must not take over with a stale map: replace it.
+    if (st.sb === p) {
+      st.sb = null;
+      endProc(p);
+    }
+  }
+}
+
+/** Starts the watcher and supervises it. */
+export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
+  const map = new Map<number, WatcherSubject>();
+  for (const s of opts.subjects) map.set(s.uid, s);
+  const relay = createHoldRelay(opts.ask, (p, msg) => request(st, p as Proc, msg));
+  const st: Succession = {
+    map,
+    nextId: 1,
+    fatal: null,
+    spec: {
+      ...opts,
+      script: opts.script ?? defaultScript(),
+      args: [...(opts.args ?? []), ...holdArgs(opts.ask, opts.hold)],
+      onAsk: (p, a) => relay.ask(p, a),
+    },
+    hooks: { ...opts, onProcExit: (p) => relay.gone(p) },
+    maxDeaths: opts.maxDeaths ?? 3,
+    windowMs: opts.windowMs ?? 10 * 60_000,
+    useStandby: opts.standby ?? true,
+    act: null,
+    sb: null,
+    current: null as unknown as Promise<WatcherStatus>,
+    closing: false,
+    deathTimes: [],
+    deathCount: 0,
+    standbyFailures: 0,
+    standbyOff: false,
+    standbyWaiters: [],
+  };
+  st.current = startActive(st);
+  const ready = st.current;
+
+  return {
+    ready,
+    async set(uid, policy, failMode = policy?.fail_mode ?? 'closed') {
+      const subject: WatcherSubject = { uid, policy, failMode };
+      map.set(uid, subject);
+      // A watcher that dies with this in flight is followed by one that has the map.
+      await toStandby(st, { op: 'set', subject });
+      const m = await call(st, { op: 'set', subject });
+      if (!m.ok) throw new LeashError('watcher_failed', `the watcher refused the map change: ${m.error}`);
+    },
+    async status() {
+      const m = await call(st, { op: 'status' });
+      if (!m.ok || !m.status) throw new Error(m.ok ? 'no status' : m.error);
+      return m.status;
+    },
+    async reopenLog() {
+      await toStandby(st, { op: 'reopen' });
+      const m = await call(st, { op: 'reopen' });
+      if (!m.ok) throw new LeashError('watcher_failed', `the watcher could not reopen its decision log: ${m.error}`);
+    },
+    watcherPid: () => st.act?.pid ?? null,
+    standbyPid: () => (st.sb?.status ? st.sb.pid : null),
+    standbyReady() {
+      if (!st.useStandby) return Promise.reject(new Error('standby is off'));
+      if (st.fatal) return Promise.reject(st.fatal);
+      if (st.sb?.status) return Promise.resolve(st.sb.pid!);
+      return new Promise((resolve, reject) => st.standbyWaiters.push({ resolve, reject }));
+    },
+    deaths: () => st.deathCount,
+    async wedgeForTest() {
+      const m = await call(st, { op: 'wedge' });
+      if (!m.ok) throw new Error(m.error);
+    },
+    async selfOpenForTest(file) {
+      const m = await call(st, { op: 'selfopen', path: file });
+      if (!m.ok) throw new Error(m.error);
+      return m.bytes ?? 0;
+    },
+    async close() {
+      st.closing = true;
+      for (const w of st.standbyWaiters) w.reject(new Error('supervisor closed'));
+      st.standbyWaiters = [];
+      // The standby first: with the active gone it would take over.
+      await stopProc(st.sb);
+      await stopProc(st.act);
+    },
+  };
+}

@@ -1,0 +1,237 @@
+// The watcher process: `node watcher-main.js --decisions <sink>`, spawned by the
+// service (supervisor.ts) with the map protocol on fd 3. It and its standby (a second
+// watcher process, `--standby-of PID`) are the only holders of the fanotify group. Everything it will ever need is imported here, before any mark goes
+// on: once marks exist, loading a module would open files on a marked filesystem.
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { createDecisionLog, type AllowLines } from '../../log/decisions.js';
+import { createJournal, operationalFields, teeDecisionsToJournal } from '../../log/journal.js';
+import { loadNative } from '../../native.js';
+import { approvalOf } from '../../engine/approval.js';
+import type { HeldAsk } from '../../native.js';
+import { lineReader, type FromWatcher, type ToWatcher, type WatcherEvent } from './protocol.js';
+import { createWatcherCore } from './watcher.js';
+
+process.title = 'leash-watcher';
+
+const { values } = parseArgs({
+  options: {
+    decisions: { type: 'string', default: 'stdout' },
+    'spin-us': { type: 'string' }, // default: createWatcherCore's
+    nice: { type: 'string', default: '0' },
+    'watchdog-ms': { type: 'string', default: '10000' },
+    'rescan-ms': { type: 'string', default: '3000' },
+    'ns-scan-ms': { type: 'string', default: '200' },
+    identity: { type: 'string', default: 'pidfd-cache' },
+    'queue-allows': { type: 'string', default: '4096' },
+    // config logging.allows and logging.allow_summary_seconds (ms): plain allows as lines, counted or sampled.
+    allows: { type: 'string', default: 'all' },
+    'allow-summary-ms': { type: 'string', default: '60000' },
+    // Measurement only (bench/fanotify): 'off' skips the hard-link check; 'batch' reads many events per read(2).
+    'link-check': { type: 'string', default: 'on' },
+    // Measurement only (bench/fanotify): off skips the judge-time histogram's clock reads.
+    metrics: { type: 'string', default: 'on' },
+    read: { type: 'string', default: 'one' },
+    // A standby: takes the group and the in-flight table from this active watcher (pidfd_getfd) and
+    // reads nothing until that process is gone (supervisor.ts).
+    'standby-of': { type: 'string' },
+    'group-fd': { type: 'string' },
+    'table-fd': { type: 'string' },
+    // The journal's socket (the service found it: config logging.journal) and logging.journal_allows.
+    journal: { type: 'string' },
+    'journal-allows': { type: 'string', default: '0' },
+    // Holding asked events for the service's approvals queue (native/watcher/hold.h): the bounds and the deadlines
+    // (ms) of config approvals. Absent: an ask entry is answered as a block at once (approval_unavailable).
+    'hold-max': { type: 'string' },
+    'hold-per-subject': { type: 'string', default: '200' },
+    'hold-filesystem-ms': { type: 'string', default: '10000' },
+    'hold-commands-ms': { type: 'string', default: '10000' },
+  },
+});
+
+/**
+ * The loop's own deadline is the queue's plus this: normally the queue's timeout answers first (its line
+ * names the request); the loop's is the backstop when that answer never comes (the service is wedged).
+ */
+const HOLD_GRACE_MS = 1000;
+
+const native = loadNative();
+const journal =
+  values.journal === undefined
+    ? null
+    : createJournal({
+        socket: values.journal,
+        send: (p, e) => native.journalSend(p, e),
+        allowSample: Number(values['journal-allows']),
+        identifier: 'leash-watcher',
+      });
+
+function warn(obj: Record<string, unknown>): void {
+  const line = `${JSON.stringify({ component: 'watcher', pid: process.pid, ...obj })}\n`;
+  if (journal === null || !journal.send(operationalFields(line))) process.stderr.write(line);
+}
+
+/** Blocks the JavaScript thread for good (test hook): the native loop must keep answering. */
+function wedgeForTest(): void {
+  // Atomics.wait sleeps without CPU and still runs V8 interrupts, so the watchdog can print this stack.
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
+}
+
+// The decision log is opened (its descriptor held) before the marks go on. The native loop
+// formats each decision as its log line (native/watcher/decisionline.cc, byte for byte formatDecision's);
+// a drain's lines go out as one write(2) of whole lines (O_APPEND: never interleaved with other
+// writers).
+const allowLines: AllowLines =
+  values.allows === 'summary' || values.allows === 'sampled'
+    ? { mode: values.allows, intervalMs: Number(values['allow-summary-ms']) }
+    : { mode: 'all' };
+const file = createDecisionLog({ sink: values.decisions!, allows: allowLines });
+const log = journal === null ? file : teeDecisionsToJournal(file, journal, 'watcher');
+const core = createWatcherCore({
+  native,
+  log,
+  warn,
+  ...(values['spin-us'] !== undefined ? { spinUs: Number(values['spin-us']) } : {}),
+  nice: Number(values.nice),
+  watchdogMs: Number(values['watchdog-ms']),
+  rescanMs: Number(values['rescan-ms']),
+  nsScanMs: Number(values['ns-scan-ms']),
+  identity: values.identity as 'pidfd-cache' | 'report-pidfd' | 'proc',
+  queueAllows: Number(values['queue-allows']),
+  allowLines,
+  linkCheck: values['link-check'] !== 'off',
+  readBatch: values.read === 'batch',
+  metrics: values.metrics !== 'off',
+  ...(values['hold-max'] !== undefined
+    ? {
+        hold: {
+          max: Number(values['hold-max']),
+          perSubject: Number(values['hold-per-subject']),
+          filesystemMs: Number(values['hold-filesystem-ms']) + HOLD_GRACE_MS,
+          commandsMs: Number(values['hold-commands-ms']) + HOLD_GRACE_MS,
+        },
+        onAsk: (a: HeldAsk) => onAsk(a),
+      }
+    : {}),
+  ...(values['standby-of'] !== undefined
+    ? {
+        standbyOf: {
+          pid: Number(values['standby-of']),
+          groupFd: Number(values['group-fd']),
+          tableFd: Number(values['table-fd']),
+        },
+      }
+    : {}),
+});
+
+const chan = new net.Socket({ fd: 3, readable: true, writable: true });
+const send = (m: FromWatcher | WatcherEvent): void => {
+  chan.write(`${JSON.stringify(m)}\n`);
+};
+
+/** /proc/PID/cmdline (procfs is never marked): the asking process is blocked in its open, so still there. */
+function cmdlineOf(pid: number): string[] {
+  try {
+    const raw = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    return raw.split('\0').filter((a, i, all) => a !== '' || i < all.length - 1);
+  } catch {
+    return [];
+  }
+}
+const asked = new Map<number, HeldAsk>();
+function onAsk(a: HeldAsk): void {
+  asked.set(a.id, a);
+  send({ ask: { ...a, cmdline: cmdlineOf(a.pid) } });
+}
+let initialised = false;
+
+chan.on(
+  'data',
+  lineReader<ToWatcher>(
+    (m) => {
+      try {
+        switch (m.op) {
+          case 'init':
+            if (initialised) throw new Error('already initialised');
+            core.init(m.subjects, m.watch);
+            initialised = true;
+            send({ id: m.id, ok: true, status: core.status() });
+            break;
+          case 'set':
+            core.set(m.subject);
+            send({ id: m.id, ok: true });
+            break;
+          case 'reopen':
+            log.reopen();
+            send({ id: m.id, ok: true });
+            break;
+          case 'status':
+            send({ id: m.id, ok: true, status: core.status() });
+            break;
+          case 'answer': {
+            const a = asked.get(m.hold);
+            asked.delete(m.hold);
+            const held = core.answer(m.hold, m.outcome.action === 'allow');
+            // The outcome's line, when this answer is the one the kernel got (else the loop's deadline was).
+            if (held && a)
+              log.write({
+                uid: a.uid,
+                surface: a.surface,
+                action: m.outcome.action,
+                reason: m.outcome.reason,
+                subject: a.surface === 'commands' ? { binary: a.subject } : { path: a.subject },
+                rule: a.rule,
+                approval: approvalOf(m.outcome),
+              });
+            send({ id: m.id, ok: true, held });
+            break;
+          }
+          case 'wedge':
+            if (process.env.LEASH_TEST_WEDGE_JS !== '1') throw new Error('wedge is a test hook');
+            send({ id: m.id, ok: true });
+            setTimeout(wedgeForTest, 50);
+            break;
+          case 'selfopen':
+            if (process.env.LEASH_TEST_WEDGE_JS !== '1') throw new Error('selfopen is a test hook');
+            send({
+              id: m.id,
+              ok: true,
+              bytes: fs.readFileSync(m.path).length + fs.readdirSync(path.dirname(m.path)).length,
+            });
+            break;
+          default:
+            throw new Error(`unknown op ${(m as { op?: unknown }).op as string}`);
+        }
+      } catch (e) {
+        send({ id: (m as { id: number }).id, ok: false, error: (e as Error).message });
+      }
+    },
+    (line) => warn({ msg: 'bad control line', line: line.slice(0, 200) }),
+  ),
+);
+
+// The service is our only reason to exist: when its end closes, release the host.
+const shutdown = (code: number): void => {
+  try {
+    core.close();
+  } finally {
+    process.exit(code);
+  }
+};
+chan.on('close', () => shutdown(0));
+chan.on('error', () => shutdown(0));
+process.on('SIGTERM', () => shutdown(0));
+process.on('SIGINT', () => shutdown(0));
+// The service asks over the channel (acknowledged); a SIGHUP sent to this process itself does the same.
+process.on('SIGHUP', () => {
+  try {
+    log.reopen();
+  } catch (e) {
+    warn({
+      msg: 'cannot reopen the decision log, still writing to the old file',
+      code: (e as NodeJS.ErrnoException).code,
+    });
+  }
+});

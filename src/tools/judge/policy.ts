@@ -1,0 +1,539 @@
+/**
+ * The tools gate's policy: the engine's tools surface (mode, allow, deny, inspect) plus the
+ * mcp-leash features (argument rules, strict_args, policed_methods, deny_methods, hide_denied,
+ * log_args), and the pure judgment of one JSON-RPC request against it.
+ */
+import { LeashError, type TOOLS_GATE_REASONS } from '../../errors.js';
+import type { PolicyInput, ToolSubject, ToolsSurfacePolicy, Verdict, FailMode } from '../../engine/types.js';
+import { ArgRuleError, checkArgs, compileToolArgs, type ArgsReason, type CompiledToolArgs } from './args.js';
+import type { ToolsGateFields } from './fields.js';
+import { asPlain, isObject, JsonNumber, type JsonObject, type JsonValue } from '../../formats/json.js';
+import { normalizeToolName, otherSpellingOf } from './names.js';
+import { MAPPINGS, mappingForServer, type MappingTable } from './operations/mappings.js';
+import { normalizeCall, unknownAction, type Action } from './operations/normalize.js';
+import type { PathWalker } from './operations/paths.js';
+import type { ServerModel } from './operations/model.js';
+import { compileRules, decideAction, type CompiledRules, type OpDecision } from './operations/rules.js';
+
+export type ToolsGatePolicy = ToolsSurfacePolicy & ToolsGateFields;
+
+/** What the gate needs from the engine (injected: the engine is built on its own branch). */
+export interface ToolsEngine {
+  compilePolicy(p: PolicyInput): unknown;
+  decide(surface: 'tools', subject: ToolSubject, policy: never): Verdict;
+}
+
+export interface CompiledGatePolicy {
+  /** The engine's verdict for a tool name (+ inputs, for inspection). */
+  decideTool(name: string, inputs: unknown): Verdict;
+  args: Map<string, CompiledToolArgs>;
+  strictArgs: boolean;
+  policed: Set<string>;
+  denyMethods: { glob: string; re: { test(text: string): boolean } }[];
+  hideDenied: boolean;
+  logArgs: 'denied' | 'all' | 'none';
+  failMode: FailMode;
+  /** Rules over operations, when the policy has any (null: names and arguments only). */
+  ops: CompiledOps | null;
+  /** Mask secrets in what the server answers (tools.redact_output). */
+  redactOutput: boolean;
+  /** The audit file (tools.audit), or null. */
+  audit: string | null;
+  /**
+   * Whether an approver's `persist` can write the tool name into tools.allow and have it decide the
+   * next call: a whitelist without rules over operations (with rules, the allow list is not consulted).
+   */
+  persistable: boolean;
+  /** Shadow mode: denials are relayed and logged as would_block (CompileOptions.shadow). */
+  shadow?: boolean;
+}
+
+/** The operation layer of a compiled policy. */
+export interface CompiledOps {
+  rules: CompiledRules;
+  workspace: string;
+  home: string;
+  /** A declared table (tools.mapping), null for none, 'auto' to select by the server's name. */
+  mapping: MappingTable | null | 'auto';
+}
+
+/** What a gate session knows about its server: the mapping table its initialize answer selected. */
+export interface GateSession {
+  /** The gate's remembering walk (operations/paths.ts createValidatedWalker); a walk per path without one. */
+  walker?: PathWalker | null;
+  serverName: string | null;
+  /** The gate's model of its server (operations/model.ts); none: relative paths are unknown. */
+  model?: ServerModel | null;
+}
+
+/** The table that reads a session's calls. */
+export function tableFor(ops: CompiledOps, session: GateSession | undefined): MappingTable | null {
+  if (ops.mapping !== 'auto') return ops.mapping;
+  const n = session?.serverName;
+  return n ? mappingForServer(n) : null;
+}
+
+/** Where relative paths and ${workspace} go, and what ~ is, for a compiled policy. */
+export interface CompileOptions {
+  /** Default: tools.workspace, else the process's working directory. */
+  workspace?: string;
+  /** Default: $HOME, else os.homedir() of the caller. */
+  home?: string;
+  /** Shadow mode (`enforce: shadow`): a call that would be denied is relayed and logged as would_block. */
+  shadow?: boolean;
+}
+
+/** A gate policy that does not validate (config_invalid); `problems` are `path: message` lines. */
+export class GatePolicyError extends LeashError {
+  constructor(readonly problems: string[]) {
+    super('config_invalid', problems.join('\n'));
+  }
+}
+
+/**
+ * A method glob (`*` any run, `?` one character, by code point) matched without backtracking: the
+ * method comes from the agent, and a regex such as `^.*a.*a.*b$` costs a power of its length. The
+ * greedy wildcard walk below costs O(glob × method).
+ */
+export function globMatcher(glob: string): { test(text: string): boolean } {
+  const p = Array.from(glob);
+  return {
+    test(text: string): boolean {
+      const t = Array.from(text);
+      let i = 0;
+      let j = 0;
+      let star = -1;
+      let mark = 0;
+      while (j < t.length) {
+        if (i < p.length && p[i] !== '*' && (p[i] === '?' || p[i] === t[j])) {
+          i++;
+          j++;
+        } else if (i < p.length && p[i] === '*') {
+          star = i++;
+          mark = j;
+        } else if (star >= 0) {
+          i = star + 1;
+          j = ++mark;
+        } else return false;
+      }
+      while (i < p.length && p[i] === '*') i++;
+      return i === p.length;
+    },
+  };
+}
+
+const EMPTY_SURFACE = { mode: 'whitelist' as const, allow: [], deny: [] };
+
+/**
+ * Compiles a gate policy once (engine indexes, regexes, globs). Throws GatePolicyError listing
+ * every problem (a bad regex, a `*` in an args key, two keys naming one tool once normalised).
+ */
+export function compileGatePolicy(
+  tools: ToolsGatePolicy,
+  failMode: FailMode,
+  engine: ToolsEngine,
+  opts: CompileOptions = {},
+): CompiledGatePolicy {
+  const problems: string[] = [];
+  let ops: CompiledOps | null = null;
+  const ruleSpecs = tools.rules ?? [];
+  if (ruleSpecs.length > 0) {
+    const workspace = opts.workspace ?? tools.workspace ?? process.cwd();
+    const home = opts.home ?? process.env.HOME ?? '/';
+    if (!workspace.startsWith('/')) problems.push(`tools.workspace: '${workspace}' is not an absolute path`);
+    const m = tools.mapping ?? 'auto';
+    ops = {
+      rules: compileRules(ruleSpecs, tools.default ?? 'ask', { workspace, home }, problems),
+      workspace,
+      home,
+      mapping: m === 'auto' ? 'auto' : m === 'none' ? null : (MAPPINGS.get(m) ?? null),
+    };
+  }
+  if (tools.audit != null && !tools.audit.startsWith('/'))
+    problems.push(`tools.audit: '${tools.audit}' is not an absolute path`);
+  const args = new Map<string, CompiledToolArgs>();
+  for (const [name, spec] of Object.entries(tools.args ?? {})) {
+    const n = normalizeToolName(name);
+    if (n.includes('*') || n === '') problems.push(`tools.args.${name}: an args key names exactly one tool (no '*')`);
+    else if (args.has(n)) problems.push(`tools.args.${name}: names the same tool as another key once normalised`);
+    try {
+      args.set(n, compileToolArgs(spec, `tools.args.${name}`));
+    } catch (e) {
+      if (e instanceof ArgRuleError) problems.push(e.message);
+      else throw e;
+    }
+  }
+  for (const m of tools.policed_methods ?? []) {
+    if (m.includes('*'))
+      problems.push(`tools.policed_methods: '${m}' is not a method name (globs belong in deny_methods)`);
+  }
+  if (problems.length) throw new GatePolicyError(problems);
+  const input: PolicyInput = {
+    fail_mode: failMode,
+    network: EMPTY_SURFACE,
+    filesystem: EMPTY_SURFACE,
+    commands: EMPTY_SURFACE,
+    // With rules over operations, the operations decide what a name's absence from allow used to:
+    // deny entries, inspection and argument rules still apply to every call.
+    tools: {
+      mode: ops ? 'blacklist' : tools.mode,
+      allow: tools.allow,
+      deny: tools.deny,
+      ...(tools.ask ? { ask: tools.ask } : {}),
+      inspect: tools.inspect,
+    },
+  };
+  const compiled = engine.compilePolicy(input) as never;
+  return {
+    // The engine inspects plain values: floats and big integers are handed over as doubles (the
+    // engine only reads its subject, so inputs without either are handed over as they are).
+    decideTool: (name, inputs) =>
+      engine.decide(
+        'tools',
+        { name, inputs: inputs === undefined ? undefined : asPlain(inputs as JsonValue) },
+        compiled,
+      ),
+    args,
+    strictArgs: tools.strict_args ?? false,
+    policed: new Set(['tools/call', ...(tools.policed_methods ?? []).map(normalizeToolName)]),
+    denyMethods: (tools.deny_methods ?? []).map((g) => ({ glob: g, re: globMatcher(normalizeToolName(g)) })),
+    hideDenied: tools.hide_denied ?? false,
+    logArgs: tools.log_args ?? 'denied',
+    failMode,
+    ops,
+    redactOutput: tools.redact_output ?? true,
+    audit: tools.audit ?? null,
+    persistable: ops === null && tools.mode === 'whitelist',
+    shadow: opts.shadow === true,
+  };
+}
+
+/** Reasons the gate adds to the engine's (the catalogue and docs/errors.md list them). */
+export type GateReason = keyof typeof TOOLS_GATE_REASONS;
+// Compile-time guarantee that every argument-rule reason is in the catalogue.
+const _argsReasonsCatalogued: ArgsReason extends GateReason ? true : false = true;
+void _argsReasonsCatalogued;
+
+export interface ToolVerdict {
+  action: 'allow' | 'block' | 'ask';
+  reason: string;
+  rule: string | null;
+  /** Where in the arguments an argument rule decided. */
+  at?: string;
+  findings?: Verdict['findings'];
+}
+
+/**
+ * checkTool: the engine's tools decision (name, mode, allow/deny, inspection) and then the
+ * argument rules of the tool, by its normalised name. Deny wins at every step.
+ */
+export function checkTool(name: string, inputs: JsonValue | undefined, policy: CompiledGatePolicy): ToolVerdict {
+  let v: Verdict;
+  try {
+    v = policy.decideTool(name, inputs);
+  } catch {
+    return policy.failMode === 'open'
+      ? { action: 'allow', reason: 'engine_error', rule: null }
+      : { action: 'block', reason: 'engine_error', rule: null };
+  }
+  if (v.action === 'block') return { action: 'block', reason: v.reason, rule: v.rule, findings: v.findings };
+  const a = checkArgs(inputs, policy.args.get(normalizeToolName(name)) ?? null, policy.strictArgs);
+  if (!a.ok) return { action: 'block', reason: a.reason, rule: a.rule, at: a.at };
+  // An ask passes the argument rules first: a human is never asked about a call they would deny anyway.
+  return { action: v.action, reason: v.reason, rule: v.rule, findings: v.findings };
+}
+
+/** True when a tool is denied by name (and so hidden from tools/list under hide_denied). */
+export function deniedByName(name: string, policy: CompiledGatePolicy): boolean {
+  try {
+    const v = policy.decideTool(name, undefined);
+    return (
+      v.action === 'block' && (v.reason === 'deny_entry' || v.reason === 'not_allowed' || v.reason === 'no_policy')
+    );
+  } catch {
+    return policy.failMode !== 'open';
+  }
+}
+
+export const ENVELOPE = ['jsonrpc', 'id', 'method', 'params', 'result', 'error'] as const;
+export const SELECTORS = ['name', 'arguments', 'uri', 'ref'] as const;
+
+/**
+ * Why a call is asked, as its `action: ask` line says: an ask entry of tools.ask (`ask_entry`), an ask
+ * rule of tools.rules (`ask_rule`), tools.default ask (`operation_ask`), or an unknown or ambiguous
+ * call under a default that would allow (`operation_unsure`).
+ */
+export type AskReason = 'ask_entry' | 'ask_rule' | 'operation_ask' | 'operation_unsure';
+
+/** A call the policy asks a human about: held by a gate that can ask, refused by one that cannot. */
+export interface AskJudgment {
+  action: 'ask';
+  method: string;
+  name: string;
+  reason: AskReason;
+  rule: string | null;
+  /** The allow entry a `persist` decision writes (the tool name), or null when none would decide it. */
+  persist: string | null;
+  verdict?: ToolVerdict;
+  op?: OpJudgment;
+}
+
+/** The result of judging one client request or notification. */
+export type Judgment =
+  | {
+      action: 'allow';
+      policed: boolean;
+      method: string;
+      name?: string;
+      verdict?: ToolVerdict;
+      op?: OpJudgment;
+      /** Shadow mode: the denial this call would have met (logged as would_block), relayed instead. */
+      wouldBlock?: { reason: string; rule: string | null; code: number };
+    }
+  | AskJudgment
+  | {
+      action: 'deny';
+      code: number;
+      message: string;
+      reason: string;
+      rule: string | null;
+      method: string;
+      name?: string;
+      verdict?: ToolVerdict;
+      op?: OpJudgment;
+    };
+
+/** The operation layer's part of a judgment: the normalised action and the rules' decision. */
+export interface OpJudgment {
+  action: Action;
+  decision: OpDecision;
+}
+
+const deny = (
+  code: number,
+  message: string,
+  reason: string,
+  method: string,
+  extra: { name?: string; rule?: string | null; verdict?: ToolVerdict; op?: OpJudgment } = {},
+): Judgment => ({
+  action: 'deny',
+  code,
+  message,
+  reason,
+  rule: extra.rule ?? null,
+  method,
+  name: extra.name,
+  verdict: extra.verdict,
+  op: extra.op,
+});
+
+/** JSON-RPC error code of a tool call the policy denies. */
+export const DENIED_CODE = -32001;
+
+function selectorOf(method: string, params: JsonObject): { sel: string; args?: JsonValue } | string {
+  const has = (k: string) => Object.prototype.hasOwnProperty.call(params, k);
+  const str = (k: string): string | null => (typeof params[k] === 'string' ? (params[k] as string) : null);
+  if (method === 'tools/call' || method === 'prompts/get') {
+    if (has('uri') || has('ref')) return 'a second selector beside params.name';
+    const n = str('name');
+    if (n === null) return 'params.name must be a string';
+    return { sel: n, args: params.arguments };
+  }
+  if (method === 'resources/read' || method === 'resources/subscribe' || method === 'resources/unsubscribe') {
+    if (has('name') || has('ref')) return 'a second selector beside params.uri';
+    const u = str('uri');
+    if (u === null) return 'params.uri must be a string';
+    return { sel: u };
+  }
+  if (method === 'completion/complete') {
+    if (has('name') || has('uri')) return 'a second selector beside params.ref';
+    const ref = params.ref;
+    if (!isObject(ref)) return 'params.ref must be an object';
+    const bad = Object.keys(ref).find((k) => otherSpellingOf(k, ['name', 'uri', 'type']));
+    if (bad !== undefined) return `params.ref has another spelling of a selector: ${JSON.stringify(bad)}`;
+    const hasName = Object.prototype.hasOwnProperty.call(ref, 'name');
+    const hasUri = Object.prototype.hasOwnProperty.call(ref, 'uri');
+    if (hasName === hasUri) return 'params.ref must carry exactly one of name and uri';
+    const v = hasName ? ref.name : ref.uri;
+    if (typeof v !== 'string') return 'params.ref selector must be a string';
+    if (ref.type !== (hasName ? 'ref/prompt' : 'ref/resource')) return 'params.ref.type does not match its selector';
+    return { sel: v };
+  }
+  const hasName = has('name');
+  const hasUri = has('uri');
+  if (hasName === hasUri) return 'exactly one of params.name and params.uri is required';
+  const v = hasName ? params.name : params.uri;
+  if (typeof v !== 'string') return 'the selector must be a string';
+  return { sel: v, args: hasName ? params.arguments : undefined };
+}
+
+/**
+ * Judges one client request/notification by its method and params (pure; no logging).
+ * deny_methods → -32601; a policed method's selector → the tool policy (name, arguments, inspection);
+ * malformed params of a policed method → -32602.
+ */
+export function judgeRequest(
+  method: string,
+  params: JsonValue | undefined,
+  policy: CompiledGatePolicy,
+  session?: GateSession,
+): Judgment {
+  const j = judgeEnforced(method, params, policy, session);
+  if (policy.shadow && j.action === 'ask') {
+    // Shadow mode asks nobody: relayed, logged as the ask it would have been.
+    const { reason, rule, name, verdict, op } = j;
+    return {
+      action: 'allow',
+      policed: true,
+      method: j.method,
+      name,
+      verdict,
+      op,
+      wouldBlock: { reason, rule, code: DENIED_CODE },
+    };
+  }
+  if (!policy.shadow || j.action !== 'deny') return j;
+  // Shadow mode: relayed, with the denial it would have been.
+  const { reason, rule, code, name, verdict, op } = j;
+  return { action: 'allow', policed: true, method: j.method, name, verdict, op, wouldBlock: { reason, rule, code } };
+}
+
+function judgeEnforced(
+  method: string,
+  params: JsonValue | undefined,
+  policy: CompiledGatePolicy,
+  session?: GateSession,
+): Judgment {
+  const m = normalizeToolName(method);
+  for (const d of policy.denyMethods) {
+    if (d.re.test(m)) return deny(-32601, `method not allowed: ${method}`, 'method_denied', method, { rule: d.glob });
+  }
+  if (!policy.policed.has(m)) return { action: 'allow', policed: false, method };
+  if (!isObject(params)) return deny(-32602, 'params must be an object', 'bad_params', method);
+  for (const k of Object.keys(params)) {
+    const c = otherSpellingOf(k, SELECTORS);
+    if (c) return deny(-32602, `params member ${JSON.stringify(k)} is another spelling of ${c}`, 'bad_params', method);
+  }
+  const s = selectorOf(m, params);
+  if (typeof s === 'string') return deny(-32602, s, 'bad_selector', method);
+  const inputs = m === 'tools/call' || m === 'prompts/get' || s.args !== undefined ? s.args : undefined;
+  const v = checkTool(s.sel, inputs, policy);
+  if (v.action === 'block') {
+    const code = v.reason === 'args_not_object' || v.reason === 'args_too_deep' ? -32602 : DENIED_CODE;
+    return deny(code, `denied by leash: ${v.reason}${v.at ? ` at ${v.at}` : ''}`, v.reason, method, {
+      name: s.sel,
+      rule: v.rule,
+      verdict: v,
+    });
+  }
+  if (v.action === 'ask') {
+    // Held for a human by a gate that can ask (the service's); a gate that cannot refuses at once.
+    return {
+      action: 'ask',
+      method,
+      name: s.sel,
+      reason: 'ask_entry',
+      rule: v.rule,
+      persist: policy.persistable ? s.sel : null,
+      verdict: v,
+    };
+  }
+  if (policy.ops !== null && m === 'tools/call') {
+    const op = judgeOperation(s.sel, inputs, policy.ops, session);
+    if (op.decision.effect === 'ask') {
+      const d = op.decision;
+      const reason: AskReason =
+        d.rule !== null ? 'ask_rule' : d.reason === 'operation_unsure' ? d.reason : 'operation_ask';
+      // An allow entry is not what decides a call under rules over operations: nothing to persist.
+      return { action: 'ask', method, name: s.sel, reason, rule: d.rule, persist: null, verdict: v, op };
+    }
+    if (op.decision.effect !== 'allow') {
+      const reason = op.decision.reason;
+      return deny(DENIED_CODE, `denied by leash: ${reason} (${op.action.operation})`, reason, method, {
+        name: s.sel,
+        rule: op.decision.rule,
+        verdict: v,
+        op,
+      });
+    }
+    return {
+      action: 'allow',
+      policed: true,
+      method,
+      name: s.sel,
+      verdict: { ...v, reason: op.decision.reason, rule: op.decision.rule },
+      op,
+    };
+  }
+  return { action: 'allow', policed: true, method, name: s.sel, verdict: v };
+}
+
+/**
+ * An asked call refused by a gate that has no approver to ask (run with --policy, no service): the
+ * same refusal and reason as the service's queue with nobody subscribed, `approval_unavailable`.
+ */
+export function askUnavailable(j: AskJudgment): Extract<Judgment, { action: 'deny' }> {
+  const why = j.op ? ` (${j.op.action.operation})` : '';
+  return deny(DENIED_CODE, `denied by leash: approval_unavailable${why}`, 'approval_unavailable', j.method, {
+    name: j.name,
+    rule: j.rule,
+    ...(j.verdict ? { verdict: j.verdict } : {}),
+    ...(j.op ? { op: j.op } : {}),
+  }) as Extract<Judgment, { action: 'deny' }>;
+}
+
+/** Normalises a call through the session's table and judges it by the rules (never throws). */
+export function judgeOperation(
+  name: string,
+  inputs: JsonValue | undefined,
+  ops: CompiledOps,
+  session?: GateSession,
+): OpJudgment {
+  let action: Action;
+  try {
+    action = normalizeCall(name, inputs, tableFor(ops, session), {
+      workspace: ops.workspace,
+      home: ops.home,
+      walker: session?.walker ?? null,
+      model: session?.model ?? null,
+    });
+  } catch {
+    action = unknownAction(name, null, 'the call could not be read');
+  }
+  return { action, decision: decideAction(action, ops.rules) };
+}
+
+/** Whether a read of one absolute path is allowed by the rules (a listed entry, operations/listing.ts). */
+export function readAllowed(ops: CompiledOps): (p: string) => boolean {
+  return (p) => {
+    const paths = p.normalize('NFC') === p ? [p] : [p, p.normalize('NFC')];
+    const a: Action = { ...unknownAction('', null, ''), operation: 'fs.read', paths };
+    delete a.why;
+    return decideAction(a, ops.rules).effect === 'allow';
+  };
+}
+
+/** Cuts strings to 200 characters and masks secrets, for argument values written to the log. */
+export function redactForLog(v: JsonValue | undefined, mask: (s: string) => string, depth = 0): unknown {
+  if (v === undefined) return undefined;
+  if (depth > 20) return '…';
+  if (typeof v === 'string') {
+    const m = mask(v);
+    return m.length > 200 ? `${m.slice(0, 200)}…` : m;
+  }
+  if (v instanceof JsonNumber) return v.value;
+  if (Array.isArray(v)) return v.slice(0, 100).map((x) => redactForLog(x, mask, depth + 1));
+  if (isObject(v)) {
+    const o: Record<string, unknown> = {};
+    for (const k of Object.keys(v).slice(0, 100)) {
+      Object.defineProperty(o, mask(k).slice(0, 200), {
+        value: redactForLog(v[k], mask, depth + 1),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    }
+    return o;
+  }
+  return v;
+}
