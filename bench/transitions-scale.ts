@@ -23,6 +23,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { serializeBindings, type BindingsDoc } from '../src/control/policy/bindings.js';
 import { LAB, stopChild, type Lab } from '../src/lab/lab.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -71,8 +72,8 @@ export interface ScaleRow {
   transition: 'cold start' | 'restart' | 'crash';
   /** Process start -> `ready` (every subject applied on every surface). */
   readyMs: number;
-  /** Of the sampled agents: reads and pages let through from the process start on, and the last one's time. */
-  through: { reads: number; pages: number; lastMs: number | null };
+  /** Of the sampled agents: reads and pages let through from the process start on, and the last of each (ms). */
+  through: { reads: number; pages: number; lastRead: number | null; lastPage: number | null };
   /** What the check at ready found: subjects in the nft map, listening, in the watcher's map (of `agents`). */
   check: { map: number; listening: number; watcher: number };
 }
@@ -155,12 +156,9 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
         path.join(stateDir, 'profiles', `p${i}.yaml`),
         `network: { allow: [good.lab] }\nfilesystem: { allow: [${mnt}/a${i}] }\n`,
       );
-    fs.writeFileSync(
-      path.join(stateDir, 'bindings.yaml'),
-      ['version: 1', 'bindings:', ...accounts.map((a, i) => `  agent:${a.name}: { profile: p${i}, acks: [] }`)].join(
-        '\n',
-      ) + '\n',
-    );
+    const doc: BindingsDoc = { version: 1, bindings: {} };
+    accounts.forEach((a, i) => (doc.bindings[`agent:${a.name}`] = { profile: `p${i}`, acks: [] }));
+    fs.writeFileSync(path.join(stateDir, 'bindings.yaml'), serializeBindings(doc));
   };
   const env: NodeJS.ProcessEnv = {
     LEASH_STATE_DIR: stateDir,
@@ -228,7 +226,8 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
       return { stop: () => (c.kill('SIGTERM'), done) };
     });
   const check = (): ScaleRow['check'] => {
-    const pid = Number(fs.readFileSync(env.LEASH_PID_FILE!, 'utf8'));
+    // `ip netns exec` execs the service: the child is the service itself (its pid file is written after ready).
+    const pid = svc!.pid!;
     const r = run(['ip', 'netns', 'exec', lab.agentNs, 'nft', '-j', 'list', 'map', 'ip', 'leash', 'agents']);
     const doc = JSON.parse(r.out || '{"nftables":[]}') as { nftables: { map?: { elem?: [unknown, unknown][] } }[] };
     const inMap = new Set(doc.nftables.flatMap((x) => (x.map?.elem ?? []).map((e) => e[0] as number)));
@@ -257,10 +256,13 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     const seen = await Promise.all(l.map((x) => x.stop()));
     let reads = 0;
     let pages = 0;
-    let last: number | null = null;
+    let lastRead: number | null = null;
+    let lastPage: number | null = null;
+    const later = (a: number | null, b: number | null) => (b === null || b < t0 ? a : Math.max(a ?? 0, b - t0));
     for (const s of seen) {
       if (!s) throw new Error('an agent loop printed nothing');
-      for (const at of [s.lastRead, s.lastPage]) if (at !== null && at >= t0) last = Math.max(last ?? 0, at);
+      lastRead = later(lastRead, s.lastRead);
+      lastPage = later(lastPage, s.lastPage);
       reads += s.readsThrough;
       pages += s.pagesThrough;
     }
@@ -268,7 +270,7 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
       agents,
       transition,
       readyMs: ready - t0,
-      through: { reads, pages, lastMs: last === null ? null : last - t0 },
+      through: { reads, pages, lastRead, lastPage },
       check: ck,
     };
   };
@@ -297,16 +299,20 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
 }
 
 export function scaleTable(rows: ScaleRow[]): string {
-  const w = [7, 11, 9, 22, 26];
+  const w = [7, 11, 9, 15, 22, 26];
   const line = (r: string[]) => r.map((c, i) => c.padEnd(w[i] ?? 0)).join('  ');
-  const out = [line(['agents', 'start', 'ms ready', 'through (reads/pages)', 'at ready: map/listen/watcher'])];
+  const at = (ms: number | null) => (ms === null ? '-' : String(ms));
+  const out = [
+    line(['agents', 'start', 'ms ready', 'reads/pages', 'last read/page (ms)', 'at ready: map/listen/watcher']),
+  ];
   for (const r of rows)
     out.push(
       line([
         String(r.agents),
         r.transition,
         String(r.readyMs),
-        `${r.through.reads}/${r.through.pages}${r.through.lastMs !== null ? ` last +${r.through.lastMs}` : ''}`,
+        `${r.through.reads}/${r.through.pages}`,
+        `${at(r.through.lastRead)}/${at(r.through.lastPage)}`,
         `${r.check.map}/${r.check.listening}/${r.check.watcher} of ${r.agents}`,
       ]),
     );
