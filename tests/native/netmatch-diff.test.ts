@@ -86,6 +86,7 @@ function compare(p: Pol | null, cases: NetworkSubject[], failMode: FailMode = 'c
 
 const CORPUS_ENTRIES = [
   'github.com',
+  'com',
   '*.github.com',
   'github.com:443',
   '*.github.com:8443',
@@ -179,6 +180,11 @@ const CORPUS_NAMES = [
   ':443',
   '[',
   '[]',
+  // the length limits: 253 characters (254 with the trailing dot), labels of 63
+  `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(57)}.com`,
+  `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(57)}.com.`,
+  `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(58)}.com`,
+  `${'x'.repeat(64)}.github.com`,
   '',
   null,
 ];
@@ -215,6 +221,12 @@ const CORPUS_IPS = [
   null,
   'not-an-ip',
   '010.1.2.3',
+  '1:2:3:4:5:6:1.2.3.4',
+  '1:2:3:4:5:6:7:1.2.3.4',
+  '::1:2:3:4:5:6:1.2.3.4',
+  '::ffff:1.2.3.4.5',
+  '1::2::3',
+  '12345::1',
 ];
 
 const CORPUS_POLICIES: Pol[] = [
@@ -405,6 +417,8 @@ function genName(r: R, entries: string[]): string | null {
   if (r() < 0.06) host += r() < 0.8 ? '.' : '..';
   if (r() < 0.03) host = '.' + host;
   if (r() < 0.03) host = host.replace('k', '\u212A').replace('i', 'ï');
+  if (r() < 0.01)
+    host = `${'y'.repeat(60)}.`.repeat(4).slice(0, Math.max(0, 252 + Math.floor(r() * 4) - host.length)) + host;
   if (r() < 0.12) host += `:${r() < 0.9 ? pick(r, PORTS) : pick(r, ['0443', '99999', '', 'x'])}`;
   return host;
 }
