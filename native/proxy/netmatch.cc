@@ -153,26 +153,20 @@ std::string_view StripPort(std::string_view d) {
 struct FixedLists {
   std::deque<std::string> rules;
   NetList local, loopback;
+  void Add(NetList* l, const char* text) {
+    rules.emplace_back(text);
+    std::string_view t = rules.back();
+    size_t slash = t.find('/');
+    NetAddr a;
+    ParseNetAddr(t.substr(0, slash), &a);
+    int len = slash == std::string_view::npos ? (a.family == 4 ? 32 : 128) : std::stoi(std::string(t.substr(slash + 1)));
+    l->ips.Add(a, len, -1, &rules.back());
+  }
   FixedLists() {
-    auto add = [this](NetList* l, const char* text, const char* addr, int len) {
-      rules.emplace_back(text);
-      NetAddr a;
-      ParseNetAddr(addr, &a);
-      l->ips.Add(a, len, -1, &rules.back());
-    };
-    add(&local, "0.0.0.0/8", "0.0.0.0", 8);
-    add(&local, "127.0.0.0/8", "127.0.0.0", 8);
-    add(&local, "169.254.0.0/16", "169.254.0.0", 16);
-    add(&local, "224.0.0.0/4", "224.0.0.0", 4);
-    add(&local, "255.255.255.255", "255.255.255.255", 32);
-    add(&local, "::/96", "::", 96);
-    add(&local, "::1/128", "::1", 128);
-    add(&local, "fe80::/10", "fe80::", 10);
-    add(&local, "ff00::/8", "ff00::", 8);
-    add(&loopback, "127.0.0.0/8", "127.0.0.0", 8);
-    add(&loopback, "0.0.0.0", "0.0.0.0", 32);
-    add(&loopback, "::1/128", "::1", 128);
-    add(&loopback, "::", "::", 128);
+    for (const char* r : {"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "255.255.255.255", "::/96",
+                          "::1/128", "fe80::/10", "ff00::/8"})
+      Add(&local, r);
+    for (const char* r : {"127.0.0.0/8", "0.0.0.0", "::1/128", "::"}) Add(&loopback, r);
   }
 };
 
