@@ -6,7 +6,12 @@
 import { describe, expect, it } from 'vitest';
 import { compilePolicy, decide } from '../../src/engine/index.js';
 import type { FailMode, Mode, NetworkSurfacePolicy, NetworkSubject, PolicyInput } from '../../src/engine/types.js';
-import { netPolicyData, type NativeNetPolicyHandle } from '../../src/dataplane/network/netmatch.js';
+import {
+  compileNetMatch,
+  netMatch,
+  netPolicyData,
+  type NativeNetPolicyHandle,
+} from '../../src/dataplane/network/netmatch.js';
 import { loadNative, nativeAvailable } from '../../src/native.js';
 import { mulberry32 as prng } from '../../src/lab/prng.js';
 
@@ -494,6 +499,22 @@ describe.skipIf(!nativeAvailable())('native network matcher = TypeScript engine'
     expect(n.netMatch(h, null, '::ffff:10.1.2.3', 22)).toMatchObject({ action: 'allow', rule: '10.1.2.3' });
     expect(n.netMatch(h, 'github.com', 'not-an-ip', 443)).toMatchObject({ action: 'block', reason: 'engine_error' });
     expect(n.netMatch(null, 'github.com', '10.1.2.3', 443, undefined, 'open')).toMatchObject({ reason: 'no_policy' });
+  });
+
+  it('takes the engine’s subject through the typed wrapper', () => {
+    const p = input(pol({ allow: ['allowed.test'], deny: ['evil.test:443'] }, 'open', true));
+    const h = compileNetMatch(p);
+    const subjects: NetworkSubject[] = [
+      { domain: 'x.allowed.test', ip: '198.51.100.1', port: 443, resolved: { own: false } },
+      { domain: 'x.allowed.test', ip: '198.51.100.1', port: 443, resolved: { own: true } },
+      { domain: 'evil.test', ip: '198.51.100.1', port: 443 },
+      { domain: 'evil.test', port: 80 },
+      { ip: '10.0.0.1', port: 99999 },
+    ];
+    for (const s of subjects) expect(netMatch(h, s)).toEqual(decide('network', s, compilePolicy(p)));
+    expect(netMatch(null, { domain: 'x', port: 1 }, 'open')).toEqual(
+      decide('network', { domain: 'x', port: 1 }, null, { failMode: 'open' }),
+    );
   });
 
   it('leaves to the engine only a non-ASCII name checked against rebind_ok', () => {
