@@ -20,6 +20,8 @@
         "native/common/journal.cc",
         "native/proxy/splice.cc",
         "native/proxy/acceptor.cc",
+        "native/proxy/netmatch.cc",
+        "native/proxy/netmatch_napi.cc",
         "native/watcher/fsmatch.cc",
         "native/watcher/decisionline.cc",
         "native/watcher/fanotify.cc",

@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { NativeNetMatchPart } from './dataplane/network/netmatch.js';
 
 /** The surface of the C++ addon. The only file that loads it. */
 export interface OriginalDst {
@@ -322,7 +323,7 @@ export interface AcceptorInstance {
   size(): number;
   close(): void;
 }
-export interface NativeAddon {
+export interface NativeAddon extends NativeNetMatchPart {
   /**
    * new Splicer(onDone): onDone(id, errno (0 = both sides closed cleanly), bytesAtoB, bytesBtoA, connected: false
    * when a connect() pair's upstream never connected, closed: the pump closed both descriptors (closeOnClean)).
