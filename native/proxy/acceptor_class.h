@@ -1,5 +1,5 @@
-// Internal to native/proxy: the Acceptor class, whose parts are acceptor.cc (what JavaScript calls),
-// accept_loop.cc (the listening sockets) and peek_loop.cc (the connections being peeked).
+// Internal to native/proxy: the Acceptor class, whose parts are acceptor.cc (a connection's way through it: accept,
+// peek, release or reset) and acceptor_setup.cc (the object's life and its listeners: listen, unlisten, close).
 #pragma once
 #include <napi.h>
 #include <sys/socket.h>
@@ -66,30 +66,28 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
   ~Acceptor() override;
 
  private:
-  // acceptor.cc: what JavaScript calls
+  // acceptor_setup.cc: listeners and the object's end
   Napi::Value Listen(const Napi::CallbackInfo& info);
   Napi::Value Unlisten(const Napi::CallbackInfo& info);
-  Conn* Find(const Napi::CallbackInfo& info);
-  Napi::Value Peek(const Napi::CallbackInfo& info);
-  Napi::Value Release(const Napi::CallbackInfo& info);
-  Napi::Value Reset(const Napi::CallbackInfo& info);
+  void CloseListener(Listener* l);
   Napi::Value Close(const Napi::CallbackInfo& info);
   void CloseEp();
-  Napi::Value Call(Napi::FunctionReference& fn, const std::initializer_list<napi_value>& args);
   /** size() -> connections accepted and not yet released or reset. */
   Napi::Value Size(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), conns_.size()); }
 
-  // accept_loop.cc: the listening sockets
+  // acceptor.cc: a connection's way through (accept, peek, release or reset)
   static void StartListening(Listener* l);
   void OnListenReadable(Listener* l);
-  void CloseListener(Listener* l);
-
-  // peek_loop.cc: the connections being peeked
+  Conn* Find(const Napi::CallbackInfo& info);
+  Napi::Value Peek(const Napi::CallbackInfo& info);
   void OnConnEvents();
   void OnConnReadable(Conn* c, uint32_t events);
   void StopPeek(Conn* c);
   void PeekOver(Conn* c, const char* why, size_t have);
   void Drop(Conn* c);
+  Napi::Value Release(const Napi::CallbackInfo& info);
+  Napi::Value Reset(const Napi::CallbackInfo& info);
+  Napi::Value Call(Napi::FunctionReference& fn, const std::initializer_list<napi_value>& args);
 
   struct EpPoll {
     uv_poll_t h;

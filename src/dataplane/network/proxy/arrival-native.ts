@@ -15,13 +15,7 @@ import { arrivalVerdict, peekVerdict, type Arrival, type Refusal } from './verdi
  * plain-HTTP request gate) goes on as a net.Socket on the same descriptor (arrival-stream.ts).
  */
 
-export interface NativeArrival<P> {
-  open(e: ProxyEntry<P>): void;
-  /** Closes the entry's listeners and resets what it still holds. */
-  close(e: ProxyEntry<P>): void;
-  /** Every listener and held connection. */
-  closeAll(): void;
-}
+export type NativeArrival<P> = ReturnType<typeof createNativeArrival<P>>;
 
 /** A connection the native acceptor holds (accepted, not yet handed to the pump or to a net.Socket). */
 interface NativeConn<P> {
@@ -35,10 +29,7 @@ interface NativeConn<P> {
   peeking: boolean;
 }
 
-export function createNativeArrival<P>(
-  st: ProxyState<P>,
-  Acceptor: NonNullable<NativeAddon['Acceptor']>,
-): NativeArrival<P> {
+export function createNativeArrival<P>(st: ProxyState<P>, Acceptor: NonNullable<NativeAddon['Acceptor']>) {
   const held = new Map<number, NativeConn<P>>();
   const tags = new Map<number, ProxyEntry<P>>();
   let nextTag = 0;
@@ -178,7 +169,7 @@ export function createNativeArrival<P>(
   }
 
   return {
-    open(e) {
+    open(e: ProxyEntry<P>): void {
       for (const host of st.hosts) {
         const tag = ++nextTag;
         tags.set(tag, e);
@@ -198,7 +189,8 @@ export function createNativeArrival<P>(
         }
       }
     },
-    close(e) {
+    /** Closes the entry's listeners and resets what it still holds. */
+    close(e: ProxyEntry<P>): void {
       for (const lid of e.listenIds) acceptor.unlisten(lid);
       e.listenIds = [];
       for (const [tag, te] of tags) if (te === e) tags.delete(tag);
@@ -209,7 +201,8 @@ export function createNativeArrival<P>(
         c.out();
       }
     },
-    closeAll() {
+    /** Every listener and held connection. */
+    closeAll(): void {
       acceptor.close();
     },
   };

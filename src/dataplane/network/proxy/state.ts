@@ -8,10 +8,10 @@ import type { FailMode } from '../../../engine/types.js';
 import type { Asker } from '../../../engine/approval.js';
 import type { DecisionWriter } from '../../../log/decisions.js';
 import { loadNative, type OriginalDst } from '../../../native.js';
-import { createForgetter, type Forgetter } from './forget.js';
+import { createForgetter } from './forget.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS } from './peek.js';
-import { createRelay, type Relay, type RelayOwner } from './relay.js';
-import { createNameResolver, ownAddresses, plainIp, resolveName, type Resolved } from './resolve.js';
+import { createRelay, type RelayOwner } from './relay.js';
+import { createNameResolver, ownAddresses, plainIp, resolveName } from './resolve.js';
 import {
   destinationVerdict,
   nameToResolve,
@@ -98,31 +98,10 @@ export interface ProxyEntry<P> extends RelayOwner {
   servers: net.Server[];
 }
 
-/** The state both ways in receive. */
-export interface ProxyState<P> {
-  readonly opts: ProxyOptions<P>;
-  readonly hosts: string[];
-  readonly peekBytes: number;
-  readonly peekTimeoutMs: number;
-  /** The caller's own SO_ORIGINAL_DST reader (tests), used instead of what the native acceptor read. */
-  readonly dstOverride: ((fd: number) => OriginalDst) | null;
-  readonly originalDst: (fd: number) => OriginalDst;
-  readonly entries: Map<number, ProxyEntry<P>>;
-  readonly caps: Caps;
-  readonly forget: Forgetter;
-  readonly relay: Relay;
-  onError(err: Error, ctx: ErrorContext): void;
-  resolve(name: string): Promise<Resolved>;
-}
+/** The state both ways in receive: made once per proxy, owned by it. */
+export type ProxyState<P> = ReturnType<typeof createProxyState<P>>;
 
-export interface Caps {
-  /** Counts a connection in: its count-out (once, whichever way it ends), or null when over a cap (logged). */
-  admit(e: { uid: number; active: number }): (() => void) | null;
-  active(): number;
-  opened(): number;
-}
-
-export function createProxyState<P>(opts: ProxyOptions<P>, entries: Map<number, ProxyEntry<P>>): ProxyState<P> {
+export function createProxyState<P>(opts: ProxyOptions<P>, entries: Map<number, ProxyEntry<P>>) {
   const onError = rateLimitErrors(opts.onError ?? (() => {}), opts.errorWindowMs ?? 10_000);
   const forget = createForgetter(onError);
   const relay = createRelay({
@@ -136,6 +115,7 @@ export function createProxyState<P>(opts: ProxyOptions<P>, entries: Map<number, 
     hosts: opts.hosts ?? ['127.0.0.1', '::1'],
     peekBytes: opts.peekBytes ?? PEEK_MAX_BYTES,
     peekTimeoutMs: opts.peekTimeoutMs ?? PEEK_TIMEOUT_MS,
+    /** The caller's own SO_ORIGINAL_DST reader (tests), used instead of what the native acceptor read. */
     dstOverride: opts.originalDst ?? null,
     originalDst: opts.originalDst ?? ((fd: number) => loadNative().originalDst(fd)),
     entries,
@@ -144,7 +124,7 @@ export function createProxyState<P>(opts: ProxyOptions<P>, entries: Map<number, 
     relay,
     onError,
     resolve: createNameResolver(opts.resolvers, opts.resolve),
-  };
+  } as const;
 }
 
 /** What the verdict reads of an entry, now (its policy, the fail_mode as it is at this connection). */
@@ -206,7 +186,12 @@ function createCaps(
   maxTotal = DEFAULT_MAX_CONNECTIONS,
   maxPerSubject = DEFAULT_MAX_PER_SUBJECT,
   onError: (err: Error, ctx: ErrorContext) => void,
-): Caps {
+): {
+  /** Counts a connection in: its count-out (once, whichever way it ends), or null when over a cap (logged). */
+  admit(e: { uid: number; active: number }): (() => void) | null;
+  active(): number;
+  opened(): number;
+} {
   let active = 0;
   let opened = 0;
   return {
