@@ -331,6 +331,8 @@ function gateHttp(
   client.on('close', () => up.destroy());
   apply(gate.push(head));
   if (rest.length && !refusal) apply(gate.push(rest));
+  // A half-close that came with the request was read during the peek: its 'end' is gone, the server still gets it.
+  if (client.readableEnded && !refusal) up.end();
   client.resume();
   up.resume();
 }

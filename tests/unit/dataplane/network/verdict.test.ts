@@ -264,9 +264,7 @@ describe('one verdict for both ways in (proxy)', () => {
   beforeAll(async () => {
     echo = net.createServer({ allowHalfOpen: true }, (s) => {
       s.on('error', () => {});
-      // An HTTP head is answered at once: the stream way in loses a client's half-close that comes during its
-      // peek of a plain-HTTP head (it was so before the one verdict), so the answer must not wait for it.
-      s.on('data', (d: Buffer) => d.includes('\r\n\r\n') && s.end('ok'));
+      s.on('data', () => {});
       s.on('end', () => s.end('ok'));
     });
     await new Promise<void>((r) => echo.listen(0, '127.0.0.1', r));
