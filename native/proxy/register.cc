@@ -2,6 +2,7 @@
 
 #include "acceptor.h"
 #include "conntrack.h"
+#include "netmatch.h"
 #include "nftread.h"
 #include "sockopt.h"
 #include "splice.h"
@@ -13,6 +14,7 @@ void RegisterProxy(Napi::Env env, Napi::Object exports) {
   SetFunctions(env, exports, {{"conntrackRequest", ConntrackRequest}, {"conntrackDelete", ConntrackDelete}});
   InitSplice(env, exports);
   InitAcceptor(env, exports);
+  RegisterNetMatch(env, exports);
 }
 
 }  // namespace leash

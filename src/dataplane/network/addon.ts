@@ -2,6 +2,8 @@
  * The proxy's part of the native addon (native/proxy/register.cc), as src/native.ts's nativeProxy() hands it over:
  * the acceptor, the splice pump, SO_ORIGINAL_DST, conntrack and nf_tables reads.
  */
+import type { NativeNetMatchPart } from './netmatch.js';
+
 export interface OriginalDst {
   family: 4 | 6;
   address: string;
@@ -68,7 +70,7 @@ export interface NftReadTable {
   elements: [number, string][];
 }
 
-export interface NativeProxyPart {
+export interface NativeProxyPart extends NativeNetMatchPart {
   /**
    * new Splicer(onDone): onDone(id, errno (0 = both sides closed cleanly), bytesAtoB, bytesBtoA, connected: false
    * when a connect() pair's upstream never connected, closed: the pump closed both descriptors (closeOnClean)).

@@ -166,6 +166,10 @@ chan.on(
             core.set(m.subject);
             send({ id: m.id, ok: true });
             break;
+          case 'setMany':
+            core.setMany(m.subjects);
+            send({ id: m.id, ok: true });
+            break;
           case 'reopen':
             log.reopen();
             send({ id: m.id, ok: true });

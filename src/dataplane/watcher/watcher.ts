@@ -63,6 +63,11 @@ export interface WatcherCore {
   init(subjects: WatcherSubject[], watch: string[]): void;
   /** Replaces one subject's entry (a subject is never removed: null policy denies). */
   set(subject: WatcherSubject): void;
+  /**
+   * Replaces many subjects' entries at once: one native map swap and one mark scan, where `set` one after another
+   * rebuilt the whole map and rescanned every root for each (at 1,000 subjects, 37 s of a start).
+   */
+  setMany(list: WatcherSubject[]): void;
   /** Answers a held event; false when it is no longer held (the loop denied it at its deadline, or closed). */
   answer(id: number, allow: boolean): boolean;
   status(): WatcherStatus;
@@ -162,6 +167,14 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
   const apply = (): void => {
     w.setSubjects([...subjects.values()]);
   };
+  const setMany = (list: WatcherSubject[]): void => {
+    const next = new Map(subjects);
+    for (const s of list) next.set(s.uid, s);
+    // The native swap is all or nothing: a refused map leaves the old one in force, here as in the loop.
+    w.setSubjects([...next.values()]);
+    for (const s of list) subjects.set(s.uid, s);
+    rescan();
+  };
   let ns: NamespaceScanner | null = null;
 
   const tryMark = (p: string): void => {
@@ -242,11 +255,8 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
       ];
       w.heartbeat();
     },
-    set(s) {
-      subjects.set(s.uid, s);
-      apply();
-      rescan();
-    },
+    set: (s) => setMany([s]),
+    setMany,
     answer: (id, allow) => w.answer(id, allow),
     status() {
       return {
