@@ -3,7 +3,7 @@
  * the printable excerpt of a line quoted in a human-readable message.
  */
 import { idKey, type JsonObject, type JsonValue } from '../../formats/json.js';
-import { ENVELOPE } from '../judge/policy.js';
+import { ENVELOPE } from '../judge/decide.js';
 import { otherSpellingOf } from '../judge/names.js';
 
 export const rpcError = (id: JsonValue, code: number, message: string, data?: JsonValue): JsonObject => {
