@@ -10,6 +10,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { LeashError } from '../errors.js';
+import { jsonLines } from '../formats/lines.js';
 import type { Action } from './judge/operations/normalize.js';
 
 export const AUDIT_VERSION = 1;
@@ -134,18 +135,14 @@ export function readAudit(file: string): { records: AuditRecord[]; bad: number }
   } catch (e) {
     throw new LeashError('usage', `cannot read the audit file ${file}: ${(e as NodeJS.ErrnoException).code}`);
   }
+  const { values, bad: unreadable } = jsonLines(text);
   const records: AuditRecord[] = [];
-  let bad = 0;
-  for (const line of text.split('\n')) {
-    if (line === '') continue;
-    try {
-      const r = JSON.parse(line) as AuditRecord;
-      if (r && r.v === AUDIT_VERSION && typeof r.tool === 'string' && (r.decision === 'allow' || r.decision === 'deny'))
-        records.push(r);
-      else bad++;
-    } catch {
-      bad++;
-    }
+  let bad = unreadable;
+  for (const v of values) {
+    const r = v as AuditRecord;
+    if (r && r.v === AUDIT_VERSION && typeof r.tool === 'string' && (r.decision === 'allow' || r.decision === 'deny'))
+      records.push(r);
+    else bad++;
   }
   return { records, bad };
 }

@@ -3,6 +3,7 @@
  * selector, the engine's verdict on the tool name and inputs, the argument rules, then the rules
  * over operations; shadow mode turns a denial into a relayed would_block.
  */
+import { INVALID_PARAMS, METHOD_NOT_FOUND } from '../../formats/jsonrpc.js';
 import type { TOOLS_GATE_REASONS } from '../../errors.js';
 import type { Verdict } from '../../engine/types.js';
 import { checkArgs, type ArgsReason } from './args.js';
@@ -229,20 +230,27 @@ function judgeEnforced(
 ): Judgment {
   const m = normalizeToolName(method);
   for (const d of policy.denyMethods) {
-    if (d.re.test(m)) return deny(-32601, `method not allowed: ${method}`, 'method_denied', method, { rule: d.glob });
+    if (d.re.test(m))
+      return deny(METHOD_NOT_FOUND, `method not allowed: ${method}`, 'method_denied', method, { rule: d.glob });
   }
   if (!policy.policed.has(m)) return { action: 'allow', policed: false, method };
-  if (!isObject(params)) return deny(-32602, 'params must be an object', 'bad_params', method);
+  if (!isObject(params)) return deny(INVALID_PARAMS, 'params must be an object', 'bad_params', method);
   for (const k of Object.keys(params)) {
     const c = otherSpellingOf(k, SELECTORS);
-    if (c) return deny(-32602, `params member ${JSON.stringify(k)} is another spelling of ${c}`, 'bad_params', method);
+    if (c)
+      return deny(
+        INVALID_PARAMS,
+        `params member ${JSON.stringify(k)} is another spelling of ${c}`,
+        'bad_params',
+        method,
+      );
   }
   const s = selectorOf(m, params);
-  if (typeof s === 'string') return deny(-32602, s, 'bad_selector', method);
+  if (typeof s === 'string') return deny(INVALID_PARAMS, s, 'bad_selector', method);
   const inputs = m === 'tools/call' || m === 'prompts/get' || s.args !== undefined ? s.args : undefined;
   const v = checkTool(s.sel, inputs, policy);
   if (v.action === 'block') {
-    const code = v.reason === 'args_not_object' || v.reason === 'args_too_deep' ? -32602 : DENIED_CODE;
+    const code = v.reason === 'args_not_object' || v.reason === 'args_too_deep' ? INVALID_PARAMS : DENIED_CODE;
     return deny(code, `denied by leash: ${v.reason}${v.at ? ` at ${v.at}` : ''}`, v.reason, method, {
       name: s.sel,
       rule: v.rule,
