@@ -3,7 +3,7 @@ import { GATE_DEFAULTS } from '../../../src/tools/judge/fields.js';
 import { compileGatePolicy, type ToolsGatePolicy } from '../../../src/tools/judge/compile.js';
 import { judgeRequest } from '../../../src/tools/judge/decide.js';
 import { createLocalJudge } from '../../../src/tools/judge/judge.js';
-import { judge } from '../../../src/tools/terminal/policy.js';
+import { judge } from '../../../src/tools/terminal/verdict.js';
 import { engineDeciderFactory } from '../../../src/tools/terminal/decider.js';
 import { validateTerminalPolicy } from '../../../src/tools/terminal/policy-file.js';
 import type { DecisionRecord } from '../../../src/log/decisions.js';
