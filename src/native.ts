@@ -100,6 +100,11 @@ export interface WatcherDrain {
    * numbers per subject and surface: uid, exec (1: commands, 0: filesystem), allowed, written whole.
    */
   allows?: number[];
+  /**
+   * Events from processes outside the watcher's PID namespace (pid 0), allowed unjudged, since start:
+   * [opens, execs] (docs/filesystem.md, "PID namespaces").
+   */
+  foreignPid?: number[];
   /** Events held for an approver since the last drain (native/watcher/hold.h): answer each with `answer(id, allow)`. */
   asks: HeldAsk[];
 }
@@ -202,6 +207,9 @@ export interface WatcherStats {
   subjectAllow: number;
   subjectDeny: number;
   unknownProcess: number;
+  /** Opens and execs from processes outside the watcher's PID namespace (pid 0): allowed unjudged. */
+  foreignPidOpen: number;
+  foreignPidExec: number;
   procFallback: number;
   writeErrors: number;
   /** Subject events that came through another mount namespace's mount and were renamed through ours. */

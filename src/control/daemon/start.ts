@@ -14,7 +14,14 @@ import {
   type Journal,
 } from '../../log/journal.js';
 import { loadNative } from '../../native.js';
-import { countDecisions, createMetrics, type Metrics, type MetricFamily } from '../../metrics/metrics.js';
+import {
+  countDecisions,
+  createMetrics,
+  pidNamespaceFamily,
+  type Metrics,
+  type MetricFamily,
+} from '../../metrics/metrics.js';
+import { pidNsOf, pidNsWarnings } from '../../dataplane/watcher/pidns.js';
 import { startMetricsServer, type MetricsServer } from '../../metrics/server.js';
 import { lockService, serviceDirs } from './instance.js';
 import { launchConsole } from '../console/launch.js';
@@ -241,6 +248,13 @@ async function startInner(
       ],
     },
   ]);
+  // A service in a PID namespace of its own (a container) cannot tell the host's processes apart: said at start,
+  // and in the metrics leash status reads (docs/filesystem.md, "PID namespaces").
+  const pidNs = pidNsOf();
+  if (pidNs !== null) {
+    for (const w of pidNsWarnings({ service: pidNs }, null)) logger.warn({ code: 'foreign_pid_namespace', pidNs }, w);
+    metrics.collect(() => [pidNamespaceFamily('service', pidNs)]);
+  }
   const restoreHost = () => {
     for (const p of host.restore()) logger.error({ code: 'host_setting_failed' }, p);
   };

@@ -12,7 +12,7 @@ import { hostRunner, type Runner } from '../../dataplane/network/nft/run.js';
 import { releaseMemory } from '../../dataplane/network/proxy/settle.js';
 import { LeashError } from '../../errors.js';
 import { createReconciler } from './coalesce.js';
-import { observe, observeCache } from './observe.js';
+import { observe, observeCache, warmObserveCache } from './observe.js';
 import {
   emptyApplied,
   executePlan,
@@ -280,6 +280,8 @@ export function agentsEnforcer(opts: AgentsEnforcerOptions = {}): EnforcerFactor
         prev = done.state;
         report('subjects applied', initialPlan, prev);
         giveBack(initialPlan);
+        // Once the start is in force, off its path: what the next pass would otherwise make first.
+        setTimeout(() => warmObserveCache(cache), 1000).unref();
       } catch (e) {
         await closeAll();
         throw e;

@@ -26,11 +26,15 @@ export function watcherMapHooks(
   opts: { failMode: 'closed' | 'open' },
 ): {
   apply(a: { uid: number; policy: Parameters<typeof fsCmdPolicyOf>[0] }): Promise<void>;
+  /** `apply` for many subjects in one map change, acknowledged once; a refusal refuses every one of them. */
+  applyMany(list: { uid: number; policy: Parameters<typeof fsCmdPolicyOf>[0] }[]): Promise<void>;
   deny(a: { uid: number }): Promise<void>;
   orphan(a: { uid: number }): Promise<void>;
 } {
   return {
     apply: (a) => sup.set(a.uid, fsCmdPolicyOf(a.policy), a.policy.fail_mode),
+    applyMany: (list) =>
+      sup.setMany(list.map((a) => ({ uid: a.uid, policy: fsCmdPolicyOf(a.policy), failMode: a.policy.fail_mode }))),
     deny: (a) => sup.set(a.uid, null, opts.failMode),
     orphan: (a) => sup.set(a.uid, null, opts.failMode),
   };

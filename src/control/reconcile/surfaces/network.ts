@@ -37,12 +37,16 @@ export interface NetworkPlanHooks {
  * deny: chain kept or put in, listener without a policy. orphan: chain kept, listener without a policy.
  */
 export function networkPlanHooks(enf: NetworkEnforcer<CompiledPolicy>): NetworkPlanHooks {
-  const spec = (a: ApplyAction) => {
+  const spec = (a: ApplyAction, compiled: Map<string, CompiledPolicy>) => {
     const n = a.policy.network;
+    // Subjects whose resolved policies are equal (the hash of the canonical policy: agents bound to one profile)
+    // share one compiled policy, which the engine only reads.
+    let policy = compiled.get(a.hash);
+    if (!policy) compiled.set(a.hash, (policy = compilePolicy(toPolicyInput(a.policy))));
     return {
       uid: a.uid,
       port: a.port,
-      policy: compilePolicy(toPolicyInput(a.policy)),
+      policy,
       udp: n.udp,
       ech: effectiveEch(n),
       ...(n.dns_resolvers.length ? { resolvers: n.dns_resolvers } : {}),
@@ -52,9 +56,10 @@ export function networkPlanHooks(enf: NetworkEnforcer<CompiledPolicy>): NetworkP
     async applyMany(actions) {
       const errors = new Map<number, Error>();
       const specs = [];
+      const compiled = new Map<string, CompiledPolicy>();
       for (const a of actions) {
         try {
-          specs.push(spec(a));
+          specs.push(spec(a, compiled));
         } catch (e) {
           errors.set(a.uid, e as Error);
         }
