@@ -17,8 +17,8 @@ import { loadConfig } from '../control/config/load.js';
 import { mappingForServer } from '../tools/judge/operations/mappings.js';
 import { workspaceWarnings } from '../tools/judge/operations/model.js';
 import { configPath, print, printJson } from './context.js';
-import { loadPolicy } from './mcp.js';
-import { askSources, noApprover, parseApprovalMode } from './mcp-approval.js';
+import { loadGatePolicy } from '../tools/judge/policy-file.js';
+import { askSources, noApprover, parseApprovalMode } from '../tools/gate/approver.js';
 import { INITIAL_PID_NS, pidNsOf, pidNsWarnings } from '../dataplane/watcher/pidns.js';
 import { parseMetricsText, summarize } from '../metrics/metrics.js';
 import { fetchMetrics } from '../metrics/server.js';
@@ -47,7 +47,7 @@ export function nodeCheck(version = process.versions.node): Check {
 function policyCheck(policy: string | undefined, config: string): Check {
   try {
     if (policy !== undefined) {
-      const { policy: p } = loadPolicy(policy);
+      const { policy: p } = loadGatePolicy(policy);
       const n = p.ops?.rules.rules.length ?? 0;
       return { check: 'policy', ok: true, detail: `${policy}: valid tools policy (${n} rules over operations)` };
     }
@@ -269,7 +269,7 @@ export function register(program: Command): void {
         checks.push(await socketCheck(path.resolve(o.socket), o.policy === undefined, timeoutMs));
         let workspace: string | null = null;
         try {
-          if (o.policy !== undefined) workspace = loadPolicy(o.policy).policy.ops?.workspace ?? null;
+          if (o.policy !== undefined) workspace = loadGatePolicy(o.policy).policy.ops?.workspace ?? null;
         } catch {
           /* the policy check says why */
         }

@@ -5,7 +5,7 @@
  * walks the graph and checks it at run time).
  */
 import { parseCommandLine } from './parse.js';
-import { judge } from './policy.js';
+import { judge } from './verdict.js';
 import { pathDirs, resolveBinary } from './resolve.js';
 import { result, type CommandResult, type DeciderFactory, type PolicySource } from './types.js';
 
