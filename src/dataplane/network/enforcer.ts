@@ -8,7 +8,8 @@ import {
   type DnsForwarder,
   type DnsForwarderOptions,
 } from './dns/forwarder.js';
-import { openFirewall, type ApplyOutcome, type Firewall } from './nft/nft.js';
+import type { ApplyOutcome } from './nft/apply.js';
+import { openFirewall, type Firewall } from './nft/firewall.js';
 import type { DecisionWriter } from '../../log/decisions.js';
 import { createProxy, type NetworkDecide, type Proxy, type ProxyOptions } from './proxy/proxy.js';
 import type { Runner } from './nft/run.js';

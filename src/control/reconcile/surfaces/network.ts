@@ -14,7 +14,8 @@ import {
   teardownNetwork,
   type NetworkEnforcer,
 } from '../../../dataplane/network/enforcer.js';
-import { dropLegacyShape, onKernelReadFallback } from '../../../dataplane/network/nft/nft.js';
+import { dropLegacyShape } from '../../../dataplane/network/nft/apply.js';
+import { onKernelReadFallback } from '../../../dataplane/network/nft/read.js';
 import type { Runner } from '../../../dataplane/network/nft/run.js';
 import { LeashError } from '../../../errors.js';
 import type { DecisionLog } from '../../../log/decisions.js';

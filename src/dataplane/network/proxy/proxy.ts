@@ -5,7 +5,7 @@ import type { PROXY_REASONS } from '../../../errors.js';
 import type { DecisionRecord, DecisionWriter } from '../../../log/decisions.js';
 import { loadNative, type NativeAddon, type OriginalDst } from '../../../native.js';
 import { startSettler } from './settle.js';
-import { PROXY_PORT_MAX, PROXY_PORT_MIN } from '../nft/nft.js';
+import { PROXY_PORT_MAX, PROXY_PORT_MIN } from '../nft/render.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS, peekSocket, type PeekResult } from './peek.js';
 import { createListenerTable } from '../listeners.js';
 import { HttpRequestGate } from './http-gate.js';
