@@ -4,15 +4,7 @@ import type { FsSupervisor } from './supervisor.js';
 import { fsCmdPolicyOf } from './policy.js';
 
 export { createFsSupervisor, type FsSupervisor, type FsSupervisorOptions } from './supervisor.js';
-export {
-  fsCmdPolicyOf,
-  interpreterWarnings,
-  markCoverage,
-  parseMountinfo,
-  policyRoots,
-  type CoverageWarning,
-  type InterpreterWarning,
-} from './policy.js';
+export { fsCmdPolicyOf, markCoverage, parseMountinfo, policyRoots, type CoverageWarning } from './policy.js';
 
 /**
  * What a reconcile does to the watcher map, one subject at a time (see service/plan.ts

@@ -1,7 +1,7 @@
 import { systemLoaders } from '../../../../src/dataplane/watcher/loaders.js';
 import { describe, expect, it } from 'vitest';
+import { interpreterWarnings } from '../../../../src/engine/interpreters.js';
 import {
-  interpreterWarnings,
   markCoverage,
   mountOf,
   nonGlobPrefix,
