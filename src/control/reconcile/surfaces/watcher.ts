@@ -5,13 +5,13 @@
  */
 import type { Asker } from '../../../engine/approval.js';
 import type { Config } from '../../config/types.js';
-import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks } from '../../../dataplane/watcher/index.js';
+import { createFsSupervisor, fsCmdPolicyOf, type FsSupervisor } from '../../../dataplane/watcher/index.js';
 import type { LeashError } from '../../../errors.js';
 import { findJournalSocket } from '../../../log/journal.js';
 import type { WatcherStats, WatcherSubject } from '../../../native.js';
 import { histogramFamily, type MetricFamily } from '../../../metrics/metrics.js';
 import type { Action } from '../plan.js';
-import { enforcedSet, type SurfaceAdapter } from './contract.js';
+import { enforcedSet, type Surface } from './contract.js';
 
 export interface WatcherSurfaceOptions {
   config: Config;
@@ -48,7 +48,7 @@ export function watcherHoldSettings(c: Config): {
   };
 }
 
-export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<SurfaceAdapter> {
+export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Surface> {
   const c = o.config;
   const subjects = o.initial.flatMap((a): WatcherSubject[] => {
     if (a.kind === 'add' || a.kind === 'reapply')
@@ -74,12 +74,20 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
     ...(o.ask ? { ask: o.ask, hold: watcherHoldSettings(c) } : {}),
   });
   await sup.ready;
-  const hooks = watcherMapHooks(sup, {
-    get failMode() {
-      return o.failMode();
-    },
+  return watcherSurface(sup, o.failMode);
+}
+
+/**
+ * The filesystem surface over a running supervisor: a subject's resolved policy becomes its watcher map entry; deny
+ * (a subject that cannot be resolved) and orphan (one that left discovery) set "no policy", which the watcher
+ * denies under fail_mode closed: never a removed UID, since an absent UID is an allowed UID. Each change resolves
+ * once the watcher acknowledged it.
+ */
+export function watcherSurface(sup: FsSupervisor, failMode: () => 'closed' | 'open'): Surface {
+  const { enforced, ...withdraw } = enforcedSet('filesystem', {
+    deny: (a) => sup.set(a.uid, null, failMode()),
+    orphan: (a) => sup.set(a.uid, null, failMode()),
   });
-  const { enforced, ...withdraw } = enforcedSet('filesystem', hooks);
   return {
     surface: 'filesystem',
     async apply(actions) {
@@ -87,7 +95,7 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
       // One at a time, each acknowledged: the map entry is in force before the next surface is touched.
       for (const a of actions) {
         try {
-          await hooks.apply(a);
+          await sup.set(a.uid, fsCmdPolicyOf(a.policy), a.policy.fail_mode);
           enforced.add(a.uid);
         } catch (e) {
           errors.set(a.uid, e as Error);
