@@ -3,9 +3,8 @@
  * surfaces (the watcher map, the nft chains and proxy listeners, the tools gate's per-UID policies). A reload (the
  * service's SIGHUP) runs one coalesced pass that changes only what differs.
  *
- * Order matters on the way in: a subject's watcher map entry is acknowledged before its chain goes in (so a new
- * subject is denied on the filesystem before it is redirected), and its listener is open before its redirect (the
- * network enforcer does that part).
+ * The surfaces apply a pass's subjects side by side (execute.ts); each watcher map entry is acknowledged before
+ * apply returns, and within the network surface a subject's listener is open before its redirect goes in.
  */
 import type { Config } from '../config/types.js';
 import type { LoadedConfig } from '../config/load.js';

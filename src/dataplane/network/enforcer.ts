@@ -87,33 +87,123 @@ export interface NetworkEnforcerOptions<P> {
   >;
 }
 
-export interface NetworkEnforcer<P> {
-  readonly firewall: Firewall;
-  readonly proxy: Proxy<P>;
-  readonly dns: DnsForwarder<P>;
-  /** Opens the listener first, then applies the chain: a redirected connection always finds its listener. */
-  setSubject(s: NetworkSubjectSpec<P>): Promise<ApplyOutcome>;
+/**
+ * The service's network surface: nft chains per UID plus one proxy listener and one DNS forwarder per UID. Opens the
+ * listeners first, then applies the chains: a redirected connection always finds its listener.
+ */
+export class NetworkEnforcer<P> {
+  /** UIDs this enforcer holds a chain for (what stop releases). */
+  private readonly applied = new Set<number>();
+
+  constructor(
+    readonly firewall: Firewall,
+    readonly proxy: Proxy<P>,
+    readonly dns: DnsForwarder<P>,
+    private readonly opts: NetworkEnforcerOptions<P>,
+  ) {}
+
+  private dnsPortOf(s: { port: number; dnsPort?: number }): number {
+    return s.dnsPort ?? dnsPortFor(s.port);
+  }
+
+  /** One subject's listener, then its chain. */
+  async setSubject(s: NetworkSubjectSpec<P>): Promise<ApplyOutcome> {
+    const r = (await this.setSubjects([s])).get(s.uid)!;
+    if (r instanceof Error) throw r;
+    return r;
+  }
+
   /**
    * setSubject for many subjects: every listener first, then all their chains in one transaction.
    * Per-subject results; a subject whose listener or chain failed has its error.
    */
-  setSubjects(list: NetworkSubjectSpec<P>[]): Promise<Map<number, ApplyOutcome | Error>>;
+  async setSubjects(list: NetworkSubjectSpec<P>[]): Promise<Map<number, ApplyOutcome | Error>> {
+    const out = new Map<number, ApplyOutcome | Error>();
+    const ready: NetworkSubjectSpec<P>[] = [];
+    // Listeners before chains: a redirect must find its listener.
+    for (const s of list) {
+      try {
+        await this.proxy.setSubject(s);
+        await this.dns.setSubject({
+          uid: s.uid,
+          port: this.dnsPortOf(s),
+          policy: s.policy,
+          resolvers: s.resolvers ?? this.opts.resolvers,
+        });
+        ready.push(s);
+      } catch (e) {
+        out.set(s.uid, e as Error);
+      }
+    }
+    const results = await this.firewall.applyMany(
+      ready.map((s) => ({
+        uid: s.uid,
+        port: s.port,
+        dnsPort: this.dnsPortOf(s),
+        udp: s.udp ?? this.opts.udp,
+      })),
+    );
+    for (const [uid, r] of results) {
+      out.set(uid, r);
+      if (!(r instanceof Error)) this.applied.add(uid);
+    }
+    return out;
+  }
+
   /** Releases the chain first, then closes the listener. */
-  releaseSubject(uid: number): Promise<void>;
+  async releaseSubject(uid: number): Promise<void> {
+    await this.firewall.release([uid]);
+    this.applied.delete(uid);
+    await this.proxy.removeSubject(uid);
+    await this.dns.removeSubject(uid);
+  }
+
   /**
    * A subject that cannot be resolved fails closed: its listener (re)opens with no policy, refusing everything
    * with `no_policy` (allowing it under fail_mode open), and its chain is kept or put in (with the enforcer's
    * udp/resolvers), so its TCP never leaves unjudged. Without a port (the pool is exhausted) there is no listener
    * to redirect to: any chain is dropped and the listener closed.
    */
-  denySubject(uid: number, port: number | null): Promise<void>;
+  async denySubject(uid: number, port: number | null): Promise<void> {
+    if (port === null) {
+      await this.releaseSubject(uid);
+      return;
+    }
+    // Listeners first (refusing), then the chain: a redirect always finds a listener that says no. A listener that
+    // cannot open leaves nothing to redirect to: the chain goes (as it did before fail-closed chains).
+    try {
+      await this.proxy.setSubject({ uid, port, policy: null });
+      await this.dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: this.opts.resolvers });
+    } catch (e) {
+      await this.firewall.release([uid]);
+      this.applied.delete(uid);
+      throw e;
+    }
+    await this.firewall.apply({ uid, port, dnsPort: dnsPortFor(port), udp: this.opts.udp });
+    this.applied.add(uid);
+  }
+
   /** A subject that left discovery: its chain is kept (the UID may still run), its listener refuses everything. */
-  orphanSubject(uid: number, port: number | null): Promise<void>;
+  async orphanSubject(uid: number, port: number | null): Promise<void> {
+    if (port !== null) {
+      await this.proxy.setSubject({ uid, port, policy: null });
+      await this.dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: this.opts.resolvers });
+    }
+  }
+
   /** Releases every subject this enforcer applied and closes the proxy. */
-  stop(): Promise<void>;
+  async stop(): Promise<void> {
+    try {
+      if (this.applied.size) await this.firewall.release([...this.applied]);
+      this.applied.clear();
+    } finally {
+      await this.proxy.close();
+      await this.dns.close();
+    }
+  }
 }
 
-/** The service's network surface: nft chains per UID plus one proxy listener per UID. */
+/** Opens the firewall (nft, or the one-UID iptables fallback) and creates the proxy and the DNS forwarder. */
 export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): Promise<NetworkEnforcer<P>> {
   const firewall = await openFirewall({ runner: opts.runner, subjects: opts.expectedSubjects, warn: opts.warn });
   const dns = createDnsForwarder<P>({
@@ -129,93 +219,7 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
     seen: (uid, name) => dns.seen(uid, name),
     ...opts.proxy,
   });
-  const dnsPortOf = (s: { port: number; dnsPort?: number }) => s.dnsPort ?? dnsPortFor(s.port);
-  const applied = new Set<number>();
-  const setSubjects = async (list: NetworkSubjectSpec<P>[]): Promise<Map<number, ApplyOutcome | Error>> => {
-    const out = new Map<number, ApplyOutcome | Error>();
-    const ready: NetworkSubjectSpec<P>[] = [];
-    // Listeners before chains: a redirect must find its listener.
-    for (const s of list) {
-      try {
-        await proxy.setSubject(s);
-        await dns.setSubject({
-          uid: s.uid,
-          port: dnsPortOf(s),
-          policy: s.policy,
-          resolvers: s.resolvers ?? opts.resolvers,
-        });
-        ready.push(s);
-      } catch (e) {
-        out.set(s.uid, e as Error);
-      }
-    }
-    const results = await firewall.applyMany(
-      ready.map((s) => ({
-        uid: s.uid,
-        port: s.port,
-        dnsPort: dnsPortOf(s),
-        udp: s.udp ?? opts.udp,
-      })),
-    );
-    for (const [uid, r] of results) {
-      out.set(uid, r);
-      if (!(r instanceof Error)) applied.add(uid);
-    }
-    return out;
-  };
-  return {
-    firewall,
-    proxy,
-    dns,
-    async setSubject(s) {
-      const r = (await setSubjects([s])).get(s.uid)!;
-      if (r instanceof Error) throw r;
-      return r;
-    },
-    setSubjects,
-    async releaseSubject(uid) {
-      await firewall.release([uid]);
-      applied.delete(uid);
-      await proxy.removeSubject(uid);
-      await dns.removeSubject(uid);
-    },
-    async denySubject(uid, port) {
-      if (port === null) {
-        await firewall.release([uid]);
-        applied.delete(uid);
-        await proxy.removeSubject(uid);
-        await dns.removeSubject(uid);
-        return;
-      }
-      // Listeners first (refusing), then the chain: a redirect always finds a listener that says no. A listener that
-      // cannot open leaves nothing to redirect to: the chain goes (as it did before fail-closed chains).
-      try {
-        await proxy.setSubject({ uid, port, policy: null });
-        await dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: opts.resolvers });
-      } catch (e) {
-        await firewall.release([uid]);
-        applied.delete(uid);
-        throw e;
-      }
-      await firewall.apply({ uid, port, dnsPort: dnsPortFor(port), udp: opts.udp });
-      applied.add(uid);
-    },
-    async orphanSubject(uid, port) {
-      if (port !== null) {
-        await proxy.setSubject({ uid, port, policy: null });
-        await dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: opts.resolvers });
-      }
-    },
-    async stop() {
-      try {
-        if (applied.size) await firewall.release([...applied]);
-        applied.clear();
-      } finally {
-        await proxy.close();
-        await dns.close();
-      }
-    },
-  };
+  return new NetworkEnforcer(firewall, proxy, dns, opts);
 }
 
 /**

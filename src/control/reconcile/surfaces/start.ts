@@ -1,7 +1,7 @@
 /**
- * The surfaces a service runs, started in the order a subject is applied: its watcher map entry (acknowledged)
- * first, so a new subject is denied on the filesystem before it is redirected; then its listener and chain; then
- * its gate policy. Which run is the config file's `enforcers` at start.
+ * The surfaces a service runs, started in this order (filesystem, network, tools), the order execute.ts hands
+ * them a subject in; the watcher starts with the first plan's whole map, so no subject runs unjudged on the
+ * filesystem while the others start. Which run is the config file's `enforcers` at start.
  */
 import type { Config } from '../../config/types.js';
 import type { Approvals } from '../../approvals/service.js';
