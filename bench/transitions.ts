@@ -12,9 +12,12 @@
  *               SERVICE_RESULT=signal (chains kept). Reads and pages let through from the kill to ready.
  *   bad config  a start on an invalid floor (exit 2), ExecStopPost, 3 s of the agent loop: before = the chains
  *               released (old), after = kept or put in closed.
- *   cold start  process start -> ready (every subject confined) at 1 agent.
  *
- *   npm run build && node dist/bench/transitions.js      (root; BENCH_ROUNDS for the reload rounds, default 20)
+ * Then, at 1 and 1,000 agents (bench/transitions-scale.ts): process start -> every subject confined, from a cold
+ * start, a restart and a crash, checked against the kernel's state at ready.
+ *
+ *   npm run build && node dist/bench/transitions.js      (root; BENCH_ROUNDS for the reload rounds, default 20;
+ *     BENCH_AGENTS=1,1000 the agent counts of the second table; BENCH_ONLY=scale for the second table alone)
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -23,8 +26,12 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildLab, createCleanups, LAB, stopChild, type LabUser } from '../src/lab/lab.js';
 import { AGENT_LOOP, type LoopCounts } from '../src/lab/agent-loop.js';
+import { scaleRows, scaleTable, type ScaleRow } from './transitions-scale.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 20);
+const AGENT_COUNTS = (process.env.BENCH_AGENTS ?? '1,1000').split(',').map(Number);
+/** The scale table's synthetic accounts (checked free in /etc/passwd). */
+const UID_BASE = 64000;
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/cli/main.js');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -38,7 +45,30 @@ async function main(): Promise<void> {
   const cleanups = createCleanups();
   const lab = await buildLab({ id: 'l40bb', dnsLog: false, cleanups });
   const rows: string[][] = [];
+  const scale: ScaleRow[] = [];
   try {
+    if (process.env.BENCH_ONLY !== 'scale') await windows(lab, rows);
+    for (const n of AGENT_COUNTS) scale.push(...(await scaleRows(lab, CLI, n, UID_BASE)));
+  } finally {
+    await lab.teardown();
+  }
+  const load = loadavg()[0]!.toFixed(2);
+  if (rows.length) {
+    const w = [16, 28, 8, 8];
+    const line = (r: string[]) => r.map((c, i) => c.padEnd(w[i]!)).join('  ');
+    process.stdout.write(`bench/transitions: 1 agent, load ${load}\n`);
+    process.stdout.write(`${line(['transition', 'measure', 'before', 'after'])}\n`);
+    for (const r of rows) process.stdout.write(`${line(r)}\n`);
+  }
+  if (scale.length) {
+    process.stdout.write(`\nprocess start -> every subject confined (ready, checked), load ${load}\n`);
+    process.stdout.write(`${scaleTable(scale)}\n`);
+  }
+}
+
+/** The windows of each transition at one agent (the first table). */
+async function windows(lab: Awaited<ReturnType<typeof buildLab>>, rows: string[][]): Promise<void> {
+  {
     const dir = fs.mkdtempSync(path.join(lab.dir, 'l40b-'));
     fs.chmodSync(dir, 0o755);
     const mnt = path.join(dir, 'fs');
@@ -135,8 +165,7 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     const stopPost = (result: string | null, code: string, status: string) =>
       leash(['teardown'], result === null ? {} : { SERVICE_RESULT: result, EXIT_CODE: code, EXIT_STATUS: status });
 
-    const cold = await start();
-    rows.push(['cold start, 1 agent', 'ms to ready', '-', cold.toFixed(0)]);
+    await start();
 
     // reload
     let next = 0;
@@ -194,14 +223,7 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     rows.push(['bad config, 3 s', 'pages through', String(bb.connsThrough), String(ba.connsThrough)]);
     await stopChild(svc!, 10_000);
     stopPost('success', 'exited', '0');
-  } finally {
-    await lab.teardown();
   }
-  const w = [16, 28, 8, 8];
-  const line = (r: string[]) => r.map((c, i) => c.padEnd(w[i]!)).join('  ');
-  process.stdout.write(`bench/transitions: 1 agent, load ${loadavg()[0]!.toFixed(2)}\n`);
-  process.stdout.write(`${line(['transition', 'measure', 'before', 'after'])}\n`);
-  for (const r of rows) process.stdout.write(`${line(r)}\n`);
 }
 
 main().catch((e: unknown) => {

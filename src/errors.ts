@@ -255,6 +255,8 @@ export const WATCHER_REASONS = {
     'an open or exec of a file with more than one name that the subject could have linked itself, when not every name is known to be allowed (whitelist) or a name is a deny entry (blacklist); the line carries the inode and link count',
   namespace_denied:
     'a subject acted from a namespace of its own: a process in its own user namespace killed (filesystem.namespaces: deny), or, under a whitelist, an open or exec of a file on a filesystem it mounted there',
+  foreign_pid_namespace:
+    "a count, no uid: opens or execs from processes outside the watcher's PID namespace (pid 0: the host's, when the service runs in a container), allowed unjudged; one line per surface per minute at most",
 } as const;
 
 /** Reasons of lines the decision log writes itself (config logging.allows). */

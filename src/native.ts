@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { NativeNetMatchPart } from './dataplane/network/netmatch.js';
 
 /** The surface of the C++ addon. The only file that loads it. */
 export interface OriginalDst {
@@ -100,6 +101,11 @@ export interface WatcherDrain {
    * numbers per subject and surface: uid, exec (1: commands, 0: filesystem), allowed, written whole.
    */
   allows?: number[];
+  /**
+   * Events from processes outside the watcher's PID namespace (pid 0), allowed unjudged, since start:
+   * [opens, execs] (docs/filesystem.md, "PID namespaces").
+   */
+  foreignPid?: number[];
   /** Events held for an approver since the last drain (native/watcher/hold.h): answer each with `answer(id, allow)`. */
   asks: HeldAsk[];
 }
@@ -202,6 +208,9 @@ export interface WatcherStats {
   subjectAllow: number;
   subjectDeny: number;
   unknownProcess: number;
+  /** Opens and execs from processes outside the watcher's PID namespace (pid 0): allowed unjudged. */
+  foreignPidOpen: number;
+  foreignPidExec: number;
   procFallback: number;
   writeErrors: number;
   /** Subject events that came through another mount namespace's mount and were renamed through ours. */
@@ -314,7 +323,7 @@ export interface AcceptorInstance {
   size(): number;
   close(): void;
 }
-export interface NativeAddon {
+export interface NativeAddon extends NativeNetMatchPart {
   /**
    * new Splicer(onDone): onDone(id, errno (0 = both sides closed cleanly), bytesAtoB, bytesBtoA, connected: false
    * when a connect() pair's upstream never connected, closed: the pump closed both descriptors (closeOnClean)).

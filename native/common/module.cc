@@ -11,6 +11,7 @@
 #include "literals.h"
 #include "memory.h"
 #include "mntns.h"
+#include "netmatch.h"
 #include "nftread.h"
 #include "notify.h"
 #include "sockopt.h"
@@ -31,6 +32,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("sdNotify", Napi::Function::New(env, leash::SdNotify, "sdNotify"));
   leash::InitSplice(env, exports);
   leash::InitAcceptor(env, exports);
+  leash::RegisterNetMatch(env, exports);
   exports.Set("compileFsPolicy", Napi::Function::New(env, leash::CompileFsPolicy, "compileFsPolicy"));
   exports.Set("nativeMatch", Napi::Function::New(env, leash::NativeMatch, "nativeMatch"));
   exports.Set("nativeMatchBatch", Napi::Function::New(env, leash::NativeMatchBatch, "nativeMatchBatch"));

@@ -6,8 +6,6 @@
 // peeked bytes stay in the socket and the splice pump moves them upstream like any other. JavaScript is called
 // synchronously twice per connection (accepted, peeked) and answers with calls back: peek, release (it takes the
 // descriptor: a net.Socket for the cases it handles itself, or the splice pump), or reset.
-#include "acceptor.h"
-
 #include <arpa/inet.h>
 #include <linux/netfilter_ipv4.h>
 #include <linux/netfilter_ipv6/ip6_tables.h>
@@ -21,47 +19,12 @@
 
 #include <cerrno>
 #include <cstring>
-#include <unordered_map>
-#include <vector>
 
+#include "acceptor_class.h"
 #include "errors.h"
-#include "sockopt.h"
 
 namespace leash {
-
-namespace {
-
-class Acceptor;
-
-struct Listener {
-  Acceptor* owner = nullptr;
-  uint32_t id = 0;
-  uint32_t tag = 0;
-  int fd = -1;
-  uv_poll_t poll{};
-  uv_timer_t backoff{};
-  bool polling = false;
-  bool closing = false;
-  int open = 0;  // uv handles not yet closed
-  // The address it is bound to: an accepted connection's local address, unless it is a wildcard.
-  std::string local;
-  int localPort = 0;
-  bool wildcard = false;
-  int family = AF_INET;
-};
-
-struct Conn {
-  Acceptor* owner = nullptr;
-  uint32_t id = 0;
-  int fd = -1;
-  uv_timer_t timer{};
-  bool polling = false;  // in the acceptor's epoll set (peeking)
-  bool timerInit = false;
-  int open = 0;
-  size_t maxBytes = 0;
-  size_t seen = 0;
-  bool lowat = false;
-};
+namespace acceptor {
 
 std::string AddrString(const sockaddr_storage& ss, int* port) {
   char buf[INET6_ADDRSTRLEN] = {0};
@@ -85,479 +48,269 @@ void ResetClose(int fd) {
   close(fd);
 }
 
-class Acceptor : public Napi::ObjectWrap<Acceptor> {
- public:
-  static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "Acceptor",
-                       {InstanceMethod("listen", &Acceptor::Listen), InstanceMethod("unlisten", &Acceptor::Unlisten),
-                        InstanceMethod("peek", &Acceptor::Peek), InstanceMethod("release", &Acceptor::Release),
-                        InstanceMethod("reset", &Acceptor::Reset), InstanceMethod("close", &Acceptor::Close),
-                        InstanceMethod("size", &Acceptor::Size)});
-  }
+void Acceptor::StartListening(Listener* l) {
+  if (l->polling || l->closing) return;
+  l->polling = true;
+  uv_poll_start(&l->poll, UV_READABLE, [](uv_poll_t* h, int, int) {
+    auto* l = static_cast<Listener*>(h->data);
+    l->owner->OnListenReadable(l);
+  });
+}
 
-  /**
-   * new Acceptor({onAccept(tag, id, fd, localAddr, localPort, peerAddr, peerPort, dstFamily, dstAddr, dstPort,
-   * dstError), onPeek(id, bytes, why) -> bool,
-   * onError(tag, errno, refused)}). onPeek's `why` is "data" (return true when the bytes are enough, false to wait
-   * for more), "closed" (the client ended or failed first), "timeout" or "limit"; after any but a "data" false, the peek is over.
-   * onError's `refused` is how many waiting connections were reset for want of descriptors.
-   */
-  explicit Acceptor(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Acceptor>(info) {
-    Napi::Env env = info.Env();
-    const char* usage = "new Acceptor({onAccept, onPeek, onError})";
-    if (info.Length() < 1 || !info[0].IsObject()) {
-      Usage(env, usage);
-      return;
-    }
-    Napi::Object o = info[0].As<Napi::Object>();
-    Napi::Value a = o.Get("onAccept"), p = o.Get("onPeek"), e = o.Get("onError");
-    if (!a.IsFunction() || !p.IsFunction() || !e.IsFunction()) {
-      Usage(env, usage);
-      return;
-    }
-    onAccept_ = Napi::Persistent(a.As<Napi::Function>());
-    onPeek_ = Napi::Persistent(p.As<Napi::Function>());
-    onError_ = Napi::Persistent(e.As<Napi::Function>());
-    if (napi_get_uv_event_loop(env, &loop_) != napi_ok || loop_ == nullptr) {
-      Napi::Error::New(env, "no event loop").ThrowAsJavaScriptException();
-      return;
-    }
-    ctx_ = std::make_unique<Napi::AsyncContext>(env, "leash-acceptor");
-    scratch_.resize(64 * 1024);
-    reserveFd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    // Connections being peeked are watched in an epoll set of the acceptor's own, polled as one descriptor on
-    // Node's loop: a uv_poll per connection cost seven calls (libuv probes, re-adds and removes it twice), this
-    // one costs two (EPOLL_CTL_ADD, EPOLL_CTL_DEL).
-    ep_ = epoll_create1(EPOLL_CLOEXEC);
-    if (ep_ < 0) {
-      ErrnoError(env, errno, "epoll_create1").ThrowAsJavaScriptException();
-      return;
-    }
-    epPoll_ = new EpPoll();
-    epPoll_->self = this;
-    epPoll_->ep = ep_;
-    uv_poll_init(loop_, &epPoll_->h, ep_);
-    epPoll_->h.data = epPoll_;
-    uv_poll_start(&epPoll_->h, UV_READABLE, [](uv_poll_t* h, int, int) {
-      auto* ep = static_cast<EpPoll*>(h->data);
-      if (ep->self) ep->self->OnConnEvents();
-    });
-    // A connection being peeked keeps the loop alive by its timer, not by this.
-    uv_unref(reinterpret_cast<uv_handle_t*>(&epPoll_->h));
-  }
-
-  ~Acceptor() override {
-    // Handles still open reference this object: the JS side closes before dropping it (close()).
-    if (reserveFd_ >= 0) close(reserveFd_);
-    // No libuv call from a finalizer: the poll handle (if close() was never called) only forgets this object.
-    if (epPoll_ != nullptr) epPoll_->self = nullptr;
-  }
-
- private:
-  // --- listeners ------------------------------------------------------------------------------------------------
-
-  /** listen(host, port, backlog, tag) -> listener id; throws an errno error (code EADDRINUSE, ...). */
-  Napi::Value Listen(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    if (info.Length() < 4 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber())
-      return Usage(env, "listen(host: string, port: number, backlog: number, tag: number)");
-    std::string host = info[0].As<Napi::String>().Utf8Value();
-    int port = info[1].As<Napi::Number>().Int32Value();
-    int backlog = info[2].As<Napi::Number>().Int32Value();
-    sockaddr_storage ss{};
-    socklen_t len = 0;
-    if (!ParseSockaddr(host, port, &ss, &len)) return Usage(env, "listen(host): an IPv4 or IPv6 literal");
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+void Acceptor::OnListenReadable(Listener* l) {
+  Napi::Env env = Env();
+  Napi::HandleScope scope(env);
+  // A bounded batch per wake-up: the loop's other work (decisions, timers) is not starved by a burst.
+  for (int i = 0; i < 64 && !l->closing; i++) {
+    sockaddr_storage peer{};
+    socklen_t pl = sizeof peer;
+    int fd = accept4(l->fd, reinterpret_cast<sockaddr*>(&peer), &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      ErrnoError(env, errno, "socket").ThrowAsJavaScriptException();
-      return env.Undefined();
+      int err = errno;
+      if (err == EAGAIN || err == EINTR || err == ECONNABORTED) {
+        if (err == EAGAIN) return;
+        continue;
+      }
+      if ((err == EMFILE || err == ENFILE) && reserveFd_ >= 0) {
+        // Out of descriptors: the spare one is given up to accept what waits and reset it, so each of those
+        // clients is refused at once (as libuv does for net.Server) instead of hanging in the backlog.
+        close(reserveFd_);
+        reserveFd_ = -1;
+        int refused = 0;
+        for (;;) {
+          int rfd = accept4(l->fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (rfd < 0) break;
+          ResetClose(rfd);
+          refused++;
+        }
+        reserveFd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        Call(onError_, {Napi::Number::New(env, l->tag), Napi::Number::New(env, err), Napi::Number::New(env, refused)});
+        if (refused > 0) continue;
+      } else {
+        Call(onError_, {Napi::Number::New(env, l->tag), Napi::Number::New(env, err), Napi::Number::New(env, 0)});
+      }
+      // Out of memory (or no spare descriptor): this connection waits in the backlog (or is dropped by the
+      // kernel), the listener pauses 100 ms instead of spinning on a readable socket it cannot accept from.
+      if (l->closing) return;
+      uv_poll_stop(&l->poll);
+      l->polling = false;
+      uv_timer_start(
+          &l->backoff,
+          [](uv_timer_t* t) {
+            auto* l = static_cast<Listener*>(t->data);
+            StartListening(l);
+          },
+          100, 0);
+      return;
     }
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (ss.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(fd, backlog) != 0) {
-      int err = errno;
-      close(fd);
-      ErrnoError(env, err, "listen").ThrowAsJavaScriptException();
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    // The peer came with accept4; the local address is the listener's own unless it listens on a wildcard.
+    int lport = l->localPort, pport = 0;
+    std::string pa = AddrString(peer, &pport);
+    std::string la;
+    if (l->wildcard) {
+      sockaddr_storage local{};
+      socklen_t ll = sizeof local;
+      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll);
+      la = AddrString(local, &lport);
+    } else {
+      la = l->local;
+    }
+    // Where it was going (SO_ORIGINAL_DST, at the listener's family: an IPV6_V6ONLY listener has no
+    // v4-mapped peers), read here with the rest rather than by a call back from JavaScript.
+    sockaddr_storage dst{};
+    socklen_t dl = sizeof dst;
+    int dstErr = 0;
+    if ((l->family == AF_INET ? getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl)
+                              : getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &dst, &dl)) != 0)
+      dstErr = errno;
+    int dport = 0;
+    std::string da = dstErr == 0 ? AddrString(dst, &dport) : std::string();
+    auto* c = new Conn();
+    c->owner = this;
+    c->id = ++nextConn_;
+    c->fd = fd;
+    conns_[c->id] = c;
+    uint32_t tag = l->tag;
+    Call(onAccept_, {Napi::Number::New(env, tag), Napi::Number::New(env, c->id), Napi::Number::New(env, fd),
+                     Napi::String::New(env, la), Napi::Number::New(env, lport), Napi::String::New(env, pa),
+                     Napi::Number::New(env, pport),
+                     Napi::Number::New(env, dstErr != 0 ? 0 : dst.ss_family == AF_INET ? 4 : 6),
+                     Napi::String::New(env, da), Napi::Number::New(env, dport),
+                     Napi::String::New(env, dstErr != 0 ? ErrnoName(dstErr) : "")});
+    // `l` may have been closed by that call (unlisten): its memory lives until its handles close, and
+    // `closing` stops this loop.
+  }
+}
+
+Conn* Acceptor::Find(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsNumber()) return nullptr;
+  auto it = conns_.find(info[0].As<Napi::Number>().Uint32Value());
+  return it == conns_.end() ? nullptr : it->second;
+}
+
+/** peek(id, maxBytes, timeoutMs): onPeek is called when bytes arrive, the client closes, or the time is up. */
+Napi::Value Acceptor::Peek(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 3 || !info[1].IsNumber() || !info[2].IsNumber())
+    return Usage(env, "peek(id: number, maxBytes: number, timeoutMs: number)");
+  Conn* c = Find(info);
+  if (!c || ep_ < 0) return Napi::Boolean::New(env, false);
+  size_t max = static_cast<size_t>(info[1].As<Napi::Number>().Int64Value());
+  c->maxBytes = max < 1 ? 1 : (max > scratch_.size() ? scratch_.size() : max);
+  if (!c->polling) {
+    // Level-triggered, as a uv_poll is: data not taken stays reported. The id, not the pointer: an event may
+    // still be in a batch after a callback dropped its connection.
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = c->id;
+    if (epoll_ctl(ep_, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+      ErrnoError(env, errno, "epoll_ctl").ThrowAsJavaScriptException();
       return env.Undefined();
     }
-    auto* l = new Listener();
-    l->owner = this;
-    l->id = ++nextListener_;
-    l->tag = info[3].As<Napi::Number>().Uint32Value();
-    l->fd = fd;
-    sockaddr_storage bound{};
-    socklen_t bl = sizeof bound;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bl);
-    l->local = AddrString(bound, &l->localPort);
-    l->wildcard = ss.ss_family == AF_INET
-                      ? reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr.s_addr == htonl(INADDR_ANY)
-                      : IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr);
-    l->family = ss.ss_family;
-    uv_poll_init(loop_, &l->poll, fd);
-    uv_timer_init(loop_, &l->backoff);
-    l->poll.data = l;
-    l->backoff.data = l;
-    l->open = 2;
-    listeners_[l->id] = l;
-    StartListening(l);
-    return Napi::Number::New(env, l->id);
+    c->polling = true;
   }
-
-  static void StartListening(Listener* l) {
-    if (l->polling || l->closing) return;
-    l->polling = true;
-    uv_poll_start(&l->poll, UV_READABLE, [](uv_poll_t* h, int, int) {
-      auto* l = static_cast<Listener*>(h->data);
-      l->owner->OnListenReadable(l);
-    });
+  if (!c->timerInit) {
+    uv_timer_init(loop_, &c->timer);
+    c->timer.data = c;
+    c->timerInit = true;
+    c->open++;
   }
+  uv_timer_start(
+      &c->timer,
+      [](uv_timer_t* t) {
+        auto* c = static_cast<Conn*>(t->data);
+        c->owner->PeekOver(c, "timeout", c->seen);
+      },
+      static_cast<uint64_t>(info[2].As<Napi::Number>().Int64Value()), 0);
+  return Napi::Boolean::New(env, true);
+}
 
-  void OnListenReadable(Listener* l) {
-    Napi::Env env = Env();
-    Napi::HandleScope scope(env);
-    // A bounded batch per wake-up: the loop's other work (decisions, timers) is not starved by a burst.
-    for (int i = 0; i < 64 && !l->closing; i++) {
-      sockaddr_storage peer{};
-      socklen_t pl = sizeof peer;
-      int fd = accept4(l->fd, reinterpret_cast<sockaddr*>(&peer), &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        int err = errno;
-        if (err == EAGAIN || err == EINTR || err == ECONNABORTED) {
-          if (err == EAGAIN) return;
-          continue;
-        }
-        if ((err == EMFILE || err == ENFILE) && reserveFd_ >= 0) {
-          // Out of descriptors: the spare one is given up to accept what waits and reset it, so each of those
-          // clients is refused at once (as libuv does for net.Server) instead of hanging in the backlog.
-          close(reserveFd_);
-          reserveFd_ = -1;
-          int refused = 0;
-          for (;;) {
-            int rfd = accept4(l->fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (rfd < 0) break;
-            ResetClose(rfd);
-            refused++;
-          }
-          reserveFd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
-          Call(onError_, {Napi::Number::New(env, l->tag), Napi::Number::New(env, err), Napi::Number::New(env, refused)});
-          if (refused > 0) continue;
-        } else {
-          Call(onError_, {Napi::Number::New(env, l->tag), Napi::Number::New(env, err), Napi::Number::New(env, 0)});
-        }
-        // Out of memory (or no spare descriptor): this connection waits in the backlog (or is dropped by the
-        // kernel), the listener pauses 100 ms instead of spinning on a readable socket it cannot accept from.
-        if (l->closing) return;
-        uv_poll_stop(&l->poll);
-        l->polling = false;
-        uv_timer_start(
-            &l->backoff,
-            [](uv_timer_t* t) {
-              auto* l = static_cast<Listener*>(t->data);
-              StartListening(l);
-            },
-            100, 0);
-        return;
-      }
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      // The peer came with accept4; the local address is the listener's own unless it listens on a wildcard.
-      int lport = l->localPort, pport = 0;
-      std::string pa = AddrString(peer, &pport);
-      std::string la;
-      if (l->wildcard) {
-        sockaddr_storage local{};
-        socklen_t ll = sizeof local;
-        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll);
-        la = AddrString(local, &lport);
-      } else {
-        la = l->local;
-      }
-      // Where it was going (SO_ORIGINAL_DST, at the listener's family: an IPV6_V6ONLY listener has no
-      // v4-mapped peers), read here with the rest rather than by a call back from JavaScript.
-      sockaddr_storage dst{};
-      socklen_t dl = sizeof dst;
-      int dstErr = 0;
-      if ((l->family == AF_INET ? getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl)
-                                : getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &dst, &dl)) != 0)
-        dstErr = errno;
-      int dport = 0;
-      std::string da = dstErr == 0 ? AddrString(dst, &dport) : std::string();
-      auto* c = new Conn();
-      c->owner = this;
-      c->id = ++nextConn_;
-      c->fd = fd;
-      conns_[c->id] = c;
-      uint32_t tag = l->tag;
-      Call(onAccept_, {Napi::Number::New(env, tag), Napi::Number::New(env, c->id), Napi::Number::New(env, fd),
-                       Napi::String::New(env, la), Napi::Number::New(env, lport), Napi::String::New(env, pa),
-                       Napi::Number::New(env, pport),
-                       Napi::Number::New(env, dstErr != 0 ? 0 : dst.ss_family == AF_INET ? 4 : 6),
-                       Napi::String::New(env, da), Napi::Number::New(env, dport),
-                       Napi::String::New(env, dstErr != 0 ? ErrnoName(dstErr) : "")});
-      // `l` may have been closed by that call (unlisten): its memory lives until its handles close, and
-      // `closing` stops this loop.
-    }
+/** The peeked connections' events ready now. */
+void Acceptor::OnConnEvents() {
+  epoll_event events[64];
+  int n = epoll_wait(ep_, events, 64, 0);
+  for (int i = 0; i < n; i++) {
+    auto it = conns_.find(static_cast<uint32_t>(events[i].data.u64));
+    if (it == conns_.end() || !it->second->polling) continue;
+    OnConnReadable(it->second, events[i].events);
   }
+}
 
-  Napi::Value Unlisten(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    if (info.Length() < 1 || !info[0].IsNumber()) return Usage(env, "unlisten(id: number)");
-    auto it = listeners_.find(info[0].As<Napi::Number>().Uint32Value());
-    if (it != listeners_.end()) CloseListener(it->second);
+void Acceptor::OnConnReadable(Conn* c, uint32_t events) {
+  const bool failed = events & EPOLLERR;
+  const bool hangup = events & (EPOLLRDHUP | EPOLLHUP);
+  ssize_t n = recv(c->fd, scratch_.data(), c->maxBytes, MSG_PEEK);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR) && !failed && !hangup) return;
+  if (n <= 0 || failed || (static_cast<size_t>(n) == c->seen && hangup)) {
+    // End of stream, or an error, before the bytes were enough: what there is is final.
+    return PeekOver(c, "closed", n > 0 ? static_cast<size_t>(n) : c->seen);
+  }
+  c->seen = static_cast<size_t>(n);
+  uint32_t id = c->id;
+  Napi::Env env = Env();
+  Napi::HandleScope scope(env);
+  Napi::Value enough = Call(onPeek_, {Napi::Number::New(env, id), Napi::Buffer<char>::Copy(env, scratch_.data(), c->seen),
+                                      Napi::String::New(env, "data")});
+  // The callback may have released or reset the connection.
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  if (enough.IsBoolean() && enough.As<Napi::Boolean>().Value()) return StopPeek(c);
+  if (c->seen >= c->maxBytes) return PeekOver(c, "limit", c->seen);
+  // Not enough: woken again only once more than what was seen is there (a FIN or an error wakes it as well).
+  int lowat = static_cast<int>(c->seen + 1);
+  setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof lowat);
+  c->lowat = true;
+}
+
+void Acceptor::StopPeek(Conn* c) {
+  if (c->polling) {
+    epoll_ctl(ep_, EPOLL_CTL_DEL, c->fd, nullptr);
+    c->polling = false;
+  }
+  if (c->timerInit) uv_timer_stop(&c->timer);
+  if (c->lowat) {
+    int one = 1;
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof one);
+    c->lowat = false;
+  }
+}
+
+void Acceptor::PeekOver(Conn* c, const char* why, size_t have) {
+  StopPeek(c);
+  uint32_t id = c->id;
+  if (have > 0) {
+    ssize_t n = recv(c->fd, scratch_.data(), have, MSG_PEEK);
+    have = n > 0 ? static_cast<size_t>(n) : 0;
+  }
+  Napi::Env env = Env();
+  Napi::HandleScope scope(env);
+  Call(onPeek_, {Napi::Number::New(env, id), Napi::Buffer<char>::Copy(env, scratch_.data(), have),
+                 Napi::String::New(env, why)});
+}
+
+/** Frees a connection's native state; its descriptor is the caller's (closed, reset, or handed on). */
+void Acceptor::Drop(Conn* c) {
+  StopPeek(c);
+  conns_.erase(c->id);
+  if (c->open == 0) {
+    delete c;
+    return;
+  }
+  auto done = [](uv_handle_t* h) {
+    auto* c = static_cast<Conn*>(h->data);
+    if (--c->open == 0) delete c;
+  };
+  // StopPeek took the descriptor out of the acceptor's epoll set, before anything else (a net.Socket on the
+  // same descriptor, the splice pump) registers it.
+  if (c->timerInit) uv_close(reinterpret_cast<uv_handle_t*>(&c->timer), done);
+}
+
+/**
+ * release(id, consume) -> fd: the descriptor is the caller's from here. `consume` bytes (already peeked) are read
+ * off first, for a caller that writes them upstream itself; 0 leaves them in the socket (the splice pump sends them).
+ */
+Napi::Value Acceptor::Release(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[1].IsNumber()) return Usage(env, "release(id: number, consume: number)");
+  Conn* c = Find(info);
+  if (!c) return Napi::Number::New(env, -1);
+  int fd = c->fd;
+  size_t want = static_cast<size_t>(info[1].As<Napi::Number>().Int64Value());
+  while (want > 0) {
+    ssize_t n = recv(fd, scratch_.data(), want > scratch_.size() ? scratch_.size() : want, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    want -= static_cast<size_t>(n);
+  }
+  Drop(c);
+  return Napi::Number::New(env, fd);
+}
+
+/** reset(id): the connection is refused with a TCP reset (SO_LINGER 0) and closed. */
+Napi::Value Acceptor::Reset(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Conn* c = Find(info);
+  if (!c) return Napi::Boolean::New(env, false);
+  int fd = c->fd;
+  Drop(c);
+  ResetClose(fd);
+  return Napi::Boolean::New(env, true);
+}
+
+/** Calls into JavaScript from a libuv callback, with Node's callback scope (microtasks run after it). */
+Napi::Value Acceptor::Call(Napi::FunctionReference& fn, const std::initializer_list<napi_value>& args) {
+  Napi::Env env = Env();
+  Napi::Value r = fn.MakeCallback(env.Global(), args, *ctx_);
+  if (env.IsExceptionPending()) {
+    // An exception in a callback is the proxy's bug; it must not unwind through libuv.
+    Napi::Error e = env.GetAndClearPendingException();
+    fprintf(stderr, "leash acceptor: callback threw: %s\n", e.Message().c_str());
     return env.Undefined();
   }
-
-  void CloseListener(Listener* l) {
-    if (l->closing) return;
-    l->closing = true;
-    listeners_.erase(l->id);
-    auto done = [](uv_handle_t* h) {
-      auto* l = static_cast<Listener*>(h->data);
-      if (--l->open == 0) {
-        close(l->fd);
-        delete l;
-      }
-    };
-    uv_close(reinterpret_cast<uv_handle_t*>(&l->poll), done);
-    uv_close(reinterpret_cast<uv_handle_t*>(&l->backoff), done);
-  }
-
-  // --- connections ----------------------------------------------------------------------------------------------
-
-  Conn* Find(const Napi::CallbackInfo& info) {
-    if (info.Length() < 1 || !info[0].IsNumber()) return nullptr;
-    auto it = conns_.find(info[0].As<Napi::Number>().Uint32Value());
-    return it == conns_.end() ? nullptr : it->second;
-  }
-
-  /** peek(id, maxBytes, timeoutMs): onPeek is called when bytes arrive, the client closes, or the time is up. */
-  Napi::Value Peek(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    if (info.Length() < 3 || !info[1].IsNumber() || !info[2].IsNumber())
-      return Usage(env, "peek(id: number, maxBytes: number, timeoutMs: number)");
-    Conn* c = Find(info);
-    if (!c || ep_ < 0) return Napi::Boolean::New(env, false);
-    size_t max = static_cast<size_t>(info[1].As<Napi::Number>().Int64Value());
-    c->maxBytes = max < 1 ? 1 : (max > scratch_.size() ? scratch_.size() : max);
-    if (!c->polling) {
-      // Level-triggered, as a uv_poll is: data not taken stays reported. The id, not the pointer: an event may
-      // still be in a batch after a callback dropped its connection.
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLRDHUP;
-      ev.data.u64 = c->id;
-      if (epoll_ctl(ep_, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
-        ErrnoError(env, errno, "epoll_ctl").ThrowAsJavaScriptException();
-        return env.Undefined();
-      }
-      c->polling = true;
-    }
-    if (!c->timerInit) {
-      uv_timer_init(loop_, &c->timer);
-      c->timer.data = c;
-      c->timerInit = true;
-      c->open++;
-    }
-    uv_timer_start(
-        &c->timer,
-        [](uv_timer_t* t) {
-          auto* c = static_cast<Conn*>(t->data);
-          c->owner->PeekOver(c, "timeout", c->seen);
-        },
-        static_cast<uint64_t>(info[2].As<Napi::Number>().Int64Value()), 0);
-    return Napi::Boolean::New(env, true);
-  }
-
-  /** The peeked connections' events ready now. */
-  void OnConnEvents() {
-    epoll_event events[64];
-    int n = epoll_wait(ep_, events, 64, 0);
-    for (int i = 0; i < n; i++) {
-      auto it = conns_.find(static_cast<uint32_t>(events[i].data.u64));
-      if (it == conns_.end() || !it->second->polling) continue;
-      OnConnReadable(it->second, events[i].events);
-    }
-  }
-
-  void OnConnReadable(Conn* c, uint32_t events) {
-    const bool failed = events & EPOLLERR;
-    const bool hangup = events & (EPOLLRDHUP | EPOLLHUP);
-    ssize_t n = recv(c->fd, scratch_.data(), c->maxBytes, MSG_PEEK);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR) && !failed && !hangup) return;
-    if (n <= 0 || failed || (static_cast<size_t>(n) == c->seen && hangup)) {
-      // End of stream, or an error, before the bytes were enough: what there is is final.
-      return PeekOver(c, "closed", n > 0 ? static_cast<size_t>(n) : c->seen);
-    }
-    c->seen = static_cast<size_t>(n);
-    uint32_t id = c->id;
-    Napi::Env env = Env();
-    Napi::HandleScope scope(env);
-    Napi::Value enough = Call(onPeek_, {Napi::Number::New(env, id), Napi::Buffer<char>::Copy(env, scratch_.data(), c->seen),
-                                        Napi::String::New(env, "data")});
-    // The callback may have released or reset the connection.
-    auto it = conns_.find(id);
-    if (it == conns_.end()) return;
-    if (enough.IsBoolean() && enough.As<Napi::Boolean>().Value()) return StopPeek(c);
-    if (c->seen >= c->maxBytes) return PeekOver(c, "limit", c->seen);
-    // Not enough: woken again only once more than what was seen is there (a FIN or an error wakes it as well).
-    int lowat = static_cast<int>(c->seen + 1);
-    setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof lowat);
-    c->lowat = true;
-  }
-
-  void StopPeek(Conn* c) {
-    if (c->polling) {
-      epoll_ctl(ep_, EPOLL_CTL_DEL, c->fd, nullptr);
-      c->polling = false;
-    }
-    if (c->timerInit) uv_timer_stop(&c->timer);
-    if (c->lowat) {
-      int one = 1;
-      setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof one);
-      c->lowat = false;
-    }
-  }
-
-  void PeekOver(Conn* c, const char* why, size_t have) {
-    StopPeek(c);
-    uint32_t id = c->id;
-    if (have > 0) {
-      ssize_t n = recv(c->fd, scratch_.data(), have, MSG_PEEK);
-      have = n > 0 ? static_cast<size_t>(n) : 0;
-    }
-    Napi::Env env = Env();
-    Napi::HandleScope scope(env);
-    Call(onPeek_, {Napi::Number::New(env, id), Napi::Buffer<char>::Copy(env, scratch_.data(), have),
-                   Napi::String::New(env, why)});
-  }
-
-  /** Frees a connection's native state; its descriptor is the caller's (closed, reset, or handed on). */
-  void Drop(Conn* c) {
-    StopPeek(c);
-    conns_.erase(c->id);
-    if (c->open == 0) {
-      delete c;
-      return;
-    }
-    auto done = [](uv_handle_t* h) {
-      auto* c = static_cast<Conn*>(h->data);
-      if (--c->open == 0) delete c;
-    };
-    // StopPeek took the descriptor out of the acceptor's epoll set, before anything else (a net.Socket on the
-    // same descriptor, the splice pump) registers it.
-    if (c->timerInit) uv_close(reinterpret_cast<uv_handle_t*>(&c->timer), done);
-  }
-
-  /**
-   * release(id, consume) -> fd: the descriptor is the caller's from here. `consume` bytes (already peeked) are read
-   * off first, for a caller that writes them upstream itself; 0 leaves them in the socket (the splice pump sends them).
-   */
-  Napi::Value Release(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    if (info.Length() < 2 || !info[1].IsNumber()) return Usage(env, "release(id: number, consume: number)");
-    Conn* c = Find(info);
-    if (!c) return Napi::Number::New(env, -1);
-    int fd = c->fd;
-    size_t want = static_cast<size_t>(info[1].As<Napi::Number>().Int64Value());
-    while (want > 0) {
-      ssize_t n = recv(fd, scratch_.data(), want > scratch_.size() ? scratch_.size() : want, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      want -= static_cast<size_t>(n);
-    }
-    Drop(c);
-    return Napi::Number::New(env, fd);
-  }
-
-  /** reset(id): the connection is refused with a TCP reset (SO_LINGER 0) and closed. */
-  Napi::Value Reset(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    Conn* c = Find(info);
-    if (!c) return Napi::Boolean::New(env, false);
-    int fd = c->fd;
-    Drop(c);
-    ResetClose(fd);
-    return Napi::Boolean::New(env, true);
-  }
-
-  /** size() -> connections accepted and not yet released or reset. */
-  Napi::Value Size(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), conns_.size()); }
-
-  /** close(): every listener closed, every connection not yet released reset. */
-  Napi::Value Close(const Napi::CallbackInfo& info) {
-    std::vector<Listener*> ls;
-    for (auto& kv : listeners_) ls.push_back(kv.second);
-    for (Listener* l : ls) CloseListener(l);
-    std::vector<Conn*> cs;
-    for (auto& kv : conns_) cs.push_back(kv.second);
-    for (Conn* c : cs) {
-      int fd = c->fd;
-      Drop(c);
-      ResetClose(fd);
-    }
-    CloseEp();
-    return info.Env().Undefined();
-  }
-
-  void CloseEp() {
-    if (epPoll_ == nullptr) return;
-    // The epoll descriptor closes with its poll handle (libuv must not watch a closed descriptor).
-    epPoll_->self = nullptr;
-    ep_ = -1;
-    uv_close(reinterpret_cast<uv_handle_t*>(&epPoll_->h), [](uv_handle_t* h) {
-      auto* ep = static_cast<EpPoll*>(h->data);
-      close(ep->ep);
-      delete ep;
-    });
-    epPoll_ = nullptr;
-  }
-
-  struct EpPoll {
-    uv_poll_t h;
-    Acceptor* self;
-    int ep;
-  };
-
-  /** Calls into JavaScript from a libuv callback, with Node's callback scope (microtasks run after it). */
-  Napi::Value Call(Napi::FunctionReference& fn, const std::initializer_list<napi_value>& args) {
-    Napi::Env env = Env();
-    Napi::Value r = fn.MakeCallback(env.Global(), args, *ctx_);
-    if (env.IsExceptionPending()) {
-      // An exception in a callback is the proxy's bug; it must not unwind through libuv.
-      Napi::Error e = env.GetAndClearPendingException();
-      fprintf(stderr, "leash acceptor: callback threw: %s\n", e.Message().c_str());
-      return env.Undefined();
-    }
-    return r;
-  }
-
-  uv_loop_t* loop_ = nullptr;
-  int ep_ = -1;
-  EpPoll* epPoll_ = nullptr;
-  Napi::FunctionReference onAccept_, onPeek_, onError_;
-  std::unique_ptr<Napi::AsyncContext> ctx_;
-  std::vector<char> scratch_;
-  int reserveFd_ = -1;  // a spare descriptor, given up to refuse connections when the process runs out
-  uint32_t nextListener_ = 0;
-  uint32_t nextConn_ = 0;
-  std::unordered_map<uint32_t, Listener*> listeners_;
-  std::unordered_map<uint32_t, Conn*> conns_;
-};
-
-/** resetClose(fd): SO_LINGER 0 and close, so the peer gets a reset (a descriptor JavaScript holds as a number). */
-Napi::Value ResetCloseJs(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (info.Length() < 1 || !info[0].IsNumber()) return Usage(env, "resetClose(fd: number)");
-  int fd = info[0].As<Napi::Number>().Int32Value();
-  if (fd >= 0) ResetClose(fd);
-  return env.Undefined();
+  return r;
 }
 
-}  // namespace
-
-void InitAcceptor(Napi::Env env, Napi::Object exports) {
-  exports.Set("Acceptor", Acceptor::Define(env));
-  exports.Set("resetClose", Napi::Function::New(env, ResetCloseJs, "resetClose"));
-}
-
+}  // namespace acceptor
 }  // namespace leash

@@ -269,7 +269,8 @@ Napi::Value Watcher::SetSubjects(const Napi::CallbackInfo& info) {
 /**
  * drain() -> {lines, count, denies, droppedAllows, allows}: the decision-log lines queued since the
  * last drain, formatted by the loop (decisionline.h), as one Buffer for one write(2); `allows`, with
- * allowLines summary or sampled, the plain allows counted since: [uid, exec (0|1), allowed, written]...
+ * allowLines summary or sampled, the plain allows counted since: [uid, exec (0|1), allowed, written]...;
+ * `foreignPid`, the events from outside the PID namespace allowed since start: [opens, execs].
  */
 Napi::Value Watcher::Drain(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -301,6 +302,10 @@ Napi::Value Watcher::Drain(const Napi::CallbackInfo& info) {
   Napi::Array allows = Napi::Array::New(env, counted.size());
   for (size_t i = 0; i < counted.size(); i++) allows.Set(i, Napi::Number::New(env, static_cast<double>(counted[i])));
   out.Set("allows", allows);
+  Napi::Array foreign = Napi::Array::New(env, 2);
+  for (uint32_t e = 0; e < 2; e++)
+    foreign.Set(e, Napi::Number::New(env, static_cast<double>(foreignPid_[e].load(std::memory_order_relaxed))));
+  out.Set("foreignPid", foreign);
   DrainAsks(env, out);
   return out;
 }
@@ -322,6 +327,8 @@ Napi::Value Watcher::Stats(const Napi::CallbackInfo& info) {
   a("subjectAllow", subjectAllow_);
   a("subjectDeny", subjectDeny_);
   a("unknownProcess", unknown_);
+  a("foreignPidOpen", foreignPid_[0]);
+  a("foreignPidExec", foreignPid_[1]);
   n("procFallback", identity_.proc_fallbacks());
   a("writeErrors", writeErrors_);
   n("foreignMount", paths_.foreign_mounts());

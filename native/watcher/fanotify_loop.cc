@@ -135,7 +135,16 @@ void Watcher::HandleEvent(const fanotify_event_metadata* m) {
   if (perm) {
     events_.fetch_add(1, std::memory_order_relaxed);
     snap = std::atomic_load(&snap_);
-    if (m->pid == selfPid_) {
+    if (m->pid == 0) {
+      // The kernel names the opener in the reader's PID namespace, and 0 when it has no PID there: a process
+      // outside this watcher's namespace (the host's, when the service runs in a container). Nothing identifies
+      // it (no PID, no pidfd), and a process inside the namespace tree always has a PID here, so no subject
+      // the watcher can know is behind it: allowed, counted, logged as a count (docs/filesystem.md).
+      int exec = (m->mask & FAN_OPEN_EXEC_PERM) ? 1 : 0;
+      foreignPid_[exec].fetch_add(1, std::memory_order_relaxed);
+      auto& c = byReason_[exec][1][static_cast<int>(Reason::kForeignPidNamespace)];
+      c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // loop thread only
+    } else if (m->pid == selfPid_) {
       // Our own open: answering it from here is what keeps the watcher from deadlocking on itself.
       self_.fetch_add(1, std::memory_order_relaxed);
     } else if (snap->subjects.empty()) {

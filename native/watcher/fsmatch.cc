@@ -13,7 +13,7 @@ const char* const kReasonNames[] = {"allow_entry", "mode_allow",   "deny_entry",
                                     "no_policy",   "engine_error", "interpreter_of", "interpreter_direct",
                                     "hardlinked",  "namespace_denied", "ask_entry",
                                     "approval_limit", "approval_unavailable", "approval_timeout",
-                                    "approval_cancelled"};
+                                    "approval_cancelled", "foreign_pid_namespace"};
 
 bool IsGlob(std::string_view s) { return s.find_first_of("*?[") != std::string_view::npos; }
 

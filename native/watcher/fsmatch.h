@@ -34,7 +34,9 @@ enum class Reason : uint8_t {
   kApprovalUnavailable,
   kApprovalTimeout,
   kApprovalCancelled,
-  kLast = kApprovalCancelled
+  /** An event with pid 0: its process is outside the watcher's PID namespace, allowed unjudged (never a line). */
+  kForeignPidNamespace,
+  kLast = kForeignPidNamespace
 };
 
 /** The snake_case name of a reason, as the engine and the decision log spell it. */

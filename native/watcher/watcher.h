@@ -204,6 +204,9 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
 
   std::atomic<uint64_t> events_{0}, self_{0}, nonSubject_{0}, subjectAllow_{0}, subjectDeny_{0}, unknown_{0},
       writeErrors_{0}, interpreterOf_{0}, hardlinked_{0};
+  // Events whose process is outside this watcher's PID namespace (pid 0), by surface (0 open, 1 exec): allowed
+  // unjudged (docs/filesystem.md, "PID namespaces"); each drain hands the totals to JavaScript for its log line.
+  std::atomic<uint64_t> foreignPid_[2]{};
 
   // Metrics (stats(), the service's /metrics): written by the loop thread only, read by JavaScript.
   // Decisions by surface (0 open, 1 exec), action (0 block, 1 allow, 2 would_block) and reason, the ones counted

@@ -17,11 +17,14 @@ import { loadConfig } from '../control/config/load.js';
 import { mappingForServer } from '../tools/judge/operations/mappings.js';
 import { workspaceWarnings } from '../tools/judge/operations/model.js';
 import { configPath, print, printJson } from './context.js';
-import { loadPolicy } from './mcp.js';
-import { askSources, noApprover, parseApprovalMode } from './mcp-approval.js';
+import { loadGatePolicy } from '../tools/judge/policy-file.js';
+import { askSources, noApprover, parseApprovalMode } from '../tools/gate/approver.js';
+import { INITIAL_PID_NS, pidNsOf, pidNsWarnings } from '../dataplane/watcher/pidns.js';
+import { parseMetricsText, summarize } from '../metrics/metrics.js';
+import { fetchMetrics } from '../metrics/server.js';
 
 export interface Check {
-  check: 'node' | 'policy' | 'approval' | 'socket' | 'server' | 'workspace';
+  check: 'node' | 'policy' | 'approval' | 'socket' | 'server' | 'workspace' | 'pid_namespace';
   ok: boolean;
   detail: string;
   /** The error code when a check failed on one (docs/errors.md). */
@@ -44,7 +47,7 @@ export function nodeCheck(version = process.versions.node): Check {
 function policyCheck(policy: string | undefined, config: string): Check {
   try {
     if (policy !== undefined) {
-      const { policy: p } = loadPolicy(policy);
+      const { policy: p } = loadGatePolicy(policy);
       const n = p.ops?.rules.rules.length ?? 0;
       return { check: 'policy', ok: true, detail: `${policy}: valid tools policy (${n} rules over operations)` };
     }
@@ -116,6 +119,41 @@ function socketCheck(socket: string, needed: boolean, timeoutMs: number): Promis
       resolve(fail(`${socket}: ${e.code ?? e.message}`));
     });
   });
+}
+
+/** The service's metrics socket as `leash status` finds it (LEASH_METRICS_SOCKET, else the config's), or null. */
+function metricsSocket(config: string): string | null {
+  const env = process.env.LEASH_METRICS_SOCKET;
+  if (env !== undefined) return env || null;
+  try {
+    return loadConfig(config).config.logging.metrics_socket;
+  } catch {
+    return null; // the policy check says why
+  }
+}
+
+/**
+ * Which PID namespace the service and its watcher run in (from the service's metrics), or, with no service
+ * answering, this process's: outside the host's initial one, the host's processes are not told apart (warnings).
+ */
+export async function pidNamespaceCheck(socket: string | null): Promise<Check> {
+  const text = socket === null ? null : await fetchMetrics(socket);
+  const live = text === null ? null : summarize(parseMetricsText(text));
+  const own = pidNsOf();
+  const ns =
+    live !== null && Object.keys(live.pidNamespaces).length > 0
+      ? live.pidNamespaces
+      : own === null
+        ? {}
+        : { 'service (if started here)': own };
+  const warnings = pidNsWarnings(ns, live?.foreignPidEvents ?? null);
+  const where = Object.entries(ns)
+    .map(
+      ([p, ino]) =>
+        `${p}: ${ino === INITIAL_PID_NS ? 'the initial PID namespace' : `PID namespace ${ino}, not the initial one`}`,
+    )
+    .join('; ');
+  return { check: 'pid_namespace', ok: true, detail: where || 'unknown', ...(warnings.length ? { warnings } : {}) };
 }
 
 /**
@@ -231,7 +269,7 @@ export function register(program: Command): void {
         checks.push(await socketCheck(path.resolve(o.socket), o.policy === undefined, timeoutMs));
         let workspace: string | null = null;
         try {
-          if (o.policy !== undefined) workspace = loadPolicy(o.policy).policy.ops?.workspace ?? null;
+          if (o.policy !== undefined) workspace = loadGatePolicy(o.policy).policy.ops?.workspace ?? null;
         } catch {
           /* the policy check says why */
         }
@@ -240,6 +278,7 @@ export function register(program: Command): void {
           const warnings = workspaceWarnings(workspace, null, null);
           if (warnings.length) checks.push({ check: 'workspace', ok: true, detail: workspace, warnings });
         }
+        checks.push(await pidNamespaceCheck(metricsSocket(configPath(cmd.parent ?? cmd))));
         const ok = checks.every((c) => c.ok);
         if (o.json) printJson({ ok, checks });
         else {

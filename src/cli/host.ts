@@ -24,7 +24,7 @@ import {
   type HostSpec,
   type WrapOptions,
 } from './host-config.js';
-import { askSources, noApprover, parseApprovalMode } from './mcp-approval.js';
+import { askSources, noApprover, parseApprovalMode } from '../tools/gate/approver.js';
 
 /**
  * --server and --policy in the order typed: a --policy binds to the servers named since the previous

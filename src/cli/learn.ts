@@ -8,6 +8,7 @@ import path from 'node:path';
 import type { Command } from 'commander';
 import YAML from 'yaml';
 import { LeashError } from '../errors.js';
+import { jsonLines } from '../formats/lines.js';
 import { floorOf } from '../control/policy/fragment.js';
 import { learnFragment, parseDuration, renderLearned, type SeenLine } from '../control/policy/learn.js';
 import { defaultPasswdSource, readPasswd } from '../control/subjects/discovery.js';
@@ -18,14 +19,9 @@ import { subjectOptions, subjectView } from './subject.js';
 /** The subject's would_block and block lines at or after `sinceMs`, from a decision log's text. */
 export function seenLines(text: string, uid: number, sinceMs: number): SeenLine[] {
   const out: SeenLine[] = [];
-  for (const raw of text.split('\n')) {
-    if (!raw.includes('"would_block"') && !raw.includes('"block"')) continue;
-    let o: unknown;
-    try {
-      o = JSON.parse(raw);
-    } catch {
-      continue; // a partial last line, or not a decision line
-    }
+  // A partial last line, or a line that is not a decision, is passed over.
+  const { values } = jsonLines(text, (raw) => raw.includes('"would_block"') || raw.includes('"block"'));
+  for (const o of values) {
     const l = o as Partial<SeenLine>;
     if (l.uid !== uid || (l.action !== 'would_block' && l.action !== 'block')) continue;
     if (typeof l.ts !== 'string' || !(Date.parse(l.ts) >= sinceMs)) continue;

@@ -6,190 +6,23 @@
  * Exit codes: 0 clean session, 2 unusable input (nothing started), 3 the server failed,
  * 143/129 stopped by SIGTERM/SIGHUP after winding down.
  */
-import fs from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { compilePolicy, decide, maskSecrets } from '../engine/index.js';
 import { isLeashError, LeashError } from '../errors.js';
-import { createMcpGate, type GateObserver } from '../tools/gate/gate.js';
-import { createLocalJudge, type GateJudge } from '../tools/judge/judge.js';
-import { JsonError, parseStrict, toPlain } from '../formats/json.js';
-import { Learner, LearnError, learnScripted, loadScript, renderProfile, writeAtomic } from '../tools/learn/learn.js';
-import {
-  checkTool,
-  compileGatePolicy,
-  GatePolicyError,
-  type CompiledGatePolicy,
-  type CompileOptions,
-  type ToolsEngine,
-} from '../tools/judge/policy.js';
-import { openAudit, readAudit, summarise, type AuditRecord } from '../tools/audit.js';
-import { loadGatePolicyFile } from '../tools/judge/policy-file.js';
-import { askSources, noApprover, parseApprovalMode, ttyApprover, type Approve } from './mcp-approval.js';
-import { connectToolsJudge, DEFAULT_TOOLS_SOCKET } from '../tools/remote/socket.js';
-import { createDecisionLog, formatDecision, newRef, type DecisionWriter } from '../log/decisions.js';
-import { createJournal, findJournalSocket, teeDecisionsToJournal } from '../log/journal.js';
-import { loadNative } from '../native.js';
-
-/** The engine as the gate uses it. */
-export const toolsEngine: ToolsEngine = { compilePolicy, decide: decide as ToolsEngine['decide'] };
-
-/** Secret masking for strings the gate logs outside `inputs` (names, refused lines). */
-export const maskString = (s: string): string => maskSecrets(s);
-
-const say = (line: string) => {
-  try {
-    process.stderr.write(`leash mcp: ${line}\n`);
-  } catch {
-    /* stderr closed */
-  }
-};
+import { JsonError, parseStrict } from '../formats/json.js';
+import { readAudit, summarise, type AuditRecord } from '../tools/audit.js';
+import { runGate } from '../tools/gate/run.js';
+import type { CompiledGatePolicy } from '../tools/judge/compile.js';
+import { checkTool } from '../tools/judge/decide.js';
+import { loadGatePolicy } from '../tools/judge/policy-file.js';
+import { runLearn } from '../tools/learn/run.js';
+import { DEFAULT_TOOLS_SOCKET } from '../tools/remote/socket.js';
 
 /** Milliseconds: a finite number, 0 or more (0 = wait for ever / stop at once). */
 function parseMs(name: string, v: string): number {
   if (!/^\d+(\.\d+)?$/.test(v))
     throw new LeashError('usage', `${name} must be a finite number of milliseconds, 0 or more: ${v}`, { option: name });
   return Number(v);
-}
-
-/** Finds the server command the way the OS would, so a missing one is a clean exit 2, not a crash. */
-export function resolveCommand(cmd: string, envPath = process.env.PATH ?? ''): string {
-  const candidates = cmd.includes('/')
-    ? [cmd]
-    : envPath
-        .split(':')
-        .filter(Boolean)
-        .map((d) => path.join(d, cmd));
-  let why = 'not found on PATH';
-  for (const c of candidates) {
-    let st: fs.Stats;
-    try {
-      st = fs.statSync(c);
-    } catch {
-      if (cmd.includes('/')) why = 'not found';
-      continue;
-    }
-    if (st.isDirectory()) {
-      why = 'is a directory';
-      continue;
-    }
-    try {
-      fs.accessSync(c, fs.constants.X_OK);
-    } catch {
-      why = 'is not executable';
-      continue;
-    }
-    // execvp would hand a file without #! to /bin/sh: refuse it instead of guessing.
-    const head = Buffer.alloc(4);
-    const fd = fs.openSync(c, 'r');
-    try {
-      fs.readSync(fd, head, 0, 4, 0);
-    } finally {
-      fs.closeSync(fd);
-    }
-    if (!(head[0] === 0x23 && head[1] === 0x21) && !head.equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]))) {
-      why = 'is not a program the system will start (no #! line)';
-      continue;
-    }
-    return c;
-  }
-  throw new LeashError('mcp_server_unrunnable', `cannot run the server ${JSON.stringify(cmd)}: ${why}`, {
-    command: cmd,
-  });
-}
-
-/**
- * A closed standard input or output means there is no client. Node reopens a closed stdio
- * descriptor on /dev/null at start-up, so /dev/null counts as closed too.
- */
-function requireStdio(): void {
-  let devNull: bigint | null = null;
-  try {
-    devNull = fs.statSync('/dev/null', { bigint: true }).rdev;
-  } catch {
-    /* no /dev/null: nothing to compare */
-  }
-  for (const fd of [0, 1]) {
-    let closed = false;
-    try {
-      const st = fs.fstatSync(fd, { bigint: true });
-      closed = st.isCharacterDevice() && devNull !== null && st.rdev === devNull;
-    } catch {
-      closed = true;
-    }
-    if (closed)
-      throw new LeashError(
-        'mcp_no_client',
-        `standard ${fd === 0 ? 'input' : 'output'} is closed: there is no client to talk to`,
-        { fd },
-      );
-  }
-}
-
-/** The decision log of a gate run with --policy: a file, or stderr (stdout carries the protocol). */
-function openLog(sink: string | null): DecisionWriter & { close(): Promise<void> } {
-  if (sink === null || sink === 'stderr') {
-    return {
-      write(rec) {
-        const ref = newRef();
-        try {
-          process.stderr.write(formatDecision(rec, ref));
-        } catch {
-          /* stderr closed */
-        }
-        return ref;
-      },
-      flush() {},
-      close: async () => {},
-    };
-  }
-  if (sink === 'stdout')
-    throw new LeashError('log_sink_stdout', 'the decision log cannot go to stdout: it carries the MCP protocol');
-  // Allowed calls' lines are written once per event-loop turn; blocks at once (docs/tools.md).
-  return createDecisionLog({ sink, coalesceAllows: true });
-}
-
-/** The gate's decisions also go to the journal when there is one (blocks; allows are left out and counted). */
-function withJournal<L extends DecisionWriter>(log: L): L {
-  const socket = findJournalSocket('auto');
-  if (socket === null) return log;
-  const journal = createJournal({
-    socket,
-    send: (p, e) => loadNative().journalSend(p, e),
-    identifier: 'leash-mcp',
-  });
-  return teeDecisionsToJournal(log, journal, 'mcp');
-}
-
-export function loadPolicy(
-  file: string,
-  opts: CompileOptions = {},
-): { policy: CompiledGatePolicy; decisions: string | null } {
-  try {
-    const p = loadGatePolicyFile(file);
-    return { policy: compileGatePolicy(p.tools, p.failMode, toolsEngine, opts), decisions: p.decisions };
-  } catch (e) {
-    if (e instanceof GatePolicyError)
-      throw new LeashError('config_invalid', `policy refused (${file})`, {
-        file,
-        issues: e.problems.map((m) => {
-          // A problem reads `where: what`; the lines print `  where: what` (docs/cli.md).
-          const at = /^([^:\s][^:]*): ([\s\S]*)$/.exec(m);
-          return at ? { path: at[1]!, message: at[2]! } : { path: file, message: m };
-        }),
-      });
-    throw e;
-  }
-}
-
-/** The approver of a gate run with --policy (src/cli/mcp-approval.ts): refuses to start a policy that asks nobody. */
-function approverFor(file: string, mode: string | undefined, timeoutMs: number): Approve | undefined {
-  const m = parseApprovalMode(mode);
-  if (m === 'none') return undefined;
-  if (m === 'tty') return ttyApprover({ timeoutMs, mask: maskString }).approve;
-  const asks = askSources(file);
-  if (asks.length) throw noApprover(file, asks);
-  return undefined;
 }
 
 async function flushAndExit(code: number): Promise<never> {
@@ -200,41 +33,6 @@ async function flushAndExit(code: number): Promise<never> {
     setTimeout(r, 2000).unref();
   });
   process.exit(code);
-}
-
-interface RunOptions {
-  judge: GateJudge;
-  server: string[];
-  timeoutMs: number;
-  graceMs: number;
-  observer?: GateObserver;
-}
-
-async function runSession(o: RunOptions): Promise<number> {
-  const resolved = resolveCommand(o.server[0]!);
-  const gate = createMcpGate({
-    judge: o.judge,
-    command: [resolved, ...o.server.slice(1)],
-    timeoutMs: o.timeoutMs,
-    graceMs: o.graceMs,
-    input: process.stdin,
-    output: process.stdout,
-    errout: process.stderr,
-    observer: o.observer,
-  });
-  const handlers: [NodeJS.Signals, () => void][] = [
-    ['SIGTERM', () => gate.terminate(143)],
-    ['SIGHUP', () => gate.terminate(129)],
-    ['SIGINT', () => gate.interrupt()],
-  ];
-  // Node resets inherited signal dispositions at start-up, so a signal nohup ignored is caught
-  // here too (docs/tools.md says so).
-  for (const [sig, h] of handlers) process.on(sig, h);
-  try {
-    return await gate.done;
-  } finally {
-    for (const [sig, h] of handlers) process.off(sig, h);
-  }
 }
 
 function serverArgs(server: string[] | undefined): string[] {
@@ -294,47 +92,25 @@ export function register(program: Command): void {
     .option('--approval-timeout <ms>', 'with --approval tty: how long a question waits for its answer', '60000')
     .argument('[server...]', 'the server command, after --')
     .action(async (server: string[] | undefined, opts: GateCliOptions) => {
-      await guarded(async () => {
-        const cmd = serverArgs(server);
-        const timeoutMs = parseMs('--timeout', opts.timeout);
-        const graceMs = parseMs('--grace', opts.grace);
-        requireStdio();
-        let judge: GateJudge;
-        if (opts.policy === undefined && opts.approval !== undefined)
-          throw new LeashError('usage', '--approval goes with --policy (the service has its own approvers)', {
-            option: '--approval',
-          });
-        if (opts.policy !== undefined) {
-          const { policy, decisions } = loadPolicy(
-            opts.policy,
-            opts.workspace === undefined ? {} : { workspace: path.resolve(opts.workspace) },
-          );
-          const log = withJournal(openLog(opts.log ?? decisions));
-          const auditFile = opts.audit ?? policy.audit;
-          const audit = auditFile == null ? null : openAudit(path.resolve(auditFile));
-          const approval = approverFor(opts.policy, opts.approval, parseMs('--approval-timeout', opts.approvalTimeout));
-          judge = createLocalJudge({
-            policy,
-            log,
-            uid: process.getuid?.() ?? -1,
-            mask: maskString,
-            audit,
-            approve: approval,
-          });
-        } else {
-          try {
-            judge = await connectToolsJudge(opts.socket);
-          } catch (e) {
-            throw new LeashError(
-              'mcp_service_unreachable',
-              `cannot reach the leash service at ${opts.socket} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); use --policy FILE to run without it`,
-              { socket: opts.socket },
-            );
-          }
-        }
-        resolveCommand(cmd[0]!);
-        return runSession({ judge, server: cmd, timeoutMs, graceMs });
-      });
+      await guarded(async () =>
+        runGate({
+          server: serverArgs(server),
+          timeoutMs: parseMs('--timeout', opts.timeout),
+          graceMs: parseMs('--grace', opts.grace),
+          policy:
+            opts.policy === undefined
+              ? undefined
+              : {
+                  file: opts.policy,
+                  workspace: opts.workspace === undefined ? undefined : path.resolve(opts.workspace),
+                  log: opts.log,
+                  audit: opts.audit,
+                },
+          socket: opts.socket,
+          approval: opts.approval,
+          approvalTimeoutMs: () => parseMs('--approval-timeout', opts.approvalTimeout),
+        }),
+      );
     });
 
   // --timeout and --grace belong to `mcp` itself (commander hands them to the parent wherever they
@@ -351,7 +127,15 @@ export function register(program: Command): void {
     .argument('[server...]', 'the server command, after --')
     .action(async (server: string[] | undefined, _o: unknown, cmd: Command) => {
       const opts = cmd.optsWithGlobals<{ script?: string; out: string; timeout: string; grace: string }>();
-      await guarded(() => runLearn(server, opts));
+      await guarded(() =>
+        runLearn({
+          server: serverArgs(server),
+          timeoutMs: parseMs('--timeout', opts.timeout),
+          graceMs: parseMs('--grace', opts.grace),
+          script: opts.script,
+          out: opts.out,
+        }),
+      );
     });
 
   mcp
@@ -364,7 +148,7 @@ export function register(program: Command): void {
       const opts = cmd.optsWithGlobals<{ inputs: string; policy?: string }>();
       await guarded(async () => {
         if (opts.policy === undefined) throw new LeashError('usage', 'leash mcp check needs --policy FILE');
-        const { policy } = loadPolicy(opts.policy);
+        const { policy } = loadGatePolicy(opts.policy);
         const r = runCheckTool(name, opts.inputs, policy);
         process.stdout.write(`${JSON.stringify(r.verdict)}\n`);
         return r.code;
@@ -383,7 +167,7 @@ function registerAudit(mcp: Command): void {
     const o = cmd.optsWithGlobals<{ audit?: string; policy?: string }>();
     if (o.audit !== undefined) return path.resolve(o.audit);
     if (o.policy !== undefined) {
-      const f = loadPolicy(o.policy).policy.audit;
+      const f = loadGatePolicy(o.policy).policy.audit;
       if (f !== null) return f;
     }
     throw new LeashError('usage', 'which audit file? --audit FILE (or --policy FILE with tools.audit)');
@@ -456,85 +240,4 @@ export function runCheckTool(
   if (v.at) verdict.at = v.at;
   if (v.findings?.length) verdict.findings = v.findings;
   return { verdict, code: v.action === 'allow' ? 0 : 1 };
-}
-
-async function runLearn(
-  server: string[] | undefined,
-  opts: { script?: string; out: string; timeout: string; grace: string },
-): Promise<number> {
-  const cmd = serverArgs(server);
-  const timeoutMs = parseMs('--timeout', opts.timeout);
-  const graceMs = parseMs('--grace', opts.grace);
-  const out = path.resolve(opts.out);
-  try {
-    fs.mkdirSync(path.dirname(out), { recursive: true });
-  } catch (e) {
-    throw new LeashError('usage', `cannot create the directory of --out: ${(e as NodeJS.ErrnoException).code}`, {
-      option: '--out',
-    });
-  }
-  if (fs.existsSync(out) && fs.statSync(out).isDirectory())
-    throw new LeashError('usage', '--out is a directory', { option: '--out' });
-  const resolved = resolveCommand(cmd[0]!);
-  const command = [resolved, ...cmd.slice(1)];
-  let learner: Learner;
-  if (opts.script !== undefined) {
-    let calls;
-    try {
-      calls = loadScript(opts.script);
-    } catch (e) {
-      throw new LeashError('usage', `bad --script: ${e instanceof JsonError ? e.code : (e as Error).message}`, {
-        option: '--script',
-      });
-    }
-    try {
-      learner = await learnScripted({ command, calls, timeoutMs, graceMs, errout: process.stderr });
-    } catch (e) {
-      if (!(e instanceof LearnError)) throw e;
-      const partial = (e as { partial?: Learner }).partial;
-      say(`learn failed: ${e.message}; ${opts.out} was not written`);
-      if (partial) process.stdout.write(renderProfile(partial.build().profile));
-      return 2;
-    }
-  } else {
-    requireStdio();
-    learner = new Learner();
-    const l = learner;
-    const allowAll: GateJudge = {
-      hideDenied: false,
-      judge: (method) => ({ action: 'allow', policed: false, method }),
-      hidden: (names) => names.map(() => false),
-      event: () => undefined,
-    };
-    const code = await runSession({
-      judge: allowAll,
-      server: command,
-      timeoutMs,
-      graceMs,
-      observer: {
-        onCall: (name, args, ok) => l.call(name, args, ok),
-        onToolsList: (names) => l.toolsListed(names),
-        onInitialize: (r) => {
-          const v = toPlain(r) as { protocolVersion?: unknown };
-          if (typeof v?.protocolVersion === 'string') l.revision = v.protocolVersion;
-        },
-      },
-    });
-    if (code === 3 || code === 2) {
-      say(`learn failed: the session ended with status ${code}; ${opts.out} was not written`);
-      process.stderr.write(renderProfile(learner.build().profile));
-      return 2;
-    }
-  }
-  const built = learner.build();
-  for (const l of built.leftOut) say(`left out ${l}`);
-  const text = renderProfile(built.profile);
-  try {
-    writeAtomic(out, text);
-  } catch (e) {
-    say(`cannot write ${opts.out} (${(e as NodeJS.ErrnoException).code}); the profile follows on stdout`);
-    process.stdout.write(text);
-  }
-  say(built.summary);
-  return 0;
 }

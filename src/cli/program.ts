@@ -1,5 +1,6 @@
 import { Command, Option } from 'commander';
-import { DEFAULT_CONFIG_PATH, suggest } from '../control/config/load.js';
+import { DEFAULT_CONFIG_PATH } from '../control/config/load.js';
+import { suggest } from '../formats/problems.js';
 import { LeashError } from '../errors.js';
 import { runService } from '../control/daemon/start.js';
 import { register as apply } from './apply.js';

@@ -10,6 +10,7 @@ import { parseMetricsText, summarize } from '../metrics/metrics.js';
 import { fetchMetrics } from '../metrics/server.js';
 import { layerOf, subjectOptions, subjectView } from './subject.js';
 import { confinementOf, subjectUid } from './confinement.js';
+import { pidNsWarnings } from '../dataplane/watcher/pidns.js';
 
 export function register(program: Command): void {
   const cmd = program
@@ -82,6 +83,8 @@ export function register(program: Command): void {
         : config.logging.metrics_socket;
     const text = socket === null ? null : await fetchMetrics(socket);
     const live = text === null ? null : summarize(parseMetricsText(text));
+    // The service or its watcher outside the host's initial PID namespace (the processes report their own).
+    const pidNamespaceWarnings = live === null ? [] : pidNsWarnings(live.pidNamespaces, live.foreignPidEvents);
     if (opts.json) {
       printJson({
         live,
@@ -99,6 +102,7 @@ export function register(program: Command): void {
         bpf_lsm,
         decisions: config.logging.decisions,
         findings: counts,
+        pid_namespace_warnings: pidNamespaceWarnings,
       });
       return;
     }
@@ -178,6 +182,7 @@ export function register(program: Command): void {
             .join('  ')}`,
         );
     }
+    for (const w of pidNamespaceWarnings) print(`WARNING    ${w}`);
     if (counts.critical || counts.warning) {
       print(`findings   ${counts.critical} critical, ${counts.warning} warning (run: leash validate)`);
     }

@@ -14,7 +14,7 @@ import { LeashError } from '../errors.js';
 import { parseStrictYaml, readPolicyFile, strictProblems } from '../formats/yaml.js';
 import { writeAtomic } from '../tools/learn/learn.js';
 import { actionSchema, caseFileSchema, explain, RECIPES, runCases } from '../tools/judge/recipes.js';
-import { loadPolicy } from './mcp.js';
+import { loadGatePolicy } from '../tools/judge/policy-file.js';
 import { print, printJson } from './context.js';
 
 const DEFAULT_POLICY = 'leash-tools.yaml';
@@ -100,7 +100,7 @@ export function register(program: Command): void {
     .option('--workspace <dir>', 'the workspace ${workspace} names (default: tools.workspace, else .)')
     .option('--json', 'JSON output')
     .action((o: { policy: string; workspace?: string; json?: boolean }) => {
-      const { policy: p } = loadPolicy(o.policy, o.workspace ? { workspace: path.resolve(o.workspace) } : {});
+      const { policy: p } = loadGatePolicy(o.policy, o.workspace ? { workspace: path.resolve(o.workspace) } : {});
       const rules = p.ops?.rules.rules.length ?? 0;
       if (o.json) printJson({ ok: true, policy: o.policy, rules, workspace: p.ops?.workspace ?? null });
       else print(`${o.policy}: ok (${rules} rules over operations${p.ops ? `, workspace ${p.ops.workspace}` : ''})`);
@@ -115,7 +115,7 @@ export function register(program: Command): void {
     .option('--json', 'JSON output')
     .action((o: { action: string; policy: string; workspace?: string; json?: boolean }) => {
       const a = parsed(actionSchema, readDoc(o.action, 'the action file'), o.action, 'the action file');
-      const { policy: p } = loadPolicy(o.policy, o.workspace ? { workspace: path.resolve(o.workspace) } : {});
+      const { policy: p } = loadGatePolicy(o.policy, o.workspace ? { workspace: path.resolve(o.workspace) } : {});
       const e = explain(p, a);
       if (o.json) return printJson(e);
       print(`action    ${JSON.stringify(e.action)}`);
@@ -134,7 +134,7 @@ export function register(program: Command): void {
     .option('--json', 'JSON output')
     .action((o: { cases: string; policy: string; json?: boolean }) => {
       const cf = parsed(caseFileSchema, readDoc(o.cases, 'the case file'), o.cases, 'the case file');
-      const { policy: p } = loadPolicy(o.policy, cf.workspace ? { workspace: cf.workspace } : {});
+      const { policy: p } = loadGatePolicy(o.policy, cf.workspace ? { workspace: cf.workspace } : {});
       const results = runCases(p, cf);
       const failed = results.filter((r) => !r.ok);
       if (o.json) printJson({ passed: results.length - failed.length, failed: failed.length, results });

@@ -55,7 +55,7 @@ export function effectiveFailMode(value: unknown): FailMode {
 }
 
 /** A mode as the engine reads it: anything but exactly `blacklist` is the default-deny whitelist. */
-function effectiveMode(value: unknown): Mode {
+export function effectiveMode(value: unknown): Mode {
   return value === 'blacklist' ? 'blacklist' : 'whitelist';
 }
 

@@ -556,7 +556,7 @@ export function redactSecrets(
  * Literals one of which every secret match (and every sensitively named key) contains, lower case.
  * A text whose lower-case form holds none of them holds no secret: the gate forwards such an
  * answer as it came. Sound for the gate's canonical lines, whose escapes never touch an ASCII
- * letter, digit or these punctuation marks (tests/unit/enforcers/tools/redact.test.ts holds it to
+ * letter, digit or these punctuation marks (tests/unit/tools/redact.test.ts holds it to
  * the detectors; the literals are those of ./secrets.ts, recall forms included).
  */
 export const SECRET_LITERALS: readonly string[] = [

@@ -55,10 +55,17 @@ export interface RebindLists {
   ok: NetworkIndex;
 }
 
+/** The `network.internal` entries a policy compiles (absent = DEFAULT_INTERNAL): address-shaped ones only. */
+export function internalEntries(internal: readonly string[] | undefined): string[] {
+  const out: string[] = [];
+  for (const e of internal ?? DEFAULT_INTERNAL) if (/^[0-9a-fA-F:.[\]/]+$/.test(e)) out.push(e);
+  return out;
+}
+
 /** Compiles the two lists (absent `internal` = DEFAULT_INTERNAL); entries that are not of their kind never match. */
 export function compileRebind(internal: readonly string[] | undefined, ok: readonly string[] | undefined): RebindLists {
   const r = { internal: new NetworkIndex(), ok: new NetworkIndex() };
-  for (const e of internal ?? DEFAULT_INTERNAL) if (/^[0-9a-fA-F:.[\]/]+$/.test(e)) r.internal.add(e);
+  for (const e of internalEntries(internal)) r.internal.add(e);
   for (const e of ok ?? []) r.ok.add(e);
   return r;
 }

@@ -4,7 +4,8 @@
  * replaced), with a byte limit. A line longer than `maxBytes` is reported once (`onOversize`) and
  * skipped up to its newline; nothing beyond the limit is ever buffered. Used by the `leash mcp`
  * gate (both pipes), `leash terminal`'s stdio, the service's tools socket (both ends), the
- * terminal's policy client, `leash mcp learn` and the watcher's map protocol.
+ * terminal's policy client, `leash mcp learn` and the watcher's map protocol. Also here: the
+ * sequencer that handles lines one at a time in arrival order, and jsonLines for a whole text.
  */
 
 export interface LineReaderOptions {
@@ -71,4 +72,69 @@ export class LineReader {
     this.parts = [];
     this.size = 0;
   }
+}
+
+/**
+ * Runs `handle(ctx, item)` one item at a time in arrival order; synchronous handlers never allocate
+ * a promise. The context is passed rather than bound so the handler is called without a closure.
+ */
+export class Sequencer<C, T> {
+  private queue: T[] = [];
+  private busy = false;
+  onIdle: (() => void) | null = null;
+  constructor(
+    private handle: (ctx: C, item: T) => void | Promise<void>,
+    private ctx: C,
+  ) {}
+  get idle(): boolean {
+    return !this.busy && this.queue.length === 0;
+  }
+  push(item: T): void {
+    if (this.busy) {
+      this.queue.push(item);
+      return;
+    }
+    this.run(item);
+  }
+  private run(item: T | undefined): void {
+    while (item !== undefined) {
+      const r = this.handle(this.ctx, item);
+      if (r) {
+        this.busy = true;
+        r.then(
+          () => this.resume(),
+          () => this.resume(),
+        );
+        return;
+      }
+      item = this.queue.shift();
+    }
+    this.onIdle?.();
+  }
+  private resume(): void {
+    this.busy = false;
+    this.run(this.queue.shift());
+  }
+}
+
+/**
+ * The JSON lines of a whole text (a file read at once: an audit trail, a decision log): each line
+ * `keep` accepts (default: every non-empty one) parsed; one that is not JSON is counted in `bad`
+ * (a partial last line of a file being written, or a line that is not a record).
+ */
+export function jsonLines(
+  text: string,
+  keep: (line: string) => boolean = (l) => l !== '',
+): { values: unknown[]; bad: number } {
+  const values: unknown[] = [];
+  let bad = 0;
+  for (const line of text.split('\n')) {
+    if (!keep(line)) continue;
+    try {
+      values.push(JSON.parse(line));
+    } catch {
+      bad++;
+    }
+  }
+  return { values, bad };
 }

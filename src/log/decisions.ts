@@ -157,6 +157,14 @@ export function formatDecision(rec: DecisionRecord, ref = newRef(), now?: Date):
   return decisionHead(ref, now) + formatDecisionTail(rec);
 }
 
+/**
+ * A decision line with no `uid`: the watcher's count of events from processes it cannot identify
+ * (foreign_pid_namespace, src/dataplane/watcher/pidns.ts). Written whole, never through the allow tally.
+ */
+export function formatUnattributed(rec: Omit<DecisionRecord, 'uid'>): string {
+  return decisionHead(newRef()) + formatDecisionTail(rec as DecisionRecord);
+}
+
 /** The start of a decision line: `{"ts":…,"ref":…`. */
 function decisionHead(ref: string, now?: Date): string {
   return `{"ts":${jsonString(now === undefined ? isoNow() : now.toISOString())},"ref":${jsonString(ref)}`;

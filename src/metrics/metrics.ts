@@ -11,6 +11,8 @@
  *   leash_watcher_judge_seconds                       the watcher: event read to answer, subject-era events
  *   leash_watcher_queue_depth                         decision lines waiting for the watcher's drain
  *   leash_watcher_allows_counted_total                allows counted instead of written (log pressure)
+ *   leash_watcher_foreign_pid_events_total{surface}   events from outside the watcher's PID namespace (allowed)
+ *   leash_pid_namespace{process}                      the service's and the watcher's PID namespace (its inode)
  *   leash_approvals_pending{surface}                  actions held now for a human
  *   leash_approvals_decided_total{surface,outcome}    held actions answered (approved_*, approval_denied, _timeout…)
  *   leash_approvals_timeouts_total{surface}           held actions whose deadline passed
@@ -114,6 +116,17 @@ export function histogramFamily(
   return { name, help, type: 'histogram', aggregator: 'sum', values };
 }
 
+/** A process's PID namespace as a gauge whose value is the namespace's inode (4026531836: the host's initial one). */
+export function pidNamespaceFamily(process: 'service' | 'watcher', inode: number): MetricFamily {
+  return {
+    name: 'leash_pid_namespace',
+    help: "the PID namespace a process runs in (its inode; 4026531836 is the host's initial one)",
+    type: 'gauge',
+    aggregator: 'first',
+    values: [{ value: inode, labels: { process } }],
+  };
+}
+
 /**
  * The decision log with each decision also counted (leash_decisions_total). Tails (the tools
  * socket's repeated allows) are parsed once each: they repeat by design.
@@ -177,6 +190,10 @@ export interface LiveSummary {
   hostSettings: Record<string, number>;
   /** Held approvals: pending now, decided and timed out since start (all surfaces). */
   approvals: { pending: number; decided: number; timeouts: number } | null;
+  /** The PID namespace (inode) of each process that reported one: service, watcher. */
+  pidNamespaces: Record<string, number>;
+  /** Events from outside the watcher's PID namespace, allowed unjudged (null: no watcher reported). */
+  foreignPidEvents: number | null;
 }
 
 export function summarize(samples: Sample[]): LiveSummary {
@@ -188,6 +205,8 @@ export function summarize(samples: Sample[]): LiveSummary {
     journal: null,
     hostSettings: {},
     approvals: null,
+    pidNamespaces: {},
+    foreignPidEvents: null,
   };
   for (const x of samples) {
     if (x.name === 'leash_decisions_total') {
@@ -201,6 +220,9 @@ export function summarize(samples: Sample[]): LiveSummary {
     else if (x.name === 'leash_watcher_allows_counted_total') s.watcherAllowsCounted = x.value;
     else if (x.name === 'leash_journal_entries_total') (s.journal ??= {})[x.labels.outcome ?? '?'] = x.value;
     else if (x.name === 'leash_host_setting') s.hostSettings[x.labels.setting ?? '?'] = x.value;
+    else if (x.name === 'leash_pid_namespace') s.pidNamespaces[x.labels.process ?? '?'] = x.value;
+    else if (x.name === 'leash_watcher_foreign_pid_events_total')
+      s.foreignPidEvents = (s.foreignPidEvents ?? 0) + x.value;
     else if (x.name === 'leash_approvals_pending')
       (s.approvals ??= { pending: 0, decided: 0, timeouts: 0 }).pending += x.value;
     else if (x.name === 'leash_approvals_decided_total')

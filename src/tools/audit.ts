@@ -1,13 +1,16 @@
 /**
- * The tools audit (`tools.audit` / `leash mcp --audit FILE`): one JSON line per tool call with the
- * tool's identity, its operation and resources, the decision and the rule that made it, and a
- * SHA-256 of the result the client received — never the raw arguments or the result. Lines are
- * appended with one write(2) each to a file opened O_APPEND, mode 0600.
+ * The tools' audit trails, and their one writer (openAuditTrail): JSON lines appended with one
+ * write(2) each to a file opened O_APPEND, mode 0600. The gate's (`tools.audit` / `leash mcp
+ * --audit FILE`) has one line per tool call with the tool's identity, its operation and resources,
+ * the decision and the rule that made it, and a SHA-256 of the result the client received, never
+ * the raw arguments or the result; the terminal's (`leash terminal --audit`, its records in
+ * ./terminal/audit.ts) an attempt and an outcome line per command.
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { LeashError } from '../errors.js';
+import { jsonLines } from '../formats/lines.js';
 import type { Action } from './judge/operations/normalize.js';
 
 export const AUDIT_VERSION = 1;
@@ -46,12 +49,38 @@ export interface AuditRecord {
   redacted: boolean;
 }
 
-export interface AuditWriter {
-  write(rec: AuditRecord): void;
+/** An audit trail being appended to. */
+export interface AuditTrail<R extends object> {
+  /**
+   * Appends one record. Held: written before this returns, a failed write dropped (a full disk must
+   * not stop the session; the decision log still has the call). Durable: resolves once the record
+   * is fsync'd, rejects when it could not be made durable.
+   */
+  write(rec: R): Promise<void>;
   close(): void;
 }
 
-export function openAudit(file: string): AuditWriter {
+/**
+ * Opens an audit trail. `held` (the gate's, a record per tool call on the hot path): the file is
+ * opened once, now, and an error is LeashError usage. `durable` (the terminal's, whose caller runs a
+ * command only once its attempt is on disk): the file is opened for each record, since a held
+ * descriptor would keep writing into a file that was rotated or deleted.
+ */
+export function openAuditTrail<R extends object>(file: string, how: 'held' | 'durable'): AuditTrail<R> {
+  if (how === 'durable') {
+    return {
+      async write(rec) {
+        const fh = await fs.promises.open(file, 'a', 0o600);
+        try {
+          await fh.write(`${JSON.stringify(rec)}\n`);
+          await fh.sync();
+        } finally {
+          await fh.close();
+        }
+      },
+      close() {},
+    };
+  }
   if (!path.isAbsolute(file)) throw new LeashError('usage', `the audit file must be an absolute path: ${file}`);
   let fd: number;
   try {
@@ -65,8 +94,9 @@ export function openAudit(file: string): AuditWriter {
       try {
         fs.writeSync(fd, `${JSON.stringify(rec)}\n`);
       } catch {
-        /* a full disk must not stop the session; the decision log still has the call */
+        /* dropped: see AuditTrail.write */
       }
+      return Promise.resolve();
     },
     close() {
       try {
@@ -105,18 +135,14 @@ export function readAudit(file: string): { records: AuditRecord[]; bad: number }
   } catch (e) {
     throw new LeashError('usage', `cannot read the audit file ${file}: ${(e as NodeJS.ErrnoException).code}`);
   }
+  const { values, bad: unreadable } = jsonLines(text);
   const records: AuditRecord[] = [];
-  let bad = 0;
-  for (const line of text.split('\n')) {
-    if (line === '') continue;
-    try {
-      const r = JSON.parse(line) as AuditRecord;
-      if (r && r.v === AUDIT_VERSION && typeof r.tool === 'string' && (r.decision === 'allow' || r.decision === 'deny'))
-        records.push(r);
-      else bad++;
-    } catch {
-      bad++;
-    }
+  let bad = unreadable;
+  for (const v of values) {
+    const r = v as AuditRecord;
+    if (r && r.v === AUDIT_VERSION && typeof r.tool === 'string' && (r.decision === 'allow' || r.decision === 'deny'))
+      records.push(r);
+    else bad++;
   }
   return { records, bad };
 }

@@ -77,7 +77,7 @@ describe('leash doctor', () => {
     expect(r.code, r.out + r.err).toBe(0);
     const j = JSON.parse(r.out) as { ok: boolean; checks: { check: string; ok: boolean }[] };
     expect(j.ok).toBe(true);
-    expect(j.checks.map((c) => c.check)).toEqual(['node', 'policy', 'approval', 'socket', 'server']);
+    expect(j.checks.map((c) => c.check)).toEqual(['node', 'policy', 'approval', 'socket', 'server', 'pid_namespace']);
   });
 
   it('exit 1 naming the failed check: a bad policy, a server that is not there, a server that never answers', () => {

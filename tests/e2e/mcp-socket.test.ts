@@ -3,10 +3,10 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { toolsEngine } from '../../src/cli/mcp.js';
+import { GATE_ENGINE } from '../../src/tools/judge/compile.js';
 import { configSchema } from '../../src/control/config/schema.js';
 import type { DecisionWriter } from '../../src/log/decisions.js';
-import { compileGatePolicy, type CompiledGatePolicy } from '../../src/tools/judge/policy.js';
+import { compileGatePolicy, type CompiledGatePolicy } from '../../src/tools/judge/compile.js';
 import { GATE_DEFAULTS } from '../../src/tools/judge/fields.js';
 import { connectToolsJudge, createToolsSocketServer } from '../../src/tools/remote/socket.js';
 import { nativeAvailable } from '../../src/native.js';
@@ -36,7 +36,7 @@ const compile = (allow: string[], deny: string[]): CompiledGatePolicy =>
       hide_denied: true,
     },
     'closed',
-    toolsEngine,
+    GATE_ENGINE,
   );
 
 describe('tools socket: the service side', () => {

@@ -1,3 +1,4 @@
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/control/config/load.js';
 import { decide, decideDnsAnswer, decideDnsName, type CompiledPolicy } from '../../src/engine/index.js';
@@ -118,6 +119,52 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
       expect((await run(['nft', 'list', 'ruleset'])).stdout).not.toContain('agent_62002');
       expect(enf.proxy.ports().has(62002)).toBe(false);
     } finally {
+      await enf.stop();
+    }
+  });
+
+  it('many new subjects at once: listeners open side by side, one whose port is taken fails alone and gets no chain', async () => {
+    const run = netnsRunner(NSP);
+    const enf = await startNetworkEnforcer<CompiledPolicy>({
+      runner: run,
+      decide,
+      decideDns: decideDnsName,
+      decideDnsAnswer,
+      log: { write: () => 'r' },
+      resolvers: ['198.18.1.53'],
+      udp: 'drop',
+      expectedSubjects: 150,
+      proxy: { hosts: ['127.0.0.1'] },
+      dns: { hosts: ['127.0.0.1'] },
+    });
+    const hooks = networkSurface(enf, run, createLogger({ level: 'error' }));
+    // Someone else's listener on the port of the 100th subject (in the middle of the second batch of 64).
+    const squat = net.createServer();
+    await new Promise<void>((r) => squat.listen({ host: '127.0.0.1', port: 19499, exclusive: true }, () => r()));
+    try {
+      const pol = effective('network: { mode: whitelist, allow: [example.org] }\n');
+      const errors = await hooks.apply(
+        Array.from({ length: 150 }, (_, i) => ({
+          kind: 'add' as const,
+          account: `leash-tm${i}`,
+          uid: 62100 + i,
+          port: 19400 + i,
+          policy: pol,
+          hash: 'h',
+        })),
+      );
+      expect([...errors.keys()]).toEqual([62199]);
+      expect((errors.get(62199) as NodeJS.ErrnoException).code).toBe('EADDRINUSE');
+      expect(enf.proxy.ports().size).toBe(149);
+      expect(enf.proxy.ports().has(62199)).toBe(false);
+      const doc = JSON.parse((await run(['nft', '-j', 'list', 'map', 'ip', 'leash', 'agents'])).stdout) as {
+        nftables: { map?: { elem?: [number, unknown][] } }[];
+      };
+      const inMap = doc.nftables.flatMap((x) => (x.map?.elem ?? []).map((e) => e[0]));
+      expect(inMap).toHaveLength(149);
+      expect(inMap).not.toContain(62199);
+    } finally {
+      squat.close();
       await enf.stop();
     }
   });

@@ -14,6 +14,7 @@ import { loadNative } from '../../src/native.js';
 import { serializeEntry } from '../../src/log/journal.js';
 import { parseMetricsText, type Sample } from '../../src/metrics/metrics.js';
 import { fetchMetrics } from '../../src/metrics/server.js';
+import { INITIAL_PID_NS } from '../../src/dataplane/watcher/pidns.js';
 import net from 'node:net';
 import { JOURNALD, hasJournalctl, startJournald, type TestJournald } from './helpers/journald.js';
 
@@ -247,8 +248,12 @@ logging: { level: info, decisions: ${log()}, allows: all, journal: auto, journal
       'leash_subjects',
       'leash_host_setting',
       'leash_journal_entries_total',
+      'leash_watcher_foreign_pid_events_total',
     ])
       expect(has(before, f), f).toBe(true);
+    // Both processes in the host's initial PID namespace (docs/filesystem.md, "PID namespaces").
+    expect(val(before, 'leash_pid_namespace', { process: 'service' })).toBe(INITIAL_PID_NS);
+    expect(val(before, 'leash_pid_namespace', { process: 'watcher' })).toBe(INITIAL_PID_NS);
     expect(val(before, 'leash_subjects', { state: 'active' })).toBeGreaterThanOrEqual(1);
     expect(val(before, 'leash_host_setting', { setting: 'memfd_noexec' })).toBe(0);
 

@@ -246,6 +246,36 @@ describe.skipIf(!root)('filesystem watcher process', () => {
     expect(runAs(C, [bin.cat!, p('pub', 'p.txt')]).code).toBe(0);
   });
 
+  it('a refused map change leaves the map as it was, and the next change goes through', async () => {
+    await sup.set(C.uid, null, 'closed');
+    expect(isEperm(runAs(C, [bin.cat!, p('pub', 'p.txt')]))).toBe(true);
+    // No filesystem or commands section: the watcher refuses it.
+    const bad = { fail_mode: 'closed' } as unknown as FsCmdPolicy;
+    await expect(sup.set(C.uid, bad)).rejects.toMatchObject({ code: 'watcher_failed' });
+    expect(isEperm(runAs(C, [bin.cat!, p('pub', 'p.txt')]))).toBe(true);
+    // The refused entry used to stay in the watcher's own copy of the map and refuse every later change with it.
+    await sup.set(4_000_000_002, null, 'closed');
+    const open = fsCmdPolicyOf({ ...emptyPolicy(), filesystem: { mode: 'blacklist', allow: [], deny: [] } });
+    await sup.set(C.uid, open);
+    expect(runAs(C, [bin.cat!, p('pub', 'p.txt')]).code).toBe(0);
+    await sup.set(C.uid, null, 'closed');
+  });
+
+  it('many subjects in one map change: each in force once setMany resolves', async () => {
+    const open = fsCmdPolicyOf({ ...emptyPolicy(), filesystem: { mode: 'blacklist', allow: [], deny: [] } });
+    await sup.set(C.uid, open);
+    expect(runAs(C, [bin.cat!, p('pub', 'p.txt')]).code).toBe(0);
+    const others = Array.from({ length: 200 }, (_, i) => ({
+      uid: 4_000_100_000 + i,
+      policy: null,
+      failMode: 'closed' as const,
+    }));
+    const n0 = (await sup.status()).subjects;
+    await sup.setMany([...others, { uid: C.uid, policy: null, failMode: 'closed' }]);
+    expect(isEperm(runAs(C, [bin.cat!, p('pub', 'p.txt')]))).toBe(true);
+    expect((await sup.status()).subjects).toBe(n0 + others.length);
+  });
+
   it('kill -9 of the watcher: respawned from the current map, enforcement back within 2 s', async () => {
     // A map change made before the kill must survive it.
     await sup.set(C.uid, null, 'closed');

@@ -7,10 +7,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { PassThrough, Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { toolsEngine, maskString } from '../../src/cli/mcp.js';
+import { GATE_ENGINE } from '../../src/tools/judge/compile.js';
+import { maskString } from '../../src/tools/judge/redact.js';
 import { createMcpGate } from '../../src/tools/gate/gate.js';
 import { createLocalJudge } from '../../src/tools/judge/judge.js';
-import { compileGatePolicy } from '../../src/tools/judge/policy.js';
+import { compileGatePolicy } from '../../src/tools/judge/compile.js';
 import { validateGatePolicy } from '../../src/tools/judge/policy-file.js';
 import { nativeLineScanner, type LineScanner } from '../../src/tools/gate/scan.js';
 import { mulberry32 } from '../../src/lab/prng.js';
@@ -77,7 +78,7 @@ async function run(lines: string[], scanner: LineScanner | null, dir: string): P
   const p = validateGatePolicy(POLICY);
   const log = createDecisionLog({ sink: logFile, coalesceAllows: true });
   const judge = createLocalJudge({
-    policy: compileGatePolicy(p.tools, p.failMode, toolsEngine),
+    policy: compileGatePolicy(p.tools, p.failMode, GATE_ENGINE),
     log,
     uid: 4242,
     mask: maskString,

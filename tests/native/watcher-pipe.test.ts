@@ -158,6 +158,25 @@ describe.skipIf(!nativeAvailable())('watcher loop on crafted events', () => {
     });
   });
 
+  it('allows an event with pid 0 (a process outside its PID namespace) unjudged: counted, no line of its own', async () => {
+    // 'other' is outside the subject's whitelist: a visible process of the subject's UID is denied it.
+    expect(answer(FAN_OPEN_PERM, path.join(dir, 'other'), 0)).toBe(FAN_ALLOW);
+    expect(answer(FAN_OPEN_EXEC_PERM, path.join(dir, 'other'), 0)).toBe(FAN_ALLOW);
+    expect(answer(FAN_OPEN_PERM, path.join(dir, 'other'), 0)).toBe(FAN_ALLOW);
+    expect(answer(FAN_OPEN_PERM, path.join(dir, 'other'), childPid)).toBe(FAN_DENY);
+    await new Promise((r) => setTimeout(r, 50));
+    // One line: the visible process's block. The pid-0 events are counted, for JavaScript's rate-limited line.
+    expect(records.map((r) => [r.action, r.reason])).toEqual([['block', 'not_allowed']]);
+    expect(w.stats()).toMatchObject({ foreignPidOpen: 2, foreignPidExec: 1, unknownProcess: 0, subjectDeny: 1 });
+    expect(w.stats().decisions).toEqual(
+      expect.arrayContaining([
+        { surface: 'filesystem', action: 'allow', reason: 'foreign_pid_namespace', count: 2 },
+        { surface: 'commands', action: 'allow', reason: 'foreign_pid_namespace', count: 1 },
+      ]),
+    );
+    expect(w.drain().foreignPid).toEqual([2, 1]);
+  });
+
   it('allows everything for a UID that is not a subject', () => {
     w.setSubjects([{ uid: 4_000_000_000, failMode: 'closed', policy: null }]);
     expect(answer(FAN_OPEN_PERM, path.join(dir, 'other'), childPid)).toBe(FAN_ALLOW);

@@ -13,10 +13,10 @@ import type { Surface } from '../../engine/types.js';
 import { inertEntries, type InertEntry } from '../../engine/index.js';
 import { lookupAccount, type Account } from './accounts.js';
 import { GATE_DEFAULTS } from '../../tools/judge/fields.js';
-import { compileGatePolicy, GatePolicyError, type ToolsGatePolicy } from '../../tools/judge/policy.js';
-import { GATE_ENGINE } from '../../tools/judge/from-config.js';
+import { compileGatePolicy, GATE_ENGINE, GatePolicyError, type ToolsGatePolicy } from '../../tools/judge/compile.js';
 import { interpreterWarnings } from '../../engine/interpreters.js';
 import { lookalikeEntries } from './lookalike.js';
+import { formatPath, suggest } from '../../formats/problems.js';
 import { parseStrictYaml, readPolicyFile } from '../../formats/yaml.js';
 import { configSchema, fragmentSchema, knownKeysAt, type ConfigFragment } from './schema.js';
 import type { Config } from './types.js';
@@ -202,15 +202,6 @@ function findDuplicates(node: Node | null | unknown, at: (string | number)[], ou
   }
 }
 
-export function formatPath(p: readonly PropertyKey[]): string {
-  let s = '';
-  for (const seg of p) {
-    if (typeof seg === 'number') s += `[${seg}]`;
-    else s += s ? `.${String(seg)}` : String(seg);
-  }
-  return s || '(root)';
-}
-
 function zodIssues(err: z.ZodError, fragment: boolean): ConfigIssue[] {
   const out: ConfigIssue[] = [];
   for (const issue of err.issues) {
@@ -228,32 +219,6 @@ function zodIssues(err: z.ZodError, fragment: boolean): ConfigIssue[] {
     }
   }
   return out;
-}
-
-/** The closest known key within an edit distance that still reads as a typo. */
-export function suggest(word: string, candidates: readonly string[]): string | null {
-  let best: string | null = null;
-  let bestD = Infinity;
-  for (const c of candidates) {
-    const d = levenshtein(word.toLowerCase(), c);
-    if (d < bestD) {
-      best = c;
-      bestD = d;
-    }
-  }
-  return best !== null && bestD <= Math.min(Math.max(2, Math.floor(best.length / 3)), word.length - 1) ? best : null;
-}
-
-export function levenshtein(a: string, b: string): number {
-  let prev = Array.from({ length: b.length + 1 }, (_, i) => i);
-  for (let i = 1; i <= a.length; i++) {
-    const cur = [i];
-    for (let j = 1; j <= b.length; j++) {
-      cur[j] = Math.min(prev[j]! + 1, cur[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-    }
-    prev = cur;
-  }
-  return prev[b.length]!;
 }
 
 const SURFACES: Surface[] = ['network', 'filesystem', 'commands', 'tools'];

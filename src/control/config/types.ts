@@ -1,6 +1,6 @@
 import type { FailMode, SurfacePolicy, ToolsSurfacePolicy } from '../../engine/types.js';
 import type { ToolsGateFields } from '../../tools/judge/fields.js';
-import type { ArgRule } from '../../tools/terminal/types.js';
+import type { ArgRule } from '../../tools/terminal/fields.js';
 
 export type { ArgRule };
 

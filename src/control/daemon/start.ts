@@ -9,7 +9,8 @@ import { loadConfig, type LoadedConfig } from '../config/load.js';
 import { LeashError } from '../../errors.js';
 import { SURFACES } from '../../engine/types.js';
 import type { Logger } from '../../log/logger.js';
-import { createMetrics } from '../../metrics/metrics.js';
+import { createMetrics, pidNamespaceFamily } from '../../metrics/metrics.js';
+import { pidNsOf, pidNsWarnings } from '../../dataplane/watcher/pidns.js';
 import { createReloadTracker, statusFilePath, type ReloadTracker } from '../reconcile/generation.js';
 import {
   reconcileEnabled,
@@ -130,6 +131,13 @@ async function startInner(
     status: () => describe(r.loaded, r.reconcile ? [r.reconcile.name] : []),
   };
   metrics.collect(() => hostSettingFamilies(r.loaded.config, opts.hostPaths));
+  // A service in a PID namespace of its own (a container) cannot tell the host's processes apart: said at start,
+  // and in the metrics leash status reads (docs/filesystem.md, "PID namespaces").
+  const pidNs = pidNsOf();
+  if (pidNs !== null) {
+    for (const w of pidNsWarnings({ service: pidNs }, null)) logger.warn({ code: 'foreign_pid_namespace', pidNs }, w);
+    metrics.collect(() => [pidNamespaceFamily('service', pidNs)]);
+  }
   const restoreHost = () => {
     for (const p of host.restore()) logger.error({ code: 'host_setting_failed' }, p);
   };

@@ -82,16 +82,27 @@ export function readBindings(stateDir: string, cache?: BindingsCache): BindingsD
     throw corrupt(file, (e as Error).message);
   }
   if (cache?.doc && cache.text === text) return cache.doc;
-  const byEntries = cache ? parseByEntries(text, file, cache) : null;
+  // A first read (a start) parses the whole text at once: entry by entry, with no entry known yet, is a parse, a
+  // serialization and a lexing per binding (at 1,000 bindings about 0.6 s of a start, against one parse).
+  if (cache?.doc && !cache.entries) warmBindings(cache);
+  const byEntries = cache?.entries ? parseByEntries(text, file, cache) : null;
   const doc = byEntries ?? parseBindingsText(text, file);
   if (cache) {
     cache.text = text;
     cache.doc = doc;
-    // Read whole (a start on a hand-written file, a hand edit): the entries the CLI's next write will hold are
-    // known now, so that write is read entry by entry like any other.
-    if (!byEntries) cache.entries = entriesOf(doc);
+    // Read whole (a start, a hand-written file, a hand edit): the entries the CLI's next write will hold are made
+    // by warmBindings, after a start or at the next read, so that write is read entry by entry like any other.
+    if (!byEntries) delete cache.entries;
   }
   return doc;
+}
+
+/**
+ * Makes the entries of the last document read whole, for the next read to go entry by entry: a caller with time
+ * to spare calls it (the service, once it is ready); otherwise the next read of a changed text does.
+ */
+export function warmBindings(cache: BindingsCache): void {
+  if (cache.doc && !cache.entries) cache.entries = entriesOf(cache.doc);
 }
 
 /**

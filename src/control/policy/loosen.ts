@@ -25,8 +25,19 @@ function l(field: string, value: string, words: string): Loosening {
 /** How much inspection lets through: block < log < allow (log passes the call, it only records it). */
 const INSPECT_RANK: Record<InspectAction, number> = { block: 0, log: 1, allow: 2 };
 
-/** `before`'s allow lists alone (deny lists empty), compiled once: "was this already allowed by an entry?" */
+/**
+ * `before`'s allow lists alone (deny lists empty), compiled once per base: "was this already allowed by an entry?".
+ * A reconcile judges every subject's binding against the same base object (the floor): at 1,000 subjects it was
+ * compiled 1,000 times.
+ */
+const allowOnlyOf = new WeakMap<Effective, CompiledPolicy>();
 function allowOnly(before: Effective): CompiledPolicy {
+  let c = allowOnlyOf.get(before);
+  if (!c) allowOnlyOf.set(before, (c = compileAllowOnly(before)));
+  return c;
+}
+
+function compileAllowOnly(before: Effective): CompiledPolicy {
   const wl = (sp: { allow: string[] }) => ({ mode: 'whitelist' as const, allow: [...sp.allow], deny: [] });
   return compilePolicy({
     fail_mode: 'closed',

@@ -20,7 +20,7 @@ import { executePlan, type ExecuteEvents } from './execute.js';
 import type { ReloadProblem } from './generation.js';
 import { releaseAfter } from './memory.js';
 import { collectSubjects } from './metrics.js';
-import { observe, observeCache } from './observe.js';
+import { observe, observeCache, warmObserveCache } from './observe.js';
 import { emptyApplied, planReconcile, type AppliedState, type ApplyAction, type Plan } from './plan.js';
 import { dumpStacks } from './stacks.js';
 import type { Surface } from './surfaces/contract.js';
@@ -154,6 +154,8 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
     prev = done.state;
     report('subjects applied', initialPlan, prev);
     releaseAfter(initialPlan);
+    // Once the start is in force, off its path: what the next pass would otherwise make first.
+    setTimeout(() => warmObserveCache(cache), 1000).unref();
   } catch (e) {
     await closeAll();
     throw e;

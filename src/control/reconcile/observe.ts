@@ -2,6 +2,7 @@ import type { Config } from '../config/types.js';
 import { isLeashError } from '../../errors.js';
 import { createResolver, resolveSubject } from '../policy/resolve.js';
 import { loadPolicyState, stateCache, type StateCache } from '../policy/state.js';
+import { warmBindings } from '../policy/bindings.js';
 import type { PasswdSource } from '../subjects/discovery.js';
 import { discoverAsync } from '../subjects/discovery.js';
 import { assignPorts, PORT_RESERVED } from '../subjects/ports.js';
@@ -27,6 +28,11 @@ export interface ObserveCache {
 
 export function observeCache(): ObserveCache {
   return { state: stateCache(), resolver: createResolver() };
+}
+
+/** What the next pass would otherwise make (the bindings' entries: warmBindings), for a caller with time to spare. */
+export function warmObserveCache(cache: ObserveCache): void {
+  warmBindings(cache.state.bindings);
 }
 
 /**

@@ -8,6 +8,8 @@ import type { NamespaceStatus } from './namespaces.js';
 export type ToWatcher =
   | { id: number; op: 'init'; subjects: WatcherSubject[]; watch: string[] }
   | { id: number; op: 'set'; subject: WatcherSubject }
+  /** Many subjects in one change: one map swap and one mark scan for all (a start, a fleet's accounts). */
+  | { id: number; op: 'setMany'; subjects: WatcherSubject[] }
   | { id: number; op: 'status' }
   /** Reopen the decision log by its path (after a rename-style rotation). */
   | { id: number; op: 'reopen' }
@@ -31,6 +33,8 @@ export interface WatcherStatus {
   markErrors: { path: string; code: string }[];
   subjects: number;
   droppedAllows: number;
+  /** The watcher's PID namespace (inode; pidns.ts): outside the initial one, the host's processes have no PID in it. */
+  pidNs: number | null;
   /** Namespaces subjects made (namespaces.ts): known now, filesystems marked and processes killed since start. */
   namespaces?: NamespaceStatus;
   stats: WatcherStats;

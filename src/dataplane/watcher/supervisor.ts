@@ -65,6 +65,8 @@ export interface FsSupervisor {
    * resolves once a running watcher has it. A subject is never removed.
    */
   set(uid: number, policy: FsCmdPolicy | null, failMode?: 'closed' | 'open'): Promise<void>;
+  /** `set` for many subjects in one request (one acknowledgement for all); a refusal refuses all of them. */
+  setMany(list: WatcherSubject[]): Promise<void>;
   status(): Promise<WatcherStatus>;
   /** The watcher reopens its decision log (after a rotation); resolves once it has. */
   reopenLog(): Promise<void>;
@@ -165,16 +167,27 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
   st.current = startActive(st);
   const ready = st.current;
 
+  const setMany = async (list: WatcherSubject[]): Promise<void> => {
+    if (list.length === 0) return;
+    const before = list.map((s) => [s.uid, map.get(s.uid)] as const);
+    for (const s of list) map.set(s.uid, s);
+    // A watcher that dies with this in flight is followed by one that has the map. The standby and the active
+    // watcher take the change side by side (each rebuilds its map); it is acknowledged once both hold it.
+    const msg: Request = list.length === 1 ? { op: 'set', subject: list[0]! } : { op: 'setMany', subjects: list };
+    const [, m] = await Promise.all([toStandby(st, msg), call(st, msg)]);
+    if (!m.ok) {
+      // Refused: the watcher keeps its map, and a respawn must start from that one, not from the refused change.
+      for (const [uid, old] of before)
+        if (old) map.set(uid, old);
+        else map.delete(uid);
+      throw new LeashError('watcher_failed', `the watcher refused the map change: ${m.error}`);
+    }
+  };
+
   return {
     ready,
-    async set(uid, policy, failMode = policy?.fail_mode ?? 'closed') {
-      const subject: WatcherSubject = { uid, policy, failMode };
-      map.set(uid, subject);
-      // A watcher that dies with this in flight is followed by one that has the map.
-      await toStandby(st, { op: 'set', subject });
-      const m = await call(st, { op: 'set', subject });
-      if (!m.ok) throw new LeashError('watcher_failed', `the watcher refused the map change: ${m.error}`);
-    },
+    set: (uid, policy, failMode = policy?.fail_mode ?? 'closed') => setMany([{ uid, policy, failMode }]),
+    setMany,
     async status() {
       const m = await call(st, { op: 'status' });
       if (!m.ok || !m.status) throw new Error(m.ok ? 'no status' : m.error);

@@ -65,7 +65,8 @@ function countDeath(st: Succession): boolean {
 function startStandby(st: Succession): void {
   if (!st.useStandby || st.standbyOff || st.closing || st.fatal || st.sb) return;
   const a = st.act;
-  if (!a?.status || a.status.groupFd === undefined || a.status.tableFd === undefined) return;
+  // a.pid null: the active is in another PID namespace (watcher-proc.ts), where --standby-of cannot name it.
+  if (!a?.status || a.pid === null || a.status.groupFd === undefined || a.status.tableFd === undefined) return;
   const p = spawnProc(st, st.spec, 'standby', a.status, (q) => onExit(st, q));
   st.sb = p;
   p.ready.then(

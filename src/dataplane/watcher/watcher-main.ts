@@ -29,6 +29,8 @@ const { values } = parseArgs({
     // config logging.allows and logging.allow_summary_seconds (ms): plain allows as lines, counted or sampled.
     allows: { type: 'string', default: 'all' },
     'allow-summary-ms': { type: 'string', default: '60000' },
+    // Events from outside the PID namespace: at most one decision-log line per surface per this many ms (pidns.ts).
+    'foreign-log-ms': { type: 'string', default: '60000' },
     // Measurement only (bench/fanotify): 'off' skips the hard-link check; 'batch' reads many events per read(2).
     'link-check': { type: 'string', default: 'on' },
     // Measurement only (bench/fanotify): off skips the judge-time histogram's clock reads.
@@ -97,6 +99,7 @@ const core = createWatcherCore({
   nice: Number(values.nice),
   watchdogMs: Number(values['watchdog-ms']),
   rescanMs: Number(values['rescan-ms']),
+  foreignLogMs: Number(values['foreign-log-ms']),
   nsScanMs: Number(values['ns-scan-ms']),
   identity: values.identity as 'pidfd-cache' | 'report-pidfd' | 'proc',
   queueAllows: Number(values['queue-allows']),
@@ -161,6 +164,10 @@ chan.on(
             break;
           case 'set':
             core.set(m.subject);
+            send({ id: m.id, ok: true });
+            break;
+          case 'setMany':
+            core.setMany(m.subjects);
             send({ id: m.id, ok: true });
             break;
           case 'reopen':

@@ -17,6 +17,7 @@ import {
   type WatcherEvent,
   type WatcherStatus,
 } from './protocol.js';
+import { pidNsOf } from './pidns.js';
 
 export type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 export type Request = DistributiveOmit<ToWatcher, 'id'>;
@@ -158,7 +159,10 @@ export function spawnProc(
       (m) => {
         clearTimeout(t);
         if (m.ok && m.status) {
-          proc.pid = m.status.pid;
+          // A watcher a wrapper put in a PID namespace of its own reports its PID there, which names another
+          // process here (its namespace's init is 1): never signalled, and no standby can take its group by it.
+          const mine = pidNsOf();
+          proc.pid = m.status.pidNs != null && mine !== null && m.status.pidNs !== mine ? null : m.status.pid;
           proc.status = m.status;
           resolve(m.status);
         } else {

@@ -3,7 +3,7 @@
  * the server took a request and left it unanswered past --timeout.
  */
 import { performance } from 'node:perf_hooks';
-import { rpcError } from './messages.js';
+import { INTERNAL_ERROR, rpcError } from '../../formats/jsonrpc.js';
 import { maybeShutdown, stalled } from './lifecycle.js';
 import { toClient } from './output.js';
 import type { GateState, Pending } from './state.js';
@@ -37,6 +37,6 @@ function timedOut(g: GateState, key: string, p: Pending): void {
   g.failed = true;
   g.judge.event({ reason: 'server_timeout', method: p.method });
   if (p.audit) g.judge.answered?.(p.audit, { outcome: 'timeout', sha256: null, redacted: false });
-  toClient(g, rpcError(p.id, -32603, 'server timed out'));
+  toClient(g, rpcError(p.id, INTERNAL_ERROR, 'server timed out'));
   maybeShutdown(g);
 }

@@ -4,14 +4,14 @@
  * and ends with an exit status a supervisor can rely on (0 clean, 3 the server failed, 143/129
  * stopped by a signal).
  *
- * This file wires the parts in gate/: state.ts (the one per-gate state object), lines.ts (line
- * reader, sequencer, output queue), output.ts (flushing, back-pressure), client.ts (client →
- * server), judging.ts (the hand-off to the judge), server.ts (server → client, tools/list
- * filtering), deadlines.ts (per-request time-outs), lifecycle.ts (shutdown, exit status, signals).
+ * This file starts the server and wires the pipes to the parts in gate/: state.ts (the one
+ * per-gate state object: its line readers and sequencers), lines.ts (line limit, output queue),
+ * output.ts (flushing, back-pressure), client.ts (client → server: parsed, judged, forwarded or
+ * answered), server.ts (server → client, tools/list filtering), deadlines.ts (per-request
+ * time-outs), lifecycle.ts (shutdown, exit status, signals). A whole `leash mcp` run is ./run.ts.
  */
 import { spawn } from 'node:child_process';
 import { nativeLineScanner } from './scan.js';
-import { clientLineTooLong, handleClientLine } from './client.js';
 import {
   interrupt,
   onClientEnd,
@@ -20,32 +20,20 @@ import {
   onServerExit,
   onServerOutEnd,
   onSpawnError,
-  stalled,
   terminate,
 } from './lifecycle.js';
-import { flushAll } from './output.js';
-import { handleServerLine, serverLineTooLong } from './server.js';
-import { GateState, type GateParts } from './state.js';
+import { GateState } from './state.js';
 import type { McpGate, McpGateOptions } from './types.js';
 
 export { MAX_LINE } from './lines.js';
 export type { GateObserver, McpGate, McpGateOptions } from './types.js';
-
-const PARTS: GateParts = {
-  clientLine: handleClientLine,
-  clientLineTooLong,
-  serverLine: handleServerLine,
-  serverLineTooLong,
-  flushAll,
-  stalled,
-};
 
 /** Starts the server and the relay. */
 export function createMcpGate(o: McpGateOptions): McpGate {
   const scanner = o.scanner === undefined ? nativeLineScanner() : o.scanner;
   const [cmd, ...args] = o.command;
   const child = spawn(cmd!, args, { stdio: ['pipe', 'pipe', 'inherit'], env: o.env ?? process.env });
-  const g = new GateState(o, child, scanner, PARTS);
+  const g = new GateState(o, child, scanner);
   child.on('error', (e: NodeJS.ErrnoException) => onSpawnError(g, e));
   g.sin.on('error', () => {
     /* EPIPE: the server is gone; 'exit' tells the rest */

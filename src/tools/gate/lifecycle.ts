@@ -3,7 +3,7 @@
  * client leaves (flush, EOF to the server, --grace, SIGTERM, SIGKILL), a failing server (stall,
  * exit mid-session), signals to the gate, and the exit status `done` resolves with.
  */
-import { rpcError } from './messages.js';
+import { INTERNAL_ERROR, rpcError } from '../../formats/jsonrpc.js';
 import { flushClient, flushServer, toClient } from './output.js';
 import type { GateState } from './state.js';
 
@@ -12,7 +12,7 @@ export function failPending(g: GateState, message: string, reason: 'server_close
     g.pending.delete(k);
     g.judge.event({ reason, method: p.method });
     if (p.audit) g.judge.answered?.(p.audit, { outcome: 'closed', sha256: null, redacted: false });
-    toClient(g, rpcError(p.id, -32603, message));
+    toClient(g, rpcError(p.id, INTERNAL_ERROR, message));
   }
 }
 

@@ -1,16 +1,11 @@
 /**
- * Small JSON-RPC helpers both relays use: the error answer, the envelope check, id validity, and
- * the printable excerpt of a line quoted in a human-readable message.
+ * Small JSON-RPC helpers both of the gate's relays use: the envelope check, id validity, and the
+ * printable excerpt of a line quoted in a human-readable message (the error answer and the codes
+ * are src/formats/jsonrpc.ts, shared with the terminal).
  */
 import { idKey, type JsonObject, type JsonValue } from '../../formats/json.js';
-import { ENVELOPE } from '../judge/policy.js';
+import { ENVELOPE } from '../judge/decide.js';
 import { otherSpellingOf } from '../judge/names.js';
-
-export const rpcError = (id: JsonValue, code: number, message: string, data?: JsonValue): JsonObject => {
-  const err: JsonObject = { code, message };
-  if (data !== undefined) err.data = data;
-  return { jsonrpc: '2.0', id, error: err };
-};
 
 export const has = (o: JsonObject, k: string) => Object.prototype.hasOwnProperty.call(o, k);
 

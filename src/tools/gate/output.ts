@@ -3,6 +3,7 @@
  * the judge's held-back decision lines first; writes to the server are watched for back-pressure
  * (a server that stops reading its input is a stall, handed to the lifecycle).
  */
+import { stalled } from './lifecycle.js';
 import { performance } from 'node:perf_hooks';
 import { stringifyAscii, type JsonValue } from '../../formats/json.js';
 import type { GateState } from './state.js';
@@ -44,7 +45,7 @@ function checkStall(g: GateState): void {
   g.stallTimer = null;
   if (g.unflushed.length === 0 || g.finished) return;
   const age = performance.now() - g.unflushed[0]!;
-  if (age >= g.timeoutMs) g.parts.stalled(g);
+  if (age >= g.timeoutMs) stalled(g);
   else g.stallTimer = setTimeout(checkStall, g.timeoutMs - age, g);
 }
 

@@ -17,7 +17,8 @@ import { plainResponseKey } from './scan.js';
 import { sha256 } from '../audit.js';
 import { lineMayHoldSecret, redactResponse, REDACTED_METHODS } from '../judge/redact.js';
 import { maybeShutdown, maybeShutdownSoon } from './lifecycle.js';
-import { envelopeProblem, has, printable, rpcError, validId } from './messages.js';
+import { INTERNAL_ERROR, rpcError } from '../../formats/jsonrpc.js';
+import { envelopeProblem, has, printable, validId } from './messages.js';
 import { toClient } from './output.js';
 import type { GateState, Out, Pending } from './state.js';
 
@@ -35,7 +36,7 @@ function refuseServer(g: GateState, what: string, line: Buffer, answers: string 
   if (answers && p) {
     g.pending.delete(answers);
     maybeShutdownSoon(g);
-    return rpcError(p.id, -32603, `bad response from server: ${what}`);
+    return rpcError(p.id, INTERNAL_ERROR, `bad response from server: ${what}`);
   }
   g.say(`dropped a message from the server (${what}): ${printable(line)}`);
   return null;
@@ -241,7 +242,7 @@ function filterToolsList(g: GateState, v: JsonObject, p: Pending, line: Buffer):
   const res = v.result;
   const bad = (what: string): Out => {
     g.judge.event({ reason: 'protocol_server', rejected: 'server', code: what, line: line.toString('utf8') });
-    return rpcError(p.id, -32603, `bad response from server: ${what}`);
+    return rpcError(p.id, INTERNAL_ERROR, `bad response from server: ${what}`);
   };
   if (!isObject(res)) return bad('tools_list_not_object');
   for (const k in res) if (otherSpellingOf(k, LIST_MEMBERS)) return bad('other_spelling');

@@ -3,14 +3,17 @@
  * server process and its pipes, the requests in flight, the output queues, the timers, and the
  * flags the session's end is decided from. The parts are plain functions taking it first.
  */
+import { clientLineTooLong, handleClientLine } from './client.js';
+import { flushAll } from './output.js';
+import { handleServerLine, serverLineTooLong } from './server.js';
 import type { ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import type { GateJudge, PendingAudit } from '../judge/judge.js';
 import type { JsonValue } from '../../formats/json.js';
 import type { LineScanner } from './scan.js';
-import { LineReader } from '../../formats/lines.js';
+import { LineReader, Sequencer } from '../../formats/lines.js';
 import { procCwd, ServerModel } from '../judge/operations/model.js';
-import { MAX_LINE, OutQueue, Sequencer } from './lines.js';
+import { MAX_LINE, OutQueue } from './lines.js';
 import type { GateObserver, McpGateOptions } from './types.js';
 
 /** A client request the server has taken and the gate waits an answer for. */
@@ -32,20 +35,8 @@ export interface Pending {
 /** What handling one message produces for the other side: a message, or nothing. */
 export type Out = JsonValue | null;
 
-/** The functions the state calls back into, handed over by the factory (the parts sit above it). */
-export interface GateParts {
-  clientLine(g: GateState, line: Buffer): void | Promise<void>;
-  clientLineTooLong(g: GateState): void;
-  serverLine(g: GateState, line: Buffer): void | Promise<void>;
-  serverLineTooLong(g: GateState): void;
-  flushAll(g: GateState): void;
-  /** The server stopped reading its input for the timeout. */
-  stalled(g: GateState): void;
-}
-
 export class GateState {
   readonly o: McpGateOptions;
-  readonly parts: GateParts;
   readonly judge: GateJudge;
   readonly observer: GateObserver | undefined;
   readonly scanner: LineScanner | null;
@@ -108,9 +99,8 @@ export class GateState {
   readonly done: Promise<number>;
   resolveDone!: (code: number) => void;
 
-  constructor(o: McpGateOptions, child: ChildProcess, scanner: LineScanner | null, parts: GateParts) {
+  constructor(o: McpGateOptions, child: ChildProcess, scanner: LineScanner | null) {
     this.o = o;
-    this.parts = parts;
     this.judge = o.judge;
     this.observer = o.observer;
     this.scanner = scanner;
@@ -121,19 +111,19 @@ export class GateState {
     // The server starts in the gate's directory; /proc says where it is when a wrapper moved it.
     this.model = new ServerModel(o.command, process.cwd(), procCwd(child.pid));
     o.judge.attachModel?.(this.model);
-    this.clientSeq = new Sequencer<GateState, Buffer>(parts.clientLine, this);
-    this.serverSeq = new Sequencer<GateState, Buffer>(parts.serverLine, this);
+    this.clientSeq = new Sequencer<GateState, Buffer>(handleClientLine, this);
+    this.serverSeq = new Sequencer<GateState, Buffer>(handleServerLine, this);
     this.clientLines = new LineReader(
       (l) => this.clientSeq.push(l),
-      () => parts.clientLineTooLong(this),
+      () => clientLineTooLong(this),
       { maxBytes: MAX_LINE },
     );
     this.serverLines = new LineReader(
       (l) => this.serverSeq.push(l),
-      () => parts.serverLineTooLong(this),
+      () => serverLineTooLong(this),
       { maxBytes: MAX_LINE },
     );
-    this.flushAll = () => parts.flushAll(this);
+    this.flushAll = () => flushAll(this);
     this.onFlushed = () => {
       this.unflushed.shift();
     };

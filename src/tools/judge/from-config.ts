@@ -2,10 +2,9 @@
  * The gate's view of a config or a resolved policy. The service's tools socket itself is run by
  * the tools surface (src/control/reconcile/surfaces/tools.ts), which serves every subject its own compiled gate policy.
  */
-import { compilePolicy, decide } from '../../engine/index.js';
 import type { ToolsSurfacePolicy } from '../../engine/types.js';
 import type { ToolsGateFields } from './fields.js';
-import type { ToolsEngine, ToolsGatePolicy } from './policy.js';
+import type { ToolsGatePolicy } from './compile.js';
 
 /**
  * A resolved policy's tools section as the gate reads it. The config schema carries the gate's
@@ -34,6 +33,3 @@ export function gatePolicyOf(c: { tools: ToolsSurfacePolicy & ToolsGateFields & 
     audit: t.audit,
   };
 }
-
-/** The engine functions the gate compiles against (the real engine, typed for the gate's seam). */
-export const GATE_ENGINE: ToolsEngine = { compilePolicy, decide: decide as ToolsEngine['decide'] };

@@ -6,7 +6,7 @@
 import { formatDecisionTail, type DecisionWriter } from '../../log/decisions.js';
 import type { JsonValue } from '../../formats/json.js';
 import { randomUUID } from 'node:crypto';
-import { actionFields, type AuditRecord, type AuditWriter } from '../audit.js';
+import { actionFields, type AuditRecord, type AuditTrail } from '../audit.js';
 import { createValidatedWalker } from './operations/paths.js';
 import { filterListing } from './operations/listing.js';
 import { workspaceWarnings, type ServerModel } from './operations/model.js';
@@ -16,13 +16,13 @@ import {
   deniedByName,
   judgeRequest,
   readAllowed,
-  redactForLog,
   tableFor,
-  type CompiledGatePolicy,
   type AskJudgment,
   type GateSession,
   type Judgment,
-} from './policy.js';
+} from './decide.js';
+import { redactForLog } from './redact.js';
+import { type CompiledGatePolicy } from './compile.js';
 
 /**
  * A judgment as the gate uses it: the log line's ref travels in the error's data; `audit` is what
@@ -236,7 +236,7 @@ export interface LocalJudgeOptions {
   /** Secret masking (the engine's maskSecrets); identity when absent. */
   mask?: (s: string) => string;
   /** Where audit records go (the policy's tools.audit, or --audit), if anywhere. */
-  audit?: AuditWriter | null;
+  audit?: AuditTrail<AuditRecord> | null;
   /**
    * Who decides an asked call when there is no service (`leash mcp --approval tty`): the outcome is the
    * call's judgment. Absent: an asked call is refused at once (approval_unavailable).
@@ -313,7 +313,7 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
         ref: ref ?? null,
         dispatch: j.action === 'allow' ? 'forwarded' : 'not-forwarded',
       };
-      if (j.action === 'deny') audit.write({ ...rec, outcome: null, result_sha256: null, redacted: false });
+      if (j.action === 'deny') void audit.write({ ...rec, outcome: null, result_sha256: null, redacted: false });
       else j.audit = rec;
     }
     return j;
@@ -346,7 +346,7 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
       session.version = version;
     },
     answered(rec, out) {
-      audit?.write({ ...rec, outcome: out.outcome, result_sha256: out.sha256, redacted: out.redacted });
+      void audit?.write({ ...rec, outcome: out.outcome, result_sha256: out.sha256, redacted: out.redacted });
     },
     hidden(names) {
       return names.map((n) => deniedByName(n, o.policy));

@@ -5,9 +5,16 @@
 import { GATE_DEFAULTS, gatePolicyFileSchema, toolsGateFields } from './fields.js';
 import { parseStrictYaml, readPolicyFile, strictProblems } from '../../formats/yaml.js';
 import { toolEntryProblem } from '../../engine/tool.js';
+import { editDistance } from '../../formats/problems.js';
 import type { FailMode } from '../../engine/types.js';
 import { LeashError } from '../../errors.js';
-import { GatePolicyError, type ToolsGatePolicy } from './policy.js';
+import {
+  compileGatePolicy,
+  GatePolicyError,
+  type CompiledGatePolicy,
+  type CompileOptions,
+  type ToolsGatePolicy,
+} from './compile.js';
 
 const KNOWN = [
   'mode',
@@ -23,20 +30,11 @@ const KNOWN = [
   'pattern',
 ];
 
-function distance(a: string, b: string): number {
-  const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array<number>(b.length).fill(0)]);
-  for (let j = 1; j <= b.length; j++) d[0]![j] = j;
-  for (let i = 1; i <= a.length; i++)
-    for (let j = 1; j <= b.length; j++)
-      d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-  return d[a.length]![b.length]!;
-}
-
 function suggest(key: string): string {
   let best: string | null = null;
   let bd = 3;
   for (const k of KNOWN) {
-    const dd = distance(key, k);
+    const dd = editDistance(key, k);
     if (dd < bd) {
       bd = dd;
       best = k;
@@ -103,4 +101,29 @@ export function loadGatePolicyFile(file: string): LoadedGatePolicy {
     throw e;
   }
   return validateGatePolicy(js);
+}
+
+/**
+ * A policy file compiled for a gate run (`leash mcp --policy`, `check`, `tools policy`): the policy
+ * and its decision log sink; a refused policy is LeashError config_invalid with one issue per problem.
+ */
+export function loadGatePolicy(
+  file: string,
+  opts: CompileOptions = {},
+): { policy: CompiledGatePolicy; decisions: string | null } {
+  try {
+    const p = loadGatePolicyFile(file);
+    return { policy: compileGatePolicy(p.tools, p.failMode, undefined, opts), decisions: p.decisions };
+  } catch (e) {
+    if (e instanceof GatePolicyError)
+      throw new LeashError('config_invalid', `policy refused (${file})`, {
+        file,
+        issues: e.problems.map((m) => {
+          // A problem reads `where: what`; the lines print `  where: what` (docs/cli.md).
+          const at = /^([^:\s][^:]*): ([\s\S]*)$/.exec(m);
+          return at ? { path: at[1]!, message: at[2]! } : { path: file, message: m };
+        }),
+      });
+    throw e;
+  }
 }

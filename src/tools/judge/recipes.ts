@@ -14,7 +14,8 @@ import github from './recipes/github.json' with { type: 'json' };
 import sqlite from './recipes/sqlite.json' with { type: 'json' };
 import postgres from './recipes/postgres.json' with { type: 'json' };
 import { MAPPINGS } from './operations/mappings.js';
-import { judgeRequest, type CompiledGatePolicy } from './policy.js';
+import { judgeRequest } from './decide.js';
+import { type CompiledGatePolicy } from './compile.js';
 import { ServerModel } from './operations/model.js';
 
 export const actionSchema = z.strictObject({

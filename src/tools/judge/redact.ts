@@ -6,8 +6,8 @@
  * type or by its content, and encoded again; binary stays as it is. Key bodies are masked from any
  * part of them (./keybody.ts), not only from their BEGIN line: a tail, a diff's context lines.
  */
-import { mayHoldSecret, maskSecretsOnly, redactSecrets, SECRET_LITERALS } from '../../engine/index.js';
-import { isObject, type JsonObject, type JsonValue } from '../../formats/json.js';
+import { maskSecrets, mayHoldSecret, maskSecretsOnly, redactSecrets, SECRET_LITERALS } from '../../engine/index.js';
+import { isObject, JsonNumber, type JsonObject, type JsonValue } from '../../formats/json.js';
 import { loadNative } from '../../native.js';
 import { KEY_BODY_LITERALS, maskKeyBodies } from './keybody.js';
 
@@ -110,3 +110,31 @@ function afterDetectors(v: JsonValue, depth: number): JsonValue {
   }
   return v;
 }
+
+/** Cuts strings to 200 characters and masks secrets, for argument values written to the log. */
+export function redactForLog(v: JsonValue | undefined, mask: (s: string) => string, depth = 0): unknown {
+  if (v === undefined) return undefined;
+  if (depth > 20) return '…';
+  if (typeof v === 'string') {
+    const m = mask(v);
+    return m.length > 200 ? `${m.slice(0, 200)}…` : m;
+  }
+  if (v instanceof JsonNumber) return v.value;
+  if (Array.isArray(v)) return v.slice(0, 100).map((x) => redactForLog(x, mask, depth + 1));
+  if (isObject(v)) {
+    const o: Record<string, unknown> = {};
+    for (const k of Object.keys(v).slice(0, 100)) {
+      Object.defineProperty(o, mask(k).slice(0, 200), {
+        value: redactForLog(v[k], mask, depth + 1),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    }
+    return o;
+  }
+  return v;
+}
+
+/** Secret masking for strings the gate logs outside `inputs` (names, refused lines). */
+export const maskString = (s: string): string => maskSecrets(s);

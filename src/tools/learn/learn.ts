@@ -3,6 +3,7 @@
  * Only tools really called (never `*`), per-argument typed allow rules, anchored patterns, never
  * `.*`, class patterns guarded against `..` segments; a tool only ever called bare stays bare.
  */
+import { METHOD_NOT_FOUND, rpcError } from '../../formats/jsonrpc.js';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -286,9 +287,7 @@ export async function learnScripted(o: {
       if (!isObject(v)) return;
       if (typeof v.method === 'string' && v.id !== undefined) {
         // A server-to-client request: we offer no client capabilities, so say so.
-        child.stdin.write(
-          stringifyAscii({ jsonrpc: '2.0', id: v.id, error: { code: -32601, message: 'not supported' } }) + '\n',
-        );
+        child.stdin.write(stringifyAscii(rpcError(v.id, METHOD_NOT_FOUND, 'not supported')) + '\n');
         return;
       }
       if (typeof v.id === 'number') waiting.get(v.id)?.(v);

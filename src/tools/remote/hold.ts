@@ -11,7 +11,8 @@ import type { DecisionWriter } from '../../log/decisions.js';
 import type { JsonValue } from '../../formats/json.js';
 import type { GateJudgment } from '../judge/judge.js';
 import { normalizeToolName } from '../judge/names.js';
-import { DENIED_CODE, redactForLog, type AskJudgment } from '../judge/policy.js';
+import { DENIED_CODE, type AskJudgment } from '../judge/decide.js';
+import { redactForLog } from '../judge/redact.js';
 
 /** A session approval: the schema hash it is bound to, and who granted it in which request. */
 interface Session {

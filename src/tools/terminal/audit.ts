@@ -1,4 +1,8 @@
-import fs from 'node:fs';
+/**
+ * The terminal's audit records, written through the tools' one audit writer (../audit.ts) in its
+ * durable form: a command runs only once its attempt record is on disk.
+ */
+import { openAuditTrail } from '../audit.js';
 
 /** One line of the terminal's audit trail. Commands are redacted; output content is never recorded. */
 export interface AuditRecord {
@@ -26,22 +30,8 @@ export interface AuditLog {
   write(rec: AuditRecord): Promise<void>;
 }
 
-/**
- * An append-only JSONL trail. The file is opened for each record (O_APPEND, 0600) and fsync'd
- * before the write is reported done: a held descriptor would keep writing into a file that was
- * rotated or deleted, and the caller relies on a resolved write meaning the record is on disk.
- */
+/** The terminal's trail: each record stamped with its time, first. */
 export function createAuditLog(file: string): AuditLog {
-  return {
-    async write(rec) {
-      const line = JSON.stringify({ ts: new Date().toISOString(), ...rec }) + '\n';
-      const fh = await fs.promises.open(file, 'a', 0o600);
-      try {
-        await fh.write(line);
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-    },
-  };
+  const trail = openAuditTrail<{ ts: string } & AuditRecord>(file, 'durable');
+  return { write: (rec) => trail.write({ ts: new Date().toISOString(), ...rec }) };
 }

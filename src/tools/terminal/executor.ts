@@ -1,6 +1,6 @@
 /**
  * The only module of the terminal that starts processes. Nothing on explain_command's import
- * graph may import it (tests/unit/enforcers/terminal/explain.test.ts).
+ * graph may import it (tests/unit/tools/terminal/explain.test.ts).
  */
 import { spawn } from 'node:child_process';
 import { REDACTION_LOOKAHEAD } from './redact.js';

@@ -1,11 +1,11 @@
 /**
  * explain_command: the verdict without the execution. This module imports the parser, the binary
  * resolver and the policy judge, and nothing else of the terminal: the executor is not in its
- * import graph, so no code path from here can start a process (tests/unit/enforcers/terminal/explain.test.ts
+ * import graph, so no code path from here can start a process (tests/unit/tools/terminal/explain.test.ts
  * walks the graph and checks it at run time).
  */
 import { parseCommandLine } from './parse.js';
-import { judge } from './policy.js';
+import { judge } from './verdict.js';
 import { pathDirs, resolveBinary } from './resolve.js';
 import { result, type CommandResult, type DeciderFactory, type PolicySource } from './types.js';
 

@@ -4,7 +4,7 @@ import type { AuditLog } from './audit.js';
 import { execute } from './executor.js';
 import { resolveCwd } from './jail.js';
 import { parseCommandLine } from './parse.js';
-import { judge } from './policy.js';
+import { judge } from './verdict.js';
 import { pathDirs, resolveBinary } from './resolve.js';
 import { result, type CommandResult, type DeciderFactory, type PolicySource, type Redactor } from './types.js';
 

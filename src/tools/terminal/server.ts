@@ -6,8 +6,9 @@ import {
   INVALID_REQUEST,
   METHOD_NOT_FOUND,
   parseMessage,
+  rpcError,
   type JsonRpcId,
-} from './jsonrpc.js';
+} from '../../formats/jsonrpc.js';
 import { LeashError } from '../../errors.js';
 import { fromPlain, stringifyAscii } from '../../formats/json.js';
 import { result, RESULT_CODES, type CommandResult } from './types.js';
@@ -115,7 +116,7 @@ export function createTerminalServer(opts: TerminalServerOptions): { done: Promi
     opts.output.write(stringifyAscii(fromPlain({ jsonrpc: '2.0', ...msg })) + '\n');
   };
   const reply = (id: JsonRpcId, res: unknown): void => send({ id, result: res });
-  const fail = (id: JsonRpcId | null, code: number, message: string): void => send({ id, error: { code, message } });
+  const fail = (id: JsonRpcId | null, code: number, message: string): void => send(rpcError(id, code, message));
 
   const callTool = async (name: string, command: string, cwd: string | undefined): Promise<CommandResult> => {
     try {

@@ -1,11 +1,5 @@
 import type { FailMode, SurfacePolicy, Verdict } from '../../engine/types.js';
-
-/** `leash terminal`'s argument rule for one command entry: a pattern denies when all its tokens appear in argv, in any order (docs/terminal.md). */
-export interface ArgRule {
-  deny_args: string[];
-  /** Operator's words, appended to the policy_reason when the rule denies. */
-  reason?: string;
-}
+import type { ArgRule } from './fields.js';
 
 /** Every outcome of a terminal call maps to exactly one code (docs/terminal.md, docs/errors.md). */
 export type ResultCode =

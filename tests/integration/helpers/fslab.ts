@@ -24,8 +24,8 @@ export function runCleanups(list: Cleanup[]): void {
 }
 
 /** Mounts a fresh tmpfs (mode 0755, suid allowed) on a mkdtemp directory. */
-export function mountTmpfs(cleanups: Cleanup[], size = '64m'): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-tw-'));
+export function mountTmpfs(cleanups: Cleanup[], size = '64m', prefix = 'leash-tw-'): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
   cleanups.push(() => fs.rmdirSync(dir));
   execFileSync('mount', ['-t', 'tmpfs', '-o', `mode=0755,size=${size}`, 'tmpfs', dir]);
   cleanups.push(() => {
@@ -36,9 +36,9 @@ export function mountTmpfs(cleanups: Cleanup[], size = '64m'): string {
 }
 
 let userSeq = 0;
-/** Creates a system account leash-tw<pid%10000><seq> with no home; removed in teardown. */
-export function createUser(cleanups: Cleanup[]): { name: string; uid: number; gid: number } {
-  const name = `leash-tw${process.pid % 10000}${userSeq++}`;
+/** Creates a system account <prefix><pid%10000><seq> (leash-tw… unless a test has its own) with no home; removed in teardown. */
+export function createUser(cleanups: Cleanup[], prefix = 'leash-tw'): { name: string; uid: number; gid: number } {
+  const name = `${prefix}${process.pid % 10000}${userSeq++}`;
   spawnSync('userdel', [name]); // a leftover from a crashed run
   execFileSync('useradd', ['--system', '--no-create-home', '--shell', '/usr/sbin/nologin', '--user-group', name]);
   cleanups.push(() => {

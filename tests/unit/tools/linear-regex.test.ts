@@ -8,9 +8,10 @@ import { parseConfig } from '../../../src/control/config/load.js';
 import { ArgRuleError, compileToolArgs } from '../../../src/tools/judge/args.js';
 import { DOTDOT_GUARD } from '../../../src/tools/learn/learn.js';
 import { compileLinear, LinearRegexError } from '../../../src/tools/judge/linear-regex.js';
-import { checkTool, compileGatePolicy, globMatcher } from '../../../src/tools/judge/policy.js';
+import { checkTool } from '../../../src/tools/judge/decide.js';
+import { compileGatePolicy, globMatcher } from '../../../src/tools/judge/compile.js';
 import { GATE_DEFAULTS } from '../../../src/tools/judge/fields.js';
-import { GATE_ENGINE } from '../../../src/tools/judge/from-config.js';
+import { GATE_ENGINE } from '../../../src/tools/judge/compile.js';
 import { LeashError } from '../../../src/errors.js';
 import { mulberry32 } from '../../../src/lab/prng.js';
 

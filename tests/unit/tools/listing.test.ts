@@ -8,11 +8,11 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GATE_DEFAULTS } from '../../../src/tools/judge/fields.js';
 import { fromPlain, toPlain } from '../../../src/formats/json.js';
-import { compileGatePolicy } from '../../../src/tools/judge/policy.js';
+import { compileGatePolicy } from '../../../src/tools/judge/compile.js';
 import { createLocalJudge, type GateJudgment } from '../../../src/tools/judge/judge.js';
 import { connectToolsJudge, createToolsSocketServer } from '../../../src/tools/remote/socket.js';
 import { ServerModel } from '../../../src/tools/judge/operations/model.js';
-import { GATE_ENGINE } from '../../../src/tools/judge/from-config.js';
+import { GATE_ENGINE } from '../../../src/tools/judge/compile.js';
 
 const dir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'l38-listing-')));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));

@@ -4,14 +4,9 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GATE_DEFAULTS, type OperationRuleSpec } from '../../../src/tools/judge/fields.js';
 import { fromPlain } from '../../../src/formats/json.js';
-import { GATE_ENGINE } from '../../../src/tools/judge/from-config.js';
-import {
-  compileGatePolicy,
-  askUnavailable,
-  GatePolicyError,
-  judgeRequest,
-  type ToolsGatePolicy,
-} from '../../../src/tools/judge/policy.js';
+import { GATE_ENGINE } from '../../../src/tools/judge/compile.js';
+import { compileGatePolicy, GatePolicyError, type ToolsGatePolicy } from '../../../src/tools/judge/compile.js';
+import { askUnavailable, judgeRequest } from '../../../src/tools/judge/decide.js';
 import { MAPPINGS, mappingForServer } from '../../../src/tools/judge/operations/mappings.js';
 import { normalizeCall } from '../../../src/tools/judge/operations/normalize.js';
 import { ServerModel } from '../../../src/tools/judge/operations/model.js';

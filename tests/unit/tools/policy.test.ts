@@ -3,13 +3,8 @@ import { checkArgs, compileToolArgs } from '../../../src/tools/judge/args.js';
 import { GATE_DEFAULTS, type ToolArgsSpec } from '../../../src/tools/judge/fields.js';
 import { fromPlain, parseStrict } from '../../../src/formats/json.js';
 import { isOtherSpelling, normalizeToolName, otherSpellingOf } from '../../../src/tools/judge/names.js';
-import {
-  checkTool,
-  compileGatePolicy,
-  GatePolicyError,
-  judgeRequest,
-  type ToolsGatePolicy,
-} from '../../../src/tools/judge/policy.js';
+import { checkTool, judgeRequest } from '../../../src/tools/judge/decide.js';
+import { compileGatePolicy, GatePolicyError, type ToolsGatePolicy } from '../../../src/tools/judge/compile.js';
 import { validateGatePolicy } from '../../../src/tools/judge/policy-file.js';
 import { fakeEngine } from '../../fixtures/fake-tools-engine.js';
 
@@ -256,7 +251,7 @@ describe('policy file validation', () => {
 
 describe('arguments in the log', () => {
   it('cuts strings to 200 characters and masks through the given masker', async () => {
-    const { redactForLog } = await import('../../../src/tools/judge/policy.js');
+    const { redactForLog } = await import('../../../src/tools/judge/redact.js');
     const v = redactForLog(j(`{"a":"${'x'.repeat(500)}","k":"TOKEN-1","n":[1.5,2]}`), (s) =>
       s.replace('TOKEN-1', '****'),
     );

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { validateGatePolicy } from '../../../src/tools/judge/policy-file.js';
-import { compileGatePolicy } from '../../../src/tools/judge/policy.js';
+import { compileGatePolicy } from '../../../src/tools/judge/compile.js';
 import { RECIPES, recipeTable, runCases } from '../../../src/tools/judge/recipes.js';
-import { GATE_ENGINE } from '../../../src/tools/judge/from-config.js';
+import { GATE_ENGINE } from '../../../src/tools/judge/compile.js';
 
 describe('recipes', () => {
   it('ship filesystem, git, fetch, terminal, github, sqlite and postgres, each for a built-in table', () => {

@@ -1,12 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { GATE_DEFAULTS } from '../../../src/tools/judge/fields.js';
-import { compileGatePolicy, judgeRequest, type ToolsGatePolicy } from '../../../src/tools/judge/policy.js';
+import { compileGatePolicy, type ToolsGatePolicy } from '../../../src/tools/judge/compile.js';
+import { judgeRequest } from '../../../src/tools/judge/decide.js';
 import { createLocalJudge } from '../../../src/tools/judge/judge.js';
-import { judge } from '../../../src/tools/terminal/policy.js';
+import { judge } from '../../../src/tools/terminal/verdict.js';
 import { engineDeciderFactory } from '../../../src/tools/terminal/decider.js';
 import { validateTerminalPolicy } from '../../../src/tools/terminal/policy-file.js';
 import type { DecisionRecord } from '../../../src/log/decisions.js';
-import { GATE_ENGINE } from '../../../src/tools/judge/from-config.js';
+import { GATE_ENGINE } from '../../../src/tools/judge/compile.js';
 
 const gate = (shadow: boolean, over: Partial<ToolsGatePolicy> = {}) =>
   compileGatePolicy(

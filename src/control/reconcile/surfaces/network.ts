@@ -27,12 +27,16 @@ import { enforcedSet, type Surface } from './contract.js';
 import type { Asker } from '../../../engine/approval.js';
 
 /** What the network enforcer takes for one subject: its listener's compiled policy and its chain's settings. */
-function specOf(a: ApplyAction): NetworkSubjectSpec<CompiledPolicy> {
+function specOf(a: ApplyAction, compiled: Map<string, CompiledPolicy>): NetworkSubjectSpec<CompiledPolicy> {
   const n = a.policy.network;
+  // Subjects whose resolved policies are equal (the hash of the canonical policy: agents bound to one profile)
+  // share one compiled policy, which the engine only reads.
+  let policy = compiled.get(a.hash);
+  if (!policy) compiled.set(a.hash, (policy = compilePolicy(toPolicyInput(a.policy))));
   return {
     uid: a.uid,
     port: a.port,
-    policy: compilePolicy(toPolicyInput(a.policy)),
+    policy,
     udp: n.udp,
     ech: effectiveEch(n),
     ...(n.dns_resolvers.length ? { resolvers: n.dns_resolvers } : {}),
@@ -55,9 +59,10 @@ export function networkSurface(net: NetworkEnforcer<CompiledPolicy>, runner: Run
     async apply(actions) {
       const errors = new Map<number, Error>();
       const specs: NetworkSubjectSpec<CompiledPolicy>[] = [];
+      const compiled = new Map<string, CompiledPolicy>();
       for (const a of actions) {
         try {
-          specs.push(specOf(a));
+          specs.push(specOf(a, compiled));
         } catch (e) {
           errors.set(a.uid, e as Error);
         }

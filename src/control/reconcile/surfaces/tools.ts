@@ -7,8 +7,9 @@
 import fs from 'node:fs';
 import type { Config } from '../../config/types.js';
 import { maskSecrets } from '../../../engine/index.js';
-import { compileGatePolicy, type CompiledGatePolicy } from '../../../tools/judge/policy.js';
-import { GATE_ENGINE, gatePolicyOf } from '../../../tools/judge/from-config.js';
+import { compileGatePolicy, type CompiledGatePolicy } from '../../../tools/judge/compile.js';
+import { GATE_ENGINE } from '../../../tools/judge/compile.js';
+import { gatePolicyOf } from '../../../tools/judge/from-config.js';
 import { createToolsSocketServer, DEFAULT_TOOLS_SOCKET } from '../../../tools/remote/socket.js';
 import type { DecisionLog } from '../../../log/decisions.js';
 import type { Surface } from './contract.js';

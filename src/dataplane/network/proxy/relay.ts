@@ -8,7 +8,7 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import { HttpRequestGate, refusalResponse, upgradeAgreed, type GateRefusal, type GateStep } from './http-gate.js';
-import { createSplicePump, stopReading, type SplicePump } from './splice.js';
+import { createSplicePump, stopReading, type SplicePump, type SpliceResult } from './splice.js';
 import { createForgetter, type Forgetter } from './forget.js';
 
 /** What a relay tracks for one subject's listener, so closing the subject can end its connections. */
@@ -66,11 +66,6 @@ export function createRelay(o: {
   const pumped = new WeakSet<net.Socket>();
   /** Upstream sockets still in their early phase (bytes passed straight to the client), with that listener. */
   const early = new WeakMap<net.Socket, (d: Buffer) => void>();
-
-  function whenConnected(up: net.Socket, fn: () => void): void {
-    if (up.connecting) up.once('connect', fn);
-    else if (!up.destroyed) fn();
-  }
 
   /** Ends the early phase: no more bytes are passed by the early listener. */
   function endEarly(up: net.Socket): void {
@@ -141,30 +136,6 @@ export function createRelay(o: {
     else go();
   }
 
-  function piped(client: net.Socket, up: net.Socket, head: Buffer): void {
-    endEarly(up);
-    if (head.length) up.write(head);
-    // pipe() ends the destination when the source ends: a half-close is passed on, the other direction
-    // keeps flowing (allowHalfOpen on both sockets).
-    client.pipe(up);
-    up.pipe(client);
-    client.resume();
-    up.resume();
-    let ended = 0;
-    const both = () => {
-      if (++ended === 2) {
-        client.destroy();
-        up.destroy();
-      }
-    };
-    client.on('end', both);
-    up.on('end', both);
-    client.on('close', () => up.destroy());
-    up.on('close', () => {
-      if (!client.destroyed && !client.writableEnded) client.destroy();
-    });
-  }
-
   function connect(e: RelayOwner, client: net.Socket, host: string, port: number): net.Socket {
     const up = net.connect({ host, port, allowHalfOpen: true, noDelay: true });
     e.sockets.add(up);
@@ -202,104 +173,26 @@ export function createRelay(o: {
     return up;
   }
 
-  function http(
-    e: RelayOwner,
-    client: net.Socket,
-    up: net.Socket,
-    head: Buffer,
-    gate: HttpRequestGate,
-    onRefused: (r: GateRefusal) => void,
-  ): void {
+  function relayBoth(e: RelayOwner, client: net.Socket, up: net.Socket, head: Buffer): void {
     whenConnected(up, () => {
+      if (client.destroyed) return;
+      if (pump) return spliced(e, client, up, head);
       endEarly(up);
-      if (client.destroyed) {
-        up.destroy();
-        return;
-      }
-      // Anything the client sent that Node already read (its stream buffer) follows the head; read before a
-      // 'data' listener is attached (read() would emit it there too).
-      const rest = stopReadingSoft(client);
-      let refusal: GateRefusal | null = null;
-      let upEnded = false;
-      let waitingUpgrade = false;
-      let firstBack = Buffer.alloc(0);
-      let timer: NodeJS.Timeout | null = null;
-      const finishRefusal = () => {
-        if (timer) clearTimeout(timer);
-        if (!client.destroyed) client.end(refusalResponse(refusal!), () => client.destroy());
-        up.destroy();
-      };
-      const apply = (step: GateStep) => {
-        for (const b of step.forward) if (b.length && !up.write(b)) client.pause();
-        if (step.awaitUpgrade) waitingUpgrade = true;
-        if (step.refused && !refusal) {
-          refusal = step.refused;
-          onRefused(refusal);
-          client.pause();
-          // The responses to the requests before it come first: the server finishes them after our FIN, then
-          // closes; the refusal is the last response. A server that lingers gets two seconds.
-          if (upEnded) finishRefusal();
-          else {
-            up.end();
-            timer = setTimeout(finishRefusal, 2000);
-          }
-        }
-      };
-      up.on('drain', () => {
-        if (!refusal) client.resume();
-      });
-      client.on('drain', () => up.resume());
-      client.on('data', (d: Buffer) => {
-        if (!refusal) apply(gate.push(d));
-      });
-      client.on('end', () => {
-        if (!refusal) up.end();
-      });
-      up.on('data', (d: Buffer) => {
-        if (waitingUpgrade) {
-          firstBack = Buffer.concat([firstBack, d]);
-          const agreed = upgradeAgreed(firstBack, gate.connect);
-          if (agreed !== null) {
-            waitingUpgrade = false;
-            apply(gate.upgraded(agreed));
-          }
-        }
-        if (!client.write(d)) up.pause();
-      });
-      up.on('end', () => {
-        upEnded = true;
-        if (refusal) finishRefusal();
-        else client.end();
-      });
-      up.on('close', () => {
-        if (!refusal) client.destroy();
-      });
-      client.on('close', () => up.destroy());
-      apply(gate.push(head));
-      if (rest.length && !refusal) apply(gate.push(rest));
-      client.resume();
-      up.resume();
+      piped(client, up, head);
     });
   }
 
   return {
-    start(e, client, host, port, head) {
-      const up = connect(e, client, host, port);
-      whenConnected(up, () => {
-        if (client.destroyed) return;
-        if (pump) spliced(e, client, up, head);
-        else piped(client, up, head);
-      });
-    },
+    start: (e, client, host, port, head) => relayBoth(e, client, connect(e, client, host, port), head),
     connect,
-    splice(e, client, up, head) {
+    splice: relayBoth,
+    http(_e, client, up, head, gate, onRefused) {
       whenConnected(up, () => {
-        if (client.destroyed) return;
-        if (pump) spliced(e, client, up, head);
-        else piped(client, up, head);
+        endEarly(up);
+        if (client.destroyed) return void up.destroy();
+        gateHttp(client, up, head, gate, onRefused);
       });
     },
-    http,
     spliceFd(e, fd, host, port, onEnd) {
       if (!pump) return false;
       let started: ReturnType<SplicePump['connect']>;
@@ -317,28 +210,7 @@ export function createRelay(o: {
       e.spliced.add(id);
       void done.then((r) => {
         e.spliced.delete(id);
-        if (!r.connected) {
-          if (r.error !== 'ECANCELED')
-            o.onError(Object.assign(new Error(`connect ${r.error} ${host}:${port}`), { code: r.error }), {
-              uid: e.uid,
-              stage: 'upstream',
-            });
-          if (r.error === 'ECANCELED') fs.closeSync(fd);
-          else forget.resetFd(fd, 'reply', e.uid);
-          fs.closeSync(upFd);
-        } else if (r.error && r.error !== 'ECANCELED') {
-          if (r.error === 'EMFILE' || r.error === 'ENFILE' || r.error === 'ENOMEM')
-            o.onError(Object.assign(new Error(`splice: ${r.error}`), { code: r.error }), {
-              uid: e.uid,
-              stage: 'splice',
-            });
-          // A reset on either side is passed on as a reset on both.
-          forget.resetFd(fd, 'reply', e.uid);
-          forget.resetFd(upFd, 'orig', e.uid);
-        } else if (!r.closed) {
-          fs.closeSync(fd);
-          fs.closeSync(upFd);
-        }
+        endSplicedFds(r, fd, upFd, `${host}:${port}`, e.uid, o.onError, forget);
         onEnd();
       });
       return true;
@@ -360,4 +232,141 @@ function stopReadingSoft(s: net.Socket): Buffer {
   const parts: Buffer[] = [];
   for (let chunk = s.read() as Buffer | null; chunk !== null; chunk = s.read() as Buffer | null) parts.push(chunk);
   return Buffer.concat(parts);
+}
+
+function whenConnected(up: net.Socket, fn: () => void): void {
+  if (up.connecting) up.once('connect', fn);
+  else if (!up.destroyed) fn();
+}
+
+function piped(client: net.Socket, up: net.Socket, head: Buffer): void {
+  if (head.length) up.write(head);
+  // pipe() ends the destination when the source ends: a half-close is passed on, the other direction
+  // keeps flowing (allowHalfOpen on both sockets).
+  client.pipe(up);
+  up.pipe(client);
+  client.resume();
+  up.resume();
+  let ended = 0;
+  const both = () => {
+    if (++ended === 2) {
+      client.destroy();
+      up.destroy();
+    }
+  };
+  client.on('end', both);
+  up.on('end', both);
+  client.on('close', () => up.destroy());
+  up.on('close', () => {
+    if (!client.destroyed && !client.writableEnded) client.destroy();
+  });
+}
+
+/** Plain HTTP, once `up` is connected: every request of the client through `gate`, a refused one answered last. */
+function gateHttp(
+  client: net.Socket,
+  up: net.Socket,
+  head: Buffer,
+  gate: HttpRequestGate,
+  onRefused: (r: GateRefusal) => void,
+): void {
+  // Anything the client sent that Node already read (its stream buffer) follows the head; read before a
+  // 'data' listener is attached (read() would emit it there too).
+  const rest = stopReadingSoft(client);
+  let refusal: GateRefusal | null = null;
+  let upEnded = false;
+  let waitingUpgrade = false;
+  let firstBack = Buffer.alloc(0);
+  let timer: NodeJS.Timeout | null = null;
+  const finishRefusal = () => {
+    if (timer) clearTimeout(timer);
+    if (!client.destroyed) client.end(refusalResponse(refusal!), () => client.destroy());
+    up.destroy();
+  };
+  const apply = (step: GateStep) => {
+    for (const b of step.forward) if (b.length && !up.write(b)) client.pause();
+    if (step.awaitUpgrade) waitingUpgrade = true;
+    if (step.refused && !refusal) {
+      refusal = step.refused;
+      onRefused(refusal);
+      client.pause();
+      // The responses to the requests before it come first: the server finishes them after our FIN, then
+      // closes; the refusal is the last response. A server that lingers gets two seconds.
+      if (upEnded) finishRefusal();
+      else {
+        up.end();
+        timer = setTimeout(finishRefusal, 2000);
+      }
+    }
+  };
+  up.on('drain', () => {
+    if (!refusal) client.resume();
+  });
+  client.on('drain', () => up.resume());
+  client.on('data', (d: Buffer) => {
+    if (!refusal) apply(gate.push(d));
+  });
+  client.on('end', () => {
+    if (!refusal) up.end();
+  });
+  up.on('data', (d: Buffer) => {
+    if (waitingUpgrade) {
+      firstBack = Buffer.concat([firstBack, d]);
+      const agreed = upgradeAgreed(firstBack, gate.connect);
+      if (agreed !== null) {
+        waitingUpgrade = false;
+        apply(gate.upgraded(agreed));
+      }
+    }
+    if (!client.write(d)) up.pause();
+  });
+  up.on('end', () => {
+    upEnded = true;
+    if (refusal) finishRefusal();
+    else client.end();
+  });
+  up.on('close', () => {
+    if (!refusal) client.destroy();
+  });
+  client.on('close', () => up.destroy());
+  apply(gate.push(head));
+  if (rest.length && !refusal) apply(gate.push(rest));
+  // A half-close that came with the request was read during the peek: its 'end' is gone, the server still gets it.
+  if (client.readableEnded && !refusal) up.end();
+  client.resume();
+  up.resume();
+}
+
+/** Closes (or, after a failure, resets) a native pair's two descriptors once the pump reported its end. */
+function endSplicedFds(
+  r: SpliceResult,
+  fd: number,
+  upFd: number,
+  to: string,
+  uid: number,
+  onError: (err: Error, ctx: { uid: number; stage: string }) => void,
+  forget: Forgetter,
+): void {
+  if (!r.connected) {
+    if (r.error !== 'ECANCELED')
+      onError(Object.assign(new Error(`connect ${r.error} ${to}`), { code: r.error }), {
+        uid,
+        stage: 'upstream',
+      });
+    if (r.error === 'ECANCELED') fs.closeSync(fd);
+    else forget.resetFd(fd, 'reply', uid);
+    fs.closeSync(upFd);
+  } else if (r.error && r.error !== 'ECANCELED') {
+    if (r.error === 'EMFILE' || r.error === 'ENFILE' || r.error === 'ENOMEM')
+      onError(Object.assign(new Error(`splice: ${r.error}`), { code: r.error }), {
+        uid,
+        stage: 'splice',
+      });
+    // A reset on either side is passed on as a reset on both.
+    forget.resetFd(fd, 'reply', uid);
+    forget.resetFd(upFd, 'orig', uid);
+  } else if (!r.closed) {
+    fs.closeSync(fd);
+    fs.closeSync(upFd);
+  }
 }

@@ -80,3 +80,29 @@ export function createNameResolver(
     return p;
   };
 }
+
+/** `localhost` and names under it (RFC 6761): always loopback, never asked of a resolver. */
+function isLocalhostName(name: string): boolean {
+  return name === 'localhost' || name.endsWith('.localhost');
+}
+
+const LOCALHOST: Resolved = { v4: ['127.0.0.1'], v6: ['::1'], expires: 0 };
+
+/**
+ * What `domain` resolves to for a connection to `ip`: `ip` itself when the subject's own DNS answers gave it for
+ * this name (`told`), loopback for `localhost` names (never asked), else `resolve`'s answer (none on a failure).
+ */
+export async function resolveName(
+  ip: string,
+  domain: string,
+  told: string[],
+  resolve: (name: string) => Promise<Resolved>,
+): Promise<Resolved> {
+  if (told.includes(ip)) return { v4: [ip], v6: [], expires: 0 };
+  if (isLocalhostName(domain)) return LOCALHOST;
+  try {
+    return await resolve(domain);
+  } catch {
+    return { v4: [], v6: [], expires: 0 };
+  }
+}

@@ -85,7 +85,7 @@ export function walkJs(raw: string): string {
 /**
  * The walk, from the native addon when it loads (one openat2 for a plain existing path, lstat in C
  * otherwise: on this kind of VM a Node lstat costs about twice a C one), else `walkJs`. Both give
- * the same answer (tests/unit/enforcers/tools/paths-walk.test.ts compares them on generated trees).
+ * the same answer (tests/unit/tools/paths-walk.test.ts compares them on generated trees).
  */
 let walk: (raw: string) => string = (raw) => {
   try {

@@ -2,9 +2,11 @@ import { describe, expect, it } from 'vitest';
 import { type Account } from '../../../../src/control/config/accounts.js';
 import { parseConfig, parseFragment } from '../../../../src/control/config/load.js';
 import { compilePolicy, decide } from '../../../../src/engine/index.js';
-import { checkTool, compileGatePolicy } from '../../../../src/tools/judge/policy.js';
+import { checkTool } from '../../../../src/tools/judge/decide.js';
+import { compileGatePolicy } from '../../../../src/tools/judge/compile.js';
 import { GATE_DEFAULTS } from '../../../../src/tools/judge/fields.js';
-import { GATE_ENGINE, gatePolicyOf } from '../../../../src/tools/judge/from-config.js';
+import { GATE_ENGINE } from '../../../../src/tools/judge/compile.js';
+import { gatePolicyOf } from '../../../../src/tools/judge/from-config.js';
 import { validateTerminalPolicy } from '../../../../src/tools/terminal/policy-file.js';
 import { LeashError } from '../../../../src/errors.js';
 

@@ -17,7 +17,7 @@ import {
   MAX_LIST_ITEMS,
   parseStrictYaml,
 } from '../../../../src/formats/yaml.js';
-import { GatePolicyError } from '../../../../src/tools/judge/policy.js';
+import { GatePolicyError } from '../../../../src/tools/judge/compile.js';
 import { loadGatePolicyFile } from '../../../../src/tools/judge/policy-file.js';
 import { loadTerminalPolicy, TerminalPolicyError } from '../../../../src/tools/terminal/policy-file.js';
 import { networkEntryProblem } from '../../../../src/engine/index.js';

@@ -11,6 +11,7 @@ import {
   type BindingsCache,
   type BindingsDoc,
   type Scope,
+  warmBindings,
 } from '../../../../src/control/policy/bindings.js';
 
 // readBindings with a cache reads a text in serializeBindings' shape entry by entry (only new entries are parsed);
@@ -115,8 +116,10 @@ describe('bindings.yaml read entry by entry', () => {
         write(text);
         const got = readBindings(dir, cache);
         expect(JSON.stringify(got)).toBe(JSON.stringify(parseBindingsText(text, bindingsFile(dir))));
-        // The entry-by-entry read was the one used (not the fallback): it holds exactly this text's entries.
-        expect(cache.entries?.size).toBe(Object.keys(doc.bindings).length);
+        // A first read (a start) parses the whole text at once; every read after it goes entry by entry (not the
+        // fallback): the cache then holds exactly this text's entries.
+        if (edit === 0) expect(cache.entries).toBeUndefined();
+        else expect(cache.entries?.size).toBe(Object.keys(doc.bindings).length);
       }
     }
   });
@@ -133,6 +136,22 @@ describe('bindings.yaml read entry by entry', () => {
     // Unchanged entries are the very objects of the last read; the changed one is new.
     expect(second.bindings['agent:leash-a3']).toBe(first.bindings['agent:leash-a3']);
     expect(second.bindings['agent:leash-a7']).toEqual({ profile: 'other', acks: ['network.udp=allow@0123'] });
+  });
+
+  it('a first read parses the whole text once; warmBindings makes its entries ahead of the next read', () => {
+    const doc: BindingsDoc = { version: 1, bindings: {} };
+    for (let i = 0; i < 50; i++) doc.bindings[`agent:leash-a${i}`] = { profile: `p${i}`, acks: [] };
+    const cache: BindingsCache = {};
+    write(serializeBindings(doc));
+    const first = readBindings(dir, cache);
+    expect(cache.entries).toBeUndefined();
+    warmBindings(cache);
+    expect(cache.entries?.size).toBe(50);
+    doc.bindings['agent:leash-a7'] = { profile: 'other', acks: [] };
+    write(serializeBindings(doc));
+    const second = readBindings(dir, cache);
+    expect(second.bindings['agent:leash-a3']).toBe(first.bindings['agent:leash-a3']);
+    expect(second.bindings['agent:leash-a7']).toEqual({ profile: 'other', acks: [] });
   });
 
   it("after a whole read of a hand-written file, reads the CLI's next write entry by entry", () => {

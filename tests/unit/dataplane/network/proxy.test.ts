@@ -229,6 +229,17 @@ describe.each([
     });
   });
 
+  it('plain HTTP: a half-close sent with the request reaches the server (one that answers only then)', async () => {
+    fakeDst = { family: 4, address: '10.9.9.9', port: echoPort };
+    const head = get('good.test');
+    const r = await Promise.race([
+      through(head, { end: true }),
+      new Promise<{ data: string; err: string }>((res) => setTimeout(() => res({ data: '', err: 'hung' }), 3000)),
+    ]);
+    expect(r).toMatchObject({ err: null, data: 'got:' + head });
+    expect(lines[0]).toMatchObject({ action: 'allow', subject: { domain: 'good.test', upstream: '127.0.0.1' } });
+  });
+
   it('a client that sends nothing is judged by address after the peek time-out', async () => {
     fakeDst = { family: 4, address: '127.0.0.1', port: echoPort };
     const r = await new Promise<string>((resolve) => {

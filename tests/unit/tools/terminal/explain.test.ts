@@ -55,7 +55,7 @@ describe('explain_command cannot reach the executor', () => {
     const g = importGraph(path.join(srcDir, 'explain.ts'));
     const names = [...g.files].map((f) => path.basename(f));
     expect(names).toContain('parse.ts');
-    expect(names).toContain('policy.ts');
+    expect(names).toContain('verdict.ts');
     expect(names).not.toContain('executor.ts');
     expect(names).not.toContain('run.ts');
     expect([...g.externals].filter((e) => /child_process|worker_threads|cluster/.test(e))).toEqual([]);

@@ -1,11 +1,12 @@
 /**
- * Strict newline-delimited JSON-RPC 2.0 framing for the terminal's stdio, over the MCP gate's
- * strict JSON reader (src/formats/json.ts): duplicate keys, invalid UTF-8, lone
- * surrogates, control characters and lossy numbers are refused as parse errors rather than read
- * one way here and another way by whoever logged the line.
+ * Newline-delimited JSON-RPC 2.0 for Leash's stdio peers, over the one line reader (./lines.ts)
+ * and the strict JSON reader (./json.ts): the error codes and the error answer both the MCP gate
+ * and `leash terminal` send, and the terminal's classification of what it is sent. Duplicate keys,
+ * invalid UTF-8, lone surrogates, control characters and lossy numbers are refused as parse errors
+ * rather than read one way here and another way by whoever logged the line.
  */
-import { isObject, JsonError, parseStrict, toPlain, type JsonValue } from '../../formats/json.js';
-import { LineReader } from '../../formats/lines.js';
+import { isObject, JsonError, parseStrict, toPlain, type JsonObject, type JsonValue } from './json.js';
+import { LineReader } from './lines.js';
 
 export type JsonRpcId = string | number;
 
@@ -20,6 +21,13 @@ export const INVALID_REQUEST = -32600;
 export const METHOD_NOT_FOUND = -32601;
 export const INVALID_PARAMS = -32602;
 export const INTERNAL_ERROR = -32603;
+
+/** A JSON-RPC error answer (`data` only when given). */
+export const rpcError = (id: JsonValue, code: number, message: string, data?: JsonValue): JsonObject => {
+  const err: JsonObject = { code, message };
+  if (data !== undefined) err.data = data;
+  return { jsonrpc: '2.0', id, error: err };
+};
 
 /** Lines longer than this are refused (and skipped) rather than buffered without end. */
 export const MAX_LINE_BYTES = 1024 * 1024;

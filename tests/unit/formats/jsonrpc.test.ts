@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createLineSplitter, parseMessage } from '../../../../src/tools/terminal/jsonrpc.js';
+import { createLineSplitter, parseMessage } from '../../../src/formats/jsonrpc.js';
 
 describe('strict JSON-RPC framing', () => {
   it.each([

@@ -1,3 +1,4 @@
+/** The terminal's verdict on one argv: the engine's commands surface, then the PATH rule and deny_args. */
 import path from 'node:path';
 import type { Verdict } from '../../engine/types.js';
 import { commandEntryMatches } from '../../engine/index.js';

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { engineDeciderFactory } from '../../../../src/tools/terminal/decider.js';
 import { commandEntryMatches } from '../../../../src/engine/index.js';
 import { matchDenyArgs } from '../../../../src/tools/terminal/match.js';
-import { judge } from '../../../../src/tools/terminal/policy.js';
+import { judge } from '../../../../src/tools/terminal/verdict.js';
 import type { ResolvedBinary } from '../../../../src/tools/terminal/resolve.js';
 import type { CommandDecider, TerminalPolicy } from '../../../../src/tools/terminal/types.js';
 import type { Verdict } from '../../../../src/engine/types.js';

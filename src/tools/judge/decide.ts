@@ -1,61 +1,20 @@
 /**
- * The tools gate's policy: the engine's tools surface (mode, allow, deny, inspect) plus the
- * mcp-leash features (argument rules, strict_args, policed_methods, deny_methods, hide_denied,
- * log_args), and the pure judgment of one JSON-RPC request against it.
+ * Judging one JSON-RPC request against a compiled gate policy (./compile.ts), pure: the method's
+ * selector, the engine's verdict on the tool name and inputs, the argument rules, then the rules
+ * over operations; shadow mode turns a denial into a relayed would_block.
  */
-import { LeashError, type TOOLS_GATE_REASONS } from '../../errors.js';
-import type { PolicyInput, ToolSubject, ToolsSurfacePolicy, Verdict, FailMode } from '../../engine/types.js';
-import { ArgRuleError, checkArgs, compileToolArgs, type ArgsReason, type CompiledToolArgs } from './args.js';
-import type { ToolsGateFields } from './fields.js';
-import { asPlain, isObject, JsonNumber, type JsonObject, type JsonValue } from '../../formats/json.js';
+import { INVALID_PARAMS, METHOD_NOT_FOUND } from '../../formats/jsonrpc.js';
+import type { TOOLS_GATE_REASONS } from '../../errors.js';
+import type { Verdict } from '../../engine/types.js';
+import { checkArgs, type ArgsReason } from './args.js';
+import { isObject, type JsonObject, type JsonValue } from '../../formats/json.js';
 import { normalizeToolName, otherSpellingOf } from './names.js';
-import { MAPPINGS, mappingForServer, type MappingTable } from './operations/mappings.js';
+import { mappingForServer, type MappingTable } from './operations/mappings.js';
 import { normalizeCall, unknownAction, type Action } from './operations/normalize.js';
 import type { PathWalker } from './operations/paths.js';
 import type { ServerModel } from './operations/model.js';
-import { compileRules, decideAction, type CompiledRules, type OpDecision } from './operations/rules.js';
-
-export type ToolsGatePolicy = ToolsSurfacePolicy & ToolsGateFields;
-
-/** What the gate needs from the engine (injected: the engine is built on its own branch). */
-export interface ToolsEngine {
-  compilePolicy(p: PolicyInput): unknown;
-  decide(surface: 'tools', subject: ToolSubject, policy: never): Verdict;
-}
-
-export interface CompiledGatePolicy {
-  /** The engine's verdict for a tool name (+ inputs, for inspection). */
-  decideTool(name: string, inputs: unknown): Verdict;
-  args: Map<string, CompiledToolArgs>;
-  strictArgs: boolean;
-  policed: Set<string>;
-  denyMethods: { glob: string; re: { test(text: string): boolean } }[];
-  hideDenied: boolean;
-  logArgs: 'denied' | 'all' | 'none';
-  failMode: FailMode;
-  /** Rules over operations, when the policy has any (null: names and arguments only). */
-  ops: CompiledOps | null;
-  /** Mask secrets in what the server answers (tools.redact_output). */
-  redactOutput: boolean;
-  /** The audit file (tools.audit), or null. */
-  audit: string | null;
-  /**
-   * Whether an approver's `persist` can write the tool name into tools.allow and have it decide the
-   * next call: a whitelist without rules over operations (with rules, the allow list is not consulted).
-   */
-  persistable: boolean;
-  /** Shadow mode: denials are relayed and logged as would_block (CompileOptions.shadow). */
-  shadow?: boolean;
-}
-
-/** The operation layer of a compiled policy. */
-export interface CompiledOps {
-  rules: CompiledRules;
-  workspace: string;
-  home: string;
-  /** A declared table (tools.mapping), null for none, 'auto' to select by the server's name. */
-  mapping: MappingTable | null | 'auto';
-}
+import { decideAction, type OpDecision } from './operations/rules.js';
+import type { CompiledGatePolicy, CompiledOps } from './compile.js';
 
 /** What a gate session knows about its server: the mapping table its initialize answer selected. */
 export interface GateSession {
@@ -71,141 +30,6 @@ export function tableFor(ops: CompiledOps, session: GateSession | undefined): Ma
   if (ops.mapping !== 'auto') return ops.mapping;
   const n = session?.serverName;
   return n ? mappingForServer(n) : null;
-}
-
-/** Where relative paths and ${workspace} go, and what ~ is, for a compiled policy. */
-export interface CompileOptions {
-  /** Default: tools.workspace, else the process's working directory. */
-  workspace?: string;
-  /** Default: $HOME, else os.homedir() of the caller. */
-  home?: string;
-  /** Shadow mode (`enforce: shadow`): a call that would be denied is relayed and logged as would_block. */
-  shadow?: boolean;
-}
-
-/** A gate policy that does not validate (config_invalid); `problems` are `path: message` lines. */
-export class GatePolicyError extends LeashError {
-  constructor(readonly problems: string[]) {
-    super('config_invalid', problems.join('\n'));
-  }
-}
-
-/**
- * A method glob (`*` any run, `?` one character, by code point) matched without backtracking: the
- * method comes from the agent, and a regex such as `^.*a.*a.*b$` costs a power of its length. The
- * greedy wildcard walk below costs O(glob × method).
- */
-export function globMatcher(glob: string): { test(text: string): boolean } {
-  const p = Array.from(glob);
-  return {
-    test(text: string): boolean {
-      const t = Array.from(text);
-      let i = 0;
-      let j = 0;
-      let star = -1;
-      let mark = 0;
-      while (j < t.length) {
-        if (i < p.length && p[i] !== '*' && (p[i] === '?' || p[i] === t[j])) {
-          i++;
-          j++;
-        } else if (i < p.length && p[i] === '*') {
-          star = i++;
-          mark = j;
-        } else if (star >= 0) {
-          i = star + 1;
-          j = ++mark;
-        } else return false;
-      }
-      while (i < p.length && p[i] === '*') i++;
-      return i === p.length;
-    },
-  };
-}
-
-const EMPTY_SURFACE = { mode: 'whitelist' as const, allow: [], deny: [] };
-
-/**
- * Compiles a gate policy once (engine indexes, regexes, globs). Throws GatePolicyError listing
- * every problem (a bad regex, a `*` in an args key, two keys naming one tool once normalised).
- */
-export function compileGatePolicy(
-  tools: ToolsGatePolicy,
-  failMode: FailMode,
-  engine: ToolsEngine,
-  opts: CompileOptions = {},
-): CompiledGatePolicy {
-  const problems: string[] = [];
-  let ops: CompiledOps | null = null;
-  const ruleSpecs = tools.rules ?? [];
-  if (ruleSpecs.length > 0) {
-    const workspace = opts.workspace ?? tools.workspace ?? process.cwd();
-    const home = opts.home ?? process.env.HOME ?? '/';
-    if (!workspace.startsWith('/')) problems.push(`tools.workspace: '${workspace}' is not an absolute path`);
-    const m = tools.mapping ?? 'auto';
-    ops = {
-      rules: compileRules(ruleSpecs, tools.default ?? 'ask', { workspace, home }, problems),
-      workspace,
-      home,
-      mapping: m === 'auto' ? 'auto' : m === 'none' ? null : (MAPPINGS.get(m) ?? null),
-    };
-  }
-  if (tools.audit != null && !tools.audit.startsWith('/'))
-    problems.push(`tools.audit: '${tools.audit}' is not an absolute path`);
-  const args = new Map<string, CompiledToolArgs>();
-  for (const [name, spec] of Object.entries(tools.args ?? {})) {
-    const n = normalizeToolName(name);
-    if (n.includes('*') || n === '') problems.push(`tools.args.${name}: an args key names exactly one tool (no '*')`);
-    else if (args.has(n)) problems.push(`tools.args.${name}: names the same tool as another key once normalised`);
-    try {
-      args.set(n, compileToolArgs(spec, `tools.args.${name}`));
-    } catch (e) {
-      if (e instanceof ArgRuleError) problems.push(e.message);
-      else throw e;
-    }
-  }
-  for (const m of tools.policed_methods ?? []) {
-    if (m.includes('*'))
-      problems.push(`tools.policed_methods: '${m}' is not a method name (globs belong in deny_methods)`);
-  }
-  if (problems.length) throw new GatePolicyError(problems);
-  const input: PolicyInput = {
-    fail_mode: failMode,
-    network: EMPTY_SURFACE,
-    filesystem: EMPTY_SURFACE,
-    commands: EMPTY_SURFACE,
-    // With rules over operations, the operations decide what a name's absence from allow used to:
-    // deny entries, inspection and argument rules still apply to every call.
-    tools: {
-      mode: ops ? 'blacklist' : tools.mode,
-      allow: tools.allow,
-      deny: tools.deny,
-      ...(tools.ask ? { ask: tools.ask } : {}),
-      inspect: tools.inspect,
-    },
-  };
-  const compiled = engine.compilePolicy(input) as never;
-  return {
-    // The engine inspects plain values: floats and big integers are handed over as doubles (the
-    // engine only reads its subject, so inputs without either are handed over as they are).
-    decideTool: (name, inputs) =>
-      engine.decide(
-        'tools',
-        { name, inputs: inputs === undefined ? undefined : asPlain(inputs as JsonValue) },
-        compiled,
-      ),
-    args,
-    strictArgs: tools.strict_args ?? false,
-    policed: new Set(['tools/call', ...(tools.policed_methods ?? []).map(normalizeToolName)]),
-    denyMethods: (tools.deny_methods ?? []).map((g) => ({ glob: g, re: globMatcher(normalizeToolName(g)) })),
-    hideDenied: tools.hide_denied ?? false,
-    logArgs: tools.log_args ?? 'denied',
-    failMode,
-    ops,
-    redactOutput: tools.redact_output ?? true,
-    audit: tools.audit ?? null,
-    persistable: ops === null && tools.mode === 'whitelist',
-    shadow: opts.shadow === true,
-  };
 }
 
 /** Reasons the gate adds to the engine's (the catalogue and docs/errors.md list them). */
@@ -406,20 +230,27 @@ function judgeEnforced(
 ): Judgment {
   const m = normalizeToolName(method);
   for (const d of policy.denyMethods) {
-    if (d.re.test(m)) return deny(-32601, `method not allowed: ${method}`, 'method_denied', method, { rule: d.glob });
+    if (d.re.test(m))
+      return deny(METHOD_NOT_FOUND, `method not allowed: ${method}`, 'method_denied', method, { rule: d.glob });
   }
   if (!policy.policed.has(m)) return { action: 'allow', policed: false, method };
-  if (!isObject(params)) return deny(-32602, 'params must be an object', 'bad_params', method);
+  if (!isObject(params)) return deny(INVALID_PARAMS, 'params must be an object', 'bad_params', method);
   for (const k of Object.keys(params)) {
     const c = otherSpellingOf(k, SELECTORS);
-    if (c) return deny(-32602, `params member ${JSON.stringify(k)} is another spelling of ${c}`, 'bad_params', method);
+    if (c)
+      return deny(
+        INVALID_PARAMS,
+        `params member ${JSON.stringify(k)} is another spelling of ${c}`,
+        'bad_params',
+        method,
+      );
   }
   const s = selectorOf(m, params);
-  if (typeof s === 'string') return deny(-32602, s, 'bad_selector', method);
+  if (typeof s === 'string') return deny(INVALID_PARAMS, s, 'bad_selector', method);
   const inputs = m === 'tools/call' || m === 'prompts/get' || s.args !== undefined ? s.args : undefined;
   const v = checkTool(s.sel, inputs, policy);
   if (v.action === 'block') {
-    const code = v.reason === 'args_not_object' || v.reason === 'args_too_deep' ? -32602 : DENIED_CODE;
+    const code = v.reason === 'args_not_object' || v.reason === 'args_too_deep' ? INVALID_PARAMS : DENIED_CODE;
     return deny(code, `denied by leash: ${v.reason}${v.at ? ` at ${v.at}` : ''}`, v.reason, method, {
       name: s.sel,
       rule: v.rule,
@@ -511,29 +342,4 @@ export function readAllowed(ops: CompiledOps): (p: string) => boolean {
     delete a.why;
     return decideAction(a, ops.rules).effect === 'allow';
   };
-}
-
-/** Cuts strings to 200 characters and masks secrets, for argument values written to the log. */
-export function redactForLog(v: JsonValue | undefined, mask: (s: string) => string, depth = 0): unknown {
-  if (v === undefined) return undefined;
-  if (depth > 20) return '…';
-  if (typeof v === 'string') {
-    const m = mask(v);
-    return m.length > 200 ? `${m.slice(0, 200)}…` : m;
-  }
-  if (v instanceof JsonNumber) return v.value;
-  if (Array.isArray(v)) return v.slice(0, 100).map((x) => redactForLog(x, mask, depth + 1));
-  if (isObject(v)) {
-    const o: Record<string, unknown> = {};
-    for (const k of Object.keys(v).slice(0, 100)) {
-      Object.defineProperty(o, mask(k).slice(0, 200), {
-        value: redactForLog(v[k], mask, depth + 1),
-        enumerable: true,
-        writable: true,
-        configurable: true,
-      });
-    }
-    return o;
-  }
-  return v;
 }

@@ -8,10 +8,11 @@
 import fs from 'node:fs';
 import readline from 'node:readline';
 import tty from 'node:tty';
-import { LeashError } from '../errors.js';
-import type { JsonValue } from '../formats/json.js';
-import { loadGatePolicyFile } from '../tools/judge/policy-file.js';
-import { redactForLog, type AskJudgment } from '../tools/judge/policy.js';
+import { LeashError } from '../../errors.js';
+import type { JsonValue } from '../../formats/json.js';
+import { loadGatePolicyFile } from '../judge/policy-file.js';
+import { redactForLog } from '../judge/redact.js';
+import { type AskJudgment } from '../judge/decide.js';
 
 export type ApprovalMode = 'tty' | 'none';
 export type Approve = (

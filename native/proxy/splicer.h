@@ -1,0 +1,118 @@
+// Internal to native/proxy: the Splicer class, whose parts are splice.cc (what JavaScript calls) and splice_loop.cc
+// (the epoll loop over the pairs, inline on Node's loop or on a thread of its own).
+#pragma once
+#include <napi.h>
+#include <sys/epoll.h>
+#include <uv.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "pump.h"
+
+namespace leash {
+namespace pump {
+
+struct Pair {
+  uint32_t id = 0;
+  // EPOLLOUT is armed on a socket only once a write to it would block: registered for it up front, every
+  // new connection would wake the pump thread at once for sockets that are simply writable.
+  bool outArmedA = false;
+  bool outArmedB = false;
+  Dir ab;
+  Dir ba;
+  int err = 0;
+  bool finished = false;
+  // A pair made by connect(): the upstream (b) is still connecting; the client's bytes wait in its socket.
+  bool connecting = false;
+  bool connected = true;
+  // connect(..., closeOnClean): a pair that ends cleanly has both descriptors closed here (no EPOLL_CTL_DEL,
+  // no call back into JavaScript to do it); any other end leaves them to the caller, which may reset them.
+  bool closeOnClean = false;
+  // Inline mode: the connect's time limit, a timer on Node's loop (no setsockopt to set and clear it).
+  uv_timer_t* timer = nullptr;
+  class Splicer* owner = nullptr;
+};
+
+struct Done {
+  uint32_t id;
+  int err;
+  double ab;
+  double ba;
+  bool connected;
+  bool closed;
+};
+
+// An event's data: the pair, and in the low bit which of its sockets (0: a, the client; 1: b, the upstream).
+inline uint64_t Tag(const void* p, int side) { return reinterpret_cast<uintptr_t>(p) | static_cast<uint64_t>(side); }
+
+class Splicer : public Napi::ObjectWrap<Splicer> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Splicer",
+                       {InstanceMethod("add", &Splicer::Add), InstanceMethod("connect", &Splicer::Connect),
+                        InstanceMethod("abort", &Splicer::Abort),
+                        InstanceMethod("close", &Splicer::Close)});
+  }
+
+  explicit Splicer(const Napi::CallbackInfo& info);
+  ~Splicer() override;
+
+ private:
+  // splice.cc: what JavaScript calls
+  Napi::Value Add(const Napi::CallbackInfo& info);
+  Napi::Value Connect(const Napi::CallbackInfo& info);
+  Napi::Value Register(Napi::Env env, int a, int b, bool connecting, bool closeOnClean, unsigned timeoutMs);
+  Napi::Value Abort(const Napi::CallbackInfo& info);
+  Napi::Value Close(const Napi::CallbackInfo& info);
+  void Stop();
+
+  // splice_loop.cc: the loop over the pairs
+  void OnInline();
+  void Collect();
+  void DeliverDone();
+  void Wake();
+  void StopTimer(Pair* p);
+  void Finish(Pair* p, int err);
+  void ArmOut(Pair* p, int side, bool& armed);
+  void Dispatch(const epoll_event& ev);
+  void Run(Pair* p, int side, uint32_t events);
+  void Loop();
+  void TakeQueued();
+
+  struct InlinePoll {
+    uv_poll_t h;
+    Splicer* self;
+    int epfd;
+    int wake;
+  };
+
+  int epfd_ = -1;
+  int wake_ = -1;
+  uv_loop_t* loop_ = nullptr;
+  bool running_ = false;
+  bool inline_ = false;
+  bool finalizing_ = false;
+  InlinePoll* poll_ = nullptr;
+  Napi::FunctionReference onDone_;
+  std::unique_ptr<Napi::AsyncContext> ctx_;
+  std::vector<Done> pending_;
+  std::vector<char> copyBuf_ = std::vector<char>(kCopyMax);  // used by the one thread that pumps
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  Napi::ThreadSafeFunction tsfn_;
+  std::mutex mu_;
+  std::deque<uint32_t> aborts_;
+  uint32_t nextId_ = 0;
+  std::unordered_map<uint32_t, Pair*> live_;
+  std::vector<Pair*> graveyard_;
+};
+
+}  // namespace pump
+}  // namespace leash
