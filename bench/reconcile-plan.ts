@@ -14,7 +14,8 @@ import path from 'node:path';
 import { configSchema } from '../src/control/config/schema.js';
 import { observe } from '../src/control/reconcile/observe.js';
 import type { AppliedState } from '../src/control/reconcile/plan.js';
-import { emptyApplied, executePlan, planReconcile } from '../src/control/reconcile/plan.js';
+import { executePlan } from '../src/control/reconcile/execute.js';
+import { emptyApplied, planReconcile } from '../src/control/reconcile/plan.js';
 
 const AGENTS = Number(process.env.BENCH_AGENTS ?? 200);
 const PROFILES = 20;
@@ -49,12 +50,7 @@ async function pass(prev: AppliedState): Promise<{ ms: number; touched: number; 
   const t0 = process.hrtime.bigint();
   const obs = await observe({ config, stateDir, passwd: { path: passwd } });
   const plan = planReconcile(prev, obs);
-  const ex = await executePlan(plan, {
-    apply: async () => {},
-    deny: async () => {},
-    orphan: async () => {},
-    critical: () => {},
-  });
+  const ex = await executePlan(plan, [], { critical: () => {} });
   const ms = Number(process.hrtime.bigint() - t0) / 1e6;
   return { ms, touched: plan.actions.filter((a) => a.kind !== 'unchanged').length, state: ex.state };
 }

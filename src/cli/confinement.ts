@@ -5,7 +5,7 @@
  * and only while that service's process is alive. `leash status` never says "enforcer on" for a subject this says
  * is not confined.
  */
-import { appliedUids, readState } from '../dataplane/network/nft/nft.js';
+import { appliedUids, readState } from '../dataplane/network/nft/read.js';
 import { hostRunner } from '../dataplane/network/nft/run.js';
 import { readReloadStatus, statusFilePath } from '../control/reconcile/generation.js';
 import { defaultPasswdSource, readPasswd } from '../control/subjects/discovery.js';

@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
 import fs from 'node:fs';
-import { coverageFindings, loadConfig, type Finding } from '../control/config/load.js';
+import { loadConfig, type Finding } from '../control/config/load.js';
 import { sinkProblem } from '../control/config/sink.js';
 import type { Config } from '../control/config/types.js';
 import { EXIT, FINDING_CODES, isLeashError } from '../errors.js';
-import { storeFindings } from '../control/policy/validate.js';
+import { coverageFindings, storeFindings } from '../control/policy/validate.js';
 import { configPath, formatFinding, print, printJson } from './context.js';
 import { systemLoaders } from '../dataplane/watcher/loaders.js';
 import { startProblems } from '../dataplane/watcher/startup.js';

@@ -162,9 +162,9 @@ describe.skipIf(!fs.existsSync(CLI) || !nativeAvailable() || !root)(
   },
 );
 
-describe.skipIf(!nativeAvailable() || !root)('tools socket of the running service (agents enforcer)', () => {
+describe.skipIf(!nativeAvailable() || !root)('tools socket of the running service (the reconcile)', () => {
   it('serves each subject its resolved tools and commands policy, and a subject that left discovery none', async () => {
-    const { agentsEnforcer } = await import('../../src/control/reconcile/agents.js');
+    const { startReconcile } = await import('../../src/control/reconcile/loop.js');
     const { createLogger } = await import('../../src/log/logger.js');
     const { fetchServicePolicy } = await import('../../src/tools/terminal/service-client.js');
     const dir = tmpdir();
@@ -198,8 +198,7 @@ describe.skipIf(!nativeAvailable() || !root)('tools socket of the running servic
       decisions: log,
       logger,
     });
-    const factory = agentsEnforcer({ stateDir: path.join(dir, 'state'), toolsSocket: sock });
-    const enf = await factory.start(ctx('root', 0) as never);
+    const enf = await startReconcile(ctx('root', 0) as never, { stateDir: path.join(dir, 'state'), toolsSocket: sock });
     onTestFinished(() => enf.close());
     const judge = await connectToolsJudge(sock);
     onTestFinished(() => judge.close?.());
@@ -216,7 +215,7 @@ describe.skipIf(!nativeAvailable() || !root)('tools socket of the running servic
       commands: { mode: 'whitelist', allow: ['git'], args: { git: { deny_args: ['push --force'] } } },
     });
     // The configured account becomes nobody: root left discovery, so it has no policy any more.
-    await enf.reload!(ctx('nobody', 65534) as never);
+    await enf.reload(ctx('nobody', 65534).loaded as never);
     expect(await judge.judge('tools/call', { name: 'read_file' }, false)).toMatchObject({
       action: 'deny',
       reason: 'no_policy',

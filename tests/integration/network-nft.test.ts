@@ -4,12 +4,11 @@ import {
   applySubject,
   applySubjects,
   dropLegacyShape,
-  openFirewall,
-  readState,
-  readStateByProgram,
   releaseSubjects,
-  type SubjectRules,
-} from '../../src/dataplane/network/nft/nft.js';
+} from '../../src/dataplane/network/nft/apply.js';
+import { openFirewall } from '../../src/dataplane/network/nft/firewall.js';
+import { readState, readStateByProgram } from '../../src/dataplane/network/nft/read.js';
+import type { SubjectRules } from '../../src/dataplane/network/nft/render.js';
 import { netnsRunner, type Runner } from '../../src/dataplane/network/nft/run.js';
 import { bareNetns, isRoot } from '../lab/index.js';
 import { requireProgram } from '../lab/prereq.js';

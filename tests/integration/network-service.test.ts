@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/control/config/load.js';
 import { decide, decideDnsAnswer, decideDnsName, type CompiledPolicy } from '../../src/engine/index.js';
 import { startNetworkEnforcer } from '../../src/dataplane/network/enforcer.js';
-import { networkPlanHooks } from '../../src/control/reconcile/surfaces/network.js';
+import { networkSurface } from '../../src/control/reconcile/surfaces/network.js';
+import { createLogger } from '../../src/log/logger.js';
 import type { Effective } from '../../src/control/policy/fragment.js';
 import { netnsRunner } from '../../src/dataplane/network/nft/run.js';
 import { bareNetns, isRoot } from '../lab/index.js';
@@ -67,11 +68,11 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
       expectedSubjects: 2,
       proxy: { hosts: ['127.0.0.1'] },
     });
-    const hooks = networkPlanHooks(enf);
+    const hooks = networkSurface(enf, run, createLogger({ level: 'error' }));
     try {
       const a = effective('network: { mode: whitelist, allow: [example.org] }\n');
       const b = effective('network: { mode: blacklist, udp: allow, dns_resolvers: [2001:db8::53] }\n');
-      const errors = await hooks.applyMany([
+      const errors = await hooks.apply([
         { kind: 'add', account: 'leash-ta', uid: 62001, port: 18961, policy: a, hash: 'h1' },
         { kind: 'add', account: 'leash-tb', uid: 62002, port: 18962, policy: b, hash: 'h2' },
       ]);
@@ -136,13 +137,13 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
       proxy: { hosts: ['127.0.0.1'] },
       dns: { hosts: ['127.0.0.1'] },
     });
-    const hooks = networkPlanHooks(enf);
+    const hooks = networkSurface(enf, run, createLogger({ level: 'error' }));
     // Someone else's listener on the port of the 100th subject (in the middle of the second batch of 64).
     const squat = net.createServer();
     await new Promise<void>((r) => squat.listen({ host: '127.0.0.1', port: 19499, exclusive: true }, () => r()));
     try {
       const pol = effective('network: { mode: whitelist, allow: [example.org] }\n');
-      const errors = await hooks.applyMany(
+      const errors = await hooks.apply(
         Array.from({ length: 150 }, (_, i) => ({
           kind: 'add' as const,
           account: `leash-tm${i}`,

@@ -1,8 +1,8 @@
 /**
  * The approvals queue in the service: the queue (./queue.ts), its socket (./socket.ts), and what a
- * `persist` decision writes (./persist.ts). agents.ts starts it before the surfaces and hands its
- * `ask` to each enforcer that holds actions; it is closed before them, so every pending request is
- * answered with a block (approval_cancelled) while the enforcers are still there to act on it.
+ * `persist` decision writes (./persist.ts). The reconcile (src/control/reconcile/loop.ts) starts it before the
+ * surfaces and hands its `ask` to each enforcer that holds actions; it is closed before them, so every pending
+ * request is answered with a block (approval_cancelled) while the enforcers are still there to act on it.
  */
 import fs from 'node:fs';
 import type { Config } from '../config/types.js';

@@ -1,8 +1,10 @@
 /**
- * The validation layer: a config (or a profile) read, checked against the schema (src/control/config/, plain
- * data) and then against what the enforcers know (the gate compiles its argument rules, the
- * watcher's list of interpreters, the marks it would put on this host). It sits above both, so the
- * config imports no enforcer; `leash validate`, the service and every policy write use it.
+ * The config loader: a config (or a profile) read, checked against the schema (src/control/config/, plain data) and
+ * against what needs no host: the gate's own compiler (its argument rules compile; tools/ is below control/) and the
+ * engine's list of interpreters. It imports no data plane: what depends on this host (the watcher's marks against
+ * its mounts) is `leash validate`'s, in src/control/policy/validate.ts. So a profile's parse (policy/profiles.ts)
+ * reaches the schema, the engine and the gate's compiler only, every arrow pointing down. `leash validate`, the
+ * service and every policy write use it.
  */
 import { isMap, isPair, isScalar, isSeq, type Document, type Node } from 'yaml';
 import type { z } from 'zod';
@@ -12,7 +14,7 @@ import { inertEntries, type InertEntry } from '../../engine/index.js';
 import { lookupAccount, type Account } from './accounts.js';
 import { GATE_DEFAULTS } from '../../tools/judge/fields.js';
 import { compileGatePolicy, GATE_ENGINE, GatePolicyError, type ToolsGatePolicy } from '../../tools/judge/compile.js';
-import { fsCmdPolicyOf, interpreterWarnings, markCoverage, parseMountinfo } from '../../dataplane/watcher/index.js';
+import { interpreterWarnings } from '../../engine/interpreters.js';
 import { lookalikeEntries } from './lookalike.js';
 import { formatPath, suggest } from '../../formats/problems.js';
 import { parseStrictYaml, readPolicyFile } from '../../formats/yaml.js';
@@ -221,7 +223,7 @@ function zodIssues(err: z.ZodError, fragment: boolean): ConfigIssue[] {
 
 const SURFACES: Surface[] = ['network', 'filesystem', 'commands', 'tools'];
 
-function finding(code: FindingCode, p: string, message: string, entry?: string): Finding {
+export function finding(code: FindingCode, p: string, message: string, entry?: string): Finding {
   return { code, severity: FINDING_CODES[code], path: p, message, ...(entry !== undefined ? { entry } : {}) };
 }
 
@@ -268,7 +270,7 @@ export function analyse(config: Config, account: Account | null): Finding[] {
       ),
     );
   }
-  // One list of interpreters, loaders and launchers: the watcher's (src/dataplane/watcher/policy.ts).
+  // One list of interpreters, loaders and launchers (src/engine/interpreters.ts).
   for (const w of interpreterWarnings(cmd)) {
     out.push(finding('commands_interpreter_allowed', 'commands.allow', w.message, w.entry));
   }
@@ -283,26 +285,6 @@ export function analyse(config: Config, account: Account | null): Finding[] {
     );
   }
   return out;
-}
-
-/**
- * What `leash validate` says about the marks the watcher would put on this host: a filesystem or
- * commands whitelist judges only filesystems that are marked (those holding the policy's paths,
- * plus `filesystem.watch`), so opens and execs elsewhere pass unjudged. Host-dependent, so it is
- * not part of `parseConfig` (the service and a profile write judge the policy, not the mounts).
- * `mountinfo` is the text of /proc/self/mountinfo.
- */
-export function coverageFindings(config: Config, mountinfo: string): Finding[] {
-  if (!config.enforcers.filesystem) return [];
-  const warnings = markCoverage({
-    policy: fsCmdPolicyOf(config),
-    watch: config.filesystem.watch,
-    mounts: parseMountinfo(mountinfo),
-  });
-  return warnings.map((w) => ({
-    ...finding('marks_partial_coverage', `${w.surface}.mode`, w.message),
-    unmarked: w.unmarked,
-  }));
 }
 
 /** Entries that match, but not what they look like (src/control/config/lookalike.ts): critical. */

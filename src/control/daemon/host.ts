@@ -17,6 +17,7 @@ import path from 'node:path';
 import type { Config } from '../config/types.js';
 import { LeashError } from '../../errors.js';
 import { atomicWriteFileSync } from '../../store/files.js';
+import type { MetricFamily } from '../../metrics/metrics.js';
 
 /** The sysctl, as the service's PID namespace sees it (the kernel answers for the writer's namespace). */
 export const MEMFD_NOEXEC = '/proc/sys/vm/memfd_noexec';
@@ -235,4 +236,25 @@ function settingStatus(
     current = null;
   }
   return { configured: config.host[x.key], current, enforced: current !== null && x.enforced(current) };
+}
+
+/** The host settings as a metric family, each 1 when in force now, gathered at scrape time from the config now. */
+export function hostSettingFamilies(config: Pick<Config, 'host'>, paths: HostPaths = {}): MetricFamily[] {
+  return [
+    {
+      name: 'leash_host_setting',
+      help: 'host hardening settings (config host): 1 in force now, 0 not',
+      type: 'gauge',
+      values: [
+        {
+          value: memfdNoexecStatus(config, paths.memfdNoexec).enforced ? 1 : 0,
+          labels: { setting: 'memfd_noexec' },
+        },
+        {
+          value: maxUserNamespacesStatus(config, paths.maxUserNamespaces).enforced ? 1 : 0,
+          labels: { setting: 'max_user_namespaces' },
+        },
+      ],
+    },
+  ];
 }

@@ -1,6 +1,8 @@
 import fs from 'node:fs';
 import { FINDING_CODES, type FindingCode, type Severity } from '../../errors.js';
+import { finding, type Finding } from '../config/load.js';
 import type { Config } from '../config/types.js';
+import { fsCmdPolicyOf, markCoverage, parseMountinfo } from '../../dataplane/watcher/index.js';
 import type { Discovery } from '../subjects/discovery.js';
 import { discover } from '../subjects/discovery.js';
 import type { Binding, Scope } from './bindings.js';
@@ -99,4 +101,24 @@ export function validateStore(stateDir: string, floor: Effective, discovery: Dis
 export function storeFindings(config: Config, stateDir: string): StoreFinding[] {
   if (!fs.existsSync(stateDir)) return [];
   return validateStore(stateDir, floorOf(config), discover(config.user));
+}
+
+/**
+ * What `leash validate` says about the marks the watcher would put on this host: a filesystem or
+ * commands whitelist judges only filesystems that are marked (those holding the policy's paths,
+ * plus `filesystem.watch`), so opens and execs elsewhere pass unjudged. Host-dependent, so it is
+ * not part of `parseConfig` (the service and a profile write judge the policy, not the mounts).
+ * `mountinfo` is the text of /proc/self/mountinfo.
+ */
+export function coverageFindings(config: Config, mountinfo: string): Finding[] {
+  if (!config.enforcers.filesystem) return [];
+  const warnings = markCoverage({
+    policy: fsCmdPolicyOf(config),
+    watch: config.filesystem.watch,
+    mounts: parseMountinfo(mountinfo),
+  });
+  return warnings.map((w) => ({
+    ...finding('marks_partial_coverage', `${w.surface}.mode`, w.message),
+    unmarked: w.unmarked,
+  }));
 }

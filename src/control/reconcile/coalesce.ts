@@ -12,15 +12,7 @@ export interface ReconcilerOptions<T = void> {
   onError?: (e: unknown) => void;
 }
 
-export interface Reconciler<T = void> {
-  /** Requests a pass; resolves when a pass that started after this request has finished, with what it returned. */
-  trigger(): Promise<T | undefined>;
-  /** Waits for the running pass (and a pending one) to finish; later triggers are ignored. */
-  close(): Promise<void>;
-  readonly passes: number;
-}
-
-export function createReconciler<T = void>(opts: ReconcilerOptions<T>): Reconciler<T> {
+export function createReconciler<T = void>(opts: ReconcilerOptions<T>) {
   const slowMs = opts.slowMs ?? 30_000;
   let running: Promise<void> | null = null;
   let pending: { promise: Promise<T | undefined>; resolve: (v: T | undefined) => void } | null = null;
@@ -54,6 +46,7 @@ export function createReconciler<T = void>(opts: ReconcilerOptions<T>): Reconcil
     get passes() {
       return passes;
     },
+    /** Requests a pass; resolves when a pass that started after this request has finished, with what it returned. */
     trigger(): Promise<T | undefined> {
       if (closed) return Promise.resolve(undefined);
       if (!running) {
@@ -69,6 +62,7 @@ export function createReconciler<T = void>(opts: ReconcilerOptions<T>): Reconcil
       }
       return pending.promise;
     },
+    /** Waits for the running pass (and a pending one) to finish; later triggers are ignored. */
     async close(): Promise<void> {
       closed = true;
       while (running) await running;

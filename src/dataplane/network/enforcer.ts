@@ -8,7 +8,8 @@ import {
   type DnsForwarder,
   type DnsForwarderOptions,
 } from './dns/forwarder.js';
-import { openFirewall, type ApplyOutcome, type Firewall } from './nft/nft.js';
+import type { ApplyOutcome } from './nft/apply.js';
+import { openFirewall, type Firewall } from './nft/firewall.js';
 import type { DecisionWriter } from '../../log/decisions.js';
 import { createProxy, type NetworkDecide, type Proxy, type ProxyOptions } from './proxy/proxy.js';
 import type { Runner } from './nft/run.js';
@@ -86,36 +87,136 @@ export interface NetworkEnforcerOptions<P> {
   >;
 }
 
-export interface NetworkEnforcer<P> {
-  readonly firewall: Firewall;
-  readonly proxy: Proxy<P>;
-  readonly dns: DnsForwarder<P>;
-  /** Opens the listener first, then applies the chain: a redirected connection always finds its listener. */
-  setSubject(s: NetworkSubjectSpec<P>): Promise<ApplyOutcome>;
+/** New subjects whose listeners open side by side (a bound on the descriptors being opened at once). */
+const LISTEN_BATCH = 64;
+
+/**
+ * The service's network surface: nft chains per UID plus one proxy listener and one DNS forwarder per UID. Opens the
+ * listeners first, then applies the chains: a redirected connection always finds its listener.
+ */
+export class NetworkEnforcer<P> {
+  /** UIDs this enforcer holds a chain for (what stop releases). */
+  private readonly applied = new Set<number>();
+
+  constructor(
+    readonly firewall: Firewall,
+    readonly proxy: Proxy<P>,
+    readonly dns: DnsForwarder<P>,
+    private readonly opts: NetworkEnforcerOptions<P>,
+  ) {}
+
+  private dnsPortOf(s: { port: number; dnsPort?: number }): number {
+    return s.dnsPort ?? dnsPortFor(s.port);
+  }
+
+  /** One subject's listener, then its chain. */
+  async setSubject(s: NetworkSubjectSpec<P>): Promise<ApplyOutcome> {
+    const r = (await this.setSubjects([s])).get(s.uid)!;
+    if (r instanceof Error) throw r;
+    return r;
+  }
+
   /**
    * setSubject for many subjects: every listener first, then all their chains in one transaction.
    * Per-subject results; a subject whose listener or chain failed has its error.
    */
-  setSubjects(list: NetworkSubjectSpec<P>[]): Promise<Map<number, ApplyOutcome | Error>>;
+  async setSubjects(list: NetworkSubjectSpec<P>[]): Promise<Map<number, ApplyOutcome | Error>> {
+    const out = new Map<number, ApplyOutcome | Error>();
+    const ready: NetworkSubjectSpec<P>[] = [];
+    const listen = async (s: NetworkSubjectSpec<P>) => {
+      try {
+        await this.proxy.setSubject(s);
+        await this.dns.setSubject({
+          uid: s.uid,
+          port: this.dnsPortOf(s),
+          policy: s.policy,
+          resolvers: s.resolvers ?? this.opts.resolvers,
+        });
+        ready.push(s);
+      } catch (e) {
+        out.set(s.uid, e as Error);
+      }
+    };
+    // Listeners before chains: a redirect must find its listener. A subject with listeners open (a new policy, or
+    // a port that moves and frees one) goes first, one at a time; then the new ones, LISTEN_BATCH side by side
+    // (each waits on its listens' callbacks: one after the other, a start at 1,000 subjects waited 6,000 in a row).
+    const open = this.proxy.ports();
+    const fresh: NetworkSubjectSpec<P>[] = [];
+    for (const s of list) {
+      if (open.has(s.uid)) await listen(s);
+      else fresh.push(s);
+    }
+    for (let i = 0; i < fresh.length; i += LISTEN_BATCH)
+      await Promise.all(fresh.slice(i, i + LISTEN_BATCH).map(listen));
+    const results = await this.firewall.applyMany(
+      ready.map((s) => ({
+        uid: s.uid,
+        port: s.port,
+        dnsPort: this.dnsPortOf(s),
+        udp: s.udp ?? this.opts.udp,
+      })),
+    );
+    for (const [uid, r] of results) {
+      out.set(uid, r);
+      if (!(r instanceof Error)) this.applied.add(uid);
+    }
+    return out;
+  }
+
   /** Releases the chain first, then closes the listener. */
-  releaseSubject(uid: number): Promise<void>;
+  async releaseSubject(uid: number): Promise<void> {
+    await this.firewall.release([uid]);
+    this.applied.delete(uid);
+    await this.proxy.removeSubject(uid);
+    await this.dns.removeSubject(uid);
+  }
+
   /**
    * A subject that cannot be resolved fails closed: its listener (re)opens with no policy, refusing everything
    * with `no_policy` (allowing it under fail_mode open), and its chain is kept or put in (with the enforcer's
    * udp/resolvers), so its TCP never leaves unjudged. Without a port (the pool is exhausted) there is no listener
    * to redirect to: any chain is dropped and the listener closed.
    */
-  denySubject(uid: number, port: number | null): Promise<void>;
+  async denySubject(uid: number, port: number | null): Promise<void> {
+    if (port === null) {
+      await this.releaseSubject(uid);
+      return;
+    }
+    // Listeners first (refusing), then the chain: a redirect always finds a listener that says no. A listener that
+    // cannot open leaves nothing to redirect to: the chain goes (as it did before fail-closed chains).
+    try {
+      await this.proxy.setSubject({ uid, port, policy: null });
+      await this.dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: this.opts.resolvers });
+    } catch (e) {
+      await this.firewall.release([uid]);
+      this.applied.delete(uid);
+      throw e;
+    }
+    await this.firewall.apply({ uid, port, dnsPort: dnsPortFor(port), udp: this.opts.udp });
+    this.applied.add(uid);
+  }
+
   /** A subject that left discovery: its chain is kept (the UID may still run), its listener refuses everything. */
-  orphanSubject(uid: number, port: number | null): Promise<void>;
+  async orphanSubject(uid: number, port: number | null): Promise<void> {
+    if (port !== null) {
+      await this.proxy.setSubject({ uid, port, policy: null });
+      await this.dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: this.opts.resolvers });
+    }
+  }
+
   /** Releases every subject this enforcer applied and closes the proxy. */
-  stop(): Promise<void>;
+  async stop(): Promise<void> {
+    try {
+      if (this.applied.size) await this.firewall.release([...this.applied]);
+      this.applied.clear();
+    } finally {
+      await this.proxy.close();
+      await this.dns.close();
+    }
+  }
 }
 
-/** New subjects whose listeners open side by side (a bound on the descriptors being opened at once). */
-const LISTEN_BATCH = 64;
-
-/** The service's network surface: nft chains per UID plus one proxy listener per UID. */
+/** Opens the firewall (nft, or the one-UID iptables fallback) and creates the proxy and the DNS forwarder. */
 export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): Promise<NetworkEnforcer<P>> {
   const firewall = await openFirewall({ runner: opts.runner, subjects: opts.expectedSubjects, warn: opts.warn });
   const dns = createDnsForwarder<P>({
@@ -131,103 +232,7 @@ export async function startNetworkEnforcer<P>(opts: NetworkEnforcerOptions<P>): 
     seen: (uid, name) => dns.seen(uid, name),
     ...opts.proxy,
   });
-  const dnsPortOf = (s: { port: number; dnsPort?: number }) => s.dnsPort ?? dnsPortFor(s.port);
-  const applied = new Set<number>();
-  const setSubjects = async (list: NetworkSubjectSpec<P>[]): Promise<Map<number, ApplyOutcome | Error>> => {
-    const out = new Map<number, ApplyOutcome | Error>();
-    const ready: NetworkSubjectSpec<P>[] = [];
-    const listen = async (s: NetworkSubjectSpec<P>) => {
-      try {
-        await proxy.setSubject(s);
-        await dns.setSubject({
-          uid: s.uid,
-          port: dnsPortOf(s),
-          policy: s.policy,
-          resolvers: s.resolvers ?? opts.resolvers,
-        });
-        ready.push(s);
-      } catch (e) {
-        out.set(s.uid, e as Error);
-      }
-    };
-    // Listeners before chains: a redirect must find its listener. A subject with listeners open (a new policy, or
-    // a port that moves and frees one) goes first, one at a time; then the new ones, LISTEN_BATCH side by side
-    // (each waits on its listens' callbacks: one after the other, a start at 1,000 subjects waited 6,000 in a row).
-    const open = proxy.ports();
-    const fresh: NetworkSubjectSpec<P>[] = [];
-    for (const s of list) {
-      if (open.has(s.uid)) await listen(s);
-      else fresh.push(s);
-    }
-    for (let i = 0; i < fresh.length; i += LISTEN_BATCH)
-      await Promise.all(fresh.slice(i, i + LISTEN_BATCH).map(listen));
-    const results = await firewall.applyMany(
-      ready.map((s) => ({
-        uid: s.uid,
-        port: s.port,
-        dnsPort: dnsPortOf(s),
-        udp: s.udp ?? opts.udp,
-      })),
-    );
-    for (const [uid, r] of results) {
-      out.set(uid, r);
-      if (!(r instanceof Error)) applied.add(uid);
-    }
-    return out;
-  };
-  return {
-    firewall,
-    proxy,
-    dns,
-    async setSubject(s) {
-      const r = (await setSubjects([s])).get(s.uid)!;
-      if (r instanceof Error) throw r;
-      return r;
-    },
-    setSubjects,
-    async releaseSubject(uid) {
-      await firewall.release([uid]);
-      applied.delete(uid);
-      await proxy.removeSubject(uid);
-      await dns.removeSubject(uid);
-    },
-    async denySubject(uid, port) {
-      if (port === null) {
-        await firewall.release([uid]);
-        applied.delete(uid);
-        await proxy.removeSubject(uid);
-        await dns.removeSubject(uid);
-        return;
-      }
-      // Listeners first (refusing), then the chain: a redirect always finds a listener that says no. A listener that
-      // cannot open leaves nothing to redirect to: the chain goes (as it did before fail-closed chains).
-      try {
-        await proxy.setSubject({ uid, port, policy: null });
-        await dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: opts.resolvers });
-      } catch (e) {
-        await firewall.release([uid]);
-        applied.delete(uid);
-        throw e;
-      }
-      await firewall.apply({ uid, port, dnsPort: dnsPortFor(port), udp: opts.udp });
-      applied.add(uid);
-    },
-    async orphanSubject(uid, port) {
-      if (port !== null) {
-        await proxy.setSubject({ uid, port, policy: null });
-        await dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: opts.resolvers });
-      }
-    },
-    async stop() {
-      try {
-        if (applied.size) await firewall.release([...applied]);
-        applied.clear();
-      } finally {
-        await proxy.close();
-        await dns.close();
-      }
-    },
-  };
+  return new NetworkEnforcer(firewall, proxy, dns, opts);
 }
 
 /**

@@ -1,6 +1,6 @@
 // What the watcher needs from a subject's policy, and what `leash validate` should
-// say about it: which filesystems must be marked, which whitelist entries name an
-// interpreter, and how much of a whitelist the marks actually cover. Pure functions.
+// say about it: which filesystems must be marked, and how much of a whitelist the
+// marks actually cover. Pure functions.
 import { isGlob, normalizePath } from '../../engine/path.js';
 import type { PolicyInput, SurfacePolicy } from '../../engine/types.js';
 import type { FsCmdPolicy } from './addon.js';
@@ -74,49 +74,6 @@ export function policyRoots(p: FsCmdPolicy | null): string[] {
     if (n && n !== '/') out.add(n.slice(0, n.lastIndexOf('/')) || '/');
   }
   return [...out].sort();
-}
-
-const INTERPRETERS: { re: RegExp; what: string }[] = [
-  { re: /^(sh|bash|dash|zsh|ksh|mksh|fish|csh|tcsh|ash)$/, what: 'a shell' },
-  { re: /^python[0-9.]*$/, what: 'the Python interpreter' },
-  { re: /^(node|nodejs|deno|bun)$/, what: 'a JavaScript runtime' },
-  { re: /^perl[0-9.]*$/, what: 'the Perl interpreter' },
-  { re: /^(ruby|irb)[0-9.]*$/, what: 'the Ruby interpreter' },
-  { re: /^(php|lua|tclsh|wish|awk|gawk|mawk)[0-9.]*$/, what: 'a script interpreter' },
-  { re: /^ld-linux.*\.so.*$|^ld\.so$|^ld64\.so.*$|^ld-musl.*$/, what: 'the dynamic loader' },
-  { re: /^(env|busybox|xargs|nice|nohup|timeout|setsid|stdbuf|chroot|unshare|nsenter)$/, what: 'a program launcher' },
-];
-
-export interface InterpreterWarning {
-  /** The whitelist entry that names an interpreter. */
-  entry: string;
-  what: string;
-  message: string;
-}
-
-/**
- * Whitelist entries that name an interpreter, the dynamic loader or a launcher. They run
- * whatever they are given: `sh script.sh` and `ld-linux-x86-64.so.2 ./binary` open the
- * file with a plain open, which the commands surface never sees as an exec.
- */
-export function interpreterWarnings(commands: SurfacePolicy): InterpreterWarning[] {
-  if (commands.mode !== 'whitelist') return [];
-  const out: InterpreterWarning[] = [];
-  for (const entry of commands.allow) {
-    if (typeof entry !== 'string' || entry.length === 0) continue;
-    const base = entry.slice(entry.lastIndexOf('/') + 1);
-    const hit = INTERPRETERS.find((i) => i.re.test(base));
-    if (!hit) continue;
-    out.push({
-      entry,
-      what: hit.what,
-      message:
-        `commands.allow "${entry}" is ${hit.what}: it runs what it is given (a script or a binary passed as an ` +
-        `argument is opened, not executed), so the commands whitelist does not limit what it runs; ` +
-        `limit it with the filesystem policy`,
-    });
-  }
-  return out;
 }
 
 /** One line of /proc/self/mountinfo. */

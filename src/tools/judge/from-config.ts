@@ -1,6 +1,6 @@
 /**
  * The gate's view of a config or a resolved policy. The service's tools socket itself is run by
- * src/control/reconcile/agents.ts, which serves every subject its own compiled gate policy.
+ * the tools surface (src/control/reconcile/surfaces/tools.ts), which serves every subject its own compiled gate policy.
  */
 import type { ToolsSurfacePolicy } from '../../engine/types.js';
 import type { ToolsGateFields } from './fields.js';

@@ -72,7 +72,7 @@ function importsOf(file: string, sf: ts.SourceFile): Import[] {
 /**
  * The folder a file of src/ belongs to: its directory relative to src/ ("." for src/ itself), at
  * most two levels deep. A deeper folder is a part of the one above it (dataplane/network/proxy is a part of the
- * network data plane; control/reconcile/surfaces the adapters control/reconcile/agents.ts
+ * network data plane; control/reconcile/surfaces the surfaces control/reconcile/execute.ts
  * loops over): a parent and its parts may import each other, two folders may not.
  */
 export const folderOf = (rel: string): string => path.dirname(rel).split('/').slice(0, 2).join('/');

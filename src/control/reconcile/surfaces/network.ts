@@ -13,62 +13,76 @@ import {
   startNetworkEnforcer,
   teardownNetwork,
   type NetworkEnforcer,
+  type NetworkSubjectSpec,
 } from '../../../dataplane/network/enforcer.js';
-import { dropLegacyShape, onKernelReadFallback } from '../../../dataplane/network/nft/nft.js';
+import { dropLegacyShape } from '../../../dataplane/network/nft/apply.js';
+import { onKernelReadFallback } from '../../../dataplane/network/nft/read.js';
 import type { Runner } from '../../../dataplane/network/nft/run.js';
 import { LeashError } from '../../../errors.js';
 import type { DecisionLog } from '../../../log/decisions.js';
 import type { Logger } from '../../../log/logger.js';
 import { effectiveEch } from '../../policy/loosen.js';
-import type { ApplyAction, FailAction, OrphanAction } from '../plan.js';
-import { enforcedSet, type SurfaceAdapter } from './contract.js';
+import type { ApplyAction } from '../plan.js';
+import { enforcedSet, type Surface } from './contract.js';
 import type { Asker } from '../../../engine/approval.js';
 
-/** The network's side of a reconcile, for an enforcer already running. */
-export interface NetworkPlanHooks {
-  /** Applies subjects (their listeners, then one nft transaction for their chains); the error of each that failed. */
-  applyMany(actions: ApplyAction[]): Promise<Map<number, Error>>;
-  deny(a: FailAction): Promise<void>;
-  orphan(a: OrphanAction): Promise<void>;
+/** What the network enforcer takes for one subject: its listener's compiled policy and its chain's settings. */
+function specOf(a: ApplyAction, compiled: Map<string, CompiledPolicy>): NetworkSubjectSpec<CompiledPolicy> {
+  const n = a.policy.network;
+  // Subjects whose resolved policies are equal (the hash of the canonical policy: agents bound to one profile)
+  // share one compiled policy, which the engine only reads.
+  let policy = compiled.get(a.hash);
+  if (!policy) compiled.set(a.hash, (policy = compilePolicy(toPolicyInput(a.policy))));
+  return {
+    uid: a.uid,
+    port: a.port,
+    policy,
+    udp: n.udp,
+    ech: effectiveEch(n),
+    ...(n.dns_resolvers.length ? { resolvers: n.dns_resolvers } : {}),
+  };
 }
 
 /**
- * applyMany: each subject's listener (with its compiled policy), then its chain (with its own udp/resolvers).
- * deny: chain kept or put in, listener without a policy. orphan: chain kept, listener without a policy.
+ * The network surface over an enforcer already running. apply: each subject's listener (with its compiled policy),
+ * then one nft transaction for their chains (each with its own udp/resolvers). deny: chain kept or put in, listener
+ * without a policy. orphan: chain kept, listener without a policy. close: the enforcer's chains and listeners, then a
+ * sweep of whatever its bookkeeping missed.
  */
-export function networkPlanHooks(enf: NetworkEnforcer<CompiledPolicy>): NetworkPlanHooks {
-  const spec = (a: ApplyAction, compiled: Map<string, CompiledPolicy>) => {
-    const n = a.policy.network;
-    // Subjects whose resolved policies are equal (the hash of the canonical policy: agents bound to one profile)
-    // share one compiled policy, which the engine only reads.
-    let policy = compiled.get(a.hash);
-    if (!policy) compiled.set(a.hash, (policy = compilePolicy(toPolicyInput(a.policy))));
-    return {
-      uid: a.uid,
-      port: a.port,
-      policy,
-      udp: n.udp,
-      ech: effectiveEch(n),
-      ...(n.dns_resolvers.length ? { resolvers: n.dns_resolvers } : {}),
-    };
-  };
+export function networkSurface(net: NetworkEnforcer<CompiledPolicy>, runner: Runner, logger: Logger): Surface {
+  const { enforced, ...withdraw } = enforcedSet('network', {
+    deny: (a) => net.denySubject(a.uid, a.port),
+    orphan: (a) => net.orphanSubject(a.uid, a.port),
+  });
   return {
-    async applyMany(actions) {
+    surface: 'network',
+    async apply(actions) {
       const errors = new Map<number, Error>();
-      const specs = [];
+      const specs: NetworkSubjectSpec<CompiledPolicy>[] = [];
       const compiled = new Map<string, CompiledPolicy>();
       for (const a of actions) {
         try {
-          specs.push(spec(a, compiled));
+          specs.push(specOf(a, compiled));
         } catch (e) {
           errors.set(a.uid, e as Error);
         }
       }
-      for (const [uid, r] of await enf.setSubjects(specs)) if (r instanceof Error) errors.set(uid, r);
+      for (const [uid, r] of await net.setSubjects(specs)) if (r instanceof Error) errors.set(uid, r);
+      for (const a of actions) if (!errors.has(a.uid)) enforced.add(a.uid);
       return errors;
     },
-    deny: (a) => enf.denySubject(a.uid, a.port),
-    orphan: (a) => enf.orphanSubject(a.uid, a.port),
+    ...withdraw,
+    async close() {
+      // Release chains before the listeners go: no UID is left redirected to nothing.
+      await net.stop().catch((e: unknown) => logger.error({ err: e }, 'network release failed'));
+      // Whatever the enforcer's own bookkeeping missed (a pass cut short, an apply that failed half-way):
+      // a stop leaves no UID redirected, the same sweep as ExecStopPost=leash teardown.
+      const left = await teardownNetwork(runner).catch((e: unknown) => {
+        logger.error({ err: e }, 'network teardown failed');
+        return [] as number[];
+      });
+      if (left.length) logger.warn({ uids: left }, 'released chains the enforcer no longer tracked');
+    },
   };
 }
 
@@ -109,7 +123,7 @@ export function proxyLimits(env: NodeJS.ProcessEnv): { maxConnections?: number; 
   };
 }
 
-export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<SurfaceAdapter> {
+export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Surface> {
   const { config: c, runner, logger } = o;
   const proxyLog = o.proxyLogger ?? logger;
   onKernelReadFallback((why) =>
@@ -157,26 +171,5 @@ export async function startNetworkSurface(o: NetworkSurfaceOptions): Promise<Sur
       ...(o.observe ? { onSetup: (s: number) => o.observe!('proxy_setup', s) } : {}),
     },
   });
-  const hooks = networkPlanHooks(net);
-  const { enforced, ...withdraw } = enforcedSet('network', hooks);
-  return {
-    surface: 'network',
-    async apply(actions) {
-      const errors = await hooks.applyMany(actions);
-      for (const a of actions) if (!errors.has(a.uid)) enforced.add(a.uid);
-      return errors;
-    },
-    ...withdraw,
-    async close() {
-      // Release chains before the listeners go: no UID is left redirected to nothing.
-      await net.stop().catch((e: unknown) => logger.error({ err: e }, 'network release failed'));
-      // Whatever the enforcer's own bookkeeping missed (a pass cut short, an apply that failed half-way):
-      // a stop leaves no UID redirected, the same sweep as ExecStopPost=leash teardown.
-      const left = await teardownNetwork(runner).catch((e: unknown) => {
-        logger.error({ err: e }, 'network teardown failed');
-        return [] as number[];
-      });
-      if (left.length) logger.warn({ uids: left }, 'released chains the enforcer no longer tracked');
-    },
-  };
+  return networkSurface(net, runner, logger);
 }

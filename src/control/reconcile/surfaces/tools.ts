@@ -12,7 +12,7 @@ import { GATE_ENGINE } from '../../../tools/judge/compile.js';
 import { gatePolicyOf } from '../../../tools/judge/from-config.js';
 import { createToolsSocketServer, DEFAULT_TOOLS_SOCKET } from '../../../tools/remote/socket.js';
 import type { DecisionLog } from '../../../log/decisions.js';
-import type { SurfaceAdapter } from './contract.js';
+import type { Surface } from './contract.js';
 import type { Asker } from '../../../engine/approval.js';
 import type { Logger } from '../../../log/logger.js';
 
@@ -29,7 +29,7 @@ export interface ToolsSurfaceOptions {
   logger?: Logger;
 }
 
-export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<SurfaceAdapter> {
+export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<Surface> {
   const gate = new Map<number, CompiledGatePolicy>();
   // What `leash terminal` asks for over the same socket (op commands_policy), per subject.
   const commandsOf = new Map<number, { fail_mode: string; commands: unknown }>();

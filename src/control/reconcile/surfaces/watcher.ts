@@ -5,14 +5,14 @@
  */
 import type { Asker } from '../../../engine/approval.js';
 import type { Config } from '../../config/types.js';
-import { createFsSupervisor, fsCmdPolicyOf, watcherMapHooks } from '../../../dataplane/watcher/index.js';
+import { createFsSupervisor, fsCmdPolicyOf, type FsSupervisor } from '../../../dataplane/watcher/index.js';
 import type { LeashError } from '../../../errors.js';
 import { findJournalSocket } from '../../../log/journal.js';
 import type { WatcherSubject } from '../../../dataplane/watcher/addon.js';
 import type { WatcherStatus } from '../../../dataplane/watcher/protocol.js';
 import { histogramFamily, pidNamespaceFamily, type MetricFamily } from '../../../metrics/metrics.js';
 import type { Action } from '../plan.js';
-import { enforcedSet, type SurfaceAdapter } from './contract.js';
+import { enforcedSet, type Surface } from './contract.js';
 
 export interface WatcherSurfaceOptions {
   config: Config;
@@ -49,7 +49,7 @@ export function watcherHoldSettings(c: Config): {
   };
 }
 
-export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<SurfaceAdapter> {
+export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Surface> {
   const c = o.config;
   const subjects = o.initial.flatMap((a): WatcherSubject[] => {
     if (a.kind === 'add' || a.kind === 'reapply')
@@ -77,15 +77,27 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
   await sup.ready;
   // The watcher acknowledged its map with `ready`: the start's own plan then applies these very policies (the same
   // objects) again at once, and they need not go to the watcher twice.
-  let initial: Map<number, unknown> | null = new Map(
+  const initial = new Map(
     o.initial.flatMap((a) => (a.kind === 'add' || a.kind === 'reapply' ? [[a.uid, a.policy] as const] : [])),
   );
-  const hooks = watcherMapHooks(sup, {
-    get failMode() {
-      return o.failMode();
-    },
+  return watcherSurface(sup, o.failMode, initial);
+}
+
+/**
+ * The filesystem surface over a running supervisor: a subject's resolved policy becomes its watcher map entry; deny
+ * (a subject that cannot be resolved) and orphan (one that left discovery) set "no policy", which the watcher
+ * denies under fail_mode closed: never a removed UID, since an absent UID is an allowed UID. Each change resolves
+ * once the watcher acknowledged it.
+ */
+export function watcherSurface(
+  sup: FsSupervisor,
+  failMode: () => 'closed' | 'open',
+  initial: Map<number, unknown> | null = null,
+): Surface {
+  const { enforced, ...withdraw } = enforcedSet('filesystem', {
+    deny: (a) => sup.set(a.uid, null, failMode()),
+    orphan: (a) => sup.set(a.uid, null, failMode()),
   });
-  const { enforced, ...withdraw } = enforcedSet('filesystem', hooks);
   return {
     surface: 'filesystem',
     async apply(actions) {
@@ -97,7 +109,9 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
       // One map change for all, acknowledged before apply returns: one at a time, each change rebuilt the whole map
       // and rescanned every root (37 s of a start at 1,000 subjects).
       try {
-        await hooks.applyMany(todo);
+        await sup.setMany(
+          todo.map((a) => ({ uid: a.uid, policy: fsCmdPolicyOf(a.policy), failMode: a.policy.fail_mode })),
+        );
         for (const a of todo) enforced.add(a.uid);
         return errors;
       } catch {
@@ -105,7 +119,7 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
       }
       for (const a of todo) {
         try {
-          await hooks.apply(a);
+          await sup.set(a.uid, fsCmdPolicyOf(a.policy), a.policy.fail_mode);
           enforced.add(a.uid);
         } catch (e) {
           errors.set(a.uid, e as Error);

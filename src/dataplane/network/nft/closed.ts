@@ -5,7 +5,8 @@
  * A UID that still holds the last good chain keeps it untouched (a crash leaves the chains in place: `leash teardown`
  * releases them only after a deliberate stop).
  */
-import { openFirewall, type SubjectRules } from './nft.js';
+import { openFirewall } from './firewall.js';
+import type { SubjectRules } from './render.js';
 import type { Runner } from './run.js';
 
 export interface ClosedOutcome {

@@ -15,7 +15,7 @@ export interface Runner {
   (argv: string[], input?: string): Promise<RunResult>;
   /**
    * The network namespace the commands act in, for a reader that asks the kernel itself rather than running a
-   * program (src/dataplane/network/nft/nft.ts): null for the process's own, a path such as `/run/netns/<name>` for a
+   * program (src/dataplane/network/nft/read.ts): null for the process's own, a path such as `/run/netns/<name>` for a
    * named one. Absent: unknown (a test's fake), so such readers run the program through the runner instead.
    */
   netns?: string | null;

@@ -8,7 +8,7 @@
  * not conntrack), would be sent back into the proxy instead of out; so was root's own connection from that port
  * (measured: tests/integration/network-conntrack-reuse.test.ts). So every reset here is followed by deleting the
  * connection's entry.
- * The subject's side of the same hole (a SYN joining an entry that is not its redirect) is closed in nft.ts.
+ * The subject's side of the same hole (a SYN joining an entry that is not its redirect) is closed in nft/render.ts.
  */
 import type net from 'node:net';
 import { nativeProxy } from '../../../native.js';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { coverageFindings, parseConfig } from '../../../../src/control/config/load.js';
+import { parseConfig } from '../../../../src/control/config/load.js';
+import { coverageFindings } from '../../../../src/control/policy/validate.js';
 
 const lookup = () => ({ name: 'fido', uid: 1234, gid: 2345, home: '/home/fido' });
 const config = (text: string) => parseConfig(`user: fido\n${text}`, 'test.yaml', { lookup }).config;

@@ -2,9 +2,50 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { beforeEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { createLogger } from '../../../../src/log/logger.js';
-import { startService, type EnforcerFactory } from '../../../../src/control/daemon/start.js';
+import { startService } from '../../../../src/control/daemon/start.js';
+import type { ServiceContext } from '../../../../src/control/reconcile/loop.js';
+
+// The reconcile the service starts, replaced by a probe: what the service does around it (order, host settings,
+// reload, stop) is what these tests check; the reconcile itself has tests of its own.
+const probe = vi.hoisted(() => ({
+  events: [] as string[],
+  failStart: false,
+  onStart: null as (() => void) | null,
+  onClose: null as (() => void) | null,
+}));
+vi.mock('../../../../src/control/reconcile/loop.js', async (importOriginal) => {
+  const real = await importOriginal<typeof import('../../../../src/control/reconcile/loop.js')>();
+  return {
+    ...real,
+    startReconcile: async (ctx: ServiceContext) => {
+      if (probe.failStart) throw new Error('agents cannot bind');
+      probe.onStart?.();
+      probe.events.push(`start ${ctx.loaded.config.fail_mode}`);
+      return {
+        name: 'agents',
+        async reload(next: { config: { fail_mode: string } }) {
+          probe.events.push(`reload ${next.config.fail_mode}`);
+          return [];
+        },
+        async reopenLogs() {},
+        confined: () => ({}),
+        async close() {
+          probe.onClose?.();
+          probe.events.push('close');
+        },
+      };
+    },
+  };
+});
+
+beforeEach(() => {
+  probe.events = [];
+  probe.failStart = false;
+  probe.onStart = null;
+  probe.onClose = null;
+});
 
 function setup(text: string) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-svc-'));
@@ -26,92 +67,64 @@ function setup(text: string) {
 
 const CONFIG = 'user: null\nlogging: { decisions: $LOG }\nenforcers: { tools: false }\n';
 
-function fake(name: string, events: string[], opts: { enabled?: boolean; failStart?: boolean } = {}): EnforcerFactory {
-  return {
-    name,
-    enabled: (l) => opts.enabled ?? (name === 'tools' ? l.config.enforcers.tools : true),
-    async start(ctx) {
-      if (opts.failStart) throw new Error(`${name} cannot bind`);
-      events.push(`start ${name} ${ctx.loaded.config.fail_mode}`);
-      return {
-        name,
-        async reload(next) {
-          events.push(`reload ${name} ${next.loaded.config.fail_mode}`);
-        },
-        async close() {
-          events.push(`close ${name}`);
-        },
-      };
-    },
-  };
-}
-
 describe('service start', () => {
-  it('starts enabled enforcers in order, reports READY=1, closes them in reverse on stop', async () => {
+  it('starts the reconcile, reports READY=1, closes it on stop', async () => {
     const s = setup(CONFIG);
-    const events: string[] = [];
-    const svc = await startService({
-      configPath: s.file,
-      logger: s.logger,
-      notify: s.notify,
-      enforcers: [fake('network', events), fake('tools', events), fake('filesystem', events)],
-    });
-    expect(events).toEqual(['start network closed', 'start filesystem closed']);
+    const svc = await startService({ configPath: s.file, logger: s.logger, notify: s.notify });
+    expect(probe.events).toEqual(['start closed']);
     expect(s.notes[0]).toMatch(
-      /^READY=1\nSTATUS=no configured user \(leash-\* agent accounts only\): .*enforcers running: network, filesystem$/,
+      /^READY=1\nSTATUS=no configured user \(leash-\* agent accounts only\): .*enforcers running: agents$/,
     );
     await svc.stop();
     await svc.stopped;
-    expect(events.slice(2)).toEqual(['close filesystem', 'close network']);
+    expect(probe.events.slice(1)).toEqual(['close']);
     expect(s.notes).toContain('STOPPING=1');
     expect(fs.statSync(path.join(s.dir, 'decisions.jsonl')).mode & 0o777).toBe(0o600);
   });
 
-  it('an enforcer that fails to start closes those already started: service_failed', async () => {
+  it('runs no reconcile when every enforcer is off', async () => {
+    const s = setup(
+      'user: null\nlogging: { decisions: $LOG }\nenforcers: { network: false, filesystem: false, tools: false }\n',
+    );
+    const svc = await startService({ configPath: s.file, logger: s.logger, notify: s.notify });
+    expect(probe.events).toEqual([]);
+    expect(s.notes[0]).toMatch(/enforcers running: none$/);
+    await svc.stop();
+  });
+
+  it('a reconcile that fails to start is service_failed, and nothing is reported ready', async () => {
     const s = setup(CONFIG);
-    const events: string[] = [];
-    const err = await startService({
-      configPath: s.file,
-      logger: s.logger,
-      notify: s.notify,
-      enforcers: [fake('network', events), fake('filesystem', events, { failStart: true })],
-    }).catch((e) => e);
+    probe.failStart = true;
+    const err = await startService({ configPath: s.file, logger: s.logger, notify: s.notify }).catch((e) => e);
     expect(err.code).toBe('service_failed');
-    expect(events).toEqual(['start network closed', 'close network']);
+    expect(probe.events).toEqual([]);
     expect(s.notes).toEqual([]);
   });
 
-  it('reload hands a validated config to each enforcer; a refused one keeps the old policy', async () => {
+  it('reload hands a validated config to the reconcile; a refused one keeps the old policy', async () => {
     const s = setup(CONFIG);
-    const events: string[] = [];
-    const svc = await startService({
-      configPath: s.file,
-      logger: s.logger,
-      notify: s.notify,
-      enforcers: [fake('network', events)],
-    });
+    const events = probe.events;
+    const svc = await startService({ configPath: s.file, logger: s.logger, notify: s.notify });
     onTestFinished(() => svc.stop());
     fs.writeFileSync(s.file, 'network: { mode: greylist }\n');
     await svc.reload();
-    expect(events).toEqual(['start network closed']);
+    expect(events).toEqual(['start closed']);
     expect(s.lines.some((l) => l.code === 'config_invalid' && l.level === 50)).toBe(true);
     fs.writeFileSync(s.file, CONFIG.replace('$LOG', path.join(s.dir, 'decisions.jsonl')) + 'fail_mode: open\n');
     await svc.reload();
-    expect(events).toEqual(['start network closed', 'reload network open']);
+    expect(events).toEqual(['start closed', 'reload open']);
     expect(s.notes.filter((n) => n.startsWith('READY=1'))).toHaveLength(2);
   });
 
   it('refuses a config whose user does not exist (user_unknown)', async () => {
     const s = setup('user: leash-tno-such-account\nlogging: { decisions: stdout }\n');
-    const err = await startService({ configPath: s.file, logger: s.logger, notify: s.notify, enforcers: [] }).catch(
-      (e) => e,
-    );
+    const err = await startService({ configPath: s.file, logger: s.logger, notify: s.notify }).catch((e) => e);
     expect(err.code).toBe('user_unknown');
   });
 
   it('logs every finding at startup with its code', async () => {
     const s = setup('user: null\nnetwork: { mode: blacklist, allow: [a.com] }\nlogging: { decisions: stdout }\n');
-    const svc = await startService({ configPath: s.file, logger: s.logger, notify: s.notify, enforcers: [] });
+    const svc = await startService({ configPath: s.file, logger: s.logger, notify: s.notify });
     await svc.stop();
     const codes = s.lines.filter((l) => l.component === 'service' && l.code).map((l) => l.code);
     expect(codes).toEqual(['blacklist_allow_ignored', 'user_unset']);
@@ -122,30 +135,18 @@ describe('service start: host settings (config host, against files of the test: 
   const HOSTCFG =
     'user: null\nlogging: { decisions: $LOG }\nenforcers: { tools: false }\nhost: { memfd_noexec: true }\n';
 
-  it('applies host.memfd_noexec before the enforcers start and restores it after they closed', async () => {
+  it('applies host.memfd_noexec before the reconcile starts and restores it after it closed', async () => {
     const s = setup(HOSTCFG);
     const sysctl = path.join(s.dir, 'memfd_noexec');
     const stateFile = path.join(s.dir, 'run', 'host-settings.json');
     fs.writeFileSync(sysctl, '0\n');
     const seen: string[] = [];
-    const probe: EnforcerFactory = {
-      name: 'probe',
-      enabled: () => true,
-      async start() {
-        seen.push(`start ${fs.readFileSync(sysctl, 'utf8').trim()}`);
-        return {
-          name: 'probe',
-          async close() {
-            seen.push(`close ${fs.readFileSync(sysctl, 'utf8').trim()}`);
-          },
-        };
-      },
-    };
+    probe.onStart = () => seen.push(`start ${fs.readFileSync(sysctl, 'utf8').trim()}`);
+    probe.onClose = () => seen.push(`close ${fs.readFileSync(sysctl, 'utf8').trim()}`);
     const svc = await startService({
       configPath: s.file,
       logger: s.logger,
       notify: s.notify,
-      enforcers: [probe],
       hostPaths: { memfdNoexec: sysctl, stateFile },
     });
     expect(fs.readFileSync(sysctl, 'utf8').trim()).toBe('2');
@@ -155,31 +156,30 @@ describe('service start: host settings (config host, against files of the test: 
     expect(fs.existsSync(stateFile)).toBe(false);
   });
 
-  it('does not start without kernel support (host_setting_failed) and starts no enforcer', async () => {
+  it('does not start without kernel support (host_setting_failed) and starts no reconcile', async () => {
     const s = setup(HOSTCFG);
-    const events: string[] = [];
+    const events = probe.events;
     await expect(
       startService({
         configPath: s.file,
         logger: s.logger,
         notify: s.notify,
-        enforcers: [fake('network', events)],
         hostPaths: { memfdNoexec: path.join(s.dir, 'absent'), stateFile: path.join(s.dir, 'state.json') },
       }),
     ).rejects.toMatchObject({ code: 'host_setting_failed' });
     expect(events).toEqual([]);
   });
 
-  it('restores when an enforcer fails to start', async () => {
+  it('restores when the reconcile fails to start', async () => {
     const s = setup(HOSTCFG);
     const sysctl = path.join(s.dir, 'memfd_noexec');
     fs.writeFileSync(sysctl, '1\n');
+    probe.failStart = true;
     await expect(
       startService({
         configPath: s.file,
         logger: s.logger,
         notify: s.notify,
-        enforcers: [fake('network', [], { failStart: true })],
         hostPaths: { memfdNoexec: sysctl, stateFile: path.join(s.dir, 'state.json') },
       }),
     ).rejects.toMatchObject({ code: 'service_failed' });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { enforcerMismatches } from '../../../../src/control/reconcile/agents.js';
+import { enforcerMismatches } from '../../../../src/control/reconcile/enforcers.js';
 
 const all = { network: true, filesystem: true, tools: true };
 

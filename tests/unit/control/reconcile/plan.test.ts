@@ -4,7 +4,9 @@ import { floorOf } from '../../../../src/control/policy/fragment.js';
 import type { Resolution } from '../../../../src/control/policy/resolve.js';
 import { policyHash } from '../../../../src/control/policy/resolve.js';
 import type { AppliedState, AppliedSubject, Observation, Observed } from '../../../../src/control/reconcile/plan.js';
-import { emptyApplied, executePlan, planReconcile } from '../../../../src/control/reconcile/plan.js';
+import { emptyApplied, planReconcile, type ApplyAction } from '../../../../src/control/reconcile/plan.js';
+import { executePlan } from '../../../../src/control/reconcile/execute.js';
+import type { Surface } from '../../../../src/control/reconcile/surfaces/contract.js';
 
 const pA = floorOf(configSchema.parse({ network: { allow: ['a.com'] } }));
 const pB = floorOf(configSchema.parse({ network: { allow: ['b.com'] } }));
@@ -154,28 +156,32 @@ describe('reconcile planner', () => {
 });
 
 describe('executing a plan', () => {
-  function hooks(failApply: string[] = []) {
+  /**
+   * One surface that records what it is handed: each apply call's subjects (`kind:account`, a call of several is
+   * one batch), each deny and orphan. `failApply` subjects come back failed; `throwBatch` makes a call of several throw.
+   */
+  function hooks(failApply: string[] = [], throwBatch = false) {
     const calls: string[] = [];
+    const batches: string[][] = [];
     const critical: string[] = [];
-    return {
-      calls,
-      critical,
-      h: {
-        apply: async (a: { account: string; kind: string }) => {
-          calls.push(`${a.kind}:${a.account}`);
-          if (failApply.includes(a.account)) throw new Error('listener would not bind');
-        },
-        deny: async (a: { account: string }) => {
-          calls.push(`deny:${a.account}`);
-        },
-        orphan: async (a: { account: string }) => {
-          calls.push(`orphan:${a.account}`);
-        },
-        critical: (m: string) => {
-          critical.push(m);
-        },
+    const surface: Surface = {
+      surface: 'network',
+      async apply(actions: ApplyAction[]) {
+        if (actions.length > 1) {
+          batches.push(actions.map((a) => a.account));
+          if (throwBatch) throw new Error('nft vanished');
+        } else calls.push(`${actions[0]!.kind}:${actions[0]!.account}`);
+        const errors = new Map<number, Error>();
+        for (const a of actions)
+          if (failApply.includes(a.account)) errors.set(a.uid, new Error('listener would not bind'));
+        return errors;
       },
+      deny: async (a) => void calls.push(`deny:${a.account}`),
+      orphan: async (a) => void calls.push(`orphan:${a.account}`),
+      status: () => ({ surface: 'network', subjects: 0, uids: [] }),
+      close: async () => {},
     };
+    return { calls, batches, critical, surfaces: [surface], ev: { critical: (m: string) => void critical.push(m) } };
   }
 
   it('touches only what changed, and a subject whose apply fails is denied alone', async () => {
@@ -193,9 +199,11 @@ describe('executing a plan', () => {
         ['leash-d', 4, 18003, bad],
       ),
     );
-    const { calls, critical, h } = hooks(['leash-b']);
-    const ex = await executePlan(plan, h);
-    expect(calls).toEqual(['reapply:leash-b', 'deny:leash-b', 'reapply:leash-c', 'deny:leash-d']);
+    const { calls, batches, critical, surfaces, ev } = hooks(['leash-b']);
+    const ex = await executePlan(plan, surfaces, ev);
+    // leash-a is unchanged: it is not handed to any surface.
+    expect(batches).toEqual([['leash-b', 'leash-c']]);
+    expect(calls).toEqual(['deny:leash-b', 'deny:leash-d']);
     expect(ex.applied).toEqual(['leash-c']);
     expect(ex.denied).toEqual(['leash-b', 'leash-d']);
     expect(critical.join('\n')).toMatch(/leash-b .*fails alone.*listener would not bind/);
@@ -219,7 +227,7 @@ describe('executing a plan', () => {
     ]);
   });
 
-  it('applies several subjects as one batch when the hooks can; a subject the batch failed is denied alone', async () => {
+  it('applies several subjects as one batch; a subject the batch failed is denied alone', async () => {
     const plan = planReconcile(
       emptyApplied('multi'),
       obs(
@@ -229,15 +237,8 @@ describe('executing a plan', () => {
         ['leash-d', 4, 18003, bad],
       ),
     );
-    const { calls, critical, h } = hooks();
-    const batches: string[][] = [];
-    const ex = await executePlan(plan, {
-      ...h,
-      applyBatch: async (actions: { account: string; uid: number }[]) => {
-        batches.push(actions.map((a) => a.account));
-        return new Map([[2, new Error('listener would not bind')]]);
-      },
-    });
+    const { calls, batches, critical, surfaces, ev } = hooks(['leash-b']);
+    const ex = await executePlan(plan, surfaces, ev);
     expect(batches).toEqual([['leash-a', 'leash-b', 'leash-c']]);
     expect(calls).toEqual(['deny:leash-b', 'deny:leash-d']); // no per-subject apply
     expect(ex.applied).toEqual(['leash-a', 'leash-c']);
@@ -248,13 +249,8 @@ describe('executing a plan', () => {
 
   it('a batch that throws is redone subject by subject', async () => {
     const plan = planReconcile(emptyApplied('multi'), obs(['leash-a', 1, 18000, ok()], ['leash-b', 2, 18001, ok(pB)]));
-    const { calls, critical, h } = hooks();
-    const ex = await executePlan(plan, {
-      ...h,
-      applyBatch: async () => {
-        throw new Error('nft vanished');
-      },
-    });
+    const { calls, critical, surfaces, ev } = hooks([], true);
+    const ex = await executePlan(plan, surfaces, ev);
     expect(calls).toEqual(['add:leash-a', 'add:leash-b']);
     expect(ex.applied).toEqual(['leash-a', 'leash-b']);
     expect(critical.join('\n')).toMatch(/one by one: nft vanished/);
@@ -262,8 +258,12 @@ describe('executing a plan', () => {
 
   it('a wholesale failure touches nothing and says so', async () => {
     const prev = applied(['leash-a', 1, 18000, 'active', hA]);
-    const { calls, critical, h } = hooks();
-    const ex = await executePlan(planReconcile(prev, { ok: false, code: 'ports_corrupt', message: 'bad json' }), h);
+    const { calls, critical, surfaces, ev } = hooks();
+    const ex = await executePlan(
+      planReconcile(prev, { ok: false, code: 'ports_corrupt', message: 'bad json' }),
+      surfaces,
+      ev,
+    );
     expect(calls).toEqual([]);
     expect(critical[0]).toMatch(/changed nothing/);
     expect(ex.state.subjects.get(1)?.state).toBe('active');

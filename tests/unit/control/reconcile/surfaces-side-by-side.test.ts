@@ -1,13 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import type { ApplyAction } from '../../../../src/control/reconcile/plan.js';
-import {
-  applySideBySide,
-  type SurfaceAdapter,
-  type SurfaceName,
-} from '../../../../src/control/reconcile/surfaces/contract.js';
+import { applySideBySide } from '../../../../src/control/reconcile/execute.js';
+import type { Surface, SurfaceName } from '../../../../src/control/reconcile/surfaces/contract.js';
 
 /** A surface whose apply is the given function; the rest is never called here. */
-function surface(name: SurfaceName, apply: (a: ApplyAction[]) => Promise<Map<number, Error>>): SurfaceAdapter {
+function surface(name: SurfaceName, apply: (a: ApplyAction[]) => Promise<Map<number, Error>>): Surface {
   const never = () => Promise.reject(new Error('not in this test'));
   return {
     surface: name,

@@ -1,16 +1,15 @@
 import { describe, expect, it } from 'vitest';
+import { applySubjects } from '../../../../src/dataplane/network/nft/apply.js';
+import { renderIptables } from '../../../../src/dataplane/network/nft/iptables.js';
+import { onKernelReadFallback, readState } from '../../../../src/dataplane/network/nft/read.js';
 import {
-  applySubjects,
   isApplied,
-  onKernelReadFallback,
-  readState,
   renderApply,
-  renderIptables,
   renderRelease,
   renderSubject,
   type RulesetState,
   type TableState,
-} from '../../../../src/dataplane/network/nft/nft.js';
+} from '../../../../src/dataplane/network/nft/render.js';
 
 const base = { uid: 1001, port: 18001, dnsPort: 18501, udp: 'drop' as const };
 

@@ -1,16 +1,13 @@
-import { systemLoaders } from '../../../../src/dataplane/watcher/loaders.js';
 import { describe, expect, it } from 'vitest';
+import { interpreterWarnings } from '../../../../src/engine/interpreters.js';
 import {
-  interpreterWarnings,
   markCoverage,
   mountOf,
   nonGlobPrefix,
   parseMountinfo,
   policyRoots,
 } from '../../../../src/dataplane/watcher/policy.js';
-import { watcherMapHooks, type FsSupervisor } from '../../../../src/dataplane/watcher/index.js';
 import type { FsCmdPolicy } from '../../../../src/native.js';
-import type { Effective } from '../../../../src/control/policy/fragment.js';
 
 const MOUNTINFO = [
   '22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw',
@@ -50,35 +47,6 @@ describe('fs watcher policy helpers', () => {
     ).toEqual(['/etc/shadow', '/home/a', '/opt/x/bin', '/srv']);
     expect(policyRoots(null)).toEqual([]);
     expect(policyRoots(pol({ allow: ['/home/a'], watch: ['/', '/var//lib/'] }))).toEqual(['/', '/home/a', '/var/lib']);
-  });
-
-  it('maps reconcile actions to watcher map entries, never removing a UID', async () => {
-    const calls: unknown[][] = [];
-    const sup = { set: async (...a: unknown[]) => void calls.push(a) } as unknown as FsSupervisor;
-    const hooks = watcherMapHooks(sup, { failMode: 'closed' });
-    const effective = {
-      fail_mode: 'open',
-      filesystem: { mode: 'whitelist', allow: ['/w'], deny: [], watch: ['/'] },
-      commands: { mode: 'blacklist', allow: [], deny: ['ssh'] },
-    } as unknown as Effective;
-    await hooks.apply({ uid: 1001, policy: effective });
-    await hooks.deny({ uid: 1002 });
-    await hooks.orphan({ uid: 1003 });
-    expect(calls).toEqual([
-      [
-        1001,
-        {
-          fail_mode: 'open',
-          // namespaces absent: deny, since the filesystem is a whitelist.
-          filesystem: { mode: 'whitelist', allow: ['/w'], deny: [], watch: ['/'], namespaces: 'deny' },
-          // commands.interpreters absent: the system's dynamic loaders.
-          commands: { mode: 'blacklist', allow: [], deny: ['ssh'], interpreters: systemLoaders() },
-        },
-        'open',
-      ],
-      [1002, null, 'closed'],
-      [1003, null, 'closed'],
-    ]);
   });
 
   it('warns when a commands whitelist names an interpreter, the loader or a launcher', () => {
