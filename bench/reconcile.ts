@@ -28,6 +28,7 @@ import fs from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { diff, parseSnapshot, type Touch } from './reconcile/nft-snapshot.js';
 
 const argAgents = process.argv.indexOf('--agents');
 const AGENTS = Number(argAgents > 0 ? process.argv[argAgents + 1] : (process.env.BENCH_AGENTS ?? 200));
@@ -86,60 +87,7 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const)
     void teardown().then(() => process.exit(130));
   });
 
-// ---------------------------------------------------------------------------------------------------------------
-// nft snapshots: every chain and rule, identified by family/table/chain/handle, and every dispatch map element
-// (by its UID and the chain it jumps to), attributed to a UID.
-interface NftObj {
-  id: string;
-  uid: number | null;
-}
-function snapshot(): Map<string, NftObj> {
-  const r = must(['ip', 'netns', 'exec', NS, 'nft', '-a', '-j', 'list', 'ruleset']);
-  const doc = JSON.parse(r.out) as { nftables: Record<string, Record<string, unknown>>[] };
-  const out = new Map<string, NftObj>();
-  const uidOfChain = (c: string) => {
-    const m = /^agent_(\d+)$/.exec(c);
-    return m ? Number(m[1]) : null;
-  };
-  for (const item of doc.nftables) {
-    if (item.chain) {
-      const c = item.chain as { family: string; table: string; name: string; handle: number };
-      const id = `chain ${c.family} ${c.table} ${c.name} #${c.handle}`;
-      out.set(id, { id, uid: uidOfChain(c.name) });
-    } else if (item.rule) {
-      const rl = item.rule as { family: string; table: string; chain: string; handle: number; comment?: string };
-      const id = `rule ${rl.family} ${rl.table} ${rl.chain} #${rl.handle}`;
-      const m = /^leash:(\d+)/.exec(rl.comment ?? '');
-      out.set(id, { id, uid: uidOfChain(rl.chain) ?? (m ? Number(m[1]) : null) });
-    } else if (item.map) {
-      const mp = item.map as { family: string; table: string; name: string; elem?: [unknown, unknown][] };
-      for (const [k, v] of mp.elem ?? []) {
-        const id = `element ${mp.family} ${mp.table} ${mp.name} ${JSON.stringify(k)}:${JSON.stringify(v)}`;
-        out.set(id, { id, uid: typeof k === 'number' ? k : null });
-      }
-    }
-  }
-  return out;
-}
-interface Touch {
-  added: number;
-  removed: number;
-  uids: Set<number | 'shared'>;
-}
-function diff(before: Map<string, NftObj>, after: Map<string, NftObj>): Touch {
-  const t: Touch = { added: 0, removed: 0, uids: new Set() };
-  for (const [id, o] of after)
-    if (!before.has(id)) {
-      t.added++;
-      t.uids.add(o.uid ?? 'shared');
-    }
-  for (const [id, o] of before)
-    if (!after.has(id)) {
-      t.removed++;
-      t.uids.add(o.uid ?? 'shared');
-    }
-  return t;
-}
+const snapshot = () => parseSnapshot(must(['ip', 'netns', 'exec', NS, 'nft', '-a', '-j', 'list', 'ruleset']).out);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Everything from here on runs inside one try: whatever was made so far is undone however it ends.

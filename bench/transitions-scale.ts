@@ -105,6 +105,30 @@ function listeningPorts(pid: number): Set<number> {
   return out;
 }
 
+/** The service started in the lab's agent namespace with `cfg` and `env`, its stderr kept (what `ready` is read from). */
+export function serviceSpawner(
+  lab: Lab,
+  cli: string,
+  cfg: string,
+  env: NodeJS.ProcessEnv,
+): { spawn: () => ChildProcess; err: () => string } {
+  let err = '';
+  return {
+    spawn() {
+      err = '';
+      const c = spawn('ip', ['netns', 'exec', lab.agentNs, process.execPath, cli, '-c', cfg], {
+        env: { ...process.env, ...env },
+        stdio: ['ignore', 'ignore', 'pipe'],
+        detached: true,
+      });
+      lab.defer(`stop service ${c.pid}`, () => stopChild(c, 10_000));
+      c.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
+      return c;
+    },
+    err: () => err,
+  };
+}
+
 /** Runs the three transitions at `agents` agents; `cli` is dist/src/cli/main.js. */
 export async function scaleRows(lab: Lab, cli: string, agents: number, uidBase: number): Promise<ScaleRow[]> {
   const hostUids = new Set(
@@ -177,30 +201,21 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
   const sampled = agents > 1 ? [accounts[0]!, accounts[agents - 1]!] : [accounts[0]!];
 
   let svc: ChildProcess | null = null;
-  let err = '';
-  const spawnSvc = () => {
-    err = '';
-    const c = spawn('ip', ['netns', 'exec', lab.agentNs, process.execPath, cli, '-c', cfg], {
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'ignore', 'pipe'],
-      detached: true,
-    });
-    lab.defer(`stop service ${c.pid}`, () => stopChild(c, 10_000));
-    c.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
-    return c;
-  };
+  const svcOut = serviceSpawner(lab, cli, cfg, env);
+  const spawnSvc = svcOut.spawn;
   /** Starts the service; the epoch ms of its spawn and of its `ready` line. */
   const start = async (): Promise<{ t0: number; ready: number }> => {
     fs.rmSync(env.LEASH_PID_FILE!, { force: true });
     const t0 = Date.now();
     svc = spawnSvc();
     for (;;) {
-      const line = err
+      const line = svcOut
+        .err()
         .split('\n')
         .slice(0, -1)
         .find((l) => l.includes('"msg":"ready"'));
       if (line) return { t0, ready: Date.parse((JSON.parse(line) as { time: string }).time) };
-      if (svc.exitCode !== null) throw new Error(`service exited: ${err.slice(-3000)}`);
+      if (svc.exitCode !== null) throw new Error(`service exited: ${svcOut.err().slice(-3000)}`);
       await sleep(5);
     }
   };

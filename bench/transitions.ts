@@ -26,7 +26,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildLab, createCleanups, LAB, stopChild, type LabUser } from '../src/cli/demo/netns.js';
 import { AGENT_LOOP, type LoopCounts } from '../tests/lab/agent-loop.js';
-import { scaleRows, scaleTable, type ScaleRow } from './transitions-scale.js';
+import { scaleRows, scaleTable, serviceSpawner, type ScaleRow } from './transitions-scale.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 20);
 const AGENT_COUNTS = (process.env.BENCH_AGENTS ?? '1,1000').split(',').map(Number);
@@ -103,39 +103,28 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     };
     const leash = (args: string[], extra: NodeJS.ProcessEnv = {}) =>
       run(['ip', 'netns', 'exec', lab.agentNs, process.execPath, CLI, '-c', cfg, ...args], { ...env, ...extra });
-    const readAs = (file: string) =>
-      run([
-        'ip',
-        'netns',
-        'exec',
-        lab.agentNs,
-        'setpriv',
-        `--reuid=${agent.uid}`,
-        `--regid=${agent.gid}`,
-        '--clear-groups',
-        '/bin/cat',
-        file,
-      ]).code === 0;
+    // The agent's argv prefix: in the lab's agent namespace, as the leashed account.
+    const asAgent = [
+      'ip',
+      'netns',
+      'exec',
+      lab.agentNs,
+      'setpriv',
+      `--reuid=${agent.uid}`,
+      `--regid=${agent.gid}`,
+      '--clear-groups',
+    ];
+    const readAs = (file: string) => run([...asAgent, '/bin/cat', file]).code === 0;
     let svc: ChildProcess | null = null;
-    let err = '';
-    const spawnSvc = () => {
-      err = '';
-      const c = spawn('ip', ['netns', 'exec', lab.agentNs, process.execPath, CLI, '-c', cfg], {
-        env: { ...process.env, ...env },
-        stdio: ['ignore', 'ignore', 'pipe'],
-        detached: true,
-      });
-      lab.defer(`stop service ${c.pid}`, () => stopChild(c, 10_000));
-      c.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
-      return c;
-    };
+    const svcOut = serviceSpawner(lab, CLI, cfg, env);
+    const spawnSvc = svcOut.spawn;
     /** Starts the service; ms from spawn to ready (every subject applied on every surface). */
     const start = async () => {
       fs.rmSync(env.LEASH_PID_FILE!, { force: true });
       const t = performance.now();
       svc = spawnSvc();
-      while (!err.includes('"msg":"ready"')) {
-        if (svc.exitCode !== null) throw new Error(`service exited: ${err}`);
+      while (!svcOut.err().includes('"msg":"ready"')) {
+        if (svc.exitCode !== null) throw new Error(`service exited: ${svcOut.err()}`);
         await sleep(5);
       }
       return performance.now() - t;
@@ -145,16 +134,8 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     const other = LAB.hosts.find((h) => h.name === 'other.lab')!.v4;
     const loop = (ms: number): Promise<LoopCounts> => {
       const c = spawn(
-        'ip',
-        [
-          'netns',
-          'exec',
-          lab.agentNs,
-          'setpriv',
-          `--reuid=${agent.uid}`,
-          `--regid=${agent.gid}`,
-          '--clear-groups',
-        ].concat([process.execPath, script, path.join(mnt, 'held'), other, '80', 'nope.lab', String(ms)]),
+        asAgent[0]!,
+        [...asAgent.slice(1), process.execPath, script, path.join(mnt, 'held'), other, '80', 'nope.lab', String(ms)],
         { stdio: ['ignore', 'pipe', 'ignore'] },
       );
       lab.defer(`stop loop ${c.pid}`, () => stopChild(c, 2000));

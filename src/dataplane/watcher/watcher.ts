@@ -78,12 +78,57 @@ function errnoCode(e: unknown): string {
   return (e as { code?: string }).code ?? 'EUNKNOWN';
 }
 
+/** The filesystem marks of one watcher: each filesystem marked once (by st_dev), a failure warned once per path. */
+function createMarks(
+  w: NativeWatcher,
+  warn: WatcherCoreOptions['warn'],
+  readMountinfo: () => string,
+): { marked: Map<number, string>; errors: Map<string, string>; rescan(roots: Set<string>): void } {
+  const marked = new Map<number, string>(); // st_dev -> the path the mark was put on
+  const errors = new Map<string, string>();
+  const tryMark = (p: string): void => {
+    let dev: number;
+    try {
+      dev = fs.statSync(p).dev;
+    } catch {
+      return;
+    }
+    if (marked.has(dev)) return;
+    try {
+      w.mark(p, 'filesystem');
+      marked.set(dev, p);
+      errors.delete(p);
+    } catch (e) {
+      if (!errors.has(p)) warn({ msg: 'cannot mark filesystem', path: p, code: errnoCode(e) });
+      errors.set(p, errnoCode(e));
+    }
+  };
+  /** Marks every root's filesystem (its nearest existing ancestor) and every mount beneath a root. */
+  const rescan = (roots: Set<string>): void => {
+    for (const r of roots) {
+      let p = r;
+      while (p !== '/' && !fs.existsSync(p)) p = path.dirname(p);
+      tryMark(p);
+    }
+    let mounts;
+    try {
+      mounts = parseMountinfo(readMountinfo());
+    } catch {
+      return;
+    }
+    for (const m of mounts) {
+      for (const r of roots) {
+        if (r !== '/' && (m.mountPoint === r || m.mountPoint.startsWith(r + '/'))) tryMark(m.mountPoint);
+      }
+    }
+  };
+  return { marked, errors, rescan };
+}
+
 /** Creates the watcher core around one native Watcher (one fanotify group). */
 export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
   const subjects = new Map<number, WatcherSubject>();
   let watch: string[] = [];
-  const marked = new Map<number, string>(); // st_dev -> the path the mark was put on
-  const markErrors = new Map<string, string>();
   let droppedAllows = 0;
   let timers: NodeJS.Timeout[] = [];
   const readMountinfo = opts.readMountinfo ?? (() => fs.readFileSync('/proc/self/mountinfo', 'utf8'));
@@ -177,44 +222,12 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
   };
   let ns: NamespaceScanner | null = null;
 
-  const tryMark = (p: string): void => {
-    let dev: number;
-    try {
-      dev = fs.statSync(p).dev;
-    } catch {
-      return;
-    }
-    if (marked.has(dev)) return;
-    try {
-      w.mark(p, 'filesystem');
-      marked.set(dev, p);
-      markErrors.delete(p);
-    } catch (e) {
-      if (!markErrors.has(p)) opts.warn({ msg: 'cannot mark filesystem', path: p, code: errnoCode(e) });
-      markErrors.set(p, errnoCode(e));
-    }
-  };
-
+  const marks = createMarks(w, opts.warn, readMountinfo);
   /** Marks the filesystem of every root (its nearest existing ancestor) and every mount beneath a root. */
   const rescan = (): void => {
     const roots = new Set<string>(watch.map((p) => path.resolve(p)));
     for (const s of subjects.values()) for (const r of policyRoots(s.policy)) roots.add(r);
-    for (const r of roots) {
-      let p = r;
-      while (p !== '/' && !fs.existsSync(p)) p = path.dirname(p);
-      tryMark(p);
-    }
-    let mounts;
-    try {
-      mounts = parseMountinfo(readMountinfo());
-    } catch {
-      return;
-    }
-    for (const m of mounts) {
-      for (const r of roots) {
-        if (r !== '/' && (m.mountPoint === r || m.mountPoint.startsWith(r + '/'))) tryMark(m.mountPoint);
-      }
-    }
+    marks.rescan(roots);
   };
 
   // A standby marks nothing (its marks would be the group's twice); after its takeover it scans like the active one.
@@ -264,8 +277,8 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
         role: w.standby ? 'standby' : 'active',
         groupFd: w.fd,
         tableFd: w.tableFd,
-        marks: [...marked.values()].sort(),
-        markErrors: [...markErrors].map(([p, code]) => ({ path: p, code })),
+        marks: [...marks.marked.values()].sort(),
+        markErrors: [...marks.errors].map(([p, code]) => ({ path: p, code })),
         subjects: subjects.size,
         droppedAllows,
         pidNs,
