@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/control/config/load.js';
@@ -8,6 +9,14 @@ import { createLogger } from '../../src/log/logger.js';
 import type { Effective } from '../../src/control/policy/fragment.js';
 import { netnsRunner } from '../../src/dataplane/network/nft/run.js';
 import { bareNetns, isRoot } from '../lab/index.js';
+
+/** Listens on each host/port pair given (argv), says "up" once all listen, and accepts (then closes) whatever comes. */
+const SQUATTER = `const net = require('node:net'); const a = process.argv.slice(1); let n = 0;
+for (let i = 0; i < a.length; i += 2) net.createServer((c) => c.destroy()).listen(+a[i + 1], a[i], () => { if (++n === a.length / 2) console.log('up'); });`;
+/** Connects to argv host:port; prints "connected" or the error code. */
+const CONNECT = `const s = require('node:net').connect(+process.argv[2], process.argv[1]);
+s.on('connect', () => { console.log('connected'); s.destroy(); }); s.on('error', (e) => console.log(e.code));
+setTimeout(() => { console.log('TIMEOUT'); process.exit(0); }, 3000).unref();`;
 
 // nft always runs in a namespace of the test's own (never the host's ruleset).
 describe.skipIf(!isRoot)('proxy on a host with IPv6 disabled', () => {
@@ -55,7 +64,7 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
     return rest;
   };
 
-  it('apply / orphan / deny: chains per subject with its own udp and resolvers, kept on orphan and on deny (fail closed), dropped without a port', async () => {
+  it('apply / orphan / deny: chains per subject with its own udp and resolvers, kept on orphan and on deny (fail closed), sealed without a port', async () => {
     const run = netnsRunner(NSP);
     const enf = await startNetworkEnforcer<CompiledPolicy>({
       runner: run,
@@ -107,7 +116,8 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
       expect(await chain('inet', 62002)).toContain('meta l4proto != tcp drop');
       expect(await chain('ip', 62001)).toContain('redirect to :18961');
       expect(enf.proxy.ports().get(62002)).toBe(18962); // still listening, refusing
-      // No port at all: nothing to redirect to, so the chain and the listener go.
+      // No port at all: nothing of ours to redirect to, so the listener goes and the chain is sealed (no redirect,
+      // TCP reset, the rest dropped): the subject stays confined, closed.
       await hooks.deny({
         kind: 'fail',
         account: 'leash-tb',
@@ -116,14 +126,16 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
         failure: { code: 'no_port', message: 'x' },
         hadChain: true,
       });
-      expect((await run(['nft', 'list', 'ruleset'])).stdout).not.toContain('agent_62002');
+      expect(await chain('ip', 62002)).not.toContain('redirect');
+      expect(await chain('inet', 62002)).toContain('meta l4proto tcp reject with tcp reset');
+      expect(await chain('inet', 62002)).toMatch(/reject with tcp reset[^\n]*\n\s*drop/);
       expect(enf.proxy.ports().has(62002)).toBe(false);
     } finally {
       await enf.stop();
     }
   });
 
-  it('many new subjects at once: listeners open side by side, one whose port is taken fails alone and gets no chain', async () => {
+  it('many new subjects at once: listeners open side by side, one whose port is taken fails alone and is sealed', async () => {
     const run = netnsRunner(NSP);
     const enf = await startNetworkEnforcer<CompiledPolicy>({
       runner: run,
@@ -163,7 +175,77 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
       const inMap = doc.nftables.flatMap((x) => (x.map?.elem ?? []).map((e) => e[0]));
       expect(inMap).toHaveLength(149);
       expect(inMap).not.toContain(62199);
+      // The pass denies it (execute.ts): its listener still cannot open, so its chain is sealed, not dropped.
+      await hooks.deny({
+        kind: 'fail',
+        account: 'leash-tm99',
+        uid: 62199,
+        port: 19499,
+        failure: { code: 'apply_failed', message: 'EADDRINUSE' },
+        hadChain: false,
+      });
+      const sealed = (await run(['nft', 'list', 'chain', 'inet', 'leash_filter', 'agent_62199'])).stdout;
+      expect(sealed).toContain('meta l4proto tcp reject with tcp reset');
+      expect((await run(['nft', 'list', 'chain', 'ip', 'leash', 'agent_62199'])).stdout).not.toContain('redirect');
     } finally {
+      squat.close();
+      await enf.stop();
+    }
+  });
+
+  it('as the agent whose port another process took: every connection is refused, none reaches that process', async () => {
+    const run = netnsRunner(NSP);
+    await run(['ip', 'link', 'set', 'lo', 'up']);
+    const enf = await startNetworkEnforcer<CompiledPolicy>({
+      runner: run,
+      decide,
+      decideDns: decideDnsName,
+      decideDnsAnswer,
+      log: { write: () => 'r' },
+      resolvers: ['198.18.1.53'],
+      udp: 'drop',
+      expectedSubjects: 2,
+      proxy: { hosts: ['127.0.0.1'] },
+      dns: { hosts: ['127.0.0.1'] },
+    });
+    const hooks = networkSurface(enf, run, createLogger({ level: 'error' }));
+    const squat = net.createServer();
+    await new Promise<void>((r) => squat.listen({ host: '127.0.0.1', port: 19498, exclusive: true }, () => r()));
+    // The squatter inside the agent's namespace: a root process listening on a port, counting what reaches it.
+    const inside = spawn(
+      'ip',
+      ['netns', 'exec', NSP, process.execPath, '-e', SQUATTER, '127.0.0.1', '19498', '127.0.0.1', '8080'],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    try {
+      await new Promise<void>((r) => inside.stdout!.once('data', () => r()));
+      const connect = async (port: string) =>
+        (
+          await run([
+            'setpriv',
+            '--reuid=62198',
+            '--regid=62198',
+            '--clear-groups',
+            process.execPath,
+            '-e',
+            CONNECT,
+            '127.0.0.1',
+            port,
+          ])
+        ).stdout.trim();
+      // Before Leash: the account reaches both local ports (what "unconfined" means here).
+      expect(await connect('19498')).toBe('connected');
+      const pol = effective('network: { mode: whitelist, allow: [example.org] }\n');
+      const add = { kind: 'add' as const, account: 'leash-tm98', uid: 62198, port: 19498, policy: pol, hash: 'h' };
+      const errors = await hooks.apply([add]);
+      expect((errors.get(62198) as NodeJS.ErrnoException).code).toBe('EADDRINUSE');
+      await hooks.deny({ ...add, kind: 'fail', failure: { code: 'apply_failed', message: 'x' }, hadChain: false });
+      // Sealed: the squatter's port and any other destination are refused at once (a reset, not a time-out).
+      expect(await connect('19498')).toBe('ECONNREFUSED');
+      expect(await connect('8080')).toBe('ECONNREFUSED');
+      expect(await connect('19998')).toBe('ECONNREFUSED');
+    } finally {
+      inside.kill('SIGKILL');
       squat.close();
       await enf.stop();
     }

@@ -174,26 +174,44 @@ export class NetworkEnforcer<P> {
   /**
    * A subject that cannot be resolved fails closed: its listener (re)opens with no policy, refusing everything
    * with `no_policy` (allowing it under fail_mode open), and its chain is kept or put in (with the enforcer's
-   * udp/resolvers), so its TCP never leaves unjudged. Without a port (the pool is exhausted) there is no listener
-   * to redirect to: any chain is dropped and the listener closed.
+   * udp/resolvers), so its TCP never leaves unjudged. A subject with no port (the pool is exhausted) or whose
+   * listener cannot open (another process holds its port) is sealed: a redirect would find nothing of ours, or that
+   * other process's socket, so its chain refuses everything instead, whatever fail_mode says.
    */
   async denySubject(uid: number, port: number | null): Promise<void> {
     if (port === null) {
-      await this.releaseSubject(uid);
+      await this.proxy.removeSubject(uid);
+      await this.dns.removeSubject(uid);
+      await this.seal(uid);
       return;
     }
-    // Listeners first (refusing), then the chain: a redirect always finds a listener that says no. A listener that
-    // cannot open leaves nothing to redirect to: the chain goes (as it did before fail-closed chains).
+    // Listeners first (refusing), then the chain: a redirect always finds a listener that says no.
     try {
       await this.proxy.setSubject({ uid, port, policy: null });
       await this.dns.setSubject({ uid, port: dnsPortFor(port), policy: null, resolvers: this.opts.resolvers });
     } catch (e) {
-      await this.firewall.release([uid]);
-      this.applied.delete(uid);
-      throw e;
+      // Sealed, the subject is denied as asked (its failure is already the caller's); unsealed, say why.
+      if (!(await this.seal(uid))) throw e;
+      return;
     }
     await this.firewall.apply({ uid, port, dnsPort: dnsPortFor(port), udp: this.opts.udp });
     this.applied.add(uid);
+  }
+
+  /**
+   * Puts `uid` behind a sealed chain (nothing leaves); false where that failed (the iptables fallback cannot seal),
+   * and then its rules go, as before sealing existed.
+   */
+  private async seal(uid: number): Promise<boolean> {
+    try {
+      await this.firewall.apply({ uid, port: 0, dnsPort: 0, udp: 'drop', sealed: true });
+      this.applied.add(uid);
+      return true;
+    } catch {
+      await this.firewall.release([uid]);
+      this.applied.delete(uid);
+      return false;
+    }
   }
 
   /** A subject that left discovery: its chain is kept (the UID may still run), its listener refuses everything. */

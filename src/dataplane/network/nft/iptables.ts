@@ -9,6 +9,8 @@ import type { Runner } from './run.js';
 /** The `iptables -S` lines the fallback keeps in nat OUTPUT for one subject (the exact canonical form). */
 export function renderIptables(s: SubjectRules): string[] {
   validate(s);
+  // nat OUTPUT cannot refuse (REJECT is the filter table's): the fallback has no sealed form.
+  if (s.sealed) throw new LeashError('network_rule_invalid', 'the iptables fallback cannot seal a subject');
   const c = `-m comment --comment "${dispatchComment(s.uid)}"`;
   return [`-A OUTPUT -p tcp -m owner --uid-owner ${s.uid} ${c} -j REDIRECT --to-ports ${s.port}`];
 }

@@ -40,6 +40,12 @@ export interface SubjectRules {
   dnsPort: number;
   /** `drop` (default): UDP other than DNS (redirected to the forwarder) is dropped. `allow`: UDP is not filtered. */
   udp: 'drop' | 'allow';
+  /**
+   * Sealed: nothing this UID sends leaves or reaches a local port (TCP reset, the rest dropped), with no redirect.
+   * For a subject whose listener cannot open (its port held by another process) or that has no port: a redirect
+   * would reach nothing of ours, or another process's socket (`port` and `dnsPort` are not used).
+   */
+  sealed?: boolean;
 }
 
 /** The rule bodies of one subject's three chains, in order. */
@@ -64,6 +70,7 @@ export function dispatchComment(uid: number): string {
 export function validate(s: SubjectRules): void {
   if (!Number.isInteger(s.uid) || s.uid < 0 || s.uid > 0xfffffffe)
     throw new LeashError('network_rule_invalid', `bad uid ${s.uid}`);
+  if (s.sealed) return;
   if (!Number.isInteger(s.port) || s.port < 1 || s.port > 65535)
     throw new LeashError('network_rule_invalid', `bad proxy port ${s.port}`);
   if (!Number.isInteger(s.dnsPort) || s.dnsPort < 1 || s.dnsPort > 65535 || s.dnsPort === s.port)
@@ -73,6 +80,7 @@ export function validate(s: SubjectRules): void {
 /** Renders one subject's chain contents (pure; the unit tests pin the exact rules). */
 export function renderSubject(s: SubjectRules): RenderedSubject {
   validate(s);
+  if (s.sealed) return withHash(s.uid, [], [], ['meta l4proto tcp reject with tcp reset', 'drop']);
   // DNS first: every UDP and TCP query to port 53, whatever the destination (a resolver, 127.0.0.53, an attacker's
   // server), goes to this subject's own forwarder, which judges the name; nothing on port 53 leaves unjudged.
   const dns = [`udp dport 53 redirect to :${s.dnsPort}`, `tcp dport 53 redirect to :${s.dnsPort}`];
@@ -104,11 +112,15 @@ export function renderSubject(s: SubjectRules): RenderedSubject {
   for (const port of [s.port, s.dnsPort]) filter.push(`ip6 daddr ::1 tcp dport ${port} return`);
   filter.push('ct direction reply ct state established return');
   filter.push('drop');
+  return withHash(s.uid, ip, ip6, filter);
+}
+
+function withHash(uid: number, ip: string[], ip6: string[], filter: string[]): RenderedSubject {
   const hash = createHash('sha256')
-    .update(JSON.stringify([s.uid, ip, ip6, filter]))
+    .update(JSON.stringify([uid, ip, ip6, filter]))
     .digest('hex')
     .slice(0, 16);
-  return { uid: s.uid, chain: chainName(s.uid), ip, ip6, filter, hash };
+  return { uid, chain: chainName(uid), ip, ip6, filter, hash };
 }
 
 function rulesFor(r: RenderedSubject, t: TableRef): string[] {

@@ -61,6 +61,15 @@ describe('nft rendering', () => {
     ]);
   });
 
+  it('a sealed subject has no redirect at all: its TCP is reset and everything else dropped; iptables cannot seal', () => {
+    const r = renderSubject({ uid: 1001, port: 0, dnsPort: 0, udp: 'allow', sealed: true });
+    expect(r.ip).toEqual([]);
+    expect(r.ip6).toEqual([]);
+    expect(r.filter).toEqual(['meta l4proto tcp reject with tcp reset', 'drop']);
+    expect(r.hash).not.toBe(renderSubject({ uid: 1001, port: 18000, dnsPort: 18500, udp: 'drop' }).hash);
+    expect(() => renderIptables({ uid: 1001, port: 0, dnsPort: 0, udp: 'drop', sealed: true })).toThrow(/cannot seal/);
+  });
+
   it('lifts the UDP filter with udp: allow', () => {
     expect(renderSubject({ ...base, udp: 'allow' }).filter).toEqual([
       'meta l4proto udp return',
