@@ -59,13 +59,8 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
     await cleanup?.();
   });
 
-  const effective = (text: string): Effective => {
-    const { user: _u, logging: _l, ...rest } = parseConfig(text, 'test', { lookup: () => null }).config;
-    return rest;
-  };
-
-  it('apply / orphan / deny: chains per subject with its own udp and resolvers, kept on orphan and on deny (fail closed), sealed without a port', async () => {
-    const run = netnsRunner(NSP);
+  /** The network enforcer on loopback (nft in the test's namespace) and the reconcile's surface over it. */
+  const startSurface = async (run: ReturnType<typeof netnsRunner>, expectedSubjects: number, dnsLoopback: boolean) => {
     const enf = await startNetworkEnforcer<CompiledPolicy>({
       runner: run,
       decide,
@@ -74,10 +69,21 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
       log: { write: () => 'r' },
       resolvers: ['198.18.1.53'],
       udp: 'drop',
-      expectedSubjects: 2,
+      expectedSubjects,
       proxy: { hosts: ['127.0.0.1'] },
+      ...(dnsLoopback ? { dns: { hosts: ['127.0.0.1'] } } : {}),
     });
-    const hooks = networkSurface(enf, run, createLogger({ level: 'error' }));
+    return { enf, hooks: networkSurface(enf, run, createLogger({ level: 'error' })) };
+  };
+
+  const effective = (text: string): Effective => {
+    const { user: _u, logging: _l, ...rest } = parseConfig(text, 'test', { lookup: () => null }).config;
+    return rest;
+  };
+
+  it('apply / orphan / deny: chains per subject with its own udp and resolvers, kept on orphan and on deny (fail closed), sealed without a port', async () => {
+    const run = netnsRunner(NSP);
+    const { enf, hooks } = await startSurface(run, 2, false);
     try {
       const a = effective('network: { mode: whitelist, allow: [example.org] }\n');
       const b = effective('network: { mode: blacklist, udp: allow, dns_resolvers: [2001:db8::53] }\n');
@@ -137,19 +143,7 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
 
   it('many new subjects at once: listeners open side by side, one whose port is taken fails alone and is sealed', async () => {
     const run = netnsRunner(NSP);
-    const enf = await startNetworkEnforcer<CompiledPolicy>({
-      runner: run,
-      decide,
-      decideDns: decideDnsName,
-      decideDnsAnswer,
-      log: { write: () => 'r' },
-      resolvers: ['198.18.1.53'],
-      udp: 'drop',
-      expectedSubjects: 150,
-      proxy: { hosts: ['127.0.0.1'] },
-      dns: { hosts: ['127.0.0.1'] },
-    });
-    const hooks = networkSurface(enf, run, createLogger({ level: 'error' }));
+    const { enf, hooks } = await startSurface(run, 150, true);
     // Someone else's listener on the port of the 100th subject (in the middle of the second batch of 64).
     const squat = net.createServer();
     await new Promise<void>((r) => squat.listen({ host: '127.0.0.1', port: 19499, exclusive: true }, () => r()));
@@ -196,19 +190,7 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
   it('as the agent whose port another process took: every connection is refused, none reaches that process', async () => {
     const run = netnsRunner(NSP);
     await run(['ip', 'link', 'set', 'lo', 'up']);
-    const enf = await startNetworkEnforcer<CompiledPolicy>({
-      runner: run,
-      decide,
-      decideDns: decideDnsName,
-      decideDnsAnswer,
-      log: { write: () => 'r' },
-      resolvers: ['198.18.1.53'],
-      udp: 'drop',
-      expectedSubjects: 2,
-      proxy: { hosts: ['127.0.0.1'] },
-      dns: { hosts: ['127.0.0.1'] },
-    });
-    const hooks = networkSurface(enf, run, createLogger({ level: 'error' }));
+    const { enf, hooks } = await startSurface(run, 2, true);
     const squat = net.createServer();
     await new Promise<void>((r) => squat.listen({ host: '127.0.0.1', port: 19498, exclusive: true }, () => r()));
     // The squatter inside the agent's namespace: a root process listening on a port, counting what reaches it.
