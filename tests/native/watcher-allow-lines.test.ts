@@ -96,7 +96,9 @@ function lab(extra: Partial<WatcherOptions>): Lab {
         const d = this.drain();
         out.records.push(...d.records);
         for (let i = 0; i + 3 < d.allows.length; i += 4) {
-          const at = out.allows.findIndex((_, j) => j % 4 === 0 && out.allows[j] === d.allows[i] && out.allows[j + 1] === d.allows[i + 1]);
+          const at = out.allows.findIndex(
+            (_, j) => j % 4 === 0 && out.allows[j] === d.allows[i] && out.allows[j + 1] === d.allows[i + 1],
+          );
           if (at < 0) out.allows.push(...d.allows.slice(i, i + 4));
           else {
             out.allows[at + 2] += d.allows[i + 2];

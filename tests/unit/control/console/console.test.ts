@@ -384,7 +384,10 @@ describe('console HTTP server on a loopback port', () => {
 
   it('no token: 401; a wrong token: 401; the token: 200', async () => {
     expect((await call({ path: '/api/subjects' })).status).toBe(401);
-    const wrong = await call({ path: '/api/subjects', headers: { authorization: 'Bearer ' + (srv.token[0] === 'x' ? 'y' : 'x') + srv.token.slice(1) } });
+    const wrong = await call({
+      path: '/api/subjects',
+      headers: { authorization: 'Bearer ' + (srv.token[0] === 'x' ? 'y' : 'x') + srv.token.slice(1) },
+    });
     expect([wrong.status, code(wrong)]).toEqual([401, 'console_unauthorized']);
     expect((await call({ path: '/api/subjects', headers: auth() })).status).toBe(200);
   });
