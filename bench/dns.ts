@@ -15,7 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { PolicyInput } from '../src/engine/types.js';
-import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../src/cli/demo/netns.js';
+import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../tests/lab/netns.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const args = process.argv.slice(2);

@@ -19,7 +19,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { PolicyInput } from '../src/engine/types.js';
-import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../src/cli/demo/netns.js';
+import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../tests/lab/netns.js';
 import { captureHello } from '../tests/lab/client-hello.js';
 import { compileC } from './common.js';
 

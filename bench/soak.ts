@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { buildLab, createCleanups, type Lab, type LabUser } from '../src/cli/demo/netns.js';
+import { buildLab, createCleanups, type Lab, type LabUser } from '../tests/lab/netns.js';
 import type { PolicyInput } from '../src/engine/types.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));

@@ -24,7 +24,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { serializeBindings, type BindingsDoc } from '../src/control/policy/bindings.js';
-import { LAB, stopChild, type Lab } from '../src/cli/demo/netns.js';
+import { LAB, stopChild, type Lab } from '../tests/lab/netns.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

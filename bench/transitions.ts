@@ -24,7 +24,7 @@ import fs from 'node:fs';
 import { loadavg } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { buildLab, createCleanups, LAB, stopChild, type LabUser } from '../src/cli/demo/netns.js';
+import { buildLab, createCleanups, LAB, stopChild, type LabUser } from '../tests/lab/netns.js';
 import { AGENT_LOOP, type LoopCounts } from '../tests/lab/agent-loop.js';
 import { scaleRows, scaleTable, serviceSpawner, type ScaleRow } from './transitions-scale.js';
 
