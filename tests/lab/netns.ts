@@ -8,7 +8,9 @@ import path from 'node:path';
 import {
   buildLab as buildDemoLab,
   distSrc,
+  type EnforcerHandle,
   type Lab as DemoLab,
+  type LabEnforcerSpec as DemoEnforcerSpec,
   type LabOptions as DemoLabOptions,
 } from '../../src/cli/demo/netns.js';
 import { spawnReady, stopChild } from '../../src/cli/demo/children.js';
@@ -30,7 +32,13 @@ export interface LabDnsQuery {
   qtype: number | null;
 }
 
+export interface LabEnforcerSpec extends DemoEnforcerSpec {
+  /** RLIMIT_NOFILE of the enforcer process (soft and hard; a descriptor-exhaustion test). */
+  nofile?: number;
+}
+
 export interface Lab extends DemoLab<Probe> {
+  startEnforcer(spec: LabEnforcerSpec): Promise<EnforcerHandle>;
   /**
    * Starts a small TCP service as root inside the agent (`agent`) or upstream namespace: on each `ports` entry it
    * answers `svc:<port>\n` and closes; a `banner` port speaks first (`220 banner`) and closes 100 ms later; a
@@ -44,7 +52,7 @@ export interface Lab extends DemoLab<Probe> {
   dnsQueries(): LabDnsQuery[];
 }
 
-export interface LabOptions extends Omit<DemoLabOptions, 'upstream' | 'probe'> {
+export interface LabOptions extends Omit<DemoLabOptions, 'upstream' | 'probe' | 'enforcerCommand'> {
   /** Soak: a TLS port in the upstream namespace whose connections stay open and echo (LabUpstreamConfig.holdTls). */
   holdTls?: number;
   /** Bench: a bulk source port in the upstream namespace (see LabUpstreamConfig.bulk). */
@@ -87,6 +95,13 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
   const lab = await buildDemoLab<Probe>({
     ...rest,
     probe: [PROBE],
+    enforcerCommand: (spec: LabEnforcerSpec, [node, ...rest]) => [
+      ...(spec.nofile ? ['prlimit', `--nofile=${spec.nofile}:${spec.nofile}`, '--'] : []),
+      node!,
+      // e.g. LEASH_LAB_NODE_ARGS=--cpu-prof to profile the enforcer under a benchmark
+      ...(process.env.LEASH_LAB_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
+      ...rest,
+    ],
     upstream: {
       script: UPSTREAM,
       config: (dir, base): LabUpstreamConfig => ({

@@ -77,8 +77,6 @@ export interface LabEnforcerSpec {
   failMode?: 'closed' | 'open';
   maxConnections?: number;
   maxPerSubject?: number;
-  /** RLIMIT_NOFILE of the enforcer process (soft and hard; a descriptor-exhaustion test). */
-  nofile?: number;
 }
 
 export interface Lab<P = Probe> {
@@ -124,7 +122,11 @@ export interface LabOptions {
   upstream?: { script: string; config: (dir: string, base: UpstreamConfig) => UpstreamConfig };
   /** The probe scripts (relative to dist/), copied for the accounts; the first is run (default: the demo's). */
   probe?: string[];
+  /** The enforcer's command line from its node command (default: as it is). */
+  enforcerCommand?: EnforcerCommand;
 }
+
+export type EnforcerCommand = (spec: LabEnforcerSpec, node: string[]) => string[];
 
 /** The lab's DNS records: each named host's two addresses. */
 export function namesOf(hosts: LabHost[]): Record<string, string[]> {
@@ -287,6 +289,7 @@ async function startEnforcer(
   agentNs: string,
   spec: LabEnforcerSpec,
   defer: Defer,
+  command: EnforcerCommand = (_spec, node) => node,
 ): Promise<EnforcerHandle> {
   const specPath = path.join(dir, `enforcer-${Date.now()}.json`);
   const decisionsPath = path.join(dir, `decisions-${Date.now()}.jsonl`);
@@ -302,12 +305,7 @@ async function startEnforcer(
       'netns',
       'exec',
       agentNs,
-      ...(spec.nofile ? ['prlimit', `--nofile=${spec.nofile}:${spec.nofile}`, '--'] : []),
-      process.execPath,
-      // e.g. LEASH_LAB_NODE_ARGS=--cpu-prof to profile the enforcer under a benchmark
-      ...(process.env.LEASH_LAB_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
-      path.join(distSrc(), 'dataplane', 'network', 'standalone.js'),
-      specPath,
+      ...command(spec, [process.execPath, path.join(distSrc(), 'dataplane', 'network', 'standalone.js'), specPath]),
     ],
     'network enforcer',
   );
@@ -402,7 +400,7 @@ export async function buildLab<P = Probe>(opts: LabOptions): Promise<Lab<P>> {
       const gid = Number((await must(host, ['id', '-g', name])).stdout.trim());
       return { name, uid, gid };
     },
-    startEnforcer: (spec) => startEnforcer(dir, agentNs, spec, defer),
+    startEnforcer: (spec) => startEnforcer(dir, agentNs, spec, defer, opts.enforcerCommand),
     async probe(user, probes) {
       const argv = user
         ? ['setpriv', `--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups', process.execPath, probeScript]
