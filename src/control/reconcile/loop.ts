@@ -20,7 +20,7 @@ import type { Logger } from '../../log/logger.js';
 import type { Metrics } from '../../metrics/metrics.js';
 import { startApprovals, type Approvals } from '../approvals/service.js';
 import { enforcerMismatches } from './enforcers.js';
-import { executePlan, type ExecuteEvents } from './execute.js';
+import { executePlan, type Driven, type ExecuteEvents } from './execute.js';
 import type { ReloadProblem } from './generation.js';
 import { releaseAfter } from './memory.js';
 import { collectSubjects } from './metrics.js';
@@ -33,7 +33,6 @@ import {
   type Plan,
 } from './plan.js';
 import { dumpStacks } from './stacks.js';
-import type { Surface } from './surfaces/contract.js';
 import { closeSurfaces, startSurfaces } from './surfaces/start.js';
 
 /** What the reconcile is started with: the config as loaded, the decision log, the logger and the metrics. */
@@ -106,7 +105,7 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
     onPersisted: () => triggerReconcile(),
   });
 
-  const surfaces: Surface[] = [];
+  const surfaces: Driven[] = [];
   const closeAll = async () => {
     // Pending requests first: each held action is answered with a block (approval_cancelled), never an allow.
     await approvals.close().catch((e: unknown) => logger.error({ err: e }, 'approvals close failed'));
@@ -116,7 +115,6 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
     await startSurfaces(surfaces, {
       ctx,
       config: c,
-      current: () => current.config,
       initial: initialPlan.actions,
       expectedSubjects: Math.max(1, first.subjects.length),
       approvals,
@@ -177,6 +175,8 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
     pass: async () => {
       const t0 = performance.now();
       surfaceMs = {};
+      // Pushed down before the pass: what a subject without a policy is answered under from now on (a reload's floor).
+      for (const s of surfaces) s.plane.setFailMode?.(current.config.fail_mode);
       const obs = await observe({ config: () => current.config, stateDir, cache });
       const t1 = performance.now();
       if (obs.ok) for (const w of obs.warnings) logger.warn(w);
@@ -217,12 +217,12 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
     },
     /** Reopens the decision log in any process of a surface's own (the watcher): SIGHUP after a rotation. */
     async reopenLogs(): Promise<void> {
-      for (const s of surfaces) await s.reopenLogs?.();
+      for (const s of surfaces) await s.plane.reopenLog?.();
     },
     /** UIDs each surface has in force now, by surface (written to the status file for `leash status`). */
     confined(): Record<string, number[]> {
       const out: Record<string, number[]> = {};
-      for (const s of surfaces) out[s.surface] = s.status().uids;
+      for (const s of surfaces) out[s.plane.surface] = s.plane.enforcing().uids;
       return out;
     },
     async close(): Promise<void> {
