@@ -207,7 +207,7 @@ async function serveUntilStopped(configPath: string): Promise<void> {
       void svc?.stop();
     },
   };
-  // Outside systemd the CLI signals the pid file (see src/cli/policy-common.ts).
+  // Outside systemd the CLI signals the pid file (see src/cli/reload.ts).
   const pidFile = process.env.LEASH_PID_FILE ?? (process.env.NOTIFY_SOCKET ? null : '/run/leash/leash.pid');
   try {
     svc = await startService({ configPath, reconcile, statusFile: statusFilePath() });
