@@ -29,6 +29,7 @@
         "native/proxy/acceptor_setup.cc",
         "native/proxy/acceptor_fast.cc",
         "native/proxy/fastpath.cc",
+        "native/proxy/fastpath_napi.cc",
         "native/proxy/sni.cc",
         "native/proxy/netmatch.cc",
         "native/proxy/netmatch_napi.cc",

@@ -140,8 +140,9 @@ void OwnAddrs::Read() {
 }
 
 bool OwnAddrs::Has(const NetAddr& a, int64_t nowMs) {
-  if (nowMs - at_ > 5000) {
+  if (!read_ || nowMs - at_ > 5000 || nowMs < at_) {
     Read();
+    read_ = true;
     at_ = nowMs;
   }
   for (const NetAddr& o : addrs_)
@@ -158,6 +159,8 @@ bool IsLoopbackAddr(const NetAddr& a) {
 Step Arrival(const Entry& e, const Dst& d, OwnAddrs* own, int64_t nowMs) {
   // isLoopback (judged as localhost) and the listeners (not_redirected) are the JavaScript path's.
   if (IsLoopbackAddr(d.addr) || own->Has(d.addr, nowMs)) return Step::kJs;
+  // An IPv4-mapped destination is spelled as IPv4 by JavaScript (plainIp): its line would differ.
+  if (d.addr.family == 6 && d.addr.w[0] == 0 && d.addr.w[1] == 0 && d.addr.w[2] == 0xffff) return Step::kJs;
   NetQuery q;
   q.hasIp = true;
   q.ip = d.addr;

@@ -49,7 +49,8 @@ class OwnAddrs {
 
  private:
   void Read();
-  int64_t at_ = INT64_MIN;
+  bool read_ = false;
+  int64_t at_ = 0;
   std::vector<NetAddr> addrs_;
 };
 
@@ -84,4 +85,8 @@ Plan Decide(const Entry& e, const Dst& d, const sni::Hello& h, const Names& name
 bool IsLoopbackAddr(const NetAddr& a);
 
 }  // namespace fast
+
+/** The test hooks sniParse and fastVerdictBatch (fastpath_napi.cc). */
+void RegisterFastPathTests(Napi::Env env, Napi::Object exports);
+
 }  // namespace leash
