@@ -5,7 +5,6 @@
 // otherwise. Also its ClientHello parser against peek.ts on well-formed and broken hellos. Fixed seed;
 // LEASH_FASTPATH_CASES runs more.
 import net from 'node:net';
-import os from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { compilePolicy, decide } from '../../src/engine/index.js';
 import type { FailMode, NetworkSurfacePolicy, PolicyInput } from '../../src/engine/types.js';
