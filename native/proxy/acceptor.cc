@@ -103,8 +103,7 @@ void Acceptor::OnListenReadable(Listener* l) {
           100, 0);
       return;
     }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    // TCP_NODELAY comes from the listener (an accepted socket inherits it): no call here.
     // The peer came with accept4; the local address is the listener's own unless it listens on a wildcard.
     int lport = l->localPort, pport = 0;
     std::string pa = AddrString(peer, &pport);

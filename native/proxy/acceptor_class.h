@@ -125,6 +125,7 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
   Napi::Value FastStats(const Napi::CallbackInfo& info);
   bool TryFast(Conn* c);
   void FastPeeked(Conn* c, size_t n);
+  void FastHello(Conn* c, size_t n, const sni::Hello& h);
   void FastFallback(Conn* c, const char* why, size_t have);
   void FastDecide(Conn* c);
   void Count(uint32_t slot, int delta);

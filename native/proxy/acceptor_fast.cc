@@ -168,7 +168,10 @@ bool Acceptor::TryFast(Conn* c) {
 
 /** Bytes peeked on the native path: wait for more, decide, or hand the connection to JavaScript. */
 void Acceptor::FastPeeked(Conn* c, size_t n) {
-  sni::Hello h = sni::Parse(reinterpret_cast<const uint8_t*>(scratch_.data()), n);
+  FastHello(c, n, sni::Parse(reinterpret_cast<const uint8_t*>(scratch_.data()), n));
+}
+
+void Acceptor::FastHello(Conn* c, size_t n, const sni::Hello& h) {
   if (h.kind == sni::Kind::kMore) {
     if (n >= c->maxBytes) return FastFallback(c, "limit", n);
     int lowat = static_cast<int>(n + 1);

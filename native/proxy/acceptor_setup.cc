@@ -100,6 +100,8 @@ Napi::Value Acceptor::Listen(const Napi::CallbackInfo& info) {
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (ss.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  // Inherited by every accepted socket (Linux copies it at accept): one call per listener, none per connection.
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(fd, backlog) != 0) {
     int err = errno;
     close(fd);
