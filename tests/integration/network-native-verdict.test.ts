@@ -94,7 +94,7 @@ describe.skipIf(!canRunLab)('network: the native verdict path', () => {
     expect(
       lines()
         .slice(before)
-        .map((d) => [d.action, d.reason, d.rule, d.subject.domain]),
+        .map((d) => [d.action, d.reason, d.rule, (d.subject as { domain?: string }).domain]),
     ).toEqual([
       ['block', 'deny_entry', 'evil.lab', 'evil.lab'],
       ['block', 'deny_entry', 'evil.lab', 'evil.lab'],
@@ -119,7 +119,7 @@ describe.skipIf(!canRunLab)('network: the native verdict path', () => {
     expect(
       lines()
         .slice(before)
-        .map((d) => [d.action, d.reason, d.subject.upstream ?? null]),
+        .map((d) => [d.action, d.reason, (d.subject as { upstream?: string }).upstream ?? null]),
     ).toEqual([
       ['block', 'rebind', '127.0.0.1'],
       ['block', 'rebind', '127.0.0.1'],
