@@ -364,6 +364,13 @@ async function main(): Promise<void> {
     const errLines = fs.existsSync(ngxLog) ? fs.readFileSync(ngxLog, 'utf8').trim().split('\n').filter(Boolean) : [];
     if (errLines.length)
       process.stdout.write(`  nginx error log: ${errLines.length} lines, last: ${errLines.at(-1)}\n`);
+    // Which way Leash's connections went (native verdict path or JavaScript): the enforcer's counts on SIGUSR2.
+    const seen = enforcer.stderr().split('proxy-path ').length;
+    process.kill(enforcer.pid, 'SIGUSR2');
+    for (let i = 0; i < 100 && enforcer.stderr().split('proxy-path ').length === seen; i++)
+      await new Promise((r) => setTimeout(r, 20));
+    const pathLine = /proxy-path (\{.*\})/.exec(enforcer.stderr().split('\n').reverse().join('\n'));
+    if (pathLine) process.stdout.write(`  Leash connections by path: ${pathLine[1]}\n`);
     await enforcer.stop();
   } finally {
     const problems = await cleanups.run();

@@ -103,8 +103,7 @@ void Acceptor::OnListenReadable(Listener* l) {
           100, 0);
       return;
     }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    // TCP_NODELAY comes from the listener (an accepted socket inherits it): no call here.
     // The peer came with accept4; the local address is the listener's own unless it listens on a wildcard.
     int lport = l->localPort, pport = 0;
     std::string pa = AddrString(peer, &pport);
@@ -131,17 +130,31 @@ void Acceptor::OnListenReadable(Listener* l) {
     c->owner = this;
     c->id = ++nextConn_;
     c->fd = fd;
+    c->tag = l->tag;
+    c->la = std::move(la);
+    c->lport = lport;
+    c->pa = std::move(pa);
+    c->pport = pport;
+    c->dstFamily = dstErr != 0 ? 0 : dst.ss_family == AF_INET ? 4 : 6;
+    c->da = std::move(da);
+    c->dport = dport;
+    if (dstErr != 0) c->dstErr = ErrnoName(dstErr);
     conns_[c->id] = c;
-    uint32_t tag = l->tag;
-    Call(onAccept_, {Napi::Number::New(env, tag), Napi::Number::New(env, c->id), Napi::Number::New(env, fd),
-                     Napi::String::New(env, la), Napi::Number::New(env, lport), Napi::String::New(env, pa),
-                     Napi::Number::New(env, pport),
-                     Napi::Number::New(env, dstErr != 0 ? 0 : dst.ss_family == AF_INET ? 4 : 6),
-                     Napi::String::New(env, da), Napi::Number::New(env, dport),
-                     Napi::String::New(env, dstErr != 0 ? ErrnoName(dstErr) : "")});
+    if (TryFast(c)) continue;
+    CallAccept(c);
     // `l` may have been closed by that call (unlisten): its memory lives until its handles close, and
     // `closing` stops this loop.
   }
+}
+
+/** Hands an accepted connection to JavaScript (onAccept): it peeks, releases or resets it. */
+void Acceptor::CallAccept(Conn* c) {
+  Napi::Env env = Env();
+  Napi::HandleScope scope(env);
+  Call(onAccept_, {Napi::Number::New(env, c->tag), Napi::Number::New(env, c->id), Napi::Number::New(env, c->fd),
+                   Napi::String::New(env, c->la), Napi::Number::New(env, c->lport), Napi::String::New(env, c->pa),
+                   Napi::Number::New(env, c->pport), Napi::Number::New(env, c->dstFamily),
+                   Napi::String::New(env, c->da), Napi::Number::New(env, c->dport), Napi::String::New(env, c->dstErr)});
 }
 
 Conn* Acceptor::Find(const Napi::CallbackInfo& info) {
@@ -158,6 +171,15 @@ Napi::Value Acceptor::Peek(const Napi::CallbackInfo& info) {
   Conn* c = Find(info);
   if (!c || ep_ < 0) return Napi::Boolean::New(env, false);
   size_t max = static_cast<size_t>(info[1].As<Napi::Number>().Int64Value());
+  if (!StartPeek(c, max, static_cast<uint64_t>(info[2].As<Napi::Number>().Int64Value()))) {
+    ErrnoError(env, errno, "epoll_ctl").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  return Napi::Boolean::New(env, true);
+}
+
+/** Watches `c` for its first bytes (up to maxBytes) for at most timeoutMs; false with errno when epoll refuses. */
+bool Acceptor::StartPeek(Conn* c, size_t max, uint64_t timeoutMs) {
   c->maxBytes = max < 1 ? 1 : (max > scratch_.size() ? scratch_.size() : max);
   if (!c->polling) {
     // Level-triggered, as a uv_poll is: data not taken stays reported. The id, not the pointer: an event may
@@ -165,10 +187,7 @@ Napi::Value Acceptor::Peek(const Napi::CallbackInfo& info) {
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = c->id;
-    if (epoll_ctl(ep_, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
-      ErrnoError(env, errno, "epoll_ctl").ThrowAsJavaScriptException();
-      return env.Undefined();
-    }
+    if (epoll_ctl(ep_, EPOLL_CTL_ADD, c->fd, &ev) != 0) return false;
     c->polling = true;
   }
   if (!c->timerInit) {
@@ -183,8 +202,8 @@ Napi::Value Acceptor::Peek(const Napi::CallbackInfo& info) {
         auto* c = static_cast<Conn*>(t->data);
         c->owner->PeekOver(c, "timeout", c->seen);
       },
-      static_cast<uint64_t>(info[2].As<Napi::Number>().Int64Value()), 0);
-  return Napi::Boolean::New(env, true);
+      timeoutMs, 0);
+  return true;
 }
 
 /** The peeked connections' events ready now. */
@@ -196,6 +215,7 @@ void Acceptor::OnConnEvents() {
     if (it == conns_.end() || !it->second->polling) continue;
     OnConnReadable(it->second, events[i].events);
   }
+  FlushLines();
 }
 
 void Acceptor::OnConnReadable(Conn* c, uint32_t events) {
@@ -208,6 +228,7 @@ void Acceptor::OnConnReadable(Conn* c, uint32_t events) {
     return PeekOver(c, "closed", n > 0 ? static_cast<size_t>(n) : c->seen);
   }
   c->seen = static_cast<size_t>(n);
+  if (c->fast) return FastPeeked(c, c->seen);
   uint32_t id = c->id;
   Napi::Env env = Env();
   Napi::HandleScope scope(env);
@@ -238,6 +259,7 @@ void Acceptor::StopPeek(Conn* c) {
 }
 
 void Acceptor::PeekOver(Conn* c, const char* why, size_t have) {
+  if (c->fast) return FastFallback(c, why, have);
   StopPeek(c);
   uint32_t id = c->id;
   if (have > 0) {

@@ -11,6 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fastpath.h"
+#include "splicer.h"
+
 namespace leash {
 namespace acceptor {
 
@@ -44,6 +47,26 @@ struct Conn {
   size_t maxBytes = 0;
   size_t seen = 0;
   bool lowat = false;
+  // What accept read, kept for onAccept when the native verdict path hands the connection to JavaScript.
+  uint32_t tag = 0;
+  std::string la, pa, da, dstErr;
+  int lport = 0, pport = 0, dport = 0, dstFamily = 0;
+  // On the native verdict path (acceptor_fast.cc): peeked and decided here unless it goes to JavaScript.
+  bool fast = false;
+  uint32_t slot = 0;
+  uint64_t t0 = 0;  // uv_hrtime at accept
+  fast::Dst dst;
+};
+
+class Acceptor;
+
+/** What a native pair's end needs (it may outlive the Acceptor): the pairs it counts and whether it is alive. */
+struct FastShared {
+  Acceptor* self = nullptr;  // null once the acceptor closed
+  struct Held {
+    uint32_t slot, uid;
+  };
+  std::unordered_map<uint32_t, Held> pairs;  // pump pair id -> its subject's count slot and uid
 };
 
 /** The address of `ss` as text (inet_ntop) and its port in `*port`; "" and 0 for another family. */
@@ -59,7 +82,10 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
                        {InstanceMethod("listen", &Acceptor::Listen), InstanceMethod("unlisten", &Acceptor::Unlisten),
                         InstanceMethod("peek", &Acceptor::Peek), InstanceMethod("release", &Acceptor::Release),
                         InstanceMethod("reset", &Acceptor::Reset), InstanceMethod("close", &Acceptor::Close),
-                        InstanceMethod("size", &Acceptor::Size)});
+                        InstanceMethod("size", &Acceptor::Size), InstanceMethod("fastConfig", &Acceptor::FastConfig),
+                        InstanceMethod("setFast", &Acceptor::SetFast), InstanceMethod("cacheName", &Acceptor::CacheName),
+                        InstanceMethod("abortSlot", &Acceptor::AbortSlot),
+                        InstanceMethod("fastStats", &Acceptor::FastStats)});
   }
 
   explicit Acceptor(const Napi::CallbackInfo& info);
@@ -88,6 +114,23 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
   Napi::Value Release(const Napi::CallbackInfo& info);
   Napi::Value Reset(const Napi::CallbackInfo& info);
   Napi::Value Call(Napi::FunctionReference& fn, const std::initializer_list<napi_value>& args);
+  void CallAccept(Conn* c);
+  bool StartPeek(Conn* c, size_t maxBytes, uint64_t timeoutMs);
+
+  // acceptor_fast.cc: the native verdict path
+  Napi::Value FastConfig(const Napi::CallbackInfo& info);
+  Napi::Value SetFast(const Napi::CallbackInfo& info);
+  Napi::Value CacheName(const Napi::CallbackInfo& info);
+  Napi::Value AbortSlot(const Napi::CallbackInfo& info);
+  Napi::Value FastStats(const Napi::CallbackInfo& info);
+  bool TryFast(Conn* c);
+  void FastPeeked(Conn* c, size_t n);
+  void FastHello(Conn* c, size_t n, const sni::Hello& h);
+  void FastFallback(Conn* c, const char* why, size_t have);
+  void FastDecide(Conn* c);
+  void Count(uint32_t slot, int delta);
+  void FlushLines();
+  static void OnPairEnd(void* ctx, const pump::Done& d);
 
   struct EpPoll {
     uv_poll_t h;
@@ -106,6 +149,26 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
   uint32_t nextConn_ = 0;
   std::unordered_map<uint32_t, Listener*> listeners_;
   std::unordered_map<uint32_t, Conn*> conns_;
+
+  // The native verdict path (acceptor_fast.cc); off until fastConfig().
+  bool fastOn_ = false;
+  pump::Splicer* splicer_ = nullptr;
+  Napi::ObjectReference splicerRef_;
+  Napi::Reference<Napi::Value> countsRef_;
+  int32_t* counts_ = nullptr;  // [active, opened, per-slot active...], shared with JavaScript's caps
+  size_t countsLen_ = 0;
+  int32_t maxTotal_ = 0, maxPer_ = 0;
+  size_t peekBytes_ = 16384;
+  uint64_t peekTimeoutMs_ = 5000;
+  unsigned connectTimeoutMs_ = 10000;
+  bool told_ = false;
+  Napi::FunctionReference onLines_;
+  std::unordered_map<uint32_t, std::shared_ptr<const fast::Entry>> fast_;  // by listener tag
+  fast::Names names_;
+  fast::OwnAddrs own_;
+  std::shared_ptr<FastShared> shared_ = std::make_shared<FastShared>();
+  std::string lines_;  // records for onLines, written at the end of the batch
+  double stats_[4] = {0, 0, 0, 0};  // relayed, refused, to JavaScript, connect failed
 };
 
 }  // namespace acceptor

@@ -76,6 +76,7 @@ Acceptor::Acceptor(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Acceptor>(
 Acceptor::~Acceptor() {
   // Handles still open reference this object: the JS side closes before dropping it (close()).
   if (reserveFd_ >= 0) close(reserveFd_);
+  shared_->self = nullptr;
   // No libuv call from a finalizer: the poll handle (if close() was never called) only forgets this object.
   if (epPoll_ != nullptr) epPoll_->self = nullptr;
 }
@@ -99,6 +100,8 @@ Napi::Value Acceptor::Listen(const Napi::CallbackInfo& info) {
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (ss.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  // Inherited by every accepted socket (Linux copies it at accept): one call per listener, none per connection.
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(fd, backlog) != 0) {
     int err = errno;
     close(fd);
@@ -153,6 +156,9 @@ void Acceptor::CloseListener(Listener* l) {
 
 /** close(): every listener closed, every connection not yet released reset. */
 Napi::Value Acceptor::Close(const Napi::CallbackInfo& info) {
+  // Native pairs still spliced end without this object (OnPairEnd closes their descriptors).
+  fastOn_ = false;
+  shared_->self = nullptr;
   std::vector<Listener*> ls;
   for (auto& kv : listeners_) ls.push_back(kv.second);
   for (Listener* l : ls) CloseListener(l);

@@ -2,6 +2,7 @@
 
 #include "acceptor.h"
 #include "conntrack.h"
+#include "fastpath.h"
 #include "netmatch.h"
 #include "nftread.h"
 #include "sockopt.h"
@@ -15,6 +16,7 @@ void RegisterProxy(Napi::Env env, Napi::Object exports) {
   InitSplice(env, exports);
   InitAcceptor(env, exports);
   RegisterNetMatch(env, exports);
+  RegisterFastPathTests(env, exports);
 }
 
 }  // namespace leash

@@ -30,8 +30,15 @@ namespace pump {
  * new Splicer(onDone(id, errno, bytesAtoB, bytesBtoA, connected)) starts the pump thread. `connected` is false
  * for a connect() pair whose upstream never connected (errno then says why: ECONNREFUSED, ETIMEDOUT, ...).
  */
+namespace {
+const napi_type_tag kSplicerTag = {0x6c6561736873706cULL, 0x7370696365727331ULL};
+}  // namespace
+
+bool Splicer::IsSplicer(Napi::Object o) { return o.CheckTypeTag(&kSplicerTag); }
+
 Splicer::Splicer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Splicer>(info) {
   Napi::Env env = info.Env();
+  info.This().As<Napi::Object>().TypeTag(&kSplicerTag);
   if (info.Length() < 1 || !info[0].IsFunction()) {
     Usage(env, "new Splicer(onDone: (id, errno, ab, ba, connected) => void, options?: {inline?: boolean})");
     return;
@@ -144,10 +151,22 @@ Napi::Value Splicer::Connect(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value Splicer::Register(Napi::Env env, int a, int b, bool connecting, bool closeOnClean, unsigned timeoutMs) {
+  int err = 0;
+  uint32_t id = RegisterPair(a, b, connecting, closeOnClean, timeoutMs, NativeEnd{}, &err);
+  if (id == 0) {
+    ErrnoError(env, err, "epoll_ctl").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  return Napi::Number::New(env, id);
+}
+
+uint32_t Splicer::RegisterPair(int a, int b, bool connecting, bool closeOnClean, unsigned timeoutMs, NativeEnd hook,
+                               int* err) {
   auto* p = new Pair();
   p->connecting = connecting;
   p->connected = !connecting;
   p->closeOnClean = closeOnClean;
+  p->hook = std::move(hook);
   // A connecting upstream is registered for EPOLLOUT from the start: that edge is its connect completing.
   p->outArmedB = connecting;
   p->ab.in = a;
@@ -158,6 +177,7 @@ Napi::Value Splicer::Register(Napi::Env env, int a, int b, bool connecting, bool
   {
     std::lock_guard<std::mutex> lock(mu_);
     p->id = ++nextId_;
+    if (p->id == 0) p->id = ++nextId_;  // 0 means failure to native callers
     live_[p->id] = p;
   }
   const uint32_t id = p->id;
@@ -167,7 +187,7 @@ Napi::Value Splicer::Register(Napi::Env env, int a, int b, bool connecting, bool
   ev.events = EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = Tag(p, 0);
   if (epoll_ctl(epfd_, EPOLL_CTL_ADD, a, &ev) != 0) {
-    int e = errno;
+    *err = errno;
     {
       std::lock_guard<std::mutex> lock(mu_);
       live_.erase(id);
@@ -175,8 +195,7 @@ Napi::Value Splicer::Register(Napi::Env env, int a, int b, bool connecting, bool
     ReleasePipe(p->ab);
     ReleasePipe(p->ba);
     delete p;
-    ErrnoError(env, e, "epoll_ctl").ThrowAsJavaScriptException();
-    return env.Undefined();
+    return 0;
   }
   if (connecting && inline_) {
     // Inline, this is the pump's own thread: `p` is still safe to touch.
@@ -206,10 +225,40 @@ Napi::Value Splicer::Register(Napi::Env env, int a, int b, bool connecting, bool
     }
     Wake();
   }
-  return Napi::Number::New(env, id);
+  return id;
 }
 
-/** abort(id): finish that pair now with ECANCELED (its onDone still fires). */
+uint32_t Splicer::ConnectNative(int a, const sockaddr_storage& ss, socklen_t len, unsigned timeoutMs, NativeEnd hook,
+                                int* err) {
+  if (!Inline()) {
+    *err = EINVAL;
+    return 0;
+  }
+  int b = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (b < 0) {
+    *err = errno;
+    return 0;
+  }
+  int one = 1;
+  setsockopt(b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (connect(b, reinterpret_cast<const sockaddr*>(&ss), len) != 0 && errno != EINPROGRESS) {
+    *err = errno;
+    close(b);
+    return 0;
+  }
+  uint32_t id = RegisterPair(a, b, true, true, timeoutMs, std::move(hook), err);
+  if (id == 0) close(b);
+  return id;
+}
+
+void Splicer::AbortId(uint32_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborts_.push_back(id);
+  }
+  Wake();
+}
+
 Napi::Value Splicer::Abort(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsNumber()) return Usage(env, "abort(id: number)");

@@ -31,6 +31,12 @@ void Splicer::Collect() {
 }
 
 void Splicer::DeliverDone() {
+  if (!pendingNative_.empty()) {
+    // Native pairs first: their hooks call no JavaScript unless a pair failed.
+    std::vector<std::pair<Done, NativeEnd>> nat;
+    nat.swap(pendingNative_);
+    for (auto& [d, hook] : nat) hook.fn(hook.ctx.get(), d);
+  }
   if (pending_.empty() || finalizing_) {
     pending_.clear();
     return;
@@ -87,7 +93,14 @@ void Splicer::Finish(Pair* p, int err) {
   const Done done{p->id, err, static_cast<double>(p->ab.bytes), static_cast<double>(p->ba.bytes), p->connected,
                   closed};
   if (inline_) {
-    pending_.push_back(done);
+    if (p->hook.fn) {
+      Done nd = done;
+      nd.a = p->ab.in;
+      nd.b = p->ba.in;
+      pendingNative_.emplace_back(nd, std::move(p->hook));
+    } else {
+      pending_.push_back(done);
+    }
     graveyard_.push_back(p);
     return;
   }

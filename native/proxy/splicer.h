@@ -12,12 +12,24 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "pump.h"
 
 namespace leash {
 namespace pump {
+
+struct Done;
+
+/**
+ * A pair made by native code (the acceptor's verdict path, inline mode only): its end is reported to `fn` with
+ * both descriptors instead of to JavaScript. `ctx` keeps what `fn` needs alive as long as the pair.
+ */
+struct NativeEnd {
+  void (*fn)(void* ctx, const Done& d) = nullptr;
+  std::shared_ptr<void> ctx;
+};
 
 struct Pair {
   uint32_t id = 0;
@@ -38,6 +50,7 @@ struct Pair {
   // Inline mode: the connect's time limit, a timer on Node's loop (no setsockopt to set and clear it).
   uv_timer_t* timer = nullptr;
   class Splicer* owner = nullptr;
+  NativeEnd hook;
 };
 
 struct Done {
@@ -47,6 +60,8 @@ struct Done {
   double ba;
   bool connected;
   bool closed;
+  int a = -1;  // the pair's descriptors (native ends only)
+  int b = -1;
 };
 
 // An event's data: the pair, and in the low bit which of its sockets (0: a, the client; 1: b, the upstream).
@@ -64,11 +79,25 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
   explicit Splicer(const Napi::CallbackInfo& info);
   ~Splicer() override;
 
+  /** True for a Splicer made by this addon (its type tag), before Unwrap. */
+  static bool IsSplicer(Napi::Object o);
+  /** Inline on Node's loop: the only mode native callers may use (their hooks run on the loop's thread). */
+  bool Inline() const { return inline_ && running_; }
+  /**
+   * connect() for native code: the pair's id, or 0 with *err set (no socket, connect refused at once). The pair's
+   * end goes to `hook` (closeOnClean: a clean end closed both descriptors already).
+   */
+  uint32_t ConnectNative(int a, const sockaddr_storage& ss, socklen_t len, unsigned timeoutMs, NativeEnd hook,
+                         int* err);
+  /** abort(id) for native code. */
+  void AbortId(uint32_t id);
+
  private:
   // splice.cc: what JavaScript calls
   Napi::Value Add(const Napi::CallbackInfo& info);
   Napi::Value Connect(const Napi::CallbackInfo& info);
   Napi::Value Register(Napi::Env env, int a, int b, bool connecting, bool closeOnClean, unsigned timeoutMs);
+  uint32_t RegisterPair(int a, int b, bool connecting, bool closeOnClean, unsigned timeoutMs, NativeEnd hook, int* err);
   Napi::Value Abort(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
   void Stop();
@@ -103,6 +132,7 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
   Napi::FunctionReference onDone_;
   std::unique_ptr<Napi::AsyncContext> ctx_;
   std::vector<Done> pending_;
+  std::vector<std::pair<Done, NativeEnd>> pendingNative_;  // with the pair's two descriptors in Done
   std::vector<char> copyBuf_ = std::vector<char>(kCopyMax);  // used by the one thread that pumps
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -125,7 +125,7 @@ function inspectActions(v: unknown): Record<InspectCategory, InspectAction> {
  */
 export function compilePolicy(p: PolicyInput): CompiledPolicy {
   const tools = build(() => new ToolIndex(), p.tools);
-  return {
+  const compiled: CompiledPolicy = {
     failMode: effectiveFailMode(p.fail_mode),
     shadow: p.enforce === 'shadow',
     network: {
@@ -136,6 +136,23 @@ export function compilePolicy(p: PolicyInput): CompiledPolicy {
     commands: { ...build(() => new CommandIndex(), p.commands), interpreters: interpreterIndex(p.commands) },
     tools: { ...tools, inspect: inspectActions((p.tools as { inspect?: unknown } | undefined)?.inspect) },
   };
+  try {
+    // A copy of what the network verdict reads, as it is now: a later change to `p` cannot make another compiled
+    // form of this policy (the proxy's native matcher) judge differently from this one.
+    const net = { fail_mode: p.fail_mode, enforce: p.enforce, network: structuredClone(p.network) };
+    sources.set(compiled, net as PolicyInput);
+  } catch {
+    // Not cloneable (not from a config file): no other form is compiled, the engine alone decides.
+  }
+  return compiled;
+}
+
+/** The network part of each compiled policy's input, for compilers of another form (the proxy's native matcher). */
+const sources = new WeakMap<CompiledPolicy, PolicyInput>();
+
+/** The network part (network, fail_mode, enforce) of the input `c` was compiled from; undefined if not compiled here. */
+export function policyInputOf(c: unknown): PolicyInput | undefined {
+  return typeof c === 'object' && c !== null ? sources.get(c as CompiledPolicy) : undefined;
 }
 
 /**

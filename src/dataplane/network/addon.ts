@@ -2,7 +2,7 @@
  * The proxy's part of the native addon (native/proxy/register.cc), as src/native.ts's nativeProxy() hands it over:
  * the acceptor, the splice pump, SO_ORIGINAL_DST, conntrack and nf_tables reads.
  */
-import type { NativeNetMatchPart } from './netmatch.js';
+import type { NativeNetMatchPart, NativeNetPolicyHandle } from './netmatch.js';
 
 export interface OriginalDst {
   family: 4 | 6;
@@ -39,7 +39,37 @@ export interface AcceptorCallbacks {
   /** An accept failed with errno; `refused` waiting connections were reset for want of descriptors. */
   onError(tag: number, errno: number, refused: number): void;
 }
+/** The native verdict path's set-up (native/proxy/acceptor_fast.cc). */
+export interface AcceptorFastConfig {
+  /** The relay's pump, inline on this loop. */
+  splicer: SplicerInstance;
+  /** The caps' counts: [active, opened, then one cell per subject slot], shared with native code. */
+  counts: Int32Array;
+  maxTotal: number;
+  maxPerSubject: number;
+  peekBytes: number;
+  peekTimeoutMs: number;
+  connectTimeoutMs: number;
+  /** The proxy reads the DNS forwarder's answers (ProxyOptions.seen): a name not resolved here goes to JavaScript. */
+  told: boolean;
+  /**
+   * One batch's records, each ending in a newline: `a<setupUs>\t<tail>` relayed, `b<setupUs> <fd> <uid>\t<tail>`
+   * refused (write, then reset fd), `e<errno> <fd> <uid>\t` no upstream socket (reset fd), `x<errno> <connected>
+   * <fd> <upFd> <uid>\t` a pair that did not end cleanly (as relay.ts endSplicedFds).
+   */
+  onLines(records: string): void;
+}
 export interface AcceptorInstance {
+  /** Turns the native verdict path on. */
+  fastConfig?(c: AcceptorFastConfig): void;
+  /** The listener's subject for the native path; `handle` null: none of its connections take it. */
+  setFast?(tag: number, uid: number, handle: NativeNetPolicyHandle | null, echAllow: boolean, slot: number): void;
+  /** The resolver's answer for a name (Date.now()-based expiry). */
+  cacheName?(name: string, v4: string[], v6: string[], expiresMs: number): void;
+  /** Ends a subject's native pairs. */
+  abortSlot?(slot: number): void;
+  /** [relayed, refused, handed to JavaScript, connect failed] on the native path. */
+  fastStats?(): [number, number, number, number];
   /** Listens on host:port (an IP literal); returns the listener's id. Throws with `code` (EADDRINUSE, ...). */
   listen(host: string, port: number, backlog: number, tag: number): number;
   unlisten(id: number): void;

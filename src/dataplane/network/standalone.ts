@@ -14,6 +14,7 @@ import {
   type PolicyInput,
 } from '../../engine/index.js';
 import { createDecisionLog } from '../../log/decisions.js';
+import { nativePathStats } from './proxy/arrival-fast.js';
 import { startNetworkEnforcer, type NetworkEnforcer } from './enforcer.js';
 import { hostRunner } from './nft/run.js';
 import { releases } from './proxy/settle.js';
@@ -105,6 +106,8 @@ async function main(): Promise<void> {
     process.stderr.write(
       `memory ${JSON.stringify({ rss: mib(m.rss), heapTotal: mib(m.heapTotal), heapUsed: mib(m.heapUsed), external: mib(m.external), arrayBuffers: mib(m.arrayBuffers), releases: releases() })}\n`,
     );
+    // Which way the proxy's connections went (tests: the native verdict path was taken, or not).
+    process.stderr.write(`proxy-path ${JSON.stringify(nativePathStats())}\n`);
   });
   let stopping = false;
   const stop = () => {

@@ -5,6 +5,7 @@ import { peekDestination, type PeekResult } from './peek.js';
 import { ownAddresses } from './resolve.js';
 import { readDst, streamAct, streamFrom } from './arrival-stream.js';
 import { destination, isListener, subjectPolicy, writeLines, type ProxyEntry, type ProxyState } from './state.js';
+import { createFastPath } from './arrival-fast.js';
 import { arrivalVerdict, peekVerdict, type Arrival, type Refusal } from './verdict.js';
 
 /**
@@ -34,6 +35,9 @@ export function createNativeArrival<P>(st: ProxyState<P>, Acceptor: NonNullable<
   const tags = new Map<number, ProxyEntry<P>>();
   let nextTag = 0;
   const acceptor = new Acceptor({ onAccept: accepted, onPeek: peeked, onError: acceptError });
+  // The native verdict path (arrival-fast.ts): what it cannot decide arrives at `accepted` below.
+  const fast = createFastPath(st, acceptor);
+  const tagsOf = (e: ProxyEntry<P>) => [...tags].filter(([, te]) => te === e).map(([tag]) => tag);
 
   function unhold(c: NativeConn<P>, consume = 0): number {
     const fd = acceptor.release(c.id, consume);
@@ -188,11 +192,17 @@ export function createNativeArrival<P>(st: ProxyState<P>, Acceptor: NonNullable<
           throw err;
         }
       }
+      fast?.update(e, tagsOf(e));
+    },
+    /** The entry's policy changed: the native path judges its next connection with the new one. */
+    update(e: ProxyEntry<P>): void {
+      fast?.update(e, tagsOf(e));
     },
     /** Closes the entry's listeners and resets what it still holds. */
     close(e: ProxyEntry<P>): void {
       for (const lid of e.listenIds) acceptor.unlisten(lid);
       e.listenIds = [];
+      fast?.close(e, tagsOf(e));
       for (const [tag, te] of tags) if (te === e) tags.delete(tag);
       for (const id of [...e.held]) {
         const c = held.get(id);

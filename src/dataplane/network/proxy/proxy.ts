@@ -53,12 +53,12 @@ export interface Proxy<P> {
 /** Creates the proxy. No listener opens until `setSubject`. */
 export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   const table = createListenerTable<ProxyEntry<P>, ProxySubject<P>>({
-    create: (s) => ({
+    create: (s): ProxyEntry<P> => ({
       uid: s.uid,
       port: s.port,
       policy: s.policy,
       ech: s.ech ?? 'refuse',
-      active: 0,
+      slot: st.caps.slot((n) => [...subjects.values()].some((e: ProxyEntry<P>) => e.slot === n)),
       servers: [],
       listenIds: [],
       held: new Set(),
@@ -68,6 +68,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
     update: (cur, s) => {
       cur.policy = s.policy;
       cur.ech = s.ech ?? 'refuse';
+      native?.update(cur);
     },
     open,
     close: closeEntry,

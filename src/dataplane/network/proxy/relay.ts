@@ -10,6 +10,7 @@ import net from 'node:net';
 import { HttpRequestGate, refusalResponse, upgradeAgreed, type GateRefusal, type GateStep } from './http-gate.js';
 import { createSplicePump, stopReading, type SplicePump, type SpliceResult } from './splice.js';
 import { createForgetter, type Forgetter } from './forget.js';
+import type { SplicerInstance } from '../addon.js';
 
 /** What a relay tracks for one subject's listener, so closing the subject can end its connections. */
 export interface RelayOwner {
@@ -50,6 +51,8 @@ export interface Relay {
   spliceFd(owner: RelayOwner, fd: number, host: string, port: number, onEnd: () => void): boolean;
   /** Ends an owner's connections: spliced pairs are aborted (the pump's report destroys them), the rest destroyed. */
   end(owner: RelayOwner): void;
+  /** The pump when it runs inline on this loop (the native verdict path uses it), else null. */
+  splicer(): SplicerInstance | null;
   /** Waits for aborted pairs to report, then stops the pump thread. */
   close(): Promise<void>;
 }
@@ -215,6 +218,7 @@ export function createRelay(o: {
       });
       return true;
     },
+    splicer: () => pump?.native ?? null,
     end(e) {
       for (const id of e.spliced) pump?.abort(id);
       for (const s of e.sockets) if (!pumped.has(s)) s.destroy();
@@ -338,7 +342,7 @@ function gateHttp(
 }
 
 /** Closes (or, after a failure, resets) a native pair's two descriptors once the pump reported its end. */
-function endSplicedFds(
+export function endSplicedFds(
   r: SpliceResult,
   fd: number,
   upFd: number,

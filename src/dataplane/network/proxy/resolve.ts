@@ -38,6 +38,8 @@ export function ownAddresses(): Set<string> {
 export function createNameResolver(
   servers: string[],
   override?: (name: string) => Promise<string[]>,
+  /** Told each answer as it is cached. */
+  onCache?: (name: string, r: Resolved) => void,
 ): (name: string) => Promise<Resolved> {
   if (override) {
     return async (name) => {
@@ -66,7 +68,10 @@ export function createNameResolver(
       v6: v6.map((r) => r.address.toLowerCase()),
       expires: Date.now() + ttl * 1000,
     };
-    if (out.v4.length || out.v6.length) cache.set(name, out);
+    if (out.v4.length || out.v6.length) {
+      cache.set(name, out);
+      onCache?.(name, out);
+    }
     return out;
   };
   return (name) => {

@@ -29,6 +29,8 @@ export interface SplicePump {
   abort(id: number): void;
   /** Active pairs. */
   size(): number;
+  /** The native pump itself (the acceptor's native verdict path connects through it), when inline. */
+  readonly native: SplicerInstance | null;
   close(): void;
 }
 
@@ -122,6 +124,7 @@ export function createSplicePump(o: { inline?: boolean } = {}): SplicePump | nul
       if (waiting.has(id)) native.abort(id);
     },
     size: () => waiting.size,
+    native: o.inline !== false ? native : null,
     close() {
       native.close();
     },

@@ -12,7 +12,7 @@ import type { OriginalDst } from '../addon.js';
 import { createForgetter } from './forget.js';
 import { PEEK_MAX_BYTES, PEEK_TIMEOUT_MS } from './peek.js';
 import { createRelay, type RelayOwner } from './relay.js';
-import { createNameResolver, ownAddresses, plainIp, resolveName } from './resolve.js';
+import { createNameResolver, ownAddresses, plainIp, resolveName, type Resolved } from './resolve.js';
 import {
   destinationVerdict,
   nameToResolve,
@@ -92,8 +92,8 @@ export interface ProxyEntry<P> extends RelayOwner {
   listenIds: number[];
   /** Connections the native acceptor holds for this entry. */
   held: Set<number>;
-  /** Client connections open now. */
-  active: number;
+  /** Its cell in the caps' counts (client connections open now). */
+  slot: number;
   policy: P | null;
   ech: 'refuse' | 'allow';
   servers: net.Server[];
@@ -105,6 +105,7 @@ export type ProxyState<P> = ReturnType<typeof createProxyState<P>>;
 export function createProxyState<P>(opts: ProxyOptions<P>, entries: Map<number, ProxyEntry<P>>) {
   const onError = rateLimitErrors(opts.onError ?? (() => {}), opts.errorWindowMs ?? 10_000);
   const forget = createForgetter(onError);
+  const answers: ((name: string, r: Resolved) => void)[] = [];
   const relay = createRelay({
     splice: opts.splice !== false,
     connectTimeoutMs: opts.connectTimeoutMs ?? 10_000,
@@ -126,7 +127,9 @@ export function createProxyState<P>(opts: ProxyOptions<P>, entries: Map<number, 
     forget,
     relay,
     onError,
-    resolve: createNameResolver(opts.resolvers, opts.resolve),
+    resolve: createNameResolver(opts.resolvers, opts.resolve, (name, r) => answers.forEach((f) => f(name, r))),
+    /** Told each answer the resolver caches (the native verdict path reads them). */
+    onAnswer: (f: (name: string, r: Resolved) => void) => void answers.push(f),
   } as const;
 }
 
@@ -184,41 +187,65 @@ export function rateLimitErrors(
   };
 }
 
-/** The connection caps, total and per subject, and the counts the settler reads. */
+/** Subject slots in the caps' shared counts (one per open subject; a slot is reused only after all others). */
+export const CAP_SLOTS = 65536;
+
+/**
+ * The connection caps, total and per subject, and the counts the settler reads. The counts live in one Int32Array
+ * ([active, opened, then each subject slot's active]) that the native acceptor's verdict path updates too, for the
+ * connections it holds: both run on this thread, so the caps stay exact with no call across per connection.
+ */
 function createCaps(
   maxTotal = DEFAULT_MAX_CONNECTIONS,
   maxPerSubject = DEFAULT_MAX_PER_SUBJECT,
   onError: (err: Error, ctx: ErrorContext) => void,
 ): {
   /** Counts a connection in: its count-out (once, whichever way it ends), or null when over a cap (logged). */
-  admit(e: { uid: number; active: number }): (() => void) | null;
+  admit(e: { uid: number; slot: number }): (() => void) | null;
   active(): number;
   opened(): number;
+  /** A free slot for a new subject. */
+  slot(inUse: (slot: number) => boolean): number;
+  readonly counts: Int32Array;
+  readonly maxTotal: number;
+  readonly maxPerSubject: number;
 } {
-  let active = 0;
-  let opened = 0;
+  const counts = new Int32Array(2 + CAP_SLOTS);
+  let nextSlot = 0;
   return {
-    active: () => active,
-    opened: () => opened,
+    counts,
+    maxTotal,
+    maxPerSubject,
+    active: () => counts[0]!,
+    opened: () => counts[1]!,
+    slot(inUse) {
+      for (let i = 0; i < CAP_SLOTS; i++) {
+        const s = nextSlot;
+        nextSlot = (nextSlot + 1) % CAP_SLOTS;
+        if (!inUse(s)) return s;
+      }
+      throw new Error('no free connection-count slot');
+    },
     admit(e) {
-      if (active >= maxTotal || e.active >= maxPerSubject) {
+      const i = 2 + e.slot;
+      if (counts[0]! >= maxTotal || counts[i]! >= maxPerSubject) {
         // Over a cap: this connection is refused (a reset, as any block), the others and the service go on.
-        const which = active >= maxTotal ? 'total' : 'subject';
+        const which = counts[0]! >= maxTotal ? 'total' : 'subject';
         onError(Object.assign(new Error(`connection cap reached (${which})`), { code: `cap_${which}` }), {
           uid: e.uid,
           stage: 'capacity',
         });
         return null;
       }
-      active++;
-      opened++;
-      e.active++;
+      counts[0]!++;
+      counts[1]!++;
+      counts[i]!++;
       let done = false;
       return () => {
         if (done) return;
         done = true;
-        active--;
-        e.active--;
+        counts[0]!--;
+        counts[i]!--;
       };
     },
   };

@@ -1,0 +1,173 @@
+import fs from 'node:fs';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { formatDecision, type DecisionRecord } from '../../src/log/decisions.js';
+import type { Probe, ProbeResult } from '../../src/cli/demo/probe.js';
+import { LAB, canRunLab, netPolicy, useLab, type EnforcerHandle, type LabUser } from '../lab/index.js';
+
+// The proxy's native verdict path (issue 43), tried as the leashed account in the lab: which connections it
+// decides (the enforcer's `proxy-path` counts on SIGUSR2 say so), that a denied name and a name leading into
+// loopback are reset on it with nothing connected, that a policy change reaches its next connection, and that its
+// decision lines are, byte for byte, the lines the JavaScript path writes for the same decision.
+
+const GOOD = LAB.hosts[0]!; // good.lab
+const EVIL = LAB.hosts[1]!; // evil.lab
+// An internal address (10/8): the proxy must never connect there for a name; nothing in the lab answers on it.
+const PRIV = '10.1.2.3';
+const tls = (host: string, servername: string): Probe => ({ kind: 'tls', host, port: 443, servername });
+
+interface PathStats {
+  relayed: number;
+  refused: number;
+  toJs: number;
+  connectFailed: number;
+}
+
+describe.skipIf(!canRunLab)('network: the native verdict path', () => {
+  // loop.good.lab resolves to loopback: allowed by the good.lab entry, it must never be connected to.
+  const L = useLab('tnp', { names: { 'loop.good.lab': ['127.0.0.1'], 'priv.good.lab': [PRIV] } });
+  let agent: LabUser;
+  let enf: EnforcerHandle;
+  const policy = netPolicy({ mode: 'whitelist', allow: ['good.lab'], deny: ['evil.lab'] });
+  const lines = (): DecisionRecord[] => enf.decisions().filter((d) => d.uid === agent.uid);
+
+  /** The enforcer's native-path counts now (one SIGUSR2, its stderr line). */
+  async function stats(): Promise<PathStats> {
+    const seen = (enf.stderr().match(/proxy-path /g) ?? []).length;
+    process.kill(enf.pid, 'SIGUSR2');
+    for (let i = 0; i < 200; i++) {
+      const all = [...enf.stderr().matchAll(/proxy-path (\{.*\})\n/g)];
+      if (all.length > seen) return JSON.parse(all[all.length - 1]![1]!) as PathStats;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error(`no proxy-path line: ${enf.stderr()}`);
+  }
+
+  async function probe(ps: Probe[]): Promise<ProbeResult[]> {
+    return L.get().probe(agent, ps);
+  }
+
+  beforeAll(async () => {
+    const lab = L.get();
+    agent = await lab.createUser('leash-tnp1');
+    // A service on loopback in the agent's namespace: a connection the proxy did make there would answer.
+    await lab.serve('agent', [{ host: '127.0.0.1', port: 443 }]);
+    enf = await lab.startEnforcer({ peekTimeoutMs: 2000, subjects: [{ uid: agent.uid, port: 18431, policy }] });
+  }, 60_000);
+
+  it('an allowed name is relayed natively once the proxy has resolved it, and its line is the JavaScript one', async () => {
+    const s0 = await stats();
+    // The first connection to a name goes to JavaScript (nothing resolved yet); it resolves it for the next.
+    const [first] = await probe([tls(GOOD.v4, 'good.lab')]);
+    expect(first).toMatchObject({ ok: true });
+    const s1 = await stats();
+    expect(s1.toJs - s0.toJs).toBe(1);
+    const before = lines().length;
+    const rs = await probe([tls(GOOD.v4, 'good.lab'), tls(GOOD.v6, 'good.lab'), tls(GOOD.v4, 'good.lab')]);
+    for (const r of rs) expect(r).toMatchObject({ ok: true });
+    const s2 = await stats();
+    expect(s2.relayed - s1.relayed).toBe(3);
+    expect(s2.toJs - s1.toJs).toBe(0);
+    const mine = lines().slice(before);
+    expect(mine.map((d) => [d.action, d.reason, d.rule, d.subject])).toEqual([
+      ['allow', 'allow_entry', 'good.lab', { domain: 'good.lab', ip: GOOD.v4, port: 443 }],
+      ['allow', 'allow_entry', 'good.lab', { domain: 'good.lab', ip: GOOD.v6, port: 443 }],
+      ['allow', 'allow_entry', 'good.lab', { domain: 'good.lab', ip: GOOD.v4, port: 443 }],
+    ]);
+    // Byte for byte what formatDecision (the JavaScript path's writer) makes of the same record, ts and ref.
+    const raw = fs.readFileSync(enf.decisionsPath, 'utf8').split('\n').filter(Boolean);
+    for (const text of raw.slice(-3)) {
+      const rec = JSON.parse(text) as DecisionRecord & { ts: string; ref: string };
+      const { ts, ref, ...rest } = rec;
+      expect(formatDecision(rest, ref, new Date(ts))).toBe(`${text}\n`);
+    }
+  });
+
+  it('a denied name is reset on the native path, logged deny_entry, with nothing sent upstream', async () => {
+    // Warm: evil.lab is refused by name before any resolution, so even its first connection stays native.
+    const s0 = await stats();
+    const before = lines().length;
+    const rs = await probe([tls(EVIL.v4, 'evil.lab'), tls(GOOD.v4, 'evil.lab'), tls(EVIL.v6, 'evil.lab')]);
+    for (const r of rs) expect(r).toMatchObject({ ok: false, code: 'ECONNRESET', data: '' });
+    const s1 = await stats();
+    expect(s1.refused - s0.refused).toBe(3);
+    expect(s1.relayed - s0.relayed).toBe(0);
+    expect(
+      lines()
+        .slice(before)
+        .map((d) => [d.action, d.reason, d.rule, (d.subject as { domain?: string }).domain]),
+    ).toEqual([
+      ['block', 'deny_entry', 'evil.lab', 'evil.lab'],
+      ['block', 'deny_entry', 'evil.lab', 'evil.lab'],
+      ['block', 'deny_entry', 'evil.lab', 'evil.lab'],
+    ]);
+  });
+
+  it('a name resolving into loopback is refused (rebind), never connected, and never relayed natively', async () => {
+    const s0 = await stats();
+    const before = lines().length;
+    // Sent to an outside address, the name's own answer (loopback) is not that address: the native path cannot
+    // read the forwarder's answers, so JavaScript decides. Sent to loopback itself, it is judged as localhost.
+    const rs = await probe([
+      tls(GOOD.v4, 'loop.good.lab'),
+      tls(GOOD.v6, 'loop.good.lab'),
+      tls('127.0.0.1', 'loop.good.lab'),
+    ]);
+    for (const r of rs) expect(r).toMatchObject({ ok: false, code: 'ECONNRESET', data: '' });
+    const s1 = await stats();
+    expect(s1.relayed - s0.relayed).toBe(0);
+    expect(s1.toJs - s0.toJs).toBe(2); // the loopback destination never enters the native path
+    expect(
+      lines()
+        .slice(before)
+        .map((d) => [d.action, d.reason, (d.subject as { upstream?: string }).upstream ?? null]),
+    ).toEqual([
+      ['block', 'rebind', '127.0.0.1'],
+      ['block', 'rebind', '127.0.0.1'],
+      ['block', 'not_allowed', null],
+    ]);
+  });
+
+  it('a name resolving into an internal range is refused (rebind) natively once resolved, as JavaScript refuses it', async () => {
+    const s0 = await stats();
+    const before = lines().length;
+    const [first] = await probe([tls(PRIV, 'priv.good.lab')]);
+    const [second] = await probe([tls(PRIV, 'priv.good.lab')]);
+    for (const r of [first, second]) expect(r).toMatchObject({ ok: false, code: 'ECONNRESET', data: '' });
+    const s1 = await stats();
+    expect(s1.toJs - s0.toJs).toBe(1);
+    expect(s1.refused - s0.refused).toBe(1);
+    expect(s1.relayed - s0.relayed).toBe(0);
+    const mine = lines().slice(before);
+    expect(mine.map((d) => [d.action, d.reason, d.rule, d.subject])).toEqual([
+      ['block', 'rebind', 'good.lab', { domain: 'priv.good.lab', ip: PRIV, port: 443, upstream: PRIV }],
+      ['block', 'rebind', 'good.lab', { domain: 'priv.good.lab', ip: PRIV, port: 443, upstream: PRIV }],
+    ]);
+    // The JavaScript line and the native one differ only in ts and ref.
+    const strip = (d: DecisionRecord) => JSON.stringify({ ...d, ts: undefined, ref: undefined });
+    expect(strip(mine[1]!)).toBe(strip(mine[0]!));
+  });
+
+  it('a policy change reaches the very next connection on the native path', async () => {
+    const [warm] = await probe([tls(GOOD.v4, 'good.lab')]);
+    expect(warm).toMatchObject({ ok: true });
+    const spec = JSON.parse(fs.readFileSync(enf.specPath, 'utf8')) as Parameters<EnforcerHandle['reload']>[0];
+    spec.subjects[0]!.policy = netPolicy({ mode: 'whitelist', allow: ['other.lab'], deny: ['evil.lab'] });
+    await enf.reload(spec);
+    const s0 = await stats();
+    const before = lines().length;
+    const [r] = await probe([tls(GOOD.v4, 'good.lab')]);
+    expect(r).toMatchObject({ ok: false, code: 'ECONNRESET', data: '' });
+    const s1 = await stats();
+    expect(s1.refused - s0.refused).toBe(1);
+    expect(
+      lines()
+        .slice(before)
+        .map((d) => [d.action, d.reason, d.rule]),
+    ).toEqual([['block', 'not_allowed', null]]);
+    // And back: allowed again at once.
+    spec.subjects[0]!.policy = policy;
+    await enf.reload(spec);
+    const [again] = await probe([tls(GOOD.v4, 'good.lab')]);
+    expect(again).toMatchObject({ ok: true });
+  });
+});
