@@ -249,6 +249,30 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     expect(c.connsThrough).toBe(0);
   }, 90_000);
 
+  it('an upgrade (the watcher script replaced): a new watcher is started, the old one released after; 0 through', async () => {
+    const watcher = await activeWatcher();
+    const loop = loopAs(agent, 8000);
+    await sleep(1500);
+    fs.writeFileSync(path.join(dir, 'restart'), `${Date.now()}\n`);
+    expect(await stopChild(svc!, 10_000)).toBe(0);
+    expect(stopPost('success', 'exited', '0').code).toBe(0);
+    // What dpkg does to every file of the package: the build a watcher names itself by changes (adopt.ts).
+    const script = path.resolve(__dirname, '../../dist/src/dataplane/watcher/watcher-main.js');
+    const now = new Date();
+    fs.utimesSync(script, now, now);
+    await startSvc();
+    expect(svcErr).not.toMatch(/watcher adopted/);
+    const fresh = await activeWatcher();
+    expect(fresh).not.toBe(watcher);
+    for (let i = 0; i < 100 && alive(watcher); i++) await sleep(20);
+    expect(alive(watcher)).toBe(false);
+    const c = await loop;
+    console.log(`upgrade: agent loop ${JSON.stringify(c)}`);
+    expect(c.reads).toBeGreaterThan(100);
+    expect(c.readsThrough).toBe(0);
+    expect(c.connsThrough).toBe(0);
+  }, 90_000);
+
   it('a deliberate stop releases everything: no watcher left, no chain, the agent reads the file', async () => {
     await activeWatcher();
     expect(await stopChild(svc!, 10_000)).toBe(0);

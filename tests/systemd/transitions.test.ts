@@ -349,6 +349,7 @@ describe.skipIf(!isRoot)('leash under systemd (Debian 12 in systemd-nspawn)', ()
     must(['leash', 'profile', 'save', 'l40a', '--from', '/var/tmp/l40a-profile.yaml', '--no-reconcile']);
     must(['leash', 'bind', 'agent:leash-agent2', 'l40a', '--no-reconcile']);
     const pid = show('leash', ['MainPID']).MainPID;
+    const watcher = activeWatcher();
     const a = agent('leash-agent1', [SECRET]);
     await sleep(1000);
     const t0 = mono();
@@ -366,6 +367,9 @@ describe.skipIf(!isRoot)('leash under systemd (Debian 12 in systemd-nspawn)', ()
       restarted: after.MainPID !== pid,
       afterInstall: afterInstall.total,
     });
+    // The new version's watcher runs: the old one judged until the new one had its marks on, then was released.
+    expect(activeWatcher()).not.toBe(watcher);
+    expect(sh(['kill', '-0', watcher]).code).not.toBe(0);
     expect(must(['dpkg-query', '-W', '-f=${Version}', 'leash'])).toBe(newer);
     expect(after.ActiveState).toBe('active');
     expect(after.MainPID, 'the new version runs: the service was restarted').not.toBe(pid);

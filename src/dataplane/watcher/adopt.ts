@@ -66,6 +66,16 @@ function connect(sockPath: string, timeoutMs: number): Promise<net.Socket | null
   });
 }
 
+/** A watcher script's build identity: an upgrade replaces the file (a new inode), a restart does not. */
+export function buildOf(script: string): string {
+  try {
+    const st = fs.statSync(script);
+    return `${st.ino}:${Math.round(st.mtimeMs)}`;
+  } catch {
+    return '';
+  }
+}
+
 /** The real user ID of `pid` (/proc/PID/status), or null. */
 function uidOf(pid: number): number | null {
   try {
@@ -79,8 +89,9 @@ function uidOf(pid: number): number | null {
 /**
  * Adopts the orphaned watcher waiting on `sockPath`: sends it the current map and resolves with it as the active
  * watcher once it has acknowledged that map. Null when there is none (no socket, nobody listening), or what
- * answers is not a watcher of ours; `refused` is then the connection to a watcher of ours that refused the map: the
- * caller releases it on that connection once a new watcher of its own is ready (so no moment has no group).
+ * answers is not a watcher of ours; `refused` is then the connection to a watcher of ours that refused the map or
+ * runs another build (an upgrade: the new version's watcher must run): the caller releases it on that connection
+ * once a new watcher of its own has its marks on, so both groups judge in between and no moment has none.
  */
 export async function adoptWatcher(
   ch: Channels,
@@ -110,7 +121,8 @@ export async function adoptWatcher(
   clearTimeout(timer);
   const st = reply?.ok ? reply.status : undefined;
   // Our watcher runs as this user; its PID is in this PID namespace (a wrapper's namespace would name another).
-  if (reply !== null && !reply.ok) return { proc: null, refused: sock };
+  if (reply !== null && (!reply.ok || reply.status?.build !== buildOf(spec.script)))
+    return { proc: null, refused: sock };
   if (!st || uidOf(st.pid) !== (process.geteuid?.() ?? 0) || st.role !== 'active') {
     sock.destroy();
     return { proc: null, refused: null };

@@ -45,6 +45,8 @@ export interface WatcherStatus {
   /** Namespaces subjects made (namespaces.ts): known now, filesystems marked and processes killed since start. */
   namespaces?: NamespaceStatus;
   stats: WatcherStats;
+  /** Which build of the watcher runs (its script file's inode and mtime at its start: adopt.ts compares them). */
+  build?: string;
 }
 
 export type FromWatcher =

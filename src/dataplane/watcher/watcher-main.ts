@@ -11,6 +11,7 @@ import { createJournal, operationalFields, teeDecisionsToJournal } from '../../l
 import { nativeCommon, nativeWatcher } from '../../native.js';
 import { approvalOf } from '../../engine/approval.js';
 import type { HeldAsk } from './addon.js';
+import { buildOf } from './adopt.js';
 import { lineReader, type FromWatcher, type ToWatcher, type WatcherEvent } from './protocol.js';
 import { createWatcherCore } from './watcher.js';
 
@@ -162,6 +163,10 @@ function onAsk(a: HeldAsk): void {
 }
 let initialised = false;
 
+// This process's build (adopt.ts): a service of another build replaces this watcher rather than adopting it.
+const build = buildOf(process.argv[1]!);
+const statusNow = () => ({ ...core.status(), build });
+
 function onMessage(m: ToWatcher): void {
   try {
     switch (m.op) {
@@ -169,7 +174,7 @@ function onMessage(m: ToWatcher): void {
         if (initialised) throw new Error('already initialised');
         core.init(m.subjects, m.watch);
         initialised = true;
-        send({ id: m.id, ok: true, status: core.status() });
+        send({ id: m.id, ok: true, status: statusNow() });
         break;
       case 'set':
         core.set(m.subject);
@@ -184,14 +189,14 @@ function onMessage(m: ToWatcher): void {
         send({ id: m.id, ok: true });
         break;
       case 'status':
-        send({ id: m.id, ok: true, status: core.status() });
+        send({ id: m.id, ok: true, status: statusNow() });
         break;
       case 'adopt':
         if (!initialised) throw new Error('not initialised');
         core.setWatch(m.watch);
         core.setMany(m.subjects);
         warn({ msg: 'adopted by a new service: judging with its map', subjects: m.subjects.length });
-        send({ id: m.id, ok: true, status: core.status() });
+        send({ id: m.id, ok: true, status: statusNow() });
         break;
       case 'release':
         released = true;
