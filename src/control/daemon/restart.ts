@@ -29,8 +29,11 @@ export function watcherSocketPath(env: NodeJS.ProcessEnv = process.env): string 
 /** Written by `leash restart` and the postinst just before they restart the service. */
 export function writeRestartMarker(env: NodeJS.ProcessEnv = process.env): void {
   const dir = runtimeDir(env);
-  if (!fs.existsSync(dir)) return;
-  fs.writeFileSync(path.join(dir, MARKER), `${Date.now()}\n`, { mode: 0o600 });
+  try {
+    fs.writeFileSync(path.join(dir, MARKER), `${Date.now()}\n`, { mode: 0o600 });
+  } catch {
+    // No runtime directory (the service is not running) or not root: systemd's restart job still tells the stop.
+  }
 }
 
 /** The next start consumes the marker: a later stop is deliberate unless marked again. */
