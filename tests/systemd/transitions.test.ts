@@ -194,10 +194,17 @@ describe.skipIf(!isRoot)('leash under systemd (Debian 12 in systemd-nspawn)', ()
     // are the first-agent test's).
     must(['leash', 'init', '--user', 'leash-agent1']);
     must(['leash', 'fs', 'deny', SECRET, '--no-reconcile']);
-    // Before Leash runs, the loop gets everything through: the counts below can fail.
-    const control = agent('leash-agent1', [SECRET]);
-    await sleep(1500);
-    const open = letThrough(await control.stop(), 0);
+    // Before Leash runs, the loop gets everything through: the counts below can fail. (Under load the listener
+    // may not be up at once: a few tries.)
+    let open = letThrough(
+      { start: 0, end: 0, attempts: { read: 0, exec: 0, connect: 0 }, through: { read: [], exec: [], connect: [] } },
+      0,
+    );
+    for (let i = 0; i < 5 && !(open.read && open.exec && open.connect); i++) {
+      const control = agent('leash-agent1', [SECRET]);
+      await sleep(1500);
+      open = letThrough(await control.stop(), 0);
+    }
     expect(open.read && open.exec && open.connect, JSON.stringify(open)).toBeGreaterThan(0);
 
     const t0 = Date.now();

@@ -15,9 +15,6 @@ import { buildOf } from './adopt.js';
 import { lineReader, type FromWatcher, type ToWatcher, type WatcherEvent } from './protocol.js';
 import { createWatcherCore } from './watcher.js';
 
-// What ps shows; the role is part of it (a standby renames itself when it takes over).
-process.title = 'leash-watcher';
-
 const { values } = parseArgs({
   options: {
     decisions: { type: 'string', default: 'stdout' },
@@ -67,7 +64,8 @@ const { values } = parseArgs({
  */
 const HOLD_GRACE_MS = 1000;
 
-if (values['standby-of'] !== undefined) process.title = 'leash-watcher-standby';
+// What ps shows, with the role (a standby renames itself when it takes over); set before anything else runs.
+process.title = values['standby-of'] !== undefined ? 'leash-watcher-standby' : 'leash-watcher';
 
 const native = nativeWatcher();
 const journal =
