@@ -282,6 +282,26 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
     expect(readAs(agent, held())).toBe('ok');
   }, 60_000);
 
+  it('LEASH_WATCHER_ORPHAN_S bounds how long a watcher waits for a service: then it releases the host', async () => {
+    env.LEASH_WATCHER_ORPHAN_S = '2';
+    try {
+      await startSvc();
+    } finally {
+      delete env.LEASH_WATCHER_ORPHAN_S;
+    }
+    const watcher = await activeWatcher();
+    process.kill(mainPid(), 'SIGKILL');
+    await exited(svc!);
+    await sleep(500);
+    expect(alive(watcher)).toBe(true);
+    expect(readAs(agent, held())).toBe('EPERM');
+    for (let i = 0; i < 200 && alive(watcher); i++) await sleep(25);
+    expect(alive(watcher)).toBe(false);
+    // The chains are a teardown's to release (a crash keeps them); the filesystem is free again.
+    expect(stopPost().code).toBe(0);
+    expect(readAs(agent, held())).toBe('ok');
+  }, 60_000);
+
   it('leash teardown by hand releases a watcher a killed service left, and its chains', async () => {
     await startSvc();
     const watcher = await activeWatcher();

@@ -229,8 +229,12 @@ async function serveUntilStopped(configPath: string): Promise<void> {
   let fatal = false;
   let svc: Service | null = null;
   const wrapS = Number(process.env.LEASH_WATCHER_TIMEOUT_S);
+  // How long a watcher this service leaves waits for the next start (docs/operations.md): by default until adopted
+  // or released, so that a failed start keeps the last good policy.
+  const orphanS = Number(process.env.LEASH_WATCHER_ORPHAN_S);
   const reconcile: ReconcileOptions = {
     watcherSocket: watcherSocketPath(),
+    ...(Number.isFinite(orphanS) && orphanS > 0 ? { watcherArgs: ['--orphan-max-ms', String(orphanS * 1000)] } : {}),
     ...(Number.isFinite(wrapS) && wrapS > 0 ? { watcherWrap: ['timeout', '-s', 'KILL', String(wrapS)] } : {}),
     onFatal: () => {
       // systemd restarts the whole service (Restart=on-failure): exit non-zero after a clean stop.
