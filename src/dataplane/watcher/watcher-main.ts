@@ -287,27 +287,54 @@ function serviceGone(): void {
       shutdown(0);
     }, maxMs);
   if (server) return;
+  listen(sockPath);
+  // systemd removes the runtime directory when the unit ends (a failed start's `failed`, where this watcher keeps
+  // the last good policy): the socket is made again, so that the start after the fix still finds this watcher.
+  keepSocket ??= setInterval(() => {
+    const st = fs.statSync(sockPath, { throwIfNoEntry: false });
+    if (server && listening && st?.ino !== socketIno) {
+      server.close();
+      server = null;
+      listen(sockPath);
+    }
+  }, 1000);
+}
+
+let keepSocket: NodeJS.Timeout | null = null;
+let listening = false;
+let socketIno: number | undefined;
+
+/** Listens on the adoption socket; the first connection is the next service's channel. */
+function listen(sockPath: string): void {
   // A socket file left by an earlier orphan of this path is stale: that watcher is gone or was adopted.
   fs.rmSync(sockPath, { force: true });
+  fs.mkdirSync(path.dirname(sockPath), { recursive: true, mode: 0o755 });
   const old = process.umask(0o077);
-  server = net.createServer((sock) => {
+  listening = false;
+  const srv = net.createServer((sock) => {
     if (chan) {
       sock.destroy();
       return;
     }
     if (orphanTimer) clearTimeout(orphanTimer);
-    orphanTimer = null;
-    server?.close();
+    if (keepSocket) clearInterval(keepSocket);
+    orphanTimer = keepSocket = null;
+    srv.close();
     server = null;
     // The socket file goes with the listener: the next orphaning makes a new one.
     fs.rmSync(sockPath, { force: true });
     attach(sock);
   });
-  server.on('error', (e) => {
+  server = srv;
+  srv.on('error', (e) => {
     warn({ msg: 'cannot listen for the next service: releasing the host', code: (e as NodeJS.ErrnoException).code });
     shutdown(0);
   });
-  server.listen(sockPath, () => process.umask(old));
+  srv.listen(sockPath, () => {
+    process.umask(old);
+    listening = true;
+    socketIno = fs.statSync(sockPath, { throwIfNoEntry: false })?.ino;
+  });
 }
 
 attach(new net.Socket({ fd: 3, readable: true, writable: true }));
