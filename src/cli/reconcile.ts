@@ -1,4 +1,5 @@
 import { spawnSync } from 'node:child_process';
+import { writeRestartMarker } from '../control/daemon/restart.js';
 import type { Command } from 'commander';
 import { LeashError } from '../errors.js';
 import { reloadService, UNIT } from './reload.js';
@@ -23,8 +24,12 @@ export function signalService(systemctl = process.env.LEASH_SYSTEMCTL ?? 'system
   return r.sent ? { signalled: true } : { signalled: false, reason: r.why };
 }
 
-/** `leash restart`: a full restart through systemd (drops and re-applies every enforcer). */
+/**
+ * `leash restart`: a full restart through systemd. The marker makes the stop keep the data plane (the chains, the
+ * watcher the new start adopts: src/control/daemon/restart.ts), so no agent is released meanwhile.
+ */
 export function restartService(systemctl = process.env.LEASH_SYSTEMCTL ?? 'systemctl'): void {
+  writeRestartMarker();
   const args = ['restart', UNIT];
   const r = spawnSync(systemctl, args, { encoding: 'utf8', stdio: ['ignore', 'ignore', 'pipe'] });
   if (r.error || r.status !== 0) {
@@ -39,7 +44,7 @@ export function restartService(systemctl = process.env.LEASH_SYSTEMCTL ?? 'syste
 export function register(program: Command): void {
   program
     .command('restart')
-    .description('restart leash.service (edits reload it in place with SIGHUP; a restart briefly unconfines)')
+    .description('restart leash.service (edits reload it in place with SIGHUP; a restart keeps every agent confined)')
     .action(() => {
       restartService();
       process.stdout.write(`${UNIT} restarted\n`);

@@ -26,6 +26,7 @@ import { lockService, serviceDirs } from './instance.js';
 import { collectJournal, openDecisions, openJournal } from './logging.js';
 import { defaultNotify, startHeartbeat } from './notify.js';
 import { confinedOf, listenForHup, reload, type Running } from './reload.js';
+import { clearRestartMarker, restartPending, watcherSocketPath } from './restart.js';
 
 export interface ServiceOptions {
   configPath: string;
@@ -38,11 +39,17 @@ export interface ServiceOptions {
   hostPaths?: HostPaths;
   /** The reload status file (src/control/reconcile/generation.ts); null or absent: none is written. */
   statusFile?: string | null;
+  /**
+   * Asked at each stop: a reason (restart.ts) makes it a restart, which keeps the data plane (the chains, the
+   * watcher waiting to be adopted) and resolves `stopped` with `kept` set, closing nothing; the caller then ends the
+   * process. Absent or null: the stop releases everything.
+   */
+  keepOnStop?: () => string | null;
 }
 
 export interface Service {
-  /** Resolves when the service has stopped (after a signal or stop()). */
-  stopped: Promise<void>;
+  /** Resolves when the service has stopped (after a signal or stop()): with the reason when it kept the data plane. */
+  stopped: Promise<string | null>;
   stop(): Promise<void>;
   reload(): Promise<void>;
 }
@@ -144,13 +151,24 @@ async function startInner(
   const endpoints = await startEndpoints(loaded.config, () => r.loaded.config, metrics, logger);
   const stopHeartbeat = startHeartbeat(notify);
 
-  let resolveStopped!: () => void;
-  const stopped = new Promise<void>((res) => (resolveStopped = res));
+  let resolveStopped!: (kept: string | null) => void;
+  const stopped = new Promise<string | null>((res) => (resolveStopped = res));
   let stopping: Promise<void> | null = null;
   const stop = () => {
     stopping ??= (async () => {
       notify('STOPPING=1');
       tracker.phase('stopping');
+      const kept = opts.keepOnStop?.() ?? null;
+      if (kept) {
+        // The process's end closes the watchers' channels unreleased and leaves the chains: the next start adopts.
+        logger.info(
+          { why: kept },
+          'restart: the data plane is kept (chains closed, watcher waiting) for the next start',
+        );
+        tracker.remove();
+        resolveStopped(kept);
+        return;
+      }
       logger.info('stopping');
       await r.reconcile
         ?.close()
@@ -163,7 +181,7 @@ async function startInner(
       process.off('SIGINT', stop);
       hup.off();
       tracker.remove();
-      resolveStopped();
+      resolveStopped(null);
     })();
     return stopping;
   };
@@ -193,13 +211,22 @@ export async function runService(configPath: string): Promise<void> {
   } finally {
     instance.release();
   }
+  if (exitNow) process.exit(0);
 }
+
+/** Set when a stop kept the data plane: the process ends at once, leaving what it did not close. */
+let exitNow = false;
 
 async function serveUntilStopped(configPath: string): Promise<void> {
   let fatal = false;
   let svc: Service | null = null;
   const wrapS = Number(process.env.LEASH_WATCHER_TIMEOUT_S);
+  // How long a watcher this service leaves waits for the next start (docs/operations.md): by default until adopted
+  // or released, so that a failed start keeps the last good policy.
+  const orphanS = Number(process.env.LEASH_WATCHER_ORPHAN_S);
   const reconcile: ReconcileOptions = {
+    watcherSocket: watcherSocketPath(),
+    ...(Number.isFinite(orphanS) && orphanS > 0 ? { watcherArgs: ['--orphan-max-ms', String(orphanS * 1000)] } : {}),
     ...(Number.isFinite(wrapS) && wrapS > 0 ? { watcherWrap: ['timeout', '-s', 'KILL', String(wrapS)] } : {}),
     onFatal: () => {
       // systemd restarts the whole service (Restart=on-failure): exit non-zero after a clean stop.
@@ -210,7 +237,12 @@ async function serveUntilStopped(configPath: string): Promise<void> {
   // Outside systemd the CLI signals the pid file (see src/cli/reload.ts).
   const pidFile = process.env.LEASH_PID_FILE ?? (process.env.NOTIFY_SOCKET ? null : '/run/leash/leash.pid');
   try {
-    svc = await startService({ configPath, reconcile, statusFile: statusFilePath() });
+    svc = await startService({
+      configPath,
+      reconcile,
+      statusFile: statusFilePath(),
+      keepOnStop: () => restartPending(),
+    });
   } catch (e) {
     await closeAfterFailedStart();
     throw e;
@@ -223,7 +255,10 @@ async function serveUntilStopped(configPath: string): Promise<void> {
       // Not fatal: the CLI then says how to signal by hand.
     }
   }
-  await svc.stopped;
+  clearRestartMarker();
+  const kept = await svc.stopped;
   if (pidFile) fs.rmSync(pidFile, { force: true });
   if (fatal) process.exitCode = 1;
+  // A restart closed nothing: the listeners and the watchers' channels end with the process.
+  if (kept) exitNow = true;
 }

@@ -53,6 +53,8 @@ export interface ReconcileOptions {
   watcherWrap?: string[];
   /** Extra watcher arguments. */
   watcherArgs?: string[];
+  /** The watcher's adoption socket: a watcher left by an earlier service is adopted, not replaced (adopt.ts). */
+  watcherSocket?: string;
   /** Gate socket path (default LEASH_TOOLS_SOCKET or /run/leash/tools.sock). */
   toolsSocket?: string;
   /** Called when the watcher died too often: the service must exit for systemd to restart it. */

@@ -11,6 +11,13 @@ export type ToWatcher =
   /** Many subjects in one change: one map swap and one mark scan for all (a start, a fleet's accounts). */
   | { id: number; op: 'setMany'; subjects: WatcherSubject[] }
   | { id: number; op: 'status' }
+  /**
+   * A new service takes over an orphaned watcher (adopt.ts): the whole current map and watch list, on the
+   * connection to the watcher's adoption socket, which is the channel from then on.
+   */
+  | { id: number; op: 'adopt'; subjects: WatcherSubject[]; watch: string[] }
+  /** A deliberate stop: the watcher closes its group (unanswered events are let through by the kernel) and exits. */
+  | { id: number; op: 'release' }
   /** Reopen the decision log by its path (after a rename-style rotation). */
   | { id: number; op: 'reopen' }
   /** The approvals queue's outcome for a held event (`hold`: the id of its `ask` line). */
@@ -38,6 +45,8 @@ export interface WatcherStatus {
   /** Namespaces subjects made (namespaces.ts): known now, filesystems marked and processes killed since start. */
   namespaces?: NamespaceStatus;
   stats: WatcherStats;
+  /** Which build of the watcher runs (its script file's inode and mtime at its start: adopt.ts compares them). */
+  build?: string;
 }
 
 export type FromWatcher =

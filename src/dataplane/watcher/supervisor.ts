@@ -17,7 +17,7 @@ import type { Asker } from '../../engine/approval.js';
 import type { FsCmdPolicy, WatcherSubject } from './addon.js';
 import { createHoldRelay, holdArgs, type HoldBounds } from './hold-relay.js';
 import type { FromWatcher, WatcherStatus } from './protocol.js';
-import { startActive, type Succession } from './takeover.js';
+import { adoptOrStart, type Succession } from './takeover.js';
 import { defaultScript, endProc, request, stopProc, type Proc, type Request } from './watcher-proc.js';
 
 export interface FsSupervisorOptions {
@@ -45,6 +45,13 @@ export interface FsSupervisorOptions {
   onFatal?: (err: LeashError) => void;
   /** Called after each respawn or takeover (the new active watcher has the map). */
   onRespawn?: (info: { pid: number; deaths: number; takeover: boolean }) => void;
+  /**
+   * The adoption socket (the runtime directory's watcher.sock): a watcher this service's end leaves without a
+   * release waits there, and this supervisor's start adopts one waiting there (adopt.ts). Absent: none.
+   */
+  adoptSocket?: string;
+  /** Called when the start adopted an earlier service's watcher instead of spawning one. */
+  onAdopt?: (info: { pid: number }) => void;
   /** Keep a standby watcher on the same group (default true). */
   standby?: boolean;
   /** Called once when standbys are given up (a standby could not take the group twice in a row). */
@@ -168,7 +175,7 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
     standbyOff: false,
     standbyWaiters: [],
   };
-  st.current = startActive(st);
+  st.current = adoptOrStart(st);
   const ready = st.current;
 
   const setMany = async (list: WatcherSubject[]): Promise<void> => {

@@ -4,6 +4,7 @@
 // that makes the supervisor give up. One process's spawn and channel are watcher-proc.ts.
 import { LeashError } from '../../errors.js';
 import type { WatcherStatus } from './protocol.js';
+import { adoptWatcher, releaseOn } from './adopt.js';
 import { endProc, spawnProc, type Channels, type Proc, type SpawnSpec } from './watcher-proc.js';
 
 export interface SuccessionHooks {
@@ -12,6 +13,8 @@ export interface SuccessionHooks {
   onStandbyUnavailable?: (why: string) => void;
   /** Runs first when any watcher process exits (its held events' requests are cancelled). */
   onProcExit?: (p: Proc) => void;
+  /** The first active watcher is one an earlier service left, adopted with the current map (adopt.ts). */
+  onAdopt?: (info: { pid: number }) => void;
 }
 
 /** The supervisor's state: which processes hold which role, the deaths, and the standby's tries. */
@@ -91,6 +94,30 @@ export function startActive(st: Succession): Promise<WatcherStatus> {
     () => {},
   );
   return p.ready;
+}
+
+/**
+ * The first active watcher: the one an earlier service left waiting on the adoption socket (its group never
+ * closed), with the current map; else a new one. A watcher that answers and refuses the map is released only
+ * once the new one has its marks on.
+ */
+export async function adoptOrStart(st: Succession): Promise<WatcherStatus> {
+  const sock = st.spec.adoptSocket;
+  if (!sock) return startActive(st);
+  const { proc, refused } = await adoptWatcher(st, st.spec, sock, (q) => onExit(st, q));
+  if (proc) {
+    st.act = proc;
+    st.hooks.onAdopt?.({ pid: proc.pid! });
+    startStandby(st);
+    return proc.status!;
+  }
+  const ready = startActive(st);
+  if (refused)
+    ready.then(
+      () => releaseOn(refused),
+      () => releaseOn(refused),
+    );
+  return ready;
 }
 
 /** A standby that exits: replaced, or standbys given up when it never held the group twice in a row. */

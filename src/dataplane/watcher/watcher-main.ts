@@ -11,10 +11,9 @@ import { createJournal, operationalFields, teeDecisionsToJournal } from '../../l
 import { nativeCommon, nativeWatcher } from '../../native.js';
 import { approvalOf } from '../../engine/approval.js';
 import type { HeldAsk } from './addon.js';
+import { buildOf } from './adopt.js';
 import { lineReader, type FromWatcher, type ToWatcher, type WatcherEvent } from './protocol.js';
 import { createWatcherCore } from './watcher.js';
-
-process.title = 'leash-watcher';
 
 const { values } = parseArgs({
   options: {
@@ -41,6 +40,12 @@ const { values } = parseArgs({
     'standby-of': { type: 'string' },
     'group-fd': { type: 'string' },
     'table-fd': { type: 'string' },
+    // Where this watcher waits for the next service when its own goes without releasing it (a crash, a restart,
+    // an upgrade): it keeps judging with its last map and listens here for a start to adopt it (adopt.ts).
+    // Absent: the service's end is the watcher's (the old way, and tests that run a watcher alone).
+    'adopt-socket': { type: 'string' },
+    // An orphan waits at most this long for a service, then releases the host (0: until adopted or released).
+    'orphan-max-ms': { type: 'string', default: '0' },
     // The journal's socket (the service found it: config logging.journal) and logging.journal_allows.
     journal: { type: 'string' },
     'journal-allows': { type: 'string', default: '0' },
@@ -58,6 +63,9 @@ const { values } = parseArgs({
  * names the request); the loop's is the backstop when that answer never comes (the service is wedged).
  */
 const HOLD_GRACE_MS = 1000;
+
+// What ps shows, with the role (a standby renames itself when it takes over); set before anything else runs.
+process.title = values['standby-of'] !== undefined ? 'leash-watcher-standby' : 'leash-watcher';
 
 const native = nativeWatcher();
 const journal =
@@ -120,6 +128,7 @@ const core = createWatcherCore({
     : {}),
   ...(values['standby-of'] !== undefined
     ? {
+        onTakeover: () => (process.title = 'leash-watcher'),
         standbyOf: {
           pid: Number(values['standby-of']),
           groupFd: Number(values['group-fd']),
@@ -129,9 +138,11 @@ const core = createWatcherCore({
     : {}),
 });
 
-const chan = new net.Socket({ fd: 3, readable: true, writable: true });
+// The channel to the service: fd 3 from the spawning service, or a connection to the adoption socket.
+let chan: net.Socket | null = null;
 const send = (m: FromWatcher | WatcherEvent): void => {
-  chan.write(`${JSON.stringify(m)}\n`);
+  // Orphaned: nobody to tell. A held event's ask goes unanswered and the loop's own deadline denies it.
+  if (chan && !chan.destroyed) chan.write(`${JSON.stringify(m)}\n`);
 };
 
 /** /proc/PID/cmdline (procfs is never marked): the asking process is blocked in its open, so still there. */
@@ -150,76 +161,85 @@ function onAsk(a: HeldAsk): void {
 }
 let initialised = false;
 
-chan.on(
-  'data',
-  lineReader<ToWatcher>(
-    (m) => {
-      try {
-        switch (m.op) {
-          case 'init':
-            if (initialised) throw new Error('already initialised');
-            core.init(m.subjects, m.watch);
-            initialised = true;
-            send({ id: m.id, ok: true, status: core.status() });
-            break;
-          case 'set':
-            core.set(m.subject);
-            send({ id: m.id, ok: true });
-            break;
-          case 'setMany':
-            core.setMany(m.subjects);
-            send({ id: m.id, ok: true });
-            break;
-          case 'reopen':
-            log.reopen();
-            send({ id: m.id, ok: true });
-            break;
-          case 'status':
-            send({ id: m.id, ok: true, status: core.status() });
-            break;
-          case 'answer': {
-            const a = asked.get(m.hold);
-            asked.delete(m.hold);
-            const held = core.answer(m.hold, m.outcome.action === 'allow');
-            // The outcome's line, when this answer is the one the kernel got (else the loop's deadline was).
-            if (held && a)
-              log.write({
-                uid: a.uid,
-                surface: a.surface,
-                action: m.outcome.action,
-                reason: m.outcome.reason,
-                subject: a.surface === 'commands' ? { binary: a.subject } : { path: a.subject },
-                rule: a.rule,
-                approval: approvalOf(m.outcome),
-              });
-            send({ id: m.id, ok: true, held });
-            break;
-          }
-          case 'wedge':
-            if (process.env.LEASH_TEST_WEDGE_JS !== '1') throw new Error('wedge is a test hook');
-            send({ id: m.id, ok: true });
-            setTimeout(wedgeForTest, 50);
-            break;
-          case 'selfopen':
-            if (process.env.LEASH_TEST_WEDGE_JS !== '1') throw new Error('selfopen is a test hook');
-            send({
-              id: m.id,
-              ok: true,
-              bytes: fs.readFileSync(m.path).length + fs.readdirSync(path.dirname(m.path)).length,
-            });
-            break;
-          default:
-            throw new Error(`unknown op ${(m as { op?: unknown }).op as string}`);
-        }
-      } catch (e) {
-        send({ id: (m as { id: number }).id, ok: false, error: (e as Error).message });
-      }
-    },
-    (line) => warn({ msg: 'bad control line', line: line.slice(0, 200) }),
-  ),
-);
+// This process's build (adopt.ts): a service of another build replaces this watcher rather than adopting it.
+const build = buildOf(process.argv[1]!);
+const statusNow = () => ({ ...core.status(), build });
 
-// The service is our only reason to exist: when its end closes, release the host.
+function onMessage(m: ToWatcher): void {
+  try {
+    switch (m.op) {
+      case 'init':
+        if (initialised) throw new Error('already initialised');
+        core.init(m.subjects, m.watch);
+        initialised = true;
+        send({ id: m.id, ok: true, status: statusNow() });
+        break;
+      case 'set':
+        core.set(m.subject);
+        send({ id: m.id, ok: true });
+        break;
+      case 'setMany':
+        core.setMany(m.subjects);
+        send({ id: m.id, ok: true });
+        break;
+      case 'reopen':
+        log.reopen();
+        send({ id: m.id, ok: true });
+        break;
+      case 'status':
+        send({ id: m.id, ok: true, status: statusNow() });
+        break;
+      case 'adopt':
+        if (!initialised) throw new Error('not initialised');
+        core.setWatch(m.watch);
+        core.setMany(m.subjects);
+        warn({ msg: 'adopted by a new service: judging with its map', subjects: m.subjects.length });
+        send({ id: m.id, ok: true, status: statusNow() });
+        break;
+      case 'release':
+        released = true;
+        shutdown(0);
+        break;
+      case 'answer': {
+        const a = asked.get(m.hold);
+        asked.delete(m.hold);
+        const held = core.answer(m.hold, m.outcome.action === 'allow');
+        // The outcome's line, when this answer is the one the kernel got (else the loop's deadline was).
+        if (held && a)
+          log.write({
+            uid: a.uid,
+            surface: a.surface,
+            action: m.outcome.action,
+            reason: m.outcome.reason,
+            subject: a.surface === 'commands' ? { binary: a.subject } : { path: a.subject },
+            rule: a.rule,
+            approval: approvalOf(m.outcome),
+          });
+        send({ id: m.id, ok: true, held });
+        break;
+      }
+      case 'wedge':
+        if (process.env.LEASH_TEST_WEDGE_JS !== '1') throw new Error('wedge is a test hook');
+        send({ id: m.id, ok: true });
+        setTimeout(wedgeForTest, 50);
+        break;
+      case 'selfopen':
+        if (process.env.LEASH_TEST_WEDGE_JS !== '1') throw new Error('selfopen is a test hook');
+        send({
+          id: m.id,
+          ok: true,
+          bytes: fs.readFileSync(m.path).length + fs.readdirSync(path.dirname(m.path)).length,
+        });
+        break;
+      default:
+        throw new Error(`unknown op ${(m as { op?: unknown }).op as string}`);
+    }
+  } catch (e) {
+    send({ id: (m as { id: number }).id, ok: false, error: (e as Error).message });
+  }
+}
+
+let released = false;
 const shutdown = (code: number): void => {
   try {
     core.close();
@@ -227,8 +247,97 @@ const shutdown = (code: number): void => {
     process.exit(code);
   }
 };
-chan.on('close', () => shutdown(0));
-chan.on('error', () => shutdown(0));
+
+/** Takes `sock` as the channel to the service; its end orphans this watcher (or ends it: serviceGone). */
+function attach(sock: net.Socket): void {
+  chan = sock;
+  sock.on(
+    'data',
+    lineReader<ToWatcher>(onMessage, (line) => warn({ msg: 'bad control line', line: line.slice(0, 200) })),
+  );
+  const gone = () => {
+    if (chan !== sock) return;
+    chan = null;
+    serviceGone();
+  };
+  sock.on('close', gone);
+  sock.on('error', gone);
+}
+
+let server: net.Server | null = null;
+let orphanTimer: NodeJS.Timeout | null = null;
+
+/**
+ * The service's end of the channel closed without a release: it crashed, or stopped for a restart or an upgrade.
+ * An active watcher with an adoption socket keeps judging with its last map (the group, and so every mark, stays)
+ * and waits there for the next start. A standby ends (the active holds the group); so does a watcher that never had
+ * its map, or that runs without an adoption socket.
+ */
+function serviceGone(): void {
+  const sockPath = values['adopt-socket'];
+  if (released || !initialised || sockPath === undefined || core.status().role !== 'active') {
+    shutdown(0);
+    return;
+  }
+  warn({ msg: 'the service is gone: judging with the last map until a start adopts this watcher', socket: sockPath });
+  const maxMs = Number(values['orphan-max-ms']);
+  if (maxMs > 0)
+    orphanTimer ??= setTimeout(() => {
+      warn({ msg: 'no service adopted this watcher in time: releasing the host', waitedMs: maxMs });
+      shutdown(0);
+    }, maxMs);
+  if (server) return;
+  listen(sockPath);
+  // systemd removes the runtime directory when the unit ends (a failed start's `failed`, where this watcher keeps
+  // the last good policy): the socket is made again, so that the start after the fix still finds this watcher.
+  keepSocket ??= setInterval(() => {
+    const st = fs.statSync(sockPath, { throwIfNoEntry: false });
+    if (server && listening && st?.ino !== socketIno) {
+      server.close();
+      server = null;
+      listen(sockPath);
+    }
+  }, 1000);
+}
+
+let keepSocket: NodeJS.Timeout | null = null;
+let listening = false;
+let socketIno: number | undefined;
+
+/** Listens on the adoption socket; the first connection is the next service's channel. */
+function listen(sockPath: string): void {
+  // A socket file left by an earlier orphan of this path is stale: that watcher is gone or was adopted.
+  fs.rmSync(sockPath, { force: true });
+  fs.mkdirSync(path.dirname(sockPath), { recursive: true, mode: 0o755 });
+  const old = process.umask(0o077);
+  listening = false;
+  const srv = net.createServer((sock) => {
+    if (chan) {
+      sock.destroy();
+      return;
+    }
+    if (orphanTimer) clearTimeout(orphanTimer);
+    if (keepSocket) clearInterval(keepSocket);
+    orphanTimer = keepSocket = null;
+    srv.close();
+    server = null;
+    // The socket file goes with the listener: the next orphaning makes a new one.
+    fs.rmSync(sockPath, { force: true });
+    attach(sock);
+  });
+  server = srv;
+  srv.on('error', (e) => {
+    warn({ msg: 'cannot listen for the next service: releasing the host', code: (e as NodeJS.ErrnoException).code });
+    shutdown(0);
+  });
+  srv.listen(sockPath, () => {
+    process.umask(old);
+    listening = true;
+    socketIno = fs.statSync(sockPath, { throwIfNoEntry: false })?.ino;
+  });
+}
+
+attach(new net.Socket({ fd: 3, readable: true, writable: true }));
 process.on('SIGTERM', () => shutdown(0));
 process.on('SIGINT', () => shutdown(0));
 // The service asks over the channel (acknowledged); a SIGHUP sent to this process itself does the same.

@@ -2,7 +2,7 @@
 // (active, or standby of the active's group and in-flight table), its fd-3 channel with the
 // requests waiting for their acknowledgement, the deadline for acknowledging the map, and stopping it.
 // What happens when it exits (respawn, takeover) is takeover.ts.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import type net from 'node:net';
 import path from 'node:path';
@@ -27,9 +27,17 @@ interface Pending {
   reject: (e: Error) => void;
 }
 
+/** What the supervisor needs of a watcher process: a spawned child, or an orphan it adopted (adopt.ts). */
+export interface Child {
+  readonly exitCode: number | null;
+  readonly signalCode: NodeJS.Signals | null;
+  kill(signal?: NodeJS.Signals): boolean;
+  once(event: 'exit', listener: () => void): unknown;
+}
+
 /** One watcher process: its channel, its pending requests, and whether it has acknowledged its map. */
 export interface Proc {
-  c: ChildProcess;
+  c: Child;
   chan: net.Socket | null;
   pending: Map<number, Pending>;
   pid: number | null;
@@ -50,6 +58,8 @@ export interface SpawnSpec {
   readyTimeoutMs?: number;
   /** A held event the watcher asks about (hold-relay.ts). */
   onAsk?: (p: Proc, a: WatcherAsk) => void;
+  /** The socket a watcher orphaned by this service's end waits on, and where the next start adopts it (adopt.ts). */
+  adoptSocket?: string;
 }
 
 /** What the processes of one supervisor share: request ids, the map they start with, the end state. */
@@ -107,6 +117,8 @@ export function spawnProc(
     '--decisions',
     spec.decisions,
     ...(spec.args ?? []),
+    // A standby too: once it has taken over, it is the one a service's end orphans.
+    ...(spec.adoptSocket ? ['--adopt-socket', spec.adoptSocket] : []),
     ...extra,
   ];
   const stderrMode = spec.stderr === undefined || spec.stderr === 'inherit' ? 'inherit' : 'pipe';
@@ -123,24 +135,7 @@ export function spawnProc(
     ready: Promise.resolve(null as unknown as WatcherStatus),
     role,
   };
-  const s = proc.chan!;
-  s.on(
-    'data',
-    lineReader<FromWatcher | WatcherEvent>(
-      (m) => {
-        if ('ask' in m) {
-          spec.onAsk?.(proc, m.ask);
-          return;
-        }
-        const p = proc.pending.get(m.id);
-        if (!p) return;
-        proc.pending.delete(m.id);
-        p.resolve(m);
-      },
-      () => {},
-    ),
-  );
-  s.on('error', () => {});
+  wireChannel(proc, spec);
   if (typeof spec.stderr === 'function') {
     const cb = spec.stderr;
     c.stderr!.on('data', (b: Buffer) => cb(b.toString()));
@@ -180,11 +175,34 @@ export function spawnProc(
   return proc;
 }
 
+/** Routes what the watcher sends on `proc`'s channel: acknowledgements to their requests, asks to `spec.onAsk`. */
+export function wireChannel(proc: Proc, spec: SpawnSpec): void {
+  const s = proc.chan!;
+  s.on(
+    'data',
+    lineReader<FromWatcher | WatcherEvent>(
+      (m) => {
+        if ('ask' in m) {
+          spec.onAsk?.(proc, m.ask);
+          return;
+        }
+        const p = proc.pending.get(m.id);
+        if (!p) return;
+        proc.pending.delete(m.id);
+        p.resolve(m);
+      },
+      () => {},
+    ),
+  );
+  s.on('error', () => {});
+}
+
 /** Ends a watcher and waits for it: its channel closed and SIGTERM, then SIGKILL after 3 s. */
 export async function stopProc(p: Proc | null): Promise<void> {
   if (!p || p.c.exitCode !== null || p.c.signalCode !== null) return;
   const exited = new Promise<void>((r) => p.c.once('exit', () => r()));
-  p.chan?.end();
+  // A release, not just the channel's end: a watcher whose channel ends unasked waits for the next service.
+  p.chan?.end(`${JSON.stringify({ id: 0, op: 'release' })}\n`);
   p.c.kill('SIGTERM');
   const wpid = p.pid;
   const t = setTimeout(() => {

@@ -50,6 +50,8 @@ export interface WatcherCoreOptions {
   readMountinfo?: () => string;
   /** Be the standby of another watcher process (see NativeWatcher's standbyOf). */
   standbyOf?: { pid: number; groupFd: number; tableFd: number };
+  /** A standby took the group over: it is the active watcher now. */
+  onTakeover?: () => void;
   /**
    * Hold the events an ask entry covers (native/watcher/hold.h) and hand each to `onAsk`; answer it with
    * `answer`. Absent: an ask is denied at once (approval_unavailable).
@@ -68,6 +70,8 @@ export interface WatcherCore {
    * rebuilt the whole map and rescanned every root for each (at 1,000 subjects, 37 s of a start).
    */
   setMany(list: WatcherSubject[]): void;
+  /** Replaces the extra watched paths (config `filesystem.watch`) and marks what they add: a service adopting this watcher. */
+  setWatch(paths: string[]): void;
   /** Answers a held event; false when it is no longer held (the loop denied it at its deadline, or closed). */
   answer(id: number, allow: boolean): boolean;
   status(): WatcherStatus;
@@ -143,6 +147,7 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
   /** Once, after a takeover: the dead watcher's pending events this one answered, to the log. */
   const tookOver = (): void => {
     standby = false;
+    opts.onTakeover?.();
     const recs = w.takeoverRecords();
     const st = w.stats();
     for (const r of recs) {
@@ -270,6 +275,10 @@ export function createWatcherCore(opts: WatcherCoreOptions): WatcherCore {
     },
     set: (s) => setMany([s]),
     setMany,
+    setWatch(paths) {
+      watch = [...paths];
+      rescan();
+    },
     answer: (id, allow) => w.answer(id, allow),
     status() {
       return {

@@ -45,6 +45,7 @@ export async function startSurfaces(into: Driven[], o: SurfacesStart): Promise<v
         failMode,
         ...(opts.watcherWrap ? { wrap: opts.watcherWrap } : {}),
         ...(opts.watcherArgs ? { args: opts.watcherArgs } : {}),
+        ...(opts.watcherSocket ? { adoptSocket: opts.watcherSocket } : {}),
         onFatal: (e) => {
           o.critical(`the watcher died too often: ${e.message}`, { code: e.code });
           opts.onFatal?.(e);
@@ -54,6 +55,7 @@ export async function startSurfaces(into: Driven[], o: SurfacesStart): Promise<v
             { pid: i.pid, deaths: i.deaths, takeover: i.takeover },
             i.takeover ? 'watcher died: its standby took over the group' : 'watcher respawned from the current map',
           ),
+        onAdopt: (i) => logger.info({ pid: i.pid }, 'watcher adopted: the group held through the service restart'),
         onStandbyUnavailable: (why) => logger.warn({}, `${why}: a watcher death reopens the respawn window`),
         ask: approvals.queue.ask,
       }),

@@ -26,6 +26,9 @@ export interface WatcherSurfaceOptions {
   onFatal: (e: LeashError) => void;
   onRespawn: (info: { pid: number; deaths: number; takeover: boolean }) => void;
   onStandbyUnavailable?: (why: string) => void;
+  /** The adoption socket (adopt.ts) and what a start that adopted a watcher logs. */
+  adoptSocket?: string;
+  onAdopt?: (info: { pid: number }) => void;
   /** The approvals queue: opens and execs an ask entry covers are held by the watcher for it. */
   ask?: Asker;
 }
@@ -72,6 +75,8 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Dri
     onFatal: o.onFatal,
     onRespawn: o.onRespawn,
     ...(o.onStandbyUnavailable ? { onStandbyUnavailable: o.onStandbyUnavailable } : {}),
+    ...(o.adoptSocket ? { adoptSocket: o.adoptSocket } : {}),
+    ...(o.onAdopt ? { onAdopt: o.onAdopt } : {}),
     ...(o.ask ? { ask: o.ask, hold: watcherHoldSettings(c) } : {}),
     failMode: o.failMode,
   });
