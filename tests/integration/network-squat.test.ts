@@ -54,17 +54,18 @@ const tcp = () => new Promise((res) => {
   const s = net.connect({ host, port: Number(port) });
   let buf = '';
   const done = (v) => { clearTimeout(t); s.destroy(); res(v); };
-  const t = setTimeout(() => done(buf ? 'data' : 'timeout'), 1500);
+  const t = setTimeout(() => done(buf.startsWith('HTTP/1.1 200') ? 'page' : buf ? 'other' : 'timeout'), 1500);
   s.on('connect', () => s.write('GET / HTTP/1.1\\r\\nHost: other.lab\\r\\nConnection: close\\r\\n\\r\\n'));
+  const seen = () => (buf.startsWith('HTTP/1.1 200') ? 'page' : buf ? 'other' : 'closed');
   s.on('data', (d) => { buf += d; if (buf.includes('squat')) done('squatter'); });
   s.on('error', (e) => done(e.code ?? 'error'));
-  s.on('close', () => done(buf ? 'data' : 'closed'));
+  s.on('close', () => done(seen()));
 });
 const dns = () => new Promise((res) => {
   const u = dgram.createSocket('udp4');
   const q = Buffer.from('12340100000100000000000004676f6f64036c61620000010001', 'hex');
   const done = (v) => { clearTimeout(t); u.close(); res(v); };
-  const t = setTimeout(() => done('silence'), 800);
+  const t = setTimeout(() => done('silence'), 3000);
   u.on('message', () => done('answered'));
   u.on('error', (e) => done(e.code ?? 'error'));
   u.send(q, 53, resolver);
@@ -229,7 +230,7 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
 
     it('while the service runs, the agent reaches an allowed host and its resolver through Leash', () => {
       const a = attempts(2);
-      expect(a.tcp).toEqual(['data', 'data']);
+      expect(a.tcp).toEqual(['page', 'page']);
       expect(a.dns).toEqual(['answered', 'answered']);
     }, 60_000);
 
@@ -252,11 +253,47 @@ logging: { level: info, decisions: ${path.join(dir, 'decisions.jsonl')} }
       }
     }, 90_000);
 
-    it('the next start restores service on the same ports', async () => {
+    it('the next start restores service on the same ports, from the last known good state first', async () => {
       await startSvc();
       const a = attempts(2);
-      expect(a.tcp).toEqual(['data', 'data']);
+      expect(a.tcp).toEqual(['page', 'page']);
       expect(a.dns).toEqual(['answered', 'answered']);
+      // In force from the saved state before a profile was read, then the files' own pass, then ready.
+      const at = ['"msg":"last known good applied"', '"msg":"subjects applied"', '"msg":"ready"'].map((m) =>
+        svcErr.indexOf(m),
+      );
+      expect(at[0]).toBeGreaterThan(-1);
+      expect(at).toEqual([...at].sort((x, y) => x - y));
+      const saved = path.join(env.LEASH_STATE_DIR!, 'last-good', 'state.json');
+      expect(fs.statSync(saved).mode & 0o777).toBe(0o600);
+      expect(fs.statSync(path.dirname(saved)).mode & 0o777).toBe(0o700);
+    }, 90_000);
+
+    it('a saved state that allows more than the files is trusted only until the correcting pass', async () => {
+      // other.lab leaves the floor while the service is down: the saved state still allows it.
+      expect(await stopChild(svc!, 10_000)).toBe(0);
+      const good = fs.readFileSync(cfg(), 'utf8');
+      fs.writeFileSync(cfg(), good.replace('allow: [good.lab, other.lab]', 'allow: [good.lab]'));
+      try {
+        await startSvc();
+        expect(svcErr).toContain('"msg":"last known good applied"');
+        expect(svcErr).toMatch(/"reapply":1[^\n]*"msg":"subjects applied"/);
+        const a = attempts(2);
+        expect(a.tcp.filter((t) => t === 'page')).toEqual([]);
+      } finally {
+        fs.writeFileSync(cfg(), good);
+      }
+    }, 90_000);
+
+    it('a corrupt saved state is ignored with a line naming it; the start is as without one', async () => {
+      expect(await stopChild(svc!, 10_000)).toBe(0);
+      const saved = path.join(env.LEASH_STATE_DIR!, 'last-good', 'state.json');
+      fs.writeFileSync(saved, '{"version": 1, "subjects": [');
+      await startSvc();
+      expect(svcErr).toMatch(/last known good state ignored, starting without: [^\n]*not JSON/);
+      expect(svcErr).not.toContain('"msg":"last known good applied"');
+      const a = attempts(2);
+      expect(a.tcp).toEqual(['page', 'page']);
     }, 90_000);
   },
 );

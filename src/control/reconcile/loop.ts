@@ -20,8 +20,16 @@ import { executePlan, type ExecuteEvents } from './execute.js';
 import type { ReloadProblem } from './generation.js';
 import { releaseAfter } from './memory.js';
 import { collectSubjects } from './metrics.js';
+import { lastGoodPath, readLastGood, saveLastGood } from './lastgood.js';
 import { observe, observeCache, warmObserveCache } from './observe.js';
-import { emptyApplied, planReconcile, type AppliedState, type ApplyAction, type Plan } from './plan.js';
+import {
+  emptyApplied,
+  planReconcile,
+  type AppliedState,
+  type ApplyAction,
+  type Observation,
+  type Plan,
+} from './plan.js';
 import { dumpStacks } from './stacks.js';
 import type { Surface } from './surfaces/contract.js';
 import { closeSurfaces, startSurfaces } from './surfaces/start.js';
@@ -78,9 +86,17 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
 
   // Kept across passes: each pass re-reads every file but parses and resolves only what changed.
   const cache = observeCache();
-  const first = await observe({ config: () => current.config, stateDir, cache });
-  if (!first.ok) throw new LeashError('service_failed', `cannot discover subjects: ${first.message}`);
-  for (const w of first.warnings) logger.warn(w);
+  const observeNow = async () => {
+    const o = await observe({ config: () => current.config, stateDir, cache });
+    if (!o.ok) throw new LeashError('service_failed', `cannot discover subjects: ${o.message}`);
+    for (const w of o.warnings) logger.warn(w);
+    return o;
+  };
+  // The last known good state first, before a profile is parsed; the files' own pass corrects it below.
+  const lastGood = readLastGood(stateDir);
+  if (lastGood && !lastGood.ok)
+    logger.warn({ file: lastGoodPath(stateDir) }, `last known good state ignored, starting without: ${lastGood.why}`);
+  const first = lastGood?.ok ? lastGood.observation : await observeNow();
   const initialPlan = planReconcile(emptyApplied(first.mode), first);
   const c = ctx.loaded.config;
 
@@ -148,11 +164,35 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
     logger.info({ mode: applied.mode, subjects: applied.subjects.size, ...counts, ...(ms ? { ms } : {}) }, what);
   };
 
+  // Saved after every pass that could look (multi-subject only: a single-subject host keeps no state directory).
+  const save = (obs: Observation) => {
+    if (!obs.ok || obs.mode !== 'multi') return;
+    setImmediate(() => {
+      try {
+        saveLastGood(stateDir, obs);
+      } catch (e) {
+        logger.warn({ file: lastGoodPath(stateDir), err: e }, 'cannot save the last known good state');
+      }
+    });
+  };
+
   let prev: AppliedState;
   try {
     const done = await execute(initialPlan);
     prev = done.state;
-    report('subjects applied', initialPlan, prev);
+    if (lastGood?.ok) {
+      report('last known good applied', initialPlan, prev, { since_process_start: Math.round(performance.now()) });
+      // Trusted no longer than this: the files as they are now, planned against what was just put in force.
+      const now = await observeNow();
+      approvals.setSubjects(now.subjects.map((s) => s.subject));
+      const correcting = planReconcile(prev, now);
+      prev = (await execute(correcting)).state;
+      report('subjects applied', correcting, prev);
+      save(now);
+    } else {
+      report('subjects applied', initialPlan, prev);
+      save(first);
+    }
     releaseAfter(initialPlan);
     // Once the start is in force, off its path: what the next pass would otherwise make first.
     setTimeout(() => warmObserveCache(cache), 1000).unref();
@@ -175,6 +215,7 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
       const t2 = performance.now();
       const done = await execute(plan);
       prev = done.state;
+      save(obs);
       // Where the pass went (ms): reading the host's state, planning, and the surfaces' work.
       const ms = (a: number, b: number) => Math.round((b - a) * 10) / 10;
       // The surfaces' part of execute, each (apply_network, apply_watcher, ...).
