@@ -70,6 +70,29 @@ export function reconcileEnabled(l: LoadedConfig): boolean {
   return l.config.enforcers.network || l.config.enforcers.filesystem || l.config.enforcers.tools;
 }
 
+/**
+ * The saved state, kept to the subjects discovery finds now (passwd is cheap to read; profiles are not): an
+ * account gone or no longer a subject since is not confined from it, as a start without one would not. Null
+ * when there is none, it cannot be trusted (said), or the host has no agent account now (a single-subject start).
+ */
+async function currentLastGood(
+  stateDir: string,
+  config: Config,
+  logger: Logger,
+): Promise<Extract<Observation, { ok: true }> | null> {
+  const saved = readLastGood(stateDir);
+  if (saved && !saved.ok)
+    logger.warn({ file: lastGoodPath(stateDir) }, `last known good state ignored, starting without: ${saved.why}`);
+  if (!saved?.ok) return null;
+  const d = await discoverAsync(config.user, undefined);
+  if (d.mode !== 'multi') return null;
+  const now = new Set(d.subjects.map((s) => `${s.kind} ${s.account} ${s.uid}`));
+  const subjects = saved.observation.subjects.filter((o) =>
+    now.has(`${o.subject.kind} ${o.subject.account} ${o.subject.uid}`),
+  );
+  return { ...saved.observation, subjects };
+}
+
 /** The running reconcile, as the daemon holds it. */
 export type Reconcile = Awaited<ReturnType<typeof startReconcile>>;
 
@@ -95,10 +118,8 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
     return o;
   };
   // The last known good state first, before a profile is parsed; the files' own pass corrects it below.
-  const lastGood = readLastGood(stateDir);
-  if (lastGood && !lastGood.ok)
-    logger.warn({ file: lastGoodPath(stateDir) }, `last known good state ignored, starting without: ${lastGood.why}`);
-  const first = lastGood?.ok ? lastGood.observation : await observeNow();
+  const lastGood = await currentLastGood(stateDir, current.config, logger);
+  const first = lastGood ?? (await observeNow());
   const initialPlan = planReconcile(emptyApplied(first.mode), first);
   const c = ctx.loaded.config;
 
@@ -181,7 +202,7 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
   try {
     const done = await execute(initialPlan);
     prev = done.state;
-    if (lastGood?.ok) {
+    if (lastGood) {
       report('last known good applied', initialPlan, prev, { since_process_start: Math.round(performance.now()) });
       // Trusted no longer than this: the files as they are now, planned against what was just put in force.
       const now = await observeNow();
