@@ -39,7 +39,9 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('bench/transitions needs root (namespaces, nft, fanotify)');
   const cleanups = createCleanups();
-  const lab = await buildLab({ id: 'l40bb', dnsLog: false, cleanups });
+  // One namespace pair per run: buildLab first removes a namespace of the same name, so two runs at once (two
+  // checkouts on one host) would pull each other's namespace, chains and agent loops from under them.
+  const lab = await buildLab({ id: `l40bb${process.pid}`, dnsLog: false, cleanups });
   const rows: string[][] = [];
   const scale: ScaleRow[] = [];
   try {

@@ -113,4 +113,22 @@ Napi::Value PeerCred(const Napi::CallbackInfo& info) {
   return o;
 }
 
+/**
+ * setMark(fd, mark): SO_MARK on a socket Node opened (a DNS forwarder's UDP socket or TCP listener, a stream-way
+ * proxy listener), so the input guard lets redirected traffic reach it. Needs CAP_NET_ADMIN (or CAP_NET_RAW): an
+ * agent cannot mark a socket of its own.
+ */
+Napi::Value SetMark(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsNumber())
+    return Usage(env, "setMark(fd: number, mark: number)");
+  int fd = info[0].As<Napi::Number>().Int32Value();
+  uint32_t mark = info[1].As<Napi::Number>().Uint32Value();
+  if (setsockopt(fd, SOL_SOCKET, SO_MARK, &mark, sizeof mark) != 0) {
+    ErrnoError(env, errno, "setsockopt(SO_MARK)").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  return env.Undefined();
+}
+
 }  // namespace leash

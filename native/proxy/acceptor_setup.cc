@@ -81,7 +81,10 @@ Acceptor::~Acceptor() {
   if (epPoll_ != nullptr) epPoll_->self = nullptr;
 }
 
-/** listen(host, port, backlog, tag) -> listener id; throws an errno error (code EADDRINUSE, ...). */
+/**
+ * listen(host, port, backlog, tag, mark?) -> listener id; throws an errno error (code EADDRINUSE, ...). `mark` is the
+ * socket's SO_MARK, set before bind: Leash's input guard lets a redirected connection reach only a socket carrying it.
+ */
 Napi::Value Acceptor::Listen(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 4 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber())
@@ -102,6 +105,15 @@ Napi::Value Acceptor::Listen(const Napi::CallbackInfo& info) {
   if (ss.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
   // Inherited by every accepted socket (Linux copies it at accept): one call per listener, none per connection.
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (info.Length() >= 5 && info[4].IsNumber()) {
+    uint32_t mark = info[4].As<Napi::Number>().Uint32Value();
+    if (setsockopt(fd, SOL_SOCKET, SO_MARK, &mark, sizeof mark) != 0) {
+      int err = errno;
+      close(fd);
+      ErrnoError(env, err, "setsockopt(SO_MARK)").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+  }
   if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(fd, backlog) != 0) {
     int err = errno;
     close(fd);

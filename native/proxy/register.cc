@@ -11,7 +11,7 @@
 namespace leash {
 
 void RegisterProxy(Napi::Env env, Napi::Object exports) {
-  SetFunctions(env, exports, {{"originalDst", OriginalDst}, {"nftRead", NftRead}});
+  SetFunctions(env, exports, {{"originalDst", OriginalDst}, {"setMark", SetMark}, {"nftRead", NftRead}});
   SetFunctions(env, exports, {{"conntrackRequest", ConntrackRequest}, {"conntrackDelete", ConntrackDelete}});
   InitSplice(env, exports);
   InitAcceptor(env, exports);

@@ -25,6 +25,7 @@ import { applyHostSettings, hostSettingFamilies, type HostPaths, type HostSettin
 import { lockService, serviceDirs } from './instance.js';
 import { collectJournal, openDecisions, openJournal } from './logging.js';
 import { defaultNotify, startHeartbeat } from './notify.js';
+import { raiseForStart, startNice } from './priority.js';
 import { confinedOf, listenForHup, reload, type Running } from './reload.js';
 import { clearRestartMarker, restartPending, watcherSocketPath } from './restart.js';
 
@@ -45,6 +46,8 @@ export interface ServiceOptions {
    * process. Absent or null: the stop releases everything.
    */
   keepOnStop?: () => string | null;
+  /** The nice the start ran at, or why it was not raised (priority.ts); said with `ready`. */
+  startNice?: number | string;
 }
 
 export interface Service {
@@ -192,7 +195,7 @@ async function startInner(
   tracker.finished(coveredAtStart, [], confinedOf(r));
   tracker.phase('ready');
   notify(`READY=1\nSTATUS=${r.status()}`);
-  logger.info({ status: r.status() }, 'ready');
+  logger.info({ status: r.status(), ...(opts.startNice !== undefined ? { startNice: opts.startNice } : {}) }, 'ready');
   // SIGHUPs that came during the start, after its config was read: one reload covers them all.
   if (tracker.hups > coveredAtStart) void reload(r);
   return { stopped, stop, reload: () => reload(r) };
@@ -236,17 +239,22 @@ async function serveUntilStopped(configPath: string): Promise<void> {
   };
   // Outside systemd the CLI signals the pid file (see src/cli/reload.ts).
   const pidFile = process.env.LEASH_PID_FILE ?? (process.env.NOTIFY_SOCKET ? null : '/run/leash/leash.pid');
+  const nice = startNice();
+  const raised = raiseForStart(nice);
   try {
     svc = await startService({
       configPath,
       reconcile,
       statusFile: statusFilePath(),
       keepOnStop: () => restartPending(),
+      startNice: raised.skipped ?? nice,
     });
   } catch (e) {
+    raised.restore();
     await closeAfterFailedStart();
     throw e;
   }
+  raised.restore();
   if (pidFile) {
     try {
       fs.mkdirSync(path.dirname(pidFile), { recursive: true, mode: 0o755 });

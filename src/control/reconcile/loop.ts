@@ -24,6 +24,7 @@ import { executePlan, type Driven, type ExecuteEvents } from './execute.js';
 import type { ReloadProblem } from './generation.js';
 import { releaseAfter } from './memory.js';
 import { collectSubjects } from './metrics.js';
+import { lastGoodPath, readLastGood, saveLastGood } from './lastgood.js';
 import {
   emptyApplied,
   planReconcile,
@@ -71,6 +72,29 @@ export function reconcileEnabled(l: LoadedConfig): boolean {
   return l.config.enforcers.network || l.config.enforcers.filesystem || l.config.enforcers.tools;
 }
 
+/**
+ * The saved state, kept to the subjects discovery finds now (passwd is cheap to read; profiles are not): an
+ * account gone or no longer a subject since is not confined from it, as a start without one would not. Null
+ * when there is none, it cannot be trusted (said), or the host has no agent account now (a single-subject start).
+ */
+async function currentLastGood(
+  stateDir: string,
+  config: Config,
+  logger: Logger,
+): Promise<Extract<Observation, { ok: true }> | null> {
+  const saved = readLastGood(stateDir);
+  if (saved && !saved.ok)
+    logger.warn({ file: lastGoodPath(stateDir) }, `last known good state ignored, starting without: ${saved.why}`);
+  if (!saved?.ok) return null;
+  const d = await discoverAsync(config.user, undefined);
+  if (d.mode !== 'multi') return null;
+  const now = new Set(d.subjects.map((s) => `${s.kind} ${s.account} ${s.uid}`));
+  const subjects = saved.observation.subjects.filter((o) =>
+    now.has(`${o.subject.kind} ${o.subject.account} ${o.subject.uid}`),
+  );
+  return { ...saved.observation, subjects };
+}
+
 /** The running reconcile, as the daemon holds it. */
 export type Reconcile = Awaited<ReturnType<typeof startReconcile>>;
 
@@ -89,9 +113,15 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
 
   // Kept across passes: each pass re-reads every file but parses and resolves only what changed.
   const cache = observeCache();
-  const first = await observe({ config: () => current.config, stateDir, cache });
-  if (!first.ok) throw new LeashError('service_failed', `cannot discover subjects: ${first.message}`);
-  for (const w of first.warnings) logger.warn(w);
+  const observeNow = async () => {
+    const o = await observe({ config: () => current.config, stateDir, cache });
+    if (!o.ok) throw new LeashError('service_failed', `cannot discover subjects: ${o.message}`);
+    for (const w of o.warnings) logger.warn(w);
+    return o;
+  };
+  // The last known good state first, before a profile is parsed; the files' own pass corrects it below.
+  const lastGood = await currentLastGood(stateDir, current.config, logger);
+  const first = lastGood ?? (await observeNow());
   const initialPlan = planReconcile(emptyApplied(first.mode), first);
   const c = ctx.loaded.config;
 
@@ -158,11 +188,35 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
     logger.info({ mode: applied.mode, subjects: applied.subjects.size, ...counts, ...(ms ? { ms } : {}) }, what);
   };
 
+  // Saved after every pass that could look (multi-subject only: a single-subject host keeps no state directory).
+  const save = (obs: Observation) => {
+    if (!obs.ok || obs.mode !== 'multi') return;
+    setImmediate(() => {
+      try {
+        saveLastGood(stateDir, obs);
+      } catch (e) {
+        logger.warn({ file: lastGoodPath(stateDir), err: e }, 'cannot save the last known good state');
+      }
+    });
+  };
+
   let prev: AppliedState;
   try {
     const done = await execute(initialPlan);
     prev = done.state;
-    report('subjects applied', initialPlan, prev);
+    if (lastGood) {
+      report('last known good applied', initialPlan, prev, { since_process_start: Math.round(performance.now()) });
+      // Trusted no longer than this: the files as they are now, planned against what was just put in force.
+      const now = await observeNow();
+      approvals.setSubjects(now.subjects.map((s) => s.subject));
+      const correcting = planReconcile(prev, now);
+      prev = (await execute(correcting)).state;
+      report('subjects applied', correcting, prev);
+      save(now);
+    } else {
+      report('subjects applied', initialPlan, prev);
+      save(first);
+    }
     releaseAfter(initialPlan);
     // Once the start is in force, off its path: what the next pass would otherwise make first.
     setTimeout(() => warmObserveCache(cache), 1000).unref();
@@ -187,6 +241,7 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
       const t2 = performance.now();
       const done = await execute(plan);
       prev = done.state;
+      save(obs);
       // Where the pass went (ms): reading the host's state, planning, and the surfaces' work.
       const ms = (a: number, b: number) => Math.round((b - a) * 10) / 10;
       // The surfaces' part of execute, each (apply_network, apply_watcher, ...).

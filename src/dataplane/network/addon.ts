@@ -70,8 +70,11 @@ export interface AcceptorInstance {
   abortSlot?(slot: number): void;
   /** [relayed, refused, handed to JavaScript, connect failed] on the native path. */
   fastStats?(): [number, number, number, number];
-  /** Listens on host:port (an IP literal); returns the listener's id. Throws with `code` (EADDRINUSE, ...). */
-  listen(host: string, port: number, backlog: number, tag: number): number;
+  /**
+   * Listens on host:port (an IP literal), the socket marked `mark` (SO_MARK) when given; returns the listener's id.
+   * Throws with `code` (EADDRINUSE, EPERM for a mark without CAP_NET_ADMIN, ...).
+   */
+  listen(host: string, port: number, backlog: number, tag: number, mark?: number): number;
   unlisten(id: number): void;
   peek(id: number, maxBytes: number, timeoutMs: number): boolean;
   /** The descriptor is the caller's from here; `consume` peeked bytes are read off it first. */
@@ -113,6 +116,8 @@ export interface NativeProxyPart extends NativeNetMatchPart {
   /** SO_LINGER 0 and close: the peer gets a TCP reset. */
   resetClose?(fd: number): void;
   originalDst(fd: number): OriginalDst;
+  /** SO_MARK on a socket (CAP_NET_ADMIN); throws an errno error. */
+  setMark(fd: number, mark: number): void;
   /** The ctnetlink delete request for a connected TCP socket's entry, by the tuple of the packets it sends. */
   conntrackRequest(fd: number, direction: 'orig' | 'reply'): Buffer;
   /** Sends one conntrackRequest: 0 when deleted, else the errno name ("ENOENT": no such entry). */

@@ -19,3 +19,11 @@ export const PORT_RESERVED = 18443;
 export function dnsPortFor(port: number): number {
   return (port - PORT_MIN) % 1000 < 500 ? port + 500 : port - 500;
 }
+
+/**
+ * SO_MARK of every Leash listener (proxy and DNS forwarder, both families). The input guard (nft/render.ts) lets a
+ * connection or datagram Leash redirected reach a socket on these ports only when it carries this mark; setting a
+ * mark takes CAP_NET_ADMIN, so a port taken by another local process (or the agent itself) while no service
+ * listens, after a crash, meets a reset instead of the agent's traffic.
+ */
+export const LISTENER_MARK = 0x1ea5e;

@@ -15,6 +15,7 @@ import type { DecisionWriter } from '../../../log/decisions.js';
 import { createForgetter } from '../proxy/forget.js';
 import { ownAddresses, plainIp } from '../proxy/resolve.js';
 import { createListenerTable } from '../listeners.js';
+import { markServer, markUdp } from '../mark.js';
 import { RCODE, encodeError, parseQuery, readdress, truncatedReply, type Answer, type Query } from './wire.js';
 import { createUpstream, parseUpstream, type Upstream } from './upstream.js';
 import {
@@ -307,6 +308,7 @@ async function openEntry<P>(
       throw err;
     }
     e.udp.push(udp);
+    markUdp(udp);
     const srv = net.createServer({ pauseOnConnect: true, noDelay: true }, o.tcp);
     await new Promise<void>((resolve, reject) => {
       srv.once('error', reject);
@@ -316,6 +318,7 @@ async function openEntry<P>(
       });
     });
     e.tcp.push(srv);
+    markServer(srv);
   }
 }
 

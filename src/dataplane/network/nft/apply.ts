@@ -1,6 +1,7 @@
 import {
   ALL_TABLES,
   isApplied,
+  isGuardApplied,
   key,
   renderApply,
   renderRelease,
@@ -50,7 +51,8 @@ async function applyTogether(runner: Runner, list: SubjectRules[]): Promise<Map<
     todo.push(r);
     changed.set(r.uid, existed ? 'changed' : 'added');
   }
-  if (todo.length) await nftApply(runner, renderApply(state, todo));
+  // A ruleset from before the guard, with every subject unchanged, still gets it.
+  if (todo.length || !isGuardApplied(state)) await nftApply(runner, renderApply(state, todo));
   for (const [uid, o] of changed) out.set(uid, o);
   return out;
 }

@@ -1,7 +1,16 @@
 import { LeashError } from '../../../errors.js';
 import { nativeProxy } from '../../../native.js';
 import type { NftReadAsk, NftReadTable } from '../addon.js';
-import { ALL_TABLES, chainName, key, MAP, type RulesetState, type TableState } from './render.js';
+import {
+  ALL_TABLES,
+  chainName,
+  FILTER_TABLE,
+  GUARD_CHAIN,
+  key,
+  MAP,
+  type RulesetState,
+  type TableState,
+} from './render.js';
 import type { Runner } from './run.js';
 
 /**
@@ -96,6 +105,7 @@ async function readScopedNft(runner: Runner, uids: readonly number[]): Promise<R
   for (const t of ALL_TABLES) {
     const p = `${t.family} ${t.table}`;
     cmds.push(`list chain ${p} output`, `list map ${p} ${MAP}`);
+    if (t === FILTER_TABLE) cmds.push(`list chain ${p} ${GUARD_CHAIN}`);
     for (const uid of uids) cmds.push(`list chain ${p} ${chainName(uid)}`);
   }
   const res = await runner(['nft', '-j', '-a', '-i'], cmds.join('\n') + '\n');
@@ -179,8 +189,9 @@ function kernelRead(runner: Runner, chains: string[] | null): RulesetState | nul
  * (built without its CLI) is read whole instead.
  */
 export async function readState(runner: Runner, uids?: readonly number[]): Promise<RulesetState> {
-  // The hooked chain and each subject's own, or (null) every chain.
-  return kernelRead(runner, uids ? ['output', ...uids.map(chainName)] : null) ?? readStateByProgram(runner, uids);
+  // The hooked chains (the guard's too: absent from the nat tables, which is no error) and each subject's own.
+  const chains = uids ? ['output', GUARD_CHAIN, ...uids.map(chainName)] : null;
+  return kernelRead(runner, chains) ?? readStateByProgram(runner, uids);
 }
 
 /** The same read through the program only (the tests compare it with the kernel read). */

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { LeashError } from '../../../errors.js';
-import { PORT_MAX, PORT_MIN } from '../ports.js';
+import { LISTENER_MARK, PORT_MAX, PORT_MIN } from '../ports.js';
 
 /**
  * The kernel side of the network surface.
@@ -8,6 +8,7 @@ import { PORT_MAX, PORT_MIN } from '../ports.js';
  * Layout (one per host, shared by every subject):
  *   table ip leash / table ip6 leash   chain output: nat, hook output, priority -100 (dstnat is refused there)
  *   table inet leash_filter           chain output: filter, hook output, priority 0
+ *                                     chain input: filter, hook input, priority 0 (the guard, below)
  * Each hooked chain holds one rule, `meta skuid vmap @agents`: a verdict map from UID to `jump agent_<uid>`, so a
  * packet finds its subject's chain in one lookup however many subjects there are (a rule per UID made every packet
  * of the host walk them all). A subject's rules live in its own hookless chain `agent_<uid>`. Adding, changing or
@@ -153,6 +154,41 @@ export type RulesetState = Map<string, TableState>;
 
 export const MAP = 'agents';
 export const DISPATCH_COMMENT = 'leash:dispatch';
+export const GUARD_CHAIN = 'input';
+export const GUARD_COMMENT = 'leash:guard';
+
+/**
+ * The input guard: traffic Leash redirected (conntrack says DNAT) to a port of the listeners' range reaches only a
+ * socket marked LISTENER_MARK. The chains outlive a crashed service; until the next one listens, any local process
+ * could bind a subject's port and receive its connections and DNS queries (another account, another subject with a
+ * looser policy, the agent itself). A TCP SYN to an unmarked socket is reset, a datagram dropped; with no socket at
+ * all the lookup matches nothing and the kernel refuses as before. Only the SYN is looked up: later segments belong
+ * to a connection the SYN check let through. Every UDP datagram is, as one conntrack entry carries many queries.
+ */
+export function guardRules(): string[] {
+  const ports = `${PROXY_PORT_MIN}-${PROXY_PORT_MAX}`;
+  const mark = `socket mark != 0x${LISTENER_MARK.toString(16)}`;
+  return [
+    `ct status dnat tcp dport ${ports} tcp flags & (syn | ack) == syn ${mark} counter reject with tcp reset`,
+    `ct status dnat udp dport ${ports} ${mark} counter drop`,
+  ];
+}
+
+/** True when the filter table's input chain holds exactly the guard. */
+export function isGuardApplied(state: RulesetState): boolean {
+  const have = state.get(key(FILTER_TABLE))?.chains.get(GUARD_CHAIN);
+  return have?.length === guardRules().length && have.every((c) => c === GUARD_COMMENT);
+}
+
+function renderGuard(state: RulesetState): string[] {
+  if (isGuardApplied(state)) return [];
+  const p = `${FILTER_TABLE.family} ${FILTER_TABLE.table}`;
+  return [
+    `add chain ${p} ${GUARD_CHAIN} { type filter hook input priority 0; policy accept; }`,
+    `flush chain ${p} ${GUARD_CHAIN}`,
+    ...guardRules().map((r) => `add rule ${p} ${GUARD_CHAIN} ${r} comment "${GUARD_COMMENT}"`),
+  ];
+}
 
 export function key(t: { family: string; table: string }): string {
   return `${t.family} ${t.table}`;
@@ -196,6 +232,7 @@ export function renderApply(state: RulesetState, subjects: RenderedSubject | rea
       if (have !== undefined) lines.push(`delete element ${p} ${MAP} { ${r.uid} }`);
       lines.push(`add element ${p} ${MAP} { ${r.uid} : jump ${r.chain} }`);
     }
+    if (t === FILTER_TABLE) lines.push(...renderGuard(state));
   }
   return lines.join('\n') + '\n';
 }
@@ -206,7 +243,8 @@ export function renderRelease(state: RulesetState, uids: number[]): string {
   const goingChains = new Set(uids.map(chainName));
   const remaining = [...state.values()].some(
     (st) =>
-      [...st.elements.keys()].some((u) => !going.has(u)) || [...st.chains.keys()].some((c) => !goingChains.has(c)),
+      [...st.elements.keys()].some((u) => !going.has(u)) ||
+      [...st.chains.keys()].some((c) => c !== GUARD_CHAIN && !goingChains.has(c)),
   );
   const lines: string[] = [];
   for (const t of ALL_TABLES) {

@@ -1,6 +1,7 @@
 import net from 'node:net';
 import os from 'node:os';
 import type { NativeProxyPart } from '../addon.js';
+import { LISTENER_MARK } from '../ports.js';
 import { peekDestination, type PeekResult } from './peek.js';
 import { ownAddresses } from './resolve.js';
 import { readDst, streamAct, streamFrom } from './arrival-stream.js';
@@ -180,7 +181,7 @@ export function createNativeArrival<P>(st: ProxyState<P>, Acceptor: NonNullable<
         try {
           // The kernel's cap (net.core.somaxconn, 4096 by default): a burst of thousands of connects waits in the
           // accept queue instead of having its SYNs dropped (a second's retransmit each).
-          e.listenIds.push(acceptor.listen(host, e.port, 4096, tag));
+          e.listenIds.push(acceptor.listen(host, e.port, 4096, tag, LISTENER_MARK));
         } catch (err) {
           tags.delete(tag);
           // A host with IPv6 disabled has no ::1 (and no IPv6 connection to redirect): IPv4 alone is complete.

@@ -6,6 +6,7 @@
 import net from 'node:net';
 import type { AskOutcome } from '../../../engine/approval.js';
 import type { OriginalDst } from '../../../native.js';
+import { markServer } from '../mark.js';
 import { HttpRequestGate } from './http-gate.js';
 import { peekSocket } from './peek.js';
 import { ownAddresses } from './resolve.js';
@@ -190,6 +191,12 @@ async function listenOn(srv: net.Server, host: string, port: number, skipped: (e
         resolve();
       });
     });
+    try {
+      markServer(srv);
+    } catch (err) {
+      srv.close();
+      throw err;
+    }
     return true;
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;

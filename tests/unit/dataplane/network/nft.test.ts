@@ -3,7 +3,10 @@ import { applySubjects } from '../../../../src/dataplane/network/nft/apply.js';
 import { renderIptables } from '../../../../src/dataplane/network/nft/iptables.js';
 import { onKernelReadFallback, readState } from '../../../../src/dataplane/network/nft/read.js';
 import {
+  GUARD_COMMENT,
+  guardRules,
   isApplied,
+  isGuardApplied,
   renderApply,
   renderRelease,
   renderSubject,
@@ -25,7 +28,14 @@ function stateWith(r: ReturnType<typeof renderSubject>, dispatchHandles = [7]): 
     ['ip6 leash', table({ dispatch: [8], elements: el(), chains: new Map([[r.chain, r.ip6.map(() => c)]]) })],
     [
       'inet leash_filter',
-      table({ dispatch: [9], elements: el(), chains: new Map([[r.chain, r.filter.map(() => c)]]) }),
+      table({
+        dispatch: [9],
+        elements: el(),
+        chains: new Map([
+          ['input', guardRules().map(() => GUARD_COMMENT)],
+          [r.chain, r.filter.map(() => c)],
+        ]),
+      }),
     ],
   ]);
 }
@@ -108,9 +118,30 @@ describe('nft rendering', () => {
     expect(script.match(/add map \S+ \S+ agents \{ type uid : verdict; \}/g)).toHaveLength(3);
     expect(script.match(/add rule \S+ \S+ output meta skuid vmap @agents comment "leash:dispatch"/g)).toHaveLength(3);
     expect(script.match(/add element \S+ \S+ agents \{ 1001 : jump agent_1001 \}/g)).toHaveLength(3);
-    // Only this subject's chain is flushed; never a shared (hooked) chain, never a table.
+    // Only this subject's chain and the guard are flushed; never the dispatching chains, never a table.
     expect(script).not.toMatch(/flush chain \S+ \S+ output|flush ruleset|flush table|delete table/);
-    expect(script.match(/flush chain/g)).toHaveLength(3);
+    expect(script.match(/flush chain/g)).toHaveLength(4);
+    expect(script).toContain(
+      'add chain inet leash_filter input { type filter hook input priority 0; policy accept; }\n' +
+        'flush chain inet leash_filter input\n' +
+        'add rule inet leash_filter input ct status dnat tcp dport 18000-20999 tcp flags & (syn | ack) == syn ' +
+        'socket mark != 0x1ea5e counter reject with tcp reset comment "leash:guard"\n' +
+        'add rule inet leash_filter input ct status dnat udp dport 18000-20999 socket mark != 0x1ea5e counter drop ' +
+        'comment "leash:guard"\n',
+    );
+  });
+
+  it('the guard is written when missing or altered, and left alone when in shape', () => {
+    const r = renderSubject(base);
+    expect(isGuardApplied(stateWith(r))).toBe(true);
+    expect(renderApply(stateWith(r), r)).not.toContain(' input');
+    const none = stateWith(r);
+    none.get('inet leash_filter')!.chains.delete('input');
+    expect(isGuardApplied(none)).toBe(false);
+    expect(renderApply(none, [])).toContain('flush chain inet leash_filter input');
+    const altered = stateWith(r);
+    altered.get('inet leash_filter')!.chains.get('input')!.pop();
+    expect(isGuardApplied(altered)).toBe(false);
   });
 
   it('many subjects in one transaction share the one dispatch rule per table, each with its own element', () => {
@@ -210,7 +241,8 @@ describe('applySubjects: many subjects, one transaction', () => {
     expect(applies).toHaveLength(1);
     expect(calls).toHaveLength(2); // one scoped listing and the transaction
     const asked = calls[0]!.input!.trim().split('\n');
-    expect(asked).toHaveLength(3 * (2 + subjects.length)); // per table: hooked chain, map, each subject's chain
+    // Per table: hooked chain, map, each subject's chain; the filter table's guard chain.
+    expect(asked).toHaveLength(3 * (2 + subjects.length) + 1);
     expect(asked.filter((l) => /agent_/.test(l)).every((l) => subjects.some((s) => l.endsWith(`agent_${s.uid}`)))).toBe(
       true,
     );
