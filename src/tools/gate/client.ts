@@ -14,7 +14,7 @@ import { plainRequest } from './scan.js';
 import { INVALID_REQUEST, PARSE_ERROR, rpcError } from '../../formats/jsonrpc.js';
 import { envelopeProblem, has, printable, validId } from './messages.js';
 import { toClient, toServer } from './output.js';
-import type { GateState, Pending } from './state.js';
+import type { GateState, Pending } from './gate.js';
 
 export function clientLineTooLong(g: GateState): void {
   g.judge.event({ reason: 'protocol_client', rejected: 'client', code: 'line_too_long' });

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../../src/control/config/load.js';
-import { ArgRuleError, compileToolArgs } from '../../../src/tools/judge/args.js';
+import { ArgRuleError, compileToolArgs } from '../../../src/tools/judge/compile.js';
 import { DOTDOT_GUARD } from '../../../src/tools/learn/learn.js';
 import { compileLinear, LinearRegexError } from '../../../src/tools/judge/linear-regex.js';
 import { checkTool } from '../../../src/tools/judge/decide.js';
