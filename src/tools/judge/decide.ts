@@ -396,7 +396,7 @@ function ruleMatches(r: CompiledArgRule, leaf: Leaf, forAllow: boolean): boolean
   if (r.type !== null && !leaf.joined && jsonType(leaf.value) !== r.type) return false;
   if (r.type !== null && leaf.joined && r.type !== 'string') return false;
   if (r.re && !r.re.test(leaf.text)) return false;
-  if (forAllow && !r.admitsDotDot && DOTDOT.test(leaf.text)) return false;
+  if (forAllow && !r.admitsDotDot && leaf.text.includes('..') && DOTDOT.test(leaf.text)) return false;
   return true;
 }
 
