@@ -14,19 +14,16 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { PolicyInput } from '../src/engine/types.js';
-import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../src/cli/demo/netns.js';
+import { numberArg } from './args.js';
+import { netPolicy } from '../tests/lab/policy.js';
+import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../tests/lab/netns.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const args = process.argv.slice(2);
-const opt = (name: string, dflt: number) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? Number(args[i + 1]) : dflt;
-};
-const REPS = opt('--reps', 5);
-const QPS_MS = opt('--qps-ms', 3000);
-const CONC = opt('--concurrency', 50);
-const LAT_N = opt('--lat-n', 2000);
+const REPS = numberArg('--reps', 5);
+const QPS_MS = numberArg('--qps-ms', 3000);
+const CONC = numberArg('--concurrency', 50);
+const LAT_N = numberArg('--lat-n', 2000);
 const DNSMASQ_PORT = 5353;
 
 type PathName = 'direct' | 'dnsmasq' | 'leash';
@@ -38,17 +35,6 @@ type PathName = 'direct' | 'dnsmasq' | 'leash';
  * dropped (EPERM) by its chain; a dnsmasq client's went straight to the resolver.
  */
 const SPORT: Record<PathName, number> = { direct: 65100, dnsmasq: 65200, leash: 65300 };
-
-function policy(): PolicyInput {
-  const open = { mode: 'blacklist' as const, allow: [], deny: [] };
-  return {
-    fail_mode: 'closed',
-    network: { mode: 'whitelist', allow: ['good.lab'], deny: [] },
-    filesystem: open,
-    commands: open,
-    tools: { ...open, inspect: { secrets: 'log', pii: 'log', priv_esc: 'log' } },
-  };
-}
 
 async function client(lab: Lab, user: LabUser | null, argv: string[]): Promise<unknown> {
   const script = path.join(lab.dir, 'dns-client.mjs');
@@ -81,7 +67,9 @@ async function main(): Promise<void> {
     fs.chmodSync(path.join(lab.dir, 'dns-client.mjs'), 0o644);
     const leashUser = await lab.createUser('leash-tq1');
     const dnsmasqUser = await lab.createUser('leash-tq2');
-    const enforcer = await lab.startEnforcer({ subjects: [{ uid: leashUser.uid, port: 18443, policy: policy() }] });
+    const enforcer = await lab.startEnforcer({
+      subjects: [{ uid: leashUser.uid, port: 18443, policy: netPolicy({ allow: ['good.lab'] }) }],
+    });
     const nft = await lab.agent(
       ['nft', '-f', '-'],
       `table ip leash_bench {

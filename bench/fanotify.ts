@@ -93,14 +93,17 @@ function user(tag: string): { uid: number; gid: number } {
 const N = user('n'); // not a subject
 const S = user('s'); // a subject
 
-function opener(u: { uid: number; gid: number }, count = OPENS): number {
+/** `bin arg count` run as `u`: the number it prints (its operations per second). */
+function asUser(u: { uid: number; gid: number }, bin: string, arg: string, count: number): number {
   const out = execFileSync(
     'setpriv',
-    [`--reuid=${u.uid}`, `--regid=${u.gid}`, '--clear-groups', openerBin, target, String(count)],
+    [`--reuid=${u.uid}`, `--regid=${u.gid}`, '--clear-groups', bin, arg, String(count)],
     { encoding: 'utf8', timeout: 120_000 },
   );
   return Number(out.trim());
 }
+
+const opener = (u: { uid: number; gid: number }, count = OPENS): number => asUser(u, openerBin, target, count);
 
 /** `k` openers at once as `u`, each `count` opens: total opens per second of wall time. */
 async function openers(u: { uid: number; gid: number }, k: number, count: number): Promise<number> {
@@ -140,14 +143,7 @@ function buildDynamic(): void {
   execFileSync('cc', ['-O2', '-o', dynProg, src, `-Wl,--dynamic-linker=${dynLoader}`, `-Wl,-rpath=${dynDir}`]);
 }
 
-function execer(u: { uid: number; gid: number }, count = EXECS): number {
-  const out = execFileSync(
-    'setpriv',
-    [`--reuid=${u.uid}`, `--regid=${u.gid}`, '--clear-groups', execerBin, dynProg, String(count)],
-    { encoding: 'utf8', timeout: 120_000 },
-  );
-  return Number(out.trim());
-}
+const execer = (u: { uid: number; gid: number }, count = EXECS): number => asUser(u, execerBin, dynProg, count);
 
 /** bigPolicy, plus the dynamic program: its loader allowed by name, or implied (commands.interpreters). */
 function execPolicy(implied: boolean): FsCmdPolicy {

@@ -20,6 +20,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadNative, nativeAvailable } from '../src/native.js';
+import { numberArg } from './args.js';
 import { createValidatedWalker } from '../src/tools/judge/operations/paths.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -29,15 +30,11 @@ const RELAY = path.join(here, 'mcp-relay.js');
 const CLI = path.join(root, 'dist', 'src', 'cli', 'main.js');
 
 const argv = process.argv.slice(2);
-const opt = (name: string, def: number) => {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(argv[i + 1]) : def;
-};
 // Five rounds of 100,000 calls: with 20,000 a throughput window was a quarter of a second, and the
 // relay alone moved between 67k and 107k calls/s from run to run on an idle machine.
-const ROUNDS = opt('rounds', 5);
-const LAT = opt('lat', 3000);
-const CALLS = opt('calls', 100000);
+const ROUNDS = numberArg('--rounds', 5);
+const LAT = numberArg('--lat', 3000);
+const CALLS = numberArg('--calls', 100000);
 const INFLIGHT = 64;
 const jsonOut = argv.includes('--json') ? argv[argv.indexOf('--json') + 1] : null;
 

@@ -18,8 +18,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { PolicyInput } from '../src/engine/types.js';
-import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../src/cli/demo/netns.js';
+import { numberArg } from './args.js';
+import { netPolicy } from '../tests/lab/policy.js';
+import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../tests/lab/netns.js';
 import { captureHello } from '../tests/lab/client-hello.js';
 import { compileC } from './common.js';
 
@@ -32,18 +33,14 @@ const pkgRoot = [path.resolve(here, '..'), path.resolve(here, '..', '..')].find(
 )!;
 const TARGET = LAB.hosts[0]!; // good.lab
 const args = process.argv.slice(2);
-const opt = (name: string, dflt: number) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? Number(args[i + 1]) : dflt;
-};
-const REPS = opt('--reps', 3);
-const CONNS_MS = opt('--conns-ms', 2000);
-const CONC = opt('--concurrency', 50);
-const SETUP_N = opt('--setup-n', 600);
+const REPS = numberArg('--reps', 3);
+const CONNS_MS = numberArg('--conns-ms', 2000);
+const CONC = numberArg('--concurrency', 50);
+const SETUP_N = numberArg('--setup-n', 600);
 // Each path first carries this long of the connection load, not counted: Leash is a long-running daemon whose
 // JavaScript is compiled by V8 as it runs (a cold one is measured in its interpreter tiers); nginx and direct get
 // the same warm-up. --warmup-ms 0 measures from cold.
-const WARMUP_MS = opt('--warmup-ms', 3000);
+const WARMUP_MS = numberArg('--warmup-ms', 3000);
 // --skip-bulk: only the connection phases (e.g. to profile the per-connection cost); the bulk rows print 0.
 const SKIP_BULK = args.includes('--skip-bulk');
 // --skip-conns: only the bulk phase (e.g. to profile the data path); the connection rows print 0.
@@ -51,17 +48,6 @@ const SKIP_CONNS = args.includes('--skip-conns');
 
 type PathName = 'direct' | 'leash' | 'nginx';
 type BulkPath = PathName | 'relay';
-
-function policy(): PolicyInput {
-  const open = { mode: 'blacklist' as const, allow: [], deny: [] };
-  return {
-    fail_mode: 'closed',
-    network: { mode: 'whitelist', allow: [TARGET.name!], deny: [] },
-    filesystem: open,
-    commands: open,
-    tools: { ...open, inspect: { secrets: 'log', pii: 'log', priv_esc: 'log' } },
-  };
-}
 
 function nginxConf(dir: string): string {
   return `load_module /usr/lib/nginx/modules/ngx_stream_module.so;
@@ -108,7 +94,9 @@ async function main(): Promise<void> {
     const leashUser = await lab.createUser('leash-tb1');
     const nginxUser = await lab.createUser('leash-tb2');
     const relayUser = await lab.createUser('leash-tb3');
-    const enforcer = await lab.startEnforcer({ subjects: [{ uid: leashUser.uid, port: 18443, policy: policy() }] });
+    const enforcer = await lab.startEnforcer({
+      subjects: [{ uid: leashUser.uid, port: 18443, policy: netPolicy({ allow: [TARGET.name!] }) }],
+    });
     // nginx gets the same kind of kernel redirect, for its own account, from a table of the bench's own.
     const nft = await lab.agent(
       ['nft', '-f', '-'],

@@ -12,7 +12,7 @@ import fs from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { configSchema } from '../src/control/config/schema.js';
-import { observe } from '../src/control/reconcile/observe.js';
+import { observe } from '../src/control/reconcile/loop.js';
 import type { AppliedState } from '../src/control/reconcile/plan.js';
 import { executePlan } from '../src/control/reconcile/execute.js';
 import { emptyApplied, planReconcile } from '../src/control/reconcile/plan.js';

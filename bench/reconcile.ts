@@ -28,6 +28,7 @@ import fs from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { syntheticAccounts } from './args.js';
 import { diff, parseSnapshot, type Touch } from './reconcile/nft-snapshot.js';
 
 const argAgents = process.argv.indexOf('--agents');
@@ -102,16 +103,7 @@ try {
   must(['mount', '-t', 'tmpfs', '-o', 'size=16m,mode=0755', 'leash-rbench', mnt]);
   undo.push({ what: `umount ${mnt}`, fn: () => must(['umount', '-l', mnt]) });
 
-  // Synthetic accounts: refuse to run if any of the UIDs is taken on this host (a stray process of that UID would be
-  // redirected inside the bench namespace only, but the figures should not depend on it).
-  const hostUids = new Set(
-    fs
-      .readFileSync('/etc/passwd', 'utf8')
-      .split('\n')
-      .map((l) => Number(l.split(':')[2])),
-  );
-  const agents = Array.from({ length: AGENTS }, (_, i) => ({ name: `leash-trb${i}`, uid: UID_BASE + i }));
-  for (const a of agents) if (hostUids.has(a.uid)) throw new Error(`uid ${a.uid} exists in /etc/passwd`);
+  const agents = syntheticAccounts('leash-trb', UID_BASE, AGENTS);
   fs.writeFileSync(
     path.join(dir, 'passwd'),
     [

@@ -10,8 +10,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { buildLab, createCleanups, type Lab, type LabUser } from '../src/cli/demo/netns.js';
-import type { PolicyInput } from '../src/engine/types.js';
+import { netPolicy } from '../tests/lab/policy.js';
+import { buildLab, createCleanups, type Lab, type LabUser } from '../tests/lab/netns.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const HOLD_PORT = 9443;
@@ -19,17 +19,6 @@ const TARGET = { v4: '198.18.1.10', name: 'good.lab' };
 const STEADY_S = Number(process.env.SOAK_SECONDS ?? 300);
 const N = Number(process.env.SOAK_CONNECTIONS ?? 1000);
 const BURST = Number(process.env.SOAK_BURST ?? 5000);
-
-function policy(): PolicyInput {
-  const open = { mode: 'blacklist' as const, allow: [], deny: [] };
-  return {
-    fail_mode: 'closed',
-    network: { mode: 'whitelist', allow: ['good.lab', '198.19.2.0/24'], deny: [] },
-    filesystem: open,
-    commands: open,
-    tools: { ...open, inspect: { secrets: 'log', pii: 'log', priv_esc: 'log' } },
-  };
-}
 
 /** `user` null: root in the agent namespace, which no leash rule redirects (straight to the upstream). */
 async function client(lab: Lab, user: LabUser | null, argv: string[]): Promise<Record<string, number>> {
@@ -53,7 +42,9 @@ async function main(): Promise<void> {
   try {
     const lab = await buildLab({ id: 'nets', holdTls: HOLD_PORT, cleanups });
     const user = await lab.createUser('leash-ts1');
-    const enf = await lab.startEnforcer({ subjects: [{ uid: user.uid, port: 18444, policy: policy() }] });
+    const enf = await lab.startEnforcer({
+      subjects: [{ uid: user.uid, port: 18444, policy: netPolicy({ allow: ['good.lab', '198.19.2.0/24'] }) }],
+    });
     const pid = enf.pid;
     /** The enforcer's own memory figures (SIGUSR2 makes it print one line): where the RSS is. */
     const memory = async (): Promise<string> => {

@@ -20,11 +20,12 @@
  * numerically and the agents' loops run under setpriv with the bare UID, so no account is created. Every agent has
  * a profile of its own (the slowest case: nothing is shared). Files lie on a tmpfs this bench mounts.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { serializeBindings, type BindingsDoc } from '../src/control/policy/bindings.js';
-import { LAB, stopChild, type Lab } from '../src/cli/demo/netns.js';
+import { LAB, stopChild, type Lab } from '../tests/lab/netns.js';
+import { run, syntheticAccounts } from './args.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -78,13 +79,20 @@ export interface ScaleRow {
   check: { map: number; listening: number; watcher: number };
 }
 
-function run(argv: string[], env: NodeJS.ProcessEnv = {}): { code: number; out: string; err: string } {
-  const r = spawnSync(argv[0]!, argv.slice(1), {
-    env: { ...process.env, ...env },
-    encoding: 'utf8',
-    maxBuffer: 64 << 20,
-  });
-  return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
+/**
+ * A directory under the lab's and a tmpfs of `size` on its `fs/` (holding a file `held`), both removed with the
+ * lab: the only filesystem the bench's watcher marks.
+ */
+export function benchTmpfs(lab: Lab, prefix: string, label: string, size: string): { dir: string; mnt: string } {
+  const dir = fs.mkdtempSync(path.join(lab.dir, prefix));
+  fs.chmodSync(dir, 0o755);
+  lab.defer(`rm ${dir}`, () => fs.rmSync(dir, { recursive: true, force: true }));
+  const mnt = path.join(dir, 'fs');
+  fs.mkdirSync(mnt);
+  if (run(['mount', '-t', 'tmpfs', '-o', `size=${size},mode=0755`, label, mnt]).code !== 0) throw new Error('mount');
+  lab.defer(`umount ${mnt}`, () => run(['umount', '-l', mnt]));
+  fs.writeFileSync(path.join(mnt, 'held'), 'x\n', { mode: 0o644 });
+  return { dir, mnt };
 }
 
 /** Listening TCP ports in the namespace of process `pid` (IPv4 and IPv6). */
@@ -131,23 +139,8 @@ export function serviceSpawner(
 
 /** Runs the three transitions at `agents` agents; `cli` is dist/src/cli/main.js. */
 export async function scaleRows(lab: Lab, cli: string, agents: number, uidBase: number): Promise<ScaleRow[]> {
-  const hostUids = new Set(
-    fs
-      .readFileSync('/etc/passwd', 'utf8')
-      .split('\n')
-      .map((l) => Number(l.split(':')[2])),
-  );
-  const accounts = Array.from({ length: agents }, (_, i) => ({ name: `leash-tctr${i}`, uid: uidBase + i }));
-  for (const a of accounts) if (hostUids.has(a.uid)) throw new Error(`uid ${a.uid} exists in /etc/passwd`);
-  const dir = fs.mkdtempSync(path.join(lab.dir, `scale${agents}-`));
-  fs.chmodSync(dir, 0o755);
-  lab.defer(`rm ${dir}`, () => fs.rmSync(dir, { recursive: true, force: true }));
-  const mnt = path.join(dir, 'fs');
-  fs.mkdirSync(mnt);
-  if (run(['mount', '-t', 'tmpfs', '-o', 'size=16m,mode=0755', 'leash-tctr-bench', mnt]).code !== 0)
-    throw new Error('mount');
-  lab.defer(`umount ${mnt}`, () => run(['umount', '-l', mnt]));
-  fs.writeFileSync(path.join(mnt, 'held'), 'x\n', { mode: 0o644 });
+  const accounts = syntheticAccounts('leash-tctr', uidBase, agents);
+  const { dir, mnt } = benchTmpfs(lab, `scale${agents}-`, 'leash-tctr-bench', '16m');
   for (let i = 0; i < agents; i++) {
     fs.mkdirSync(path.join(mnt, `a${i}`), { mode: 0o755 });
     fs.writeFileSync(path.join(mnt, `a${i}`, 'f'), 'x\n', { mode: 0o644 });

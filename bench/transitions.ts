@@ -19,14 +19,15 @@
  *   npm run build && node dist/bench/transitions.js      (root; BENCH_ROUNDS for the reload rounds, default 20;
  *     BENCH_AGENTS=1,1000 the agent counts of the second table; BENCH_ONLY=scale for the second table alone)
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import { loadavg } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { buildLab, createCleanups, LAB, stopChild, type LabUser } from '../src/cli/demo/netns.js';
+import { buildLab, createCleanups, LAB, stopChild, type LabUser } from '../tests/lab/netns.js';
 import { AGENT_LOOP, type LoopCounts } from '../tests/lab/agent-loop.js';
-import { scaleRows, scaleTable, serviceSpawner, type ScaleRow } from './transitions-scale.js';
+import { run } from './args.js';
+import { benchTmpfs, scaleRows, scaleTable, serviceSpawner, type ScaleRow } from './transitions-scale.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 20);
 const AGENT_COUNTS = (process.env.BENCH_AGENTS ?? '1,1000').split(',').map(Number);
@@ -34,11 +35,6 @@ const AGENT_COUNTS = (process.env.BENCH_AGENTS ?? '1,1000').split(',').map(Numbe
 const UID_BASE = 64000;
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/cli/main.js');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function run(argv: string[], env: NodeJS.ProcessEnv = {}): { code: number; out: string; err: string } {
-  const r = spawnSync(argv[0]!, argv.slice(1), { env: { ...process.env, ...env }, encoding: 'utf8' });
-  return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
-}
 
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('bench/transitions needs root (namespaces, nft, fanotify)');
@@ -69,14 +65,7 @@ async function main(): Promise<void> {
 /** The windows of each transition at one agent (the first table). */
 async function windows(lab: Awaited<ReturnType<typeof buildLab>>, rows: string[][]): Promise<void> {
   {
-    const dir = fs.mkdtempSync(path.join(lab.dir, 'l40b-'));
-    fs.chmodSync(dir, 0o755);
-    const mnt = path.join(dir, 'fs');
-    fs.mkdirSync(mnt);
-    if (run(['mount', '-t', 'tmpfs', '-o', 'size=8m,mode=0755', 'leash-l40b-bench', mnt]).code !== 0)
-      throw new Error('mount');
-    lab.defer(`umount ${mnt}`, () => run(['umount', '-l', mnt]));
-    fs.writeFileSync(path.join(mnt, 'held'), 'x\n', { mode: 0o644 });
+    const { dir, mnt } = benchTmpfs(lab, 'l40b-', 'leash-l40b-bench', '8m');
     for (let i = 0; i < 2 * ROUNDS; i++) fs.writeFileSync(path.join(mnt, `f${i}`), 'x\n', { mode: 0o644 });
     const agent: LabUser = await lab.createUser('leash-t4bb');
     fs.writeFileSync(

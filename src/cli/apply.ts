@@ -8,14 +8,8 @@ import type { Command } from 'commander';
 import { EXIT, isLeashError } from '../errors.js';
 import type { ApplyResult } from '../control/policy/apply.js';
 import { applyDir, readApplyDir } from '../control/policy/apply.js';
-import {
-  loadContext,
-  policyOptions,
-  report,
-  signalService,
-  type PolicyOpts,
-  type SignalOutcome,
-} from './policy-common.js';
+import { loadContext, policyOptions, report, type PolicyOpts } from './policy-common.js';
+import { reloadService, type ReloadOutcome } from './reload.js';
 
 export const APPLY_EXIT = { unchanged: 0, refused: 1, changed: 2 } as const;
 
@@ -64,10 +58,10 @@ export function register(program: Command): void {
       const ctx = loadContext(o);
       const d = readApplyDir(o.file, ctx);
       const r = await applyDir(ctx, d, { dryRun: o.dryRun === true });
-      let reconcile: SignalOutcome | { sent: false; why: string } = { sent: false, why: 'nothing changed' };
+      let reconcile: ReloadOutcome | { sent: false; why: string } = { sent: false, why: 'nothing changed' };
       if (r.changed && r.dryRun) reconcile = { sent: false, why: 'dry run' };
       else if (r.changed)
-        reconcile = o.reconcile === false ? { sent: false, why: 'skipped (--no-reconcile)' } : signalService();
+        reconcile = o.reconcile === false ? { sent: false, why: 'skipped (--no-reconcile)' } : reloadService();
       if (o.json)
         process.stdout.write(`${JSON.stringify({ ok: true, dir: o.file, dry_run: r.dryRun, ...r, reconcile })}\n`);
       else {

@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
 import { bind, listBindings, unbind } from '../control/policy/commands.js';
 import { LeashError } from '../errors.js';
-import { afterWrite, impactLines, loadContext, policyOptions, run } from './policy-common.js';
+import { impactLines, loadContext, policyOptions, run } from './policy-common.js';
+import { afterWrite } from './reload.js';
 import { registerProfileCommands } from './profile.js';
 
 /** Registers `profile`, `bind`, `unbind` and `bindings` on the leash program. */

@@ -6,36 +6,7 @@ import { escapeForTerminal } from '../log/escape.js';
 import { formatLogLine, isFiltering, matchLine, parseLogFilter, type LogFilter } from '../log/filter.js';
 import { defaultPasswdSource, readPasswd } from '../control/subjects/discovery.js';
 import { configPath } from './context.js';
-
-/**
- * The last `n` lines of a file, read backwards in blocks (a decision log can be large). A final line
- * without its newline (being written right now) is returned apart, so a follower can start before it
- * instead of printing it in two pieces.
- */
-export function tailLines(file: string, n: number): { lines: string[]; partial: string; end: number } {
-  const fd = fs.openSync(file, 'r');
-  try {
-    const size = fs.fstatSync(fd).size;
-    let pos = size;
-    const chunks: Buffer[] = [];
-    let newlines = 0;
-    const block = 64 * 1024;
-    // n + 1 newlines guarantee n whole lines (plus a possible partial) are in the chunks read.
-    while (pos > 0 && newlines <= n) {
-      const len = Math.min(block, pos);
-      pos -= len;
-      const buf = Buffer.alloc(len);
-      fs.readSync(fd, buf, 0, len, pos);
-      chunks.unshift(buf);
-      for (const b of buf) if (b === 10) newlines++;
-    }
-    const all = Buffer.concat(chunks).toString('utf8').split('\n');
-    const partial = all.pop() ?? '';
-    return { lines: n > 0 ? all.slice(-n) : [], partial, end: size - Buffer.byteLength(partial) };
-  } finally {
-    fs.closeSync(fd);
-  }
-}
+import { followLines, tailLines, type FollowFrom } from '../formats/follow.js';
 
 // Writers batch (the watcher drains every 100 ms), so a log is in time order only to within this:
 // a backwards scan for --since stops this far past the cut-off.
@@ -44,10 +15,10 @@ const SINCE_SLACK_MS = 60_000;
 /**
  * The last `n` lines that pass `f` (all of them for n = Infinity), read backwards in blocks: a
  * block filter over a large log of allows reads until it has n blocks or passes --since, not the
- * whole file. The partial last line is left to a follower, as with tailLines.
+ * whole file. The partial last line is left to a follower, as with tailLines (src/formats/follow.ts).
  */
-export function tailMatching(file: string, n: number, f: LogFilter): { lines: string[]; end: number } {
-  const { end } = tailLines(file, 0);
+export function tailMatching(file: string, n: number, f: LogFilter): { lines: string[]; end: number; ino: number } {
+  const { end, ino } = tailLines(file, 0);
   const fd = fs.openSync(file, 'r');
   try {
     const block = 256 * 1024;
@@ -82,7 +53,7 @@ export function tailMatching(file: string, n: number, f: LogFilter): { lines: st
       }
       carry = all.subarray(0, lowest);
     }
-    return { lines: found.reverse(), end };
+    return { lines: found.reverse(), end, ino };
   } finally {
     fs.closeSync(fd);
   }
@@ -118,52 +89,14 @@ function accountsOnce(): (uid: number) => string | null {
   };
 }
 
-/** Polls for appended lines; handles truncation (reads from 0) and rotation (reopens by name). */
-async function follow(file: string, start: number, p: Printer): Promise<void> {
-  let pos = start;
-  let ino: number | null = null;
-  try {
-    ino = fs.statSync(file).ino;
-  } catch {
-    /* not there yet */
-  }
-  let partial = '';
-  let stop = false;
-  const onSig = () => {
-    stop = true;
-  };
-  process.once('SIGINT', onSig);
-  process.once('SIGTERM', onSig);
-  while (!stop) {
-    let st: fs.Stats | null = null;
-    try {
-      st = fs.statSync(file);
-    } catch {
-      st = null;
-    }
-    if (st) {
-      if (st.ino !== ino || st.size < pos) {
-        ino = st.ino;
-        pos = 0;
-        partial = '';
-      }
-      if (st.size > pos) {
-        const fd = fs.openSync(file, 'r');
-        try {
-          const buf = Buffer.alloc(st.size - pos);
-          const got = fs.readSync(fd, buf, 0, buf.length, pos);
-          pos += got;
-          partial += buf.subarray(0, got).toString('utf8');
-        } finally {
-          fs.closeSync(fd);
-        }
-        const parts = partial.split('\n');
-        partial = parts.pop() ?? '';
-        for (const l of parts) emit(l, p);
-      }
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
+/** Prints the lines appended from `from` on (rotation, truncation, a file not there yet: see followLines) until a signal. */
+async function follow(file: string, from: FollowFrom | undefined, p: Printer): Promise<void> {
+  const f = followLines({ path: file, from, onLine: (l) => emit(l, p), pollMs: 200, keepAlive: true });
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  f.close();
 }
 
 export function register(program: Command): void {
@@ -194,18 +127,18 @@ export function register(program: Command): void {
         );
       }
       const p: Printer = { filter, json: opts.json === true, accountOf };
-      let end = 0;
+      let from: FollowFrom | undefined;
       try {
         if (isFiltering(filter)) {
           const t = tailMatching(file, n, filter);
           for (const l of t.lines) emit(l, p);
-          end = t.end;
+          from = t;
         } else {
           const t = tailLines(file, n);
           for (const l of t.lines) emit(l, p);
           // Without --follow a last line still being written is shown as it is; a follower prints it once whole.
           if (t.partial && !opts.follow) emit(t.partial, p);
-          end = t.end;
+          from = t;
         }
       } catch (e) {
         const code = (e as NodeJS.ErrnoException).code;
@@ -220,7 +153,7 @@ export function register(program: Command): void {
           });
         }
       }
-      if (opts.follow) await follow(file, end, p);
+      if (opts.follow) await follow(file, from, p);
     });
 }
 

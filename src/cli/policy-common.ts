@@ -2,12 +2,11 @@ import { permissionDenied } from './permission.js';
 import type { Command } from 'commander';
 import type { Account } from '../control/config/accounts.js';
 import { DEFAULT_CONFIG_PATH, loadConfig } from '../control/config/load.js';
-import { LeashError, isLeashError } from '../errors.js';
+import { isLeashError } from '../errors.js';
 import type { StoreContext } from '../control/policy/consent.js';
 import { floorOf } from '../control/policy/fragment.js';
 import { ackFlags, shellQuote } from '../control/policy/loosen.js';
 import { discoverFrom, readPasswd, defaultPasswdSource } from '../control/subjects/discovery.js';
-import { reloadService, type ReloadOutcome } from './reload.js';
 
 export const DEFAULT_STATE_DIR = '/var/lib/leash';
 export const DEFAULT_PID_FILE = '/run/leash/leash.pid';
@@ -107,45 +106,6 @@ export function report(caught: unknown, o: PolicyOpts): void {
     process.stderr.write(`${lines.join('\n')}\n`);
   }
   process.exitCode = e.exitCode;
-}
-
-export type SignalOutcome = ReloadOutcome;
-
-/**
- * Tells the running service to reconcile and waits until the change is in force (src/cli/reload.ts): SIGHUP to the
- * main process only, through systemd (`systemctl kill --kill-whom=main`) when it runs the service, else the pid file
- * (LEASH_PID_FILE overrides /run/leash/leash.pid; setting it also keeps tests off the host's systemd), whose pid must
- * be a leash process. A service that is not running has nothing to pick up.
- */
-export function signalService(): SignalOutcome {
-  return reloadService();
-}
-
-/** After a successful write: signal unless --no-reconcile; text and JSON say what happened. */
-export function afterWrite(o: PolicyOpts, result: Record<string, unknown>, lines: string[]): void {
-  let reconcile: SignalOutcome | { sent: false; why: 'skipped (--no-reconcile)' };
-  try {
-    reconcile = o.reconcile === false ? { sent: false, why: 'skipped (--no-reconcile)' } : signalService();
-  } catch (e) {
-    // Written but not in force: the one state that must not exit 0.
-    const err = e as LeashError;
-    if (o.json) {
-      process.stdout.write(
-        `${JSON.stringify({ ok: true, ...result, reconcile: { sent: false, error: { code: err.code, message: err.message, details: err.details } } })}\n`,
-      );
-      process.exitCode = err.exitCode ?? 3;
-    } else {
-      process.stdout.write(`${lines.join('\n')}\n`);
-      report(e, o);
-    }
-    return;
-  }
-  if (o.json) {
-    process.stdout.write(`${JSON.stringify({ ok: true, ...result, reconcile })}\n`);
-    return;
-  }
-  lines.push(reconcile.sent ? `reconcile: signalled the service (${reconcile.via})` : `reconcile: ${reconcile.why}`);
-  process.stdout.write(`${lines.join('\n')}\n`);
 }
 
 export function impactLines(impact: { account: string; failure: { message: string } }[]): string[] {

@@ -5,7 +5,8 @@ import type { Binding, Scope } from '../control/policy/bindings.js';
 import { readBindings } from '../control/policy/bindings.js';
 import { deleteProfile, saveProfile } from '../control/policy/commands.js';
 import { checkProfileName, listProfiles, loadProfile } from '../control/policy/profiles.js';
-import { afterWrite, impactLines, loadContext, policyOptions, run, stateDirOf } from './policy-common.js';
+import { impactLines, loadContext, policyOptions, run, stateDirOf } from './policy-common.js';
+import { afterWrite } from './reload.js';
 
 function boundTo(stateDir: string, name: string): Scope[] {
   return (Object.entries(readBindings(stateDir).bindings) as [Scope, Binding][])

@@ -15,6 +15,7 @@ import {
   type ReloadStatus,
 } from '../control/reconcile/generation.js';
 import { processAlive } from '../store/files.js';
+import { report, type PolicyOpts } from './policy-common.js';
 
 export const UNIT = 'leash.service';
 const DEFAULT_PID_FILE = '/run/leash/leash.pid';
@@ -161,6 +162,36 @@ export function reloadService(opts: ReloadOptions = {}): ReloadOutcome {
       { problems: st.problems, generation: st.done },
     );
   return { sent: true, via: target.via, pid, generation: st.done };
+}
+
+/**
+ * After a successful policy write: signal the service and wait until the change is in force (reloadService), unless
+ * --no-reconcile; text and JSON say what happened. Written but not in force exits non-zero.
+ */
+export function afterWrite(o: PolicyOpts, result: Record<string, unknown>, lines: string[]): void {
+  let reconcile: ReloadOutcome | { sent: false; why: 'skipped (--no-reconcile)' };
+  try {
+    reconcile = o.reconcile === false ? { sent: false, why: 'skipped (--no-reconcile)' } : reloadService();
+  } catch (e) {
+    // Written but not in force: the one state that must not exit 0.
+    const err = e as LeashError;
+    if (o.json) {
+      process.stdout.write(
+        `${JSON.stringify({ ok: true, ...result, reconcile: { sent: false, error: { code: err.code, message: err.message, details: err.details } } })}\n`,
+      );
+      process.exitCode = err.exitCode ?? 3;
+    } else {
+      process.stdout.write(`${lines.join('\n')}\n`);
+      report(e, o);
+    }
+    return;
+  }
+  if (o.json) {
+    process.stdout.write(`${JSON.stringify({ ok: true, ...result, reconcile })}\n`);
+    return;
+  }
+  lines.push(reconcile.sent ? `reconcile: signalled the service (${reconcile.via})` : `reconcile: ${reconcile.why}`);
+  process.stdout.write(`${lines.join('\n')}\n`);
 }
 
 export function register(program: Command): void {

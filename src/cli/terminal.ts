@@ -5,7 +5,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { maskSecrets } from '../engine/index.js';
 import { LeashError } from '../errors.js';
 import { createDecisionLog, type DecisionWriter } from '../log/decisions.js';
-import { createAuditLog } from '../tools/terminal/audit.js';
+import { openAuditTrail, type TerminalAuditRecord } from '../tools/audit.js';
 import { engineDeciderFactory } from '../tools/terminal/decider.js';
 import { explainCommand } from '../tools/terminal/explain.js';
 import { isInside, openJail, realLocation } from '../tools/terminal/jail.js';
@@ -161,7 +161,7 @@ async function startTerminal(o: TerminalOptions): Promise<void> {
     // The terminal's own patterns replace a secret whole ([REDACTED:<kind>]); the engine's masking
     // (the one the decision log and the tools gate use) then catches what they do not know, PII too.
     redact: (text: string) => maskSecrets(redactSecrets(text)),
-    audit: createAuditLog(auditFile),
+    audit: openAuditTrail<TerminalAuditRecord>(auditFile, 'durable'),
     auditFailOpen: !!o.auditFailOpen,
     decisions,
     uid: process.getuid?.() ?? -1,

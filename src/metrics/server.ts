@@ -44,7 +44,8 @@ function answering(p: string): Promise<boolean> {
   });
 }
 
-function listenOn(srv: http.Server, where: string | net.ListenOptions): Promise<void> {
+/** Resolves once `srv` listens; a listen error (EADDRINUSE) rejects rather than reaching no handler. */
+export function listenOn(srv: http.Server, where: string | net.ListenOptions): Promise<void> {
   return new Promise((resolve, reject) => {
     srv.once('error', reject);
     srv.listen(where, () => {

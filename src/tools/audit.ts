@@ -3,8 +3,8 @@
  * write(2) each to a file opened O_APPEND, mode 0600. The gate's (`tools.audit` / `leash mcp
  * --audit FILE`) has one line per tool call with the tool's identity, its operation and resources,
  * the decision and the rule that made it, and a SHA-256 of the result the client received, never
- * the raw arguments or the result; the terminal's (`leash terminal --audit`, its records in
- * ./terminal/audit.ts) an attempt and an outcome line per command.
+ * the raw arguments or the result; the terminal's (`leash terminal --audit`, TerminalAuditRecord)
+ * an attempt and an outcome line per command.
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -47,6 +47,28 @@ export interface AuditRecord {
   result_sha256: string | null;
   /** Secrets were masked in what the client received. */
   redacted: boolean;
+}
+
+/** One line of the terminal's audit trail. Commands are redacted; output content is never recorded. */
+export interface TerminalAuditRecord {
+  ts: string;
+  event: 'attempt' | 'outcome';
+  id: string;
+  uid: number;
+  tool: 'run_command';
+  command: string;
+  argv?: string[] | null;
+  cwd?: string | null;
+  binary?: string | null;
+  decision?: 'allow' | 'block';
+  reason?: string | null;
+  rule?: string | null;
+  code?: string;
+  exit_code?: number | null;
+  duration_ms?: number;
+  stdout_bytes?: number;
+  stderr_bytes?: number;
+  ref?: string | null;
 }
 
 /** An audit trail being appended to. */

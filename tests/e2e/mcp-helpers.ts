@@ -119,10 +119,11 @@ export function startGate(o: GateOpts = {}): GateRun {
       const b = Buffer.isBuffer(line) ? line : Buffer.from(typeof line === 'string' ? line : JSON.stringify(line));
       proc.stdin!.write(Buffer.concat([b, Buffer.from('\n')]));
     },
-    next(ms = 5000) {
+    // Waits, not targets: a gate and its server are two Node processes, which on a loaded machine take seconds to start.
+    next(ms = 15_000) {
       return waitFor(() => (taken < lines.length ? lines[taken++] : undefined), ms);
     },
-    answer(id, ms = 5000) {
+    answer(id, ms = 15_000) {
       return waitFor(() => {
         const hit = lines.find((l) => {
           const o = l as Record<string, unknown>;

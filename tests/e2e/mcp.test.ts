@@ -431,14 +431,18 @@ describe.skipIf(!built)('leash mcp: strict protocol handling', () => {
 
 describe.skipIf(!built)('leash mcp: time-outs, cancellation, failures, signals', () => {
   it('answers a request the server never answers with -32603 and exits 3', async () => {
-    const g = startGate({ policy: POLICY, mode: 'slow:slow', cliArgs: ['--timeout', '300'] });
+    // The server is up (initialize answered) before the clock matters: on a loaded machine a Node server's start
+    // alone outlasts a short time-out, and the ping must be answered in time.
+    const g = startGate({ policy: POLICY, mode: 'slow:slow', cliArgs: ['--timeout', '1500'] });
+    g.send(init(0));
+    await g.answer(0);
     g.send(call(1, 'slow'));
     g.send({ jsonrpc: '2.0', id: 2, method: 'ping' });
     expect((await g.answer(2)).result).toEqual({});
     expect((await g.answer(1)).error).toMatchObject({ code: -32603, message: 'server timed out' });
     g.end();
     expect(await g.exited).toBe(3);
-    expect(g.stderr()).toMatch(/did not answer 1 request within 300 ms/);
+    expect(g.stderr()).toMatch(/did not answer 1 request within 1500 ms/);
   });
 
   it('drops an answer that arrives after the time-out, so the client never sees two', async () => {

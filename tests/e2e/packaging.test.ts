@@ -79,6 +79,13 @@ describe.skipIf(!hasDpkg && !isRoot)('packaging (.deb)', () => {
     expect(paths.filter((p) => notProduction.test(p))).toEqual([]);
     // `leash demo` is shipped, and with it the namespaces, upstream and probes it runs.
     expect(ours).toContain('./usr/lib/leash/dist/src/cli/demo/upstream.js');
+    // Nothing shipped imports what is not (tests/lab, bench): the import would fail on an installed host.
+    const importsUnshipped = ours
+      .filter((p) => p.endsWith('.js'))
+      .filter((p) =>
+        /(?:from|import\()\s*['"](?:\.\.\/)+(?:tests|bench)\//.test(fs.readFileSync(path.join(extracted, p), 'utf8')),
+      );
+    expect(importsUnshipped).toEqual([]);
   });
 
   it('the runtime dependencies in package.json are what the installed tree needs, no build tool among them', () => {

@@ -289,6 +289,11 @@ describe('leash terminal: audit trail and decision log', () => {
     expect(all.map((x) => x.event)).toEqual(['attempt', 'outcome']);
     expect(all[1]).toMatchObject({ id: seen[0]!.id, code: 'OK', exit_code: 0 });
     expect(all[1]).not.toHaveProperty('stdout');
+    // Each record is stamped first with its own time (the outcome's after the command ran).
+    for (const rec of all) expect(Object.keys(rec)[0]).toBe('ts');
+    const [t0, t1] = all.map((x) => Date.parse(String(x.ts)));
+    expect(t0).toBeGreaterThan(Date.now() - 60_000);
+    expect(t1).toBeGreaterThanOrEqual(t0!);
   });
 
   it('records refusals too, and writes every verdict to the decision log under surface commands', async () => {

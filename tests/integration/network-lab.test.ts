@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { DecisionRecord } from '../../src/log/decisions.js';
-import type { Probe, ProbeResult } from '../../src/cli/demo/probe.js';
+import type { Probe, ProbeResult } from '../lab/probe.js';
 import { canRunLab, netPolicy, useLab, type EnforcerHandle, type LabUser } from '../lab/index.js';
 
 // Acting as the leashed accounts inside the lab: every assertion is what the agent sees (a reset, EPERM, the
@@ -207,7 +207,7 @@ describe.skipIf(!canRunLab)('network surface in the lab', () => {
     const as = ['setpriv', `--reuid=${white.uid}`, `--regid=${white.gid}`, '--clear-groups'];
     // "root" inside a user namespace of its own: the socket still belongs to the real UID, so the redirect holds.
     const probe = JSON.stringify([tls('198.18.1.20', 'evil.lab'), tls('::ffff:198.18.1.20', 'evil.lab')]);
-    const inUserns = await lab.agent([...as, 'unshare', '-Ur', process.execPath, `${lab.dir}/probe.mjs`, probe]);
+    const inUserns = await lab.agent([...as, 'unshare', '-Ur', process.execPath, lab.probeScript, probe]);
     expect(inUserns.code).toBe(0);
     const out = JSON.parse(inUserns.stdout) as { uid: number; results: ProbeResult[] };
     expect(out.uid).toBe(0);

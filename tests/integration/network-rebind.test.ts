@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { DecisionRecord } from '../../src/log/decisions.js';
-import type { Probe } from '../../src/cli/demo/probe.js';
+import type { Probe } from '../lab/probe.js';
 import { LAB, canRunLab, netPolicy, useLab, type EnforcerHandle, type LabUser } from '../lab/index.js';
 
 // Names that lead into this host or an internal network (issue 37, item 1), tried as the leashed account: the

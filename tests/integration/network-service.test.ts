@@ -4,8 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/control/config/load.js';
 import { decide, decideDnsAnswer, decideDnsName, type CompiledPolicy } from '../../src/engine/index.js';
 import { startNetworkEnforcer } from '../../src/dataplane/network/enforcer.js';
-import { networkSurface } from '../../src/control/reconcile/surfaces/network.js';
-import { createLogger } from '../../src/log/logger.js';
+import { networkSubjectOf } from '../../src/control/reconcile/execute.js';
+import type { ApplyAction, FailAction, OrphanAction } from '../../src/control/reconcile/plan.js';
 import type { Effective } from '../../src/control/policy/fragment.js';
 import { netnsRunner } from '../../src/dataplane/network/nft/run.js';
 import { bareNetns, isRoot } from '../lab/index.js';
@@ -59,7 +59,7 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
     await cleanup?.();
   });
 
-  /** The network enforcer on loopback (nft in the test's namespace) and the reconcile's surface over it. */
+  /** The network enforcer on loopback (nft in the test's namespace), the surface itself, handed what execute compiles. */
   const startSurface = async (run: ReturnType<typeof netnsRunner>, expectedSubjects: number, dnsLoopback: boolean) => {
     const enf = await startNetworkEnforcer<CompiledPolicy>({
       runner: run,
@@ -73,7 +73,12 @@ describe.skipIf(!isRoot)('reconcile actions on the network surface (plan hooks)'
       proxy: { hosts: ['127.0.0.1'] },
       ...(dnsLoopback ? { dns: { hosts: ['127.0.0.1'] } } : {}),
     });
-    return { enf, hooks: networkSurface(enf, run, createLogger({ level: 'error' })) };
+    const hooks = {
+      apply: (as: ApplyAction[]) => enf.apply(as.map((a) => networkSubjectOf(a, new Map()))),
+      deny: (a: FailAction) => enf.deny(a),
+      orphan: (a: OrphanAction) => enf.orphan(a),
+    };
+    return { enf, hooks };
   };
 
   const effective = (text: string): Effective => {

@@ -3,11 +3,11 @@
  * also runs when building fails half-way). Root only; callers wrap their describe in `describe.skipIf(!isRoot)`.
  */
 import { afterAll, beforeAll } from 'vitest';
-import { buildLab, type Lab, type LabOptions } from '../../src/cli/demo/netns.js';
+import { buildLab, type Lab, type LabOptions } from './netns.js';
 import { nativeAvailable } from '../../src/native.js';
 import { hostRunner } from '../../src/dataplane/network/nft/run.js';
 
-export * from '../../src/cli/demo/netns.js';
+export * from './netns.js';
 export { netPolicy } from './policy.js';
 
 export const isRoot = process.getuid?.() === 0;

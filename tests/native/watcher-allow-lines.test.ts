@@ -90,24 +90,22 @@ function lab(extra: Partial<WatcherOptions>): Lab {
       return { records: parseDrain(d), allows: d.allows ?? [] };
     },
     settle(n) {
-      const out: Drained = { records: [], allows: [] };
+      const records: DrainedRecord[] = [];
+      // [uid, exec] -> [allowed, written], summed over the drains
+      const tally = new Map<string, [number, number, number, number]>();
       const deadline = Date.now() + 5000;
       for (;;) {
         const d = this.drain();
-        out.records.push(...d.records);
-        for (let i = 0; i + 3 < d.allows.length; i += 4) {
-          const at = out.allows.findIndex(
-            (_, j) => j % 4 === 0 && out.allows[j] === d.allows[i] && out.allows[j + 1] === d.allows[i + 1],
-          );
-          if (at < 0) out.allows.push(...d.allows.slice(i, i + 4));
-          else {
-            out.allows[at + 2] += d.allows[i + 2];
-            out.allows[at + 3] += d.allows[i + 3];
-          }
+        records.push(...d.records);
+        const a = d.allows;
+        for (let i = 0; i + 3 < a.length; i += 4) {
+          const [uid, exec, allowed, written] = [a[i]!, a[i + 1]!, a[i + 2]!, a[i + 3]!];
+          const t = tally.get(`${uid}/${exec}`) ?? [uid, exec, 0, 0];
+          tally.set(`${uid}/${exec}`, [uid, exec, t[2] + allowed, t[3] + written]);
         }
-        let seen = out.records.length;
-        for (let i = 0; i + 3 < out.allows.length; i += 4) seen += out.allows[i + 2] - out.allows[i + 3];
-        if (seen >= n || Date.now() > deadline) return out;
+        let seen = records.length;
+        for (const t of tally.values()) seen += t[2] - t[3];
+        if (seen >= n || Date.now() > deadline) return { records, allows: [...tally.values()].flat() };
         Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
       }
     },

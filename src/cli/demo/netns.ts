@@ -1,9 +1,9 @@
 /**
- * The network lab (tests/lab, `leash demo`, the benches): an agent namespace and an upstream namespace joined by a
- * veth pair, on 198.18.0.0/15 and 2001:db8::/32. The upstream namespace carries HTTP/TLS servers that report which
- * name and address each connection reached, and a DNS server the proxy (and the agent) resolve through. Used by
- * the integration tests, `leash demo` and bench/proxy. Everything it makes is registered for teardown as soon as it
- * exists; `teardown()` undoes it in reverse order and never throws.
+ * The network lab of `leash demo`: an agent namespace and an upstream namespace joined by a veth pair, on
+ * 198.18.0.0/15 and 2001:db8::/32. The upstream namespace carries HTTP/TLS servers that report which name and
+ * address each connection reached, and a DNS server the proxy (and the agent) resolve through. tests/lab/netns.ts
+ * builds the tests' and benches' lab on it (its own upstream and probe scripts). Everything it makes is registered
+ * for teardown as soon as it exists; `teardown()` undoes it in reverse order and never throws.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -77,23 +77,9 @@ export interface LabEnforcerSpec {
   failMode?: 'closed' | 'open';
   maxConnections?: number;
   maxPerSubject?: number;
-  /** RLIMIT_NOFILE of the enforcer process (soft and hard; a descriptor-exhaustion test). */
-  nofile?: number;
 }
 
-/** One message the lab resolver received: transport, the address it arrived at, the sender, and its question. */
-export interface LabDnsQuery {
-  transport: 'udp' | 'tcp';
-  server: string;
-  from: string;
-  bytes: number;
-  /** The message id (the probes send 0x1234; the forwarder sends a random one of its own). */
-  id: number | null;
-  name: string | null;
-  qtype: number | null;
-}
-
-export interface Lab {
+export interface Lab<P = Probe> {
   id: string;
   agentNs: string;
   upstreamNs: string;
@@ -105,19 +91,10 @@ export interface Lab {
   defer(what: string, fn: () => unknown): void;
   createUser(name: string): Promise<LabUser>;
   startEnforcer(spec: LabEnforcerSpec): Promise<EnforcerHandle>;
-  /**
-   * Starts a small TCP service as root inside the agent (`agent`) or upstream namespace: on each `ports` entry it
-   * answers `svc:<port>\n` and closes; a `banner` port speaks first (`220 banner`) and closes 100 ms later; a
-   * `reset` port answers the same, then resets the connection 200 ms later.
-   */
-  serve(
-    where: 'agent' | 'upstream',
-    listen: { host: string; port: number; banner?: boolean; hold?: boolean; reset?: boolean }[],
-  ): Promise<void>;
-  /** Every message the lab resolver received so far (its own log; empty when built with dnsLog: false). */
-  dnsQueries(): LabDnsQuery[];
+  /** The probe script the accounts run (a copy they can read). */
+  probeScript: string;
   /** Runs probes as `user` (or as root when null) inside the agent namespace. */
-  probe(user: LabUser | null, probes: Probe[]): Promise<ProbeResult[]>;
+  probe(user: LabUser | null, probes: P[]): Promise<ProbeResult[]>;
   teardown(): Promise<string[]>;
 }
 
@@ -139,20 +116,26 @@ export interface LabOptions {
   /** Unique per helper and run: namespaces are lt-<id>-a / lt-<id>-u. */
   id: string;
   hosts?: LabHost[];
-  /** Soak: a TLS port in the upstream namespace whose connections stay open and echo (UpstreamConfig.holdTls). */
-  holdTls?: number;
-  /** Bench: a bulk source port in the upstream namespace (see UpstreamConfig.bulk). */
-  bulk?: { port: number; bytes: number };
-  /**
-   * Extra DNS records only (name -> addresses), on no interface: names whose answers point where the lab must never
-   * connect (loopback, link-local, private ranges), so a test can show the proxy refuses before connecting.
-   */
-  names?: Record<string, string[]>;
-  /** Log every message the lab resolver receives (default true; a benchmark turns it off). */
-  dnsLog?: boolean;
   /** The caller's cleanup registry (so a Ctrl-C during the build can still undo what exists so far). */
   cleanups?: Cleanups;
+  /** The upstream script (relative to dist/) and its config (default: the demo's upstream.js, names of `hosts`). */
+  upstream?: { script: string; config: (dir: string, base: UpstreamConfig) => UpstreamConfig };
+  /** The probe scripts (relative to dist/), copied for the accounts; the first is run (default: the demo's). */
+  probe?: string[];
+  /** The enforcer's command line from its node command (default: as it is). */
+  enforcerCommand?: EnforcerCommand;
 }
+
+export type EnforcerCommand = (spec: LabEnforcerSpec, node: string[]) => string[];
+
+/** The lab's DNS records: each named host's two addresses. */
+export function namesOf(hosts: LabHost[]): Record<string, string[]> {
+  const names: Record<string, string[]> = {};
+  for (const h of hosts) if (h.name) names[h.name] = [h.v4, h.v6];
+  return names;
+}
+
+const DEMO_PROBE = 'src/cli/demo/probe.js';
 
 type Defer = Cleanups['defer'];
 
@@ -239,8 +222,17 @@ async function wireNamespaces(host: Runner, agentNs: string, upstreamNs: string,
   ]);
 }
 
-/** The upstream's HTTP/TLS/DNS servers (upstream.ts) in their namespace, and the probe script the accounts run. */
-async function startUpstream(opts: LabOptions, dir: string, upstreamNs: string, hosts: LabHost[], defer: Defer) {
+/**
+ * The upstream's HTTP/TLS/DNS servers (upstream.ts) in their namespace, and the probe scripts the accounts run
+ * (copied, with a package.json that makes them ES modules, where the accounts can read them): returns the one to run.
+ */
+async function startUpstream(
+  opts: LabOptions,
+  dir: string,
+  upstreamNs: string,
+  hosts: LabHost[],
+  defer: Defer,
+): Promise<string> {
   const host = hostRunner();
   const key = path.join(dir, 'key.pem');
   const cert = path.join(dir, 'cert.pem');
@@ -262,31 +254,33 @@ async function startUpstream(opts: LabOptions, dir: string, upstreamNs: string, 
     '-out',
     cert,
   ]);
-  const names: Record<string, string[]> = {};
-  for (const h of hosts) if (h.name) names[h.name] = [h.v4, h.v6];
-  Object.assign(names, opts.names ?? {});
-  const upCfg: UpstreamConfig = {
+  const base: UpstreamConfig = {
     cert,
     key,
     httpPorts: LAB.httpPorts,
     tlsPorts: LAB.tlsPorts,
     dns: [LAB.dnsV4, LAB.dnsV6, ...(hosts.some((h) => h.v4 === LAB.rogueDnsV4) ? [LAB.rogueDnsV4] : [])],
-    names,
-    bulk: opts.bulk,
-    holdTls: opts.holdTls,
-    ...(opts.dnsLog === false ? {} : { dnsLog: path.join(dir, 'dns-queries.jsonl') }),
+    names: namesOf(hosts),
   };
+  const upCfg = opts.upstream ? opts.upstream.config(dir, base) : base;
   const upCfgPath = path.join(dir, 'upstream.json');
   fs.writeFileSync(upCfgPath, JSON.stringify(upCfg));
-  const dist = distSrc();
+  const dist = path.dirname(distSrc());
+  const script = path.join(dist, opts.upstream?.script ?? 'src/cli/demo/upstream.js');
   const up = await spawnReady(
-    ['ip', 'netns', 'exec', upstreamNs, process.execPath, path.join(dist, 'cli', 'demo', 'upstream.js'), upCfgPath],
+    ['ip', 'netns', 'exec', upstreamNs, process.execPath, script, upCfgPath],
     'lab upstream servers',
   );
   defer(`stop upstream pid ${up.child.pid}`, () => stopChild(up.child));
-  // The probe runs as the leashed account: give it a copy it can read.
-  fs.copyFileSync(path.join(dist, 'cli', 'demo', 'probe.js'), path.join(dir, 'probe.mjs'));
-  fs.chmodSync(path.join(dir, 'probe.mjs'), 0o644);
+  const probes = path.join(dir, 'probe');
+  const files = opts.probe ?? [DEMO_PROBE];
+  for (const f of new Set([...files, DEMO_PROBE])) {
+    fs.mkdirSync(path.dirname(path.join(probes, f)), { recursive: true, mode: 0o755 });
+    fs.copyFileSync(path.join(dist, f), path.join(probes, f));
+    fs.chmodSync(path.join(probes, f), 0o644);
+  }
+  fs.writeFileSync(path.join(probes, 'package.json'), '{"type":"module"}\n', { mode: 0o644 });
+  return path.join(probes, files[0]!);
 }
 
 /** The network enforcer (dataplane/network/standalone.ts) in the agent namespace, as root. */
@@ -295,6 +289,7 @@ async function startEnforcer(
   agentNs: string,
   spec: LabEnforcerSpec,
   defer: Defer,
+  command: EnforcerCommand = (_spec, node) => node,
 ): Promise<EnforcerHandle> {
   const specPath = path.join(dir, `enforcer-${Date.now()}.json`);
   const decisionsPath = path.join(dir, `decisions-${Date.now()}.jsonl`);
@@ -310,12 +305,7 @@ async function startEnforcer(
       'netns',
       'exec',
       agentNs,
-      ...(spec.nofile ? ['prlimit', `--nofile=${spec.nofile}:${spec.nofile}`, '--'] : []),
-      process.execPath,
-      // e.g. LEASH_LAB_NODE_ARGS=--cpu-prof to profile the enforcer under a benchmark
-      ...(process.env.LEASH_LAB_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
-      path.join(distSrc(), 'dataplane', 'network', 'standalone.js'),
-      specPath,
+      ...command(spec, [process.execPath, path.join(distSrc(), 'dataplane', 'network', 'standalone.js'), specPath]),
     ],
     'network enforcer',
   );
@@ -348,7 +338,7 @@ async function startEnforcer(
 }
 
 /** Builds the lab. On failure everything made so far is torn down before the error is rethrown. */
-export async function buildLab(opts: LabOptions): Promise<Lab> {
+export async function buildLab<P = Probe>(opts: LabOptions): Promise<Lab<P>> {
   const host = hostRunner();
   const id = opts.id;
   const agentNs = `lt-${id}-a`;
@@ -364,6 +354,7 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
 
   const teardown = () => cleanups.run();
 
+  let probeScript: string;
   try {
     await wireNamespaces(host, agentNs, upstreamNs, hosts, defer);
 
@@ -373,13 +364,13 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
     defer(`rm ${etc}`, () => fs.rmSync(etc, { recursive: true, force: true }));
     fs.writeFileSync(path.join(etc, 'resolv.conf'), `nameserver ${LAB.dnsV4}\nnameserver ${LAB.dnsV6}\n`);
 
-    await startUpstream(opts, dir, upstreamNs, hosts, defer);
+    probeScript = await startUpstream(opts, dir, upstreamNs, hosts, defer);
   } catch (e) {
     await teardown();
     throw e;
   }
 
-  const lab: Lab = {
+  const lab: Lab<P> = {
     id,
     agentNs,
     upstreamNs,
@@ -389,15 +380,7 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
     upstream,
     defer,
     teardown,
-    dnsQueries() {
-      const file = path.join(dir, 'dns-queries.jsonl');
-      if (!fs.existsSync(file)) return [];
-      return fs
-        .readFileSync(file, 'utf8')
-        .split('\n')
-        .filter(Boolean)
-        .map((l) => JSON.parse(l) as LabDnsQuery);
-    },
+    probeScript,
     async createUser(name) {
       if (!/^leash-(t[a-z0-9-]{1,24}|demo)$/.test(name))
         throw new Error(`lab account name ${name} must be leash-t… or leash-demo`);
@@ -417,31 +400,11 @@ export async function buildLab(opts: LabOptions): Promise<Lab> {
       const gid = Number((await must(host, ['id', '-g', name])).stdout.trim());
       return { name, uid, gid };
     },
-    startEnforcer: (spec) => startEnforcer(dir, agentNs, spec, defer),
-    async serve(where, listen) {
-      const script = `
-const net = require('node:net');
-const spec = ${JSON.stringify(listen)};
-let up = 0;
-for (const l of spec) {
-  const srv = net.createServer((s) => {
-    s.on('error', () => {});
-    if (l.hold) return;
-    if (l.reset) { s.write('svc:' + l.port + '\\n'); setTimeout(() => s.resetAndDestroy(), 200); return; }
-    if (l.banner) { s.write('220 banner\\r\\n'); setTimeout(() => s.end(), 100); }
-    else s.end('svc:' + l.port + '\\n');
-  });
-  srv.listen(l.port, l.host, () => { if (++up === spec.length) process.stdout.write('ready\\n'); });
-}`;
-      const ns = where === 'agent' ? agentNs : upstreamNs;
-      const { child } = await spawnReady(['ip', 'netns', 'exec', ns, process.execPath, '-e', script], 'lab service');
-      defer(`stop lab service pid ${child.pid}`, () => stopChild(child));
-    },
+    startEnforcer: (spec) => startEnforcer(dir, agentNs, spec, defer, opts.enforcerCommand),
     async probe(user, probes) {
-      const script = path.join(dir, 'probe.mjs');
       const argv = user
-        ? ['setpriv', `--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups', process.execPath, script]
-        : [process.execPath, script];
+        ? ['setpriv', `--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups', process.execPath, probeScript]
+        : [process.execPath, probeScript];
       const r = await must(agent, [...argv, JSON.stringify(probes)]);
       const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as { uid: number; results: ProbeResult[] };
       if (user && out.uid !== user.uid) throw new Error(`probe ran as uid ${out.uid}, not ${user.uid}`);

@@ -2,13 +2,15 @@
  * The lab's "internet": run inside the upstream namespace (`ip netns exec <ns> node upstream.js <config.json>`).
  * HTTP (80, 8080) and TLS (443, 8443) servers answer any Host/SNI with a JSON report of the name and the local
  * address the connection reached, so a test can prove where the proxy really connected. A small DNS server
- * (UDP and TCP port 53) answers A/AAAA for the lab names. Prints "ready" when everything listens.
+ * (UDP and TCP port 53) answers A/AAAA for the lab names. Prints "ready" when everything listens. The servers
+ * only tests and benches need are tests/lab/upstream.ts's.
  */
 import dgram from 'node:dgram';
 import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import tls from 'node:tls';
+import { isMain } from './probe.js';
 
 export interface UpstreamConfig {
   cert: string;
@@ -17,23 +19,20 @@ export interface UpstreamConfig {
   tlsPorts: number[];
   /** Addresses the DNS server listens on. */
   dns: string[];
-  /** Every message the DNS server receives is appended here as a JSON line (the tests' proof of what left). */
-  dnsLog?: string;
   /** name -> addresses (A and AAAA answers). */
   names: Record<string, string[]>;
-  /** Soak: a TLS port whose connections stay open and echo what they receive. */
-  holdTls?: number;
-  /** Bench source: on each connection, after the first bytes arrive, send `bytes` and close. */
-  bulk?: { port: number; bytes: number };
 }
 
-function plain(addr: string | undefined): string {
+/** Sees each message the DNS server receives (tests/lab/upstream.ts logs them). */
+export type DnsTap = (transport: 'udp' | 'tcp', server: string, from: string | undefined, msg: Buffer) => void;
+
+export function plain(addr: string | undefined): string {
   return (addr ?? '').replace(/^::ffff:/, '');
 }
 
 // --- DNS ---------------------------------------------------------------------------------------------------------
 
-function readName(msg: Buffer, off: number): { name: string; next: number } | null {
+export function readName(msg: Buffer, off: number): { name: string; next: number } | null {
   const labels: string[] = [];
   let p = off;
   while (p < msg.length) {
@@ -91,12 +90,14 @@ function expand6(a: string): string {
   return [...h, ...mid, ...t].map((x) => x.padStart(4, '0')).join('');
 }
 
-async function main(): Promise<void> {
-  const cfg = JSON.parse(fs.readFileSync(process.argv[2]!, 'utf8')) as UpstreamConfig;
-  const listening: Promise<void>[] = [];
-  const listen = (srv: net.Server, port: number) =>
-    listening.push(new Promise((r) => srv.listen({ port, host: '::', ipv6Only: false }, r)));
+/** Listens on `port` of every address, IPv4 and IPv6. */
+export const listenAll = (srv: net.Server, port: number): Promise<void> =>
+  new Promise((r) => srv.listen({ port, host: '::', ipv6Only: false }, r));
 
+/** Starts the HTTP, TLS and DNS servers of `cfg`; resolves once all listen. */
+export async function serveUpstream(cfg: UpstreamConfig, tap: DnsTap = () => {}): Promise<void> {
+  const listening: Promise<void>[] = [];
+  const listen = (srv: net.Server, port: number) => listening.push(listenAll(srv, port));
   for (const port of cfg.httpPorts) {
     const srv = http.createServer((req, res) => {
       const body = JSON.stringify({
@@ -126,47 +127,10 @@ async function main(): Promise<void> {
     srv.on('tlsClientError', () => {});
     listen(srv, port);
   }
-  if (cfg.holdTls) {
-    const srv = tls.createServer({ key, cert }, (s) => {
-      s.on('error', () => {});
-      s.pipe(s);
-    });
-    srv.on('tlsClientError', () => {});
-    listen(srv, cfg.holdTls);
-  }
-  if (cfg.bulk) {
-    const { bytes } = cfg.bulk;
-    const chunk = Buffer.alloc(1 << 20, 0x61);
-    const srv = net.createServer((s) => {
-      s.on('error', () => {});
-      s.once('data', () => {
-        let left = bytes;
-        const pump = () => {
-          while (left > 0) {
-            const n = Math.min(left, chunk.length);
-            left -= n;
-            if (!s.write(n === chunk.length ? chunk : chunk.subarray(0, n))) return void s.once('drain', pump);
-          }
-          s.end();
-        };
-        pump();
-      });
-    });
-    listen(srv, cfg.bulk.port);
-  }
-  const logFd = cfg.dnsLog ? fs.openSync(cfg.dnsLog, 'a') : null;
-  const logDns = (transport: string, server: string, from: string | undefined, msg: Buffer) => {
-    if (logFd === null) return;
-    const q = msg.length > 12 ? readName(msg, 12) : null;
-    const qtype = q && q.next + 2 <= msg.length ? msg.readUInt16BE(q.next) : null;
-    const id = msg.length >= 2 ? msg.readUInt16BE(0) : null;
-    const rec = { transport, server, from: plain(from), bytes: msg.length, id, name: q?.name ?? null, qtype };
-    fs.writeSync(logFd, JSON.stringify(rec) + '\n');
-  };
   for (const addr of cfg.dns) {
     const udp = dgram.createSocket(net.isIPv6(addr) ? 'udp6' : 'udp4');
     udp.on('message', (msg, rinfo) => {
-      logDns('udp', addr, rinfo.address, msg);
+      tap('udp', addr, rinfo.address, msg);
       const ans = answerDns(msg, cfg.names);
       if (ans) udp.send(ans, rinfo.port, rinfo.address);
     });
@@ -175,10 +139,10 @@ async function main(): Promise<void> {
       let acc = Buffer.alloc(0);
       s.on('error', () => {});
       s.on('data', (d: Buffer) => {
-        if (acc.length === 0 && d.length < 2) logDns('tcp', addr, s.remoteAddress, d);
+        if (acc.length === 0 && d.length < 2) tap('tcp', addr, s.remoteAddress, d);
         acc = Buffer.concat([acc, d]);
         while (acc.length >= 2 && acc.length >= 2 + acc.readUInt16BE(0)) {
-          logDns('tcp', addr, s.remoteAddress, acc.subarray(2, 2 + acc.readUInt16BE(0)));
+          tap('tcp', addr, s.remoteAddress, acc.subarray(2, 2 + acc.readUInt16BE(0)));
           const ans = answerDns(acc.subarray(2, 2 + acc.readUInt16BE(0)), cfg.names);
           acc = acc.subarray(2 + acc.readUInt16BE(0));
           if (ans) {
@@ -192,10 +156,14 @@ async function main(): Promise<void> {
     listening.push(new Promise((r) => tcp.listen(53, addr, r)));
   }
   await Promise.all(listening);
+}
+
+async function main(): Promise<void> {
+  await serveUpstream(JSON.parse(fs.readFileSync(process.argv[2]!, 'utf8')) as UpstreamConfig);
   process.stdout.write('ready\n');
 }
 
-if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) {
+if (isMain(import.meta.url)) {
   main().catch((e: unknown) => {
     process.stderr.write(`upstream: ${(e as Error).stack ?? String(e)}\n`);
     process.exit(1);

@@ -1,13 +1,13 @@
 /**
- * The console's source of decisions: the decision log file (logging.decisions), followed the way
- * `tail -F` follows it — read from where it was on each inotify change (fs.watch) and every `pollMs`; a rename-style rotation (the path
- * names another inode) is read to its end, then the new file from its start; a truncation starts
- * again at 0. Kept: the last `ringSize` lines (the page's first screen and the ref details), and
+ * The console's source of decisions: the decision log file (logging.decisions), followed by the one
+ * follower (src/formats/follow.ts: rotation, truncation, a partial last line) on each inotify change
+ * and every `pollMs`. Kept: the last `ringSize` lines (the page's first screen and the ref details), and
  * counts per surface and action in `bucketMs` buckets over the last `buckets` (the charts). All
  * bounded; a line over `maxLine` bytes is skipped and counted.
  */
 import fs from 'node:fs';
 import readline from 'node:readline';
+import { followLines, tailLines, type FollowFrom } from '../../formats/follow.js';
 
 export interface FollowedLine {
   text: string;
@@ -86,36 +86,8 @@ export function followDecisions(o: FollowOptions): Follower {
   const ring: FollowedLine[] = [];
   let ringStart = 0;
   const buckets: Bucket[] = [];
-  let fd: number | null = null;
-  let ino = -1;
-  let pos = 0;
-  let partial = '';
   let lines = 0;
   let skipped = 0;
-  let rotations = 0;
-  const buf = Buffer.alloc(1 << 20);
-  let watcher: fs.FSWatcher | null = null;
-  let woken = false;
-  const wake = () => {
-    if (woken) return;
-    woken = true;
-    setImmediate(() => {
-      woken = false;
-      if (fd !== null) poll();
-    });
-  };
-  const watch = () => {
-    watcher?.close();
-    try {
-      watcher = fs.watch(o.path, { persistent: false }, wake);
-      watcher.on('error', () => {
-        watcher?.close();
-        watcher = null;
-      });
-    } catch {
-      watcher = null; // the timer still polls
-    }
-  };
 
   const keep = (l: FollowedLine) => {
     if (ring.length < ringSize) ring.push(l);
@@ -144,74 +116,23 @@ export function followDecisions(o: FollowOptions): Follower {
     keep(l);
     if (live) o.onLine(l);
   };
-  const open = (fromEnd: boolean): boolean => {
-    try {
-      fd = fs.openSync(o.path, 'r');
-    } catch {
-      fd = null;
-      return false;
-    }
-    const st = fs.fstatSync(fd);
-    ino = st.ino;
-    if (o.watch !== false) watch();
-    pos = 0;
-    partial = '';
-    if (fromEnd) {
-      const pre = Math.min(st.size, o.preload ?? 2 * 1024 * 1024);
-      const start = st.size - pre;
-      if (pre > 0) {
-        const b = Buffer.alloc(pre);
-        fs.readSync(fd, b, 0, pre, start);
-        const parts = b.toString('utf8').split('\n');
-        if (start > 0) parts.shift();
-        parts.pop();
-        for (const p of parts) take(p, false);
-      }
-      pos = st.size;
-    }
-    return true;
-  };
-  const drain = () => {
-    if (fd === null) return;
-    for (;;) {
-      const n = fs.readSync(fd, buf, 0, buf.length, pos);
-      if (n <= 0) break;
-      pos += n;
-      const parts = (partial + buf.toString('utf8', 0, n)).split('\n');
-      partial = parts.pop()!;
-      if (partial.length > maxLine) {
-        partial = '';
-        skipped++;
-      }
-      for (const p of parts) take(p, true);
-    }
-  };
-  const poll = () => {
-    if (fd === null) {
-      if (open(false)) drain();
-      return;
-    }
-    drain();
-    let st: fs.Stats | null = null;
-    try {
-      st = fs.statSync(o.path);
-    } catch {
-      st = null;
-    }
-    if (st && st.ino !== ino) {
-      // Rotated: the old file has been read to its end above; the new one from its start.
-      fs.closeSync(fd);
-      rotations++;
-      if (open(false)) drain();
-    } else if (st && st.size < pos) {
-      pos = 0;
-      partial = '';
-      drain();
-    }
-  };
-  open(true);
-  const timer = setInterval(poll, o.pollMs ?? 100);
-  timer.unref();
+  let from: FollowFrom | undefined;
+  try {
+    const t = tailLines(o.path, Infinity, o.preload ?? 2 * 1024 * 1024);
+    for (const text of t.lines) take(text, false);
+    from = t;
+  } catch {
+    from = undefined; // not there yet: read from its start once it appears
+  }
+  const lf = followLines({
+    path: o.path,
+    from,
+    onLine: (text) => take(text, true),
+    onOversize: () => skipped++,
+    maxLine,
+    pollMs: o.pollMs,
+    watch: o.watch,
+  });
 
   const ordered = () => [...ring.slice(ringStart), ...ring.slice(0, ringStart)];
   return {
@@ -240,14 +161,8 @@ export function followDecisions(o: FollowOptions): Follower {
       return null;
     },
     buckets: () => buckets.map((b) => ({ start: b.start, counts: { ...b.counts } })),
-    stats: () => ({ lines, skipped, ring: ring.length, rotations }),
-    poll,
-    close() {
-      clearInterval(timer);
-      watcher?.close();
-      watcher = null;
-      if (fd !== null) fs.closeSync(fd);
-      fd = null;
-    },
+    stats: () => ({ lines, skipped, ring: ring.length, rotations: lf.rotations() }),
+    poll: () => lf.poll(),
+    close: () => lf.close(),
   };
 }

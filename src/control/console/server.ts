@@ -18,7 +18,7 @@ import type net from 'node:net';
 import { DECISIONS, type Decision } from '../../engine/approval.js';
 import type { Config } from '../config/types.js';
 import { isLeashError, LeashError } from '../../errors.js';
-import { parseListen } from '../../metrics/server.js';
+import { listenOn, parseListen } from '../../metrics/server.js';
 import type { PeerIds } from '../approvals/peer.js';
 import { peerFromAddon } from '../approvals/socket.js';
 import { authorise, checkRequest, hostsFor, newToken, type AccessRules, type Refusal } from './access.js';
@@ -225,16 +225,6 @@ function handler(c: Ctx, rules: AccessRules, onSocket: boolean): http.RequestLis
   };
 }
 
-function listen(srv: http.Server, where: string | net.ListenOptions): Promise<void> {
-  return new Promise((resolve, reject) => {
-    srv.once('error', reject);
-    srv.listen(where, () => {
-      srv.off('error', reject);
-      resolve();
-    });
-  });
-}
-
 /** While a browser has the live stream open, the console is subscribed to the approvals queue. */
 function relayApprovals(c: Ctx): () => void {
   let unsubscribe: (() => void) | null = null;
@@ -330,7 +320,7 @@ export async function startConsole(o: ConsoleOptions): Promise<ConsoleServer> {
       const srv = http.createServer(handler(c, { ...base, hosts: null, scheme: 'http' }, true));
       servers.push(srv);
       // Anyone may connect (as to the approvals socket): every request is judged by its peer or token.
-      await listen(srv, o.socket);
+      await listenOn(srv, o.socket);
       fs.chmodSync(o.socket, 0o666);
     }
     if (o.listen) {
@@ -343,7 +333,7 @@ export async function startConsole(o: ConsoleOptions): Promise<ConsoleServer> {
         ? https.createServer({ cert: fs.readFileSync(o.tls.cert), key: fs.readFileSync(o.tls.key) }, h)
         : http.createServer(h);
       servers.push(srv);
-      await listen(srv, { host, port: want });
+      await listenOn(srv, { host, port: want });
       port = (srv.address() as net.AddressInfo).port;
       rules.hosts = hostsFor(host, port);
       const shown = host.includes(':') ? `[${host}]` : host;

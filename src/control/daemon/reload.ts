@@ -89,3 +89,21 @@ export async function reload(r: Running): Promise<void> {
   r.tracker.finished(covers, problems, confinedOf(r));
   r.logger.info({ generation: covers, problems: problems.length }, 'reloaded');
 }
+
+/**
+ * The service's SIGHUP, handled from the first moment of a start (Node's default action for it is to exit, and a
+ * policy write during a start must neither kill the starting service nor go unconfirmed): each is counted at once;
+ * once the service runs (`serve`), each starts a reload.
+ */
+export function listenForHup(tracker: ReloadTracker): { serve(r: Running): void; off(): void } {
+  let running: Running | null = null;
+  const onHup = () => {
+    tracker.received();
+    if (running) void reload(running);
+  };
+  process.on('SIGHUP', onHup);
+  return {
+    serve: (r) => (running = r),
+    off: () => process.off('SIGHUP', onHup),
+  };
+}

@@ -25,7 +25,7 @@ import { applyHostSettings, hostSettingFamilies, type HostPaths, type HostSettin
 import { lockService, serviceDirs } from './instance.js';
 import { collectJournal, openDecisions, openJournal } from './logging.js';
 import { defaultNotify, startHeartbeat } from './notify.js';
-import { confinedOf, reload, type Running } from './reload.js';
+import { confinedOf, listenForHup, reload, type Running } from './reload.js';
 
 export interface ServiceOptions {
   configPath: string;
@@ -62,19 +62,12 @@ function describe(loaded: LoadedConfig, running: string[]): string {
  * any enforcer is on, then reports READY=1 with a STATUS line.
  */
 export async function startService(opts: ServiceOptions): Promise<Service> {
-  // SIGHUP is handled from the first moment: Node's default action for it is to exit, and a policy write during a
-  // start must neither kill the starting service nor go unconfirmed.
   const tracker = createReloadTracker(opts.statusFile ?? null);
-  let onReady: (() => void) | null = null;
-  const onHup = () => {
-    tracker.received();
-    onReady?.();
-  };
-  process.on('SIGHUP', onHup);
+  const hup = listenForHup(tracker);
   try {
-    return await startInner(opts, tracker, onHup, (fn) => (onReady = fn));
+    return await startInner(opts, tracker, hup);
   } catch (e) {
-    process.off('SIGHUP', onHup);
+    hup.off();
     tracker.remove();
     throw e;
   }
@@ -94,8 +87,7 @@ function loadServiceConfig(configPath: string): LoadedConfig {
 async function startInner(
   opts: ServiceOptions,
   tracker: ReloadTracker,
-  onHup: () => void,
-  setOnHup: (fn: () => void) => void,
+  hup: ReturnType<typeof listenForHup>,
 ): Promise<Service> {
   // Every SIGHUP counted so far is covered by the start: the config and the policy are read after it.
   const coveredAtStart = tracker.hups;
@@ -169,7 +161,7 @@ async function startInner(
       stopHeartbeat();
       process.off('SIGTERM', stop);
       process.off('SIGINT', stop);
-      process.off('SIGHUP', onHup);
+      hup.off();
       tracker.remove();
       resolveStopped();
     })();
@@ -178,7 +170,7 @@ async function startInner(
 
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
-  setOnHup(() => void reload(r));
+  hup.serve(r);
   tracker.finished(coveredAtStart, [], confinedOf(r));
   tracker.phase('ready');
   notify(`READY=1\nSTATUS=${r.status()}`);
@@ -215,7 +207,7 @@ async function serveUntilStopped(configPath: string): Promise<void> {
       void svc?.stop();
     },
   };
-  // Outside systemd the CLI signals the pid file (see src/cli/policy-common.ts).
+  // Outside systemd the CLI signals the pid file (see src/cli/reload.ts).
   const pidFile = process.env.LEASH_PID_FILE ?? (process.env.NOTIFY_SOCKET ? null : '/run/leash/leash.pid');
   try {
     svc = await startService({ configPath, reconcile, statusFile: statusFilePath() });

@@ -1,10 +1,73 @@
 /**
- * The execute step of a reconcile pass: a plan carried out over the surfaces (surfaces/contract.ts), side by side.
- * A subject is prepared by every surface first (what does not compile fails it alone, with nothing applied), then
- * applied by all at once; a subject that failed anywhere is denied everywhere, in the withdraw order.
+ * The execute step of a reconcile pass: a plan carried out over the data planes' surfaces (src/dataplane/contract.ts),
+ * side by side. A subject is compiled for every surface first (what does not compile fails it alone, with nothing
+ * applied), then applied by all at once; a subject that failed anywhere is denied everywhere, in the withdraw order.
  */
+import type { Surface, SurfaceName } from '../../dataplane/contract.js';
+import type { NetworkSubjectSpec } from '../../dataplane/network/enforcer.js';
+import type { FsCmdPolicy, WatcherSubject } from '../../dataplane/watcher/addon.js';
+import { fsCmdPolicyOf } from '../../dataplane/watcher/policy.js';
+import { compilePolicy, type CompiledPolicy } from '../../engine/index.js';
+import type { MetricFamily } from '../../metrics/metrics.js';
+import { toPolicyInput } from '../config/policy-input.js';
+import type { Effective } from '../policy/fragment.js';
+import { effectiveEch } from '../policy/loosen.js';
 import type { ApplyAction, FailAction, OrphanAction, Plan, AppliedState } from './plan.js';
-import type { Surface, SurfaceName } from './surfaces/contract.js';
+
+/**
+ * A plane's surface as a pass drives it: the plane (the one contract) and how a subject's resolved policy becomes
+ * what that plane takes, compiled here in the control plane.
+ */
+export interface Driven<S extends { uid: number } = { uid: number }> {
+  plane: Surface<S>;
+  /**
+   * What the plane takes for a subject, before any surface applies anything: a throw fails that subject alone, with
+   * nothing applied for it anywhere. `memo` lives for one batch (subjects with equal policies share a compile).
+   */
+  compile(a: ApplyAction, memo: Map<string, unknown>): S;
+  /** Metric families a process of the surface's own counts (the watcher's), gathered at scrape time. */
+  families?(): Promise<MetricFamily[]>;
+}
+
+/** A plane and its compile, typed together (a Driven's S is the plane's own). */
+export function drive<S extends { uid: number }>(
+  plane: Surface<S>,
+  compile: Driven<S>['compile'],
+  families?: Driven<S>['families'],
+): Driven {
+  return { plane, compile, ...(families ? { families } : {}) };
+}
+
+/** What the network enforcer takes for one subject: its listener's compiled policy and its chain's settings. */
+export function networkSubjectOf(a: ApplyAction, memo: Map<string, unknown>): NetworkSubjectSpec<CompiledPolicy> {
+  const n = a.policy.network;
+  // Subjects whose resolved policies are equal (the hash of the canonical policy: agents bound to one profile)
+  // share one compiled policy, which the engine only reads.
+  const key = `network:${a.hash}`;
+  let policy = memo.get(key) as CompiledPolicy | undefined;
+  if (!policy) memo.set(key, (policy = compilePolicy(toPolicyInput(a.policy))));
+  return {
+    uid: a.uid,
+    port: a.port,
+    policy,
+    udp: n.udp,
+    ech: effectiveEch(n),
+    ...(n.dns_resolvers.length ? { resolvers: n.dns_resolvers } : {}),
+  };
+}
+
+/**
+ * One resolved policy, one watcher map policy (the same object each time): the supervisor then knows the start's
+ * own map when the first pass hands it the very same policies again.
+ */
+const fsCmdCompiled = new WeakMap<Effective, FsCmdPolicy>();
+
+/** What the watcher's map takes for one subject. */
+export function watcherSubjectOf(a: { uid: number; policy: Effective }): WatcherSubject {
+  let policy = fsCmdCompiled.get(a.policy);
+  if (!policy) fsCmdCompiled.set(a.policy, (policy = fsCmdPolicyOf(a.policy)));
+  return { uid: a.uid, policy, failMode: a.policy.fail_mode };
+}
 
 /**
  * What the service is told as a plan is carried out: each is this step's own event (a subject about to be applied,
@@ -26,27 +89,28 @@ export interface ExecuteEvents {
 /** A withdrawn subject loses its gate policy first, then its map entry, then its chain. */
 const WITHDRAW_ORDER: SurfaceName[] = ['tools', 'filesystem', 'network'];
 
-function inOrder(surfaces: readonly Surface[], names: SurfaceName[]): Surface[] {
-  return names.flatMap((n) => surfaces.filter((s) => s.surface === n));
+function inOrder(surfaces: readonly Driven[], names: SurfaceName[]): Driven[] {
+  return names.flatMap((n) => surfaces.filter((s) => s.plane.surface === n));
 }
 
 /**
- * Applies subjects: every surface prepares each subject (a gate policy that does not compile fails it alone, with
- * nothing applied), then the surfaces apply those still standing side by side: the watcher map entries (each
+ * Applies subjects: every surface's compile of each subject first (a policy that does not compile fails it alone,
+ * with nothing applied), then the surfaces apply those still standing side by side: the watcher map entries (each
  * acknowledged), every listener and one nft transaction for all chains, the gate. The error of each that failed.
  */
 async function applyAll(
-  surfaces: readonly Surface[],
+  surfaces: readonly Driven[],
   actions: ApplyAction[],
   ev: ExecuteEvents,
 ): Promise<Map<number, Error>> {
   const errors = new Map<number, Error>();
-  const standing: ApplyAction[] = [];
+  const standing: { uid: number }[][] = surfaces.map(() => []);
+  const memo = new Map<string, unknown>();
   for (const a of actions) {
     ev.applying?.(a);
     try {
-      for (const s of surfaces) s.prepare?.(a);
-      standing.push(a);
+      const compiled = surfaces.map((s) => s.compile(a, memo));
+      compiled.forEach((c, i) => standing[i]!.push(c));
     } catch (e) {
       errors.set(a.uid, e as Error);
     }
@@ -71,7 +135,7 @@ export interface Execution {
  * will not bind is denied alone and said out loud; every other subject's action still runs. An
  * `unchanged` subject is not touched.
  */
-export async function executePlan(plan: Plan, surfaces: readonly Surface[], ev: ExecuteEvents): Promise<Execution> {
+export async function executePlan(plan: Plan, surfaces: readonly Driven[], ev: ExecuteEvents): Promise<Execution> {
   const withdraw = inOrder(surfaces, WITHDRAW_ORDER);
   const hooks = {
     critical: ev.critical,
@@ -81,11 +145,11 @@ export async function executePlan(plan: Plan, surfaces: readonly Surface[], ev: 
     },
     async deny(a: FailAction) {
       ev.withdrawing?.(a.uid);
-      for (const s of withdraw) await s.deny(a);
+      for (const s of withdraw) await s.plane.deny(a);
     },
     async orphan(a: OrphanAction) {
       ev.withdrawing?.(a.uid);
-      for (const s of withdraw) await s.orphan(a);
+      for (const s of withdraw) await s.plane.orphan(a);
     },
   };
   const state: AppliedState = { mode: plan.next.mode, subjects: new Map(plan.next.subjects) };
@@ -169,20 +233,20 @@ export async function executePlan(plan: Plan, surfaces: readonly Surface[], ev: 
  * chain change). Every surface is let finish before anything is reported, so nothing denies a subject while a
  * surface is still applying it; then a surface that threw throws (the first in the surfaces' order), else the
  * failures of all are merged: a subject that failed on any surface is failed, and the plan denies it on every one.
- * Each surface's time is added to `ms` under its name.
+ * Each surface's time is added to `ms` under its name. `compiled[i]` is what surface i takes, one per subject.
  */
 export async function applySideBySide(
-  surfaces: readonly Surface[],
-  actions: ApplyAction[],
+  surfaces: readonly Driven[],
+  compiled: { uid: number }[][],
   ms: Record<string, number>,
 ): Promise<Map<number, Error>> {
   const results = await Promise.allSettled(
-    surfaces.map(async (s) => {
+    surfaces.map(async (s, i) => {
       const t = performance.now();
       try {
-        return await s.apply(actions);
+        return await s.plane.apply(compiled[i]!);
       } finally {
-        ms[s.surface] = (ms[s.surface] ?? 0) + (performance.now() - t);
+        ms[s.plane.surface] = (ms[s.plane.surface] ?? 0) + (performance.now() - t);
       }
     }),
   );

@@ -9,21 +9,30 @@
 import type { Config } from '../config/types.js';
 import type { LoadedConfig } from '../config/load.js';
 import type { Runner } from '../../dataplane/network/nft/run.js';
-import { LeashError } from '../../errors.js';
+import { isLeashError, LeashError } from '../../errors.js';
+import { createResolver, resolveSubject } from '../policy/resolve.js';
+import { loadPolicyState, stateCache, type StateCache } from '../policy/state.js';
+import { warmBindings } from '../policy/bindings.js';
+import { discoverAsync, type PasswdSource } from '../subjects/discovery.js';
+import { assignPorts, PORT_RESERVED } from '../subjects/ports.js';
 import type { DecisionLog } from '../../log/decisions.js';
 import type { Logger } from '../../log/logger.js';
 import type { Metrics } from '../../metrics/metrics.js';
 import { startApprovals, type Approvals } from '../approvals/service.js';
-import { createReconciler } from './coalesce.js';
 import { enforcerMismatches } from './enforcers.js';
-import { executePlan, type ExecuteEvents } from './execute.js';
+import { executePlan, type Driven, type ExecuteEvents } from './execute.js';
 import type { ReloadProblem } from './generation.js';
 import { releaseAfter } from './memory.js';
 import { collectSubjects } from './metrics.js';
-import { observe, observeCache, warmObserveCache } from './observe.js';
-import { emptyApplied, planReconcile, type AppliedState, type ApplyAction, type Plan } from './plan.js';
+import {
+  emptyApplied,
+  planReconcile,
+  type AppliedState,
+  type ApplyAction,
+  type Observation,
+  type Plan,
+} from './plan.js';
 import { dumpStacks } from './stacks.js';
-import type { Surface } from './surfaces/contract.js';
 import { closeSurfaces, startSurfaces } from './surfaces/start.js';
 
 /** What the reconcile is started with: the config as loaded, the decision log, the logger and the metrics. */
@@ -96,7 +105,7 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
     onPersisted: () => triggerReconcile(),
   });
 
-  const surfaces: Surface[] = [];
+  const surfaces: Driven[] = [];
   const closeAll = async () => {
     // Pending requests first: each held action is answered with a block (approval_cancelled), never an allow.
     await approvals.close().catch((e: unknown) => logger.error({ err: e }, 'approvals close failed'));
@@ -106,7 +115,6 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
     await startSurfaces(surfaces, {
       ctx,
       config: c,
-      current: () => current.config,
       initial: initialPlan.actions,
       expectedSubjects: Math.max(1, first.subjects.length),
       approvals,
@@ -167,6 +175,8 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
     pass: async () => {
       const t0 = performance.now();
       surfaceMs = {};
+      // Pushed down before the pass: what a subject without a policy is answered under from now on (a reload's floor).
+      for (const s of surfaces) s.plane.setFailMode?.(current.config.fail_mode);
       const obs = await observe({ config: () => current.config, stateDir, cache });
       const t1 = performance.now();
       if (obs.ok) for (const w of obs.warnings) logger.warn(w);
@@ -207,12 +217,12 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
     },
     /** Reopens the decision log in any process of a surface's own (the watcher): SIGHUP after a rotation. */
     async reopenLogs(): Promise<void> {
-      for (const s of surfaces) await s.reopenLogs?.();
+      for (const s of surfaces) await s.plane.reopenLog?.();
     },
     /** UIDs each surface has in force now, by surface (written to the status file for `leash status`). */
     confined(): Record<string, number[]> {
       const out: Record<string, number[]> = {};
-      for (const s of surfaces) out[s.surface] = s.status().uids;
+      for (const s of surfaces) out[s.plane.surface] = s.plane.enforcing().uids;
       return out;
     },
     async close(): Promise<void> {
@@ -221,4 +231,143 @@ export async function startReconcile(ctx: ServiceContext, opts: ReconcileOptions
       await closeAll();
     },
   };
+}
+
+/**
+ * SIGHUP coalescing for the reconcile: a signal that arrives during a pass never re-enters the
+ * half-applied one; any number of them become exactly one further pass afterwards. Each pass is
+ * armed with a watchdog: past `slowMs` (30 s) `onSlow` runs once (the service dumps every stack to
+ * the journal), and the pass is left to finish.
+ */
+export interface ReconcilerOptions<T = void> {
+  /** One pass; what it returns is what the triggers it covers resolve with (a pass that threw: undefined). */
+  pass: () => Promise<T>;
+  slowMs?: number;
+  onSlow?: () => void;
+  onError?: (e: unknown) => void;
+}
+
+export function createReconciler<T = void>(opts: ReconcilerOptions<T>) {
+  const slowMs = opts.slowMs ?? 30_000;
+  let running: Promise<void> | null = null;
+  let pending: { promise: Promise<T | undefined>; resolve: (v: T | undefined) => void } | null = null;
+  let closed = false;
+  let passes = 0;
+
+  const runPass = async (): Promise<T | undefined> => {
+    passes++;
+    const timer = setTimeout(() => opts.onSlow?.(), slowMs);
+    try {
+      return await opts.pass();
+    } catch (e) {
+      opts.onError?.(e);
+      return undefined;
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+
+  const loop = async (firstDone: (v: T | undefined) => void): Promise<void> => {
+    firstDone(await runPass());
+    while (pending) {
+      const p = pending;
+      pending = null;
+      p.resolve(await runPass());
+    }
+    running = null;
+  };
+
+  return {
+    get passes() {
+      return passes;
+    },
+    /** Requests a pass; resolves when a pass that started after this request has finished, with what it returned. */
+    trigger(): Promise<T | undefined> {
+      if (closed) return Promise.resolve(undefined);
+      if (!running) {
+        let done!: (v: T | undefined) => void;
+        const first = new Promise<T | undefined>((r) => (done = r));
+        running = loop(done);
+        return first;
+      }
+      if (!pending) {
+        let resolve!: (v: T | undefined) => void;
+        const promise = new Promise<T | undefined>((r) => (resolve = r));
+        pending = { promise, resolve };
+      }
+      return pending.promise;
+    },
+    /** Waits for the running pass (and a pending one) to finish; later triggers are ignored. */
+    async close(): Promise<void> {
+      closed = true;
+      while (running) await running;
+    },
+  };
+}
+
+/* The observe step: what a pass reads of the host. */
+
+export interface ObserveOptions {
+  /** The floor, or how to re-read it (a SIGHUP re-reads leash.yaml too; a failed read changes nothing). */
+  config: Config | (() => Config);
+  stateDir: string;
+  passwd?: PasswdSource;
+  /** Kept by a caller that observes again and again (the service): see observeCache. */
+  cache?: ObserveCache;
+}
+
+/**
+ * What the service keeps from one pass to the next: the parsed profiles and bindings (by text) and each subject's
+ * resolution (by its inputs). A pass then re-reads every file but parses and resolves only what changed.
+ */
+export interface ObserveCache {
+  state: StateCache;
+  resolver: ReturnType<typeof createResolver>;
+}
+
+export function observeCache(): ObserveCache {
+  return { state: stateCache(), resolver: createResolver() };
+}
+
+/** What the next pass would otherwise make (the bindings' entries: warmBindings), for a caller with time to spare. */
+export function warmObserveCache(cache: ObserveCache): void {
+  warmBindings(cache.state.bindings);
+}
+
+/**
+ * The I/O half of a reconcile pass: passwd, ports, bindings, profiles -> an Observation for
+ * planReconcile. Wholesale failures (passwd, port map, bindings file) become `ok: false`. With no
+ * agent accounts nothing under the state directory is created.
+ */
+export async function observe(opts: ObserveOptions): Promise<Observation> {
+  try {
+    const config = typeof opts.config === 'function' ? opts.config() : opts.config;
+    const d = await discoverAsync(config.user, opts.passwd);
+    let ports: Record<string, { port: number }> = {};
+    if (d.mode === 'multi') {
+      const a = await assignPorts(opts.stateDir, d.subjects);
+      ports = a.ports;
+    }
+    const state = loadPolicyState(config, opts.stateDir, opts.cache?.state);
+    const resolve = opts.cache
+      ? (s: (typeof d.subjects)[number]) => opts.cache!.resolver.resolve(s, state)
+      : (s: (typeof d.subjects)[number]) => resolveSubject(s, state);
+    const observation: Observation = {
+      ok: true,
+      mode: d.mode,
+      warnings: d.warnings,
+      subjects: d.subjects.map((subject) => ({
+        subject,
+        // Single-subject: the one listener on the reserved port. Multi: the account's port for life, or
+        // none (the pool is exhausted) and that subject fails alone.
+        port: d.mode === 'single' ? PORT_RESERVED : (ports[subject.account]?.port ?? null),
+        resolution: resolve(subject),
+      })),
+    };
+    opts.cache?.resolver.endPass();
+    return observation;
+  } catch (e) {
+    if (isLeashError(e)) return { ok: false, code: e.code, message: e.message };
+    return { ok: false, code: 'reconcile_error', message: (e as Error).message };
+  }
 }

@@ -1,5 +1,5 @@
 /**
- * Everything dumped when a reconcile pass runs past its watchdog (coalesce.ts, 30 s): the JS stack and the native
+ * Everything dumped when a reconcile pass runs past its watchdog (loop.ts createReconciler, 30 s): the JS stack and the native
  * one, so the journal says where it is stuck.
  */
 export function dumpStacks(log: (msg: string) => void): void {

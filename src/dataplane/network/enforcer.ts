@@ -13,6 +13,7 @@ import { openFirewall, type Firewall } from './nft/firewall.js';
 import type { DecisionWriter } from '../../log/decisions.js';
 import { createProxy, type NetworkDecide, type Proxy, type ProxyOptions } from './proxy/proxy.js';
 import type { Runner } from './nft/run.js';
+import type { FailMode, Surface, SurfaceStatus, Withdrawn } from '../contract.js';
 
 /** The nameserver lines of a resolv.conf (IP literals only; a zone suffix `%eth0` is dropped). */
 export function parseResolvConf(text: string): string[] {
@@ -63,6 +64,8 @@ export interface NetworkEnforcerOptions<P> {
   /** How many subjects will be applied (the iptables fallback refuses more than one). */
   expectedSubjects: number;
   warn?: (msg: string) => void;
+  /** A failure on close (releasing chains, the sweep after), for the service's log. */
+  error?: (err: unknown, msg: string) => void;
   proxy?: Partial<
     Pick<
       ProxyOptions<P>,
@@ -91,12 +94,17 @@ export interface NetworkEnforcerOptions<P> {
 const LISTEN_BATCH = 64;
 
 /**
- * The service's network surface: nft chains per UID plus one proxy listener and one DNS forwarder per UID. Opens the
- * listeners first, then applies the chains: a redirected connection always finds its listener.
+ * The service's network surface (src/dataplane/contract.ts): nft chains per UID plus one proxy listener and one DNS
+ * forwarder per UID. Opens the listeners first, then applies the chains: a redirected connection always finds its
+ * listener. deny keeps or puts in a subject's chain behind listeners that refuse with `no_policy` (let through under
+ * fail_mode open); orphan keeps the chain and refuses the same way; close releases every chain before the listeners go.
  */
-export class NetworkEnforcer<P> {
+export class NetworkEnforcer<P> implements Surface<NetworkSubjectSpec<P>> {
+  readonly surface = 'network' as const;
   /** UIDs this enforcer holds a chain for (what stop releases). */
   private readonly applied = new Set<number>();
+  /** UIDs whose listeners hold a policy (what `leash status` reports). */
+  private readonly enforced = new Set<number>();
 
   constructor(
     readonly firewall: Firewall,
@@ -107,6 +115,47 @@ export class NetworkEnforcer<P> {
 
   private dnsPortOf(s: { port: number; dnsPort?: number }): number {
     return s.dnsPort ?? dnsPortFor(s.port);
+  }
+
+  /** Every subject's listener, then one nft transaction for all their chains; the error of each that failed. */
+  async apply(list: NetworkSubjectSpec<P>[]): Promise<Map<number, Error>> {
+    const errors = new Map<number, Error>();
+    for (const [uid, r] of await this.setSubjects(list)) if (r instanceof Error) errors.set(uid, r);
+    for (const s of list) if (!errors.has(s.uid)) this.enforced.add(s.uid);
+    return errors;
+  }
+
+  async deny(w: Withdrawn): Promise<void> {
+    this.enforced.delete(w.uid);
+    await this.denySubject(w.uid, w.port);
+  }
+
+  async orphan(w: Withdrawn): Promise<void> {
+    this.enforced.delete(w.uid);
+    await this.orphanSubject(w.uid, w.port);
+  }
+
+  setFailMode(m: FailMode): void {
+    this.proxy.setFailMode(m);
+    this.dns.setFailMode(m);
+  }
+
+  enforcing(): SurfaceStatus {
+    return { surface: 'network', subjects: this.enforced.size, uids: [...this.enforced] };
+  }
+
+  /**
+   * stop, then a sweep of whatever this enforcer's own bookkeeping missed (a pass cut short, an apply that failed
+   * half-way): a service's close leaves no UID redirected, as ExecStopPost=leash teardown.
+   */
+  async close(): Promise<void> {
+    const error = this.opts.error ?? ((e: unknown, m: string) => this.opts.warn?.(`${m}: ${(e as Error).message}`));
+    await this.stop().catch((e: unknown) => error(e, 'network release failed'));
+    const left = await teardownNetwork(this.opts.runner).catch((e: unknown) => {
+      error(e, 'network teardown failed');
+      return [] as number[];
+    });
+    if (left.length) this.opts.warn?.(`released chains the enforcer no longer tracked: uids ${left.join(', ')}`);
   }
 
   /** One subject's listener, then its chain. */

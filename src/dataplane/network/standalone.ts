@@ -54,7 +54,7 @@ async function main(): Promise<void> {
     },
     proxy: {
       peekTimeoutMs: spec.peekTimeoutMs,
-      failMode: () => spec.failMode ?? 'closed',
+      failMode: spec.failMode ?? 'closed',
       ...(spec.maxConnections ? { maxConnections: spec.maxConnections } : {}),
       ...(spec.maxPerSubject ? { maxPerSubject: spec.maxPerSubject } : {}),
       onError: (err, ctx) =>

@@ -12,6 +12,7 @@
 // map: set, status, reopen), takeover.ts (active and standby, respawn, takeover, the death count) and
 // watcher-proc.ts (one watcher process: spawn, its channel and pending requests, stop).
 import { LeashError } from '../../errors.js';
+import type { FailMode, Surface, SurfaceStatus, Withdrawn } from '../contract.js';
 import type { Asker } from '../../engine/approval.js';
 import type { FsCmdPolicy, WatcherSubject } from './addon.js';
 import { createHoldRelay, holdArgs, type HoldBounds } from './hold-relay.js';
@@ -55,9 +56,12 @@ export interface FsSupervisorOptions {
   ask?: Asker;
   /** The watcher's bounds on held events and the surfaces' deadlines (ms): config approvals. */
   hold?: HoldBounds;
+  /** The floor's fail_mode for "no policy" entries until setFailMode says otherwise (default closed). */
+  failMode?: FailMode;
 }
 
-export interface FsSupervisor {
+/** The supervisor is the filesystem surface itself (src/dataplane/contract.ts): apply, deny and orphan set map entries. */
+export interface FsSupervisor extends Surface<WatcherSubject> {
   /** Resolves when the first watcher has acknowledged the starting map and put its marks on. */
   ready: Promise<WatcherStatus>;
   /**
@@ -184,9 +188,12 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
     }
   };
 
+  const set: FsSupervisor['set'] = (uid, policy, failMode = policy?.fail_mode ?? 'closed') =>
+    setMany([{ uid, policy, failMode }]);
   return {
+    ...mapSurface({ set, setMany }, opts.subjects, opts.failMode ?? 'closed'),
     ready,
-    set: (uid, policy, failMode = policy?.fail_mode ?? 'closed') => setMany([{ uid, policy, failMode }]),
+    set,
     setMany,
     async status() {
       const m = await call(st, { op: 'status' });
@@ -224,5 +231,57 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
       await stopProc(st.sb);
       await stopProc(st.act);
     },
+  };
+}
+
+/**
+ * The filesystem surface over the watcher map: a subject's compiled policy becomes its map entry; deny (a subject that
+ * cannot be resolved) and orphan (one that left discovery) set "no policy" under the floor's fail_mode as last pushed,
+ * which the watcher denies under closed: never a removed UID, since an absent UID is an allowed UID. Each change
+ * resolves once the watcher acknowledged it. The map the watcher started with (acknowledged with `ready`) is not sent
+ * twice: the first apply's entries whose policy is the very object the watcher started with are only counted.
+ */
+export function mapSurface(
+  sup: Pick<FsSupervisor, 'set' | 'setMany'>,
+  started: WatcherSubject[],
+  failMode: FailMode,
+): Pick<FsSupervisor, 'surface' | 'apply' | 'deny' | 'orphan' | 'setFailMode' | 'enforcing'> {
+  const enforced = new Set<number>();
+  let initial: Map<number, unknown> | null = new Map(started.flatMap((s) => (s.policy ? [[s.uid, s.policy]] : [])));
+  const withdraw = async (w: Withdrawn) => {
+    enforced.delete(w.uid);
+    await sup.set(w.uid, null, failMode);
+  };
+  return {
+    surface: 'filesystem',
+    async apply(list) {
+      const errors = new Map<number, Error>();
+      const held = initial;
+      initial = null;
+      const todo = list.filter((s) => held?.get(s.uid) !== s.policy);
+      for (const s of list) if (held?.get(s.uid) === s.policy) enforced.add(s.uid);
+      // One map change for all, acknowledged before apply returns: one at a time, each change rebuilt the whole map
+      // and rescanned every root (37 s of a start at 1,000 subjects).
+      try {
+        await sup.setMany(todo);
+        for (const s of todo) enforced.add(s.uid);
+        return errors;
+      } catch {
+        // A refused change does not say whose entry it was: one at a time, so that only that subject fails.
+      }
+      for (const s of todo) {
+        try {
+          await sup.set(s.uid, s.policy, s.failMode);
+          enforced.add(s.uid);
+        } catch (e) {
+          errors.set(s.uid, e as Error);
+        }
+      }
+      return errors;
+    },
+    deny: withdraw,
+    orphan: withdraw,
+    setFailMode: (m) => void (failMode = m),
+    enforcing: (): SurfaceStatus => ({ surface: 'filesystem', subjects: enforced.size, uids: [...enforced] }),
   };
 }

@@ -1,6 +1,6 @@
 import type { DecisionWriter } from '../../log/decisions.js';
 import { randomUUID } from 'node:crypto';
-import type { AuditLog } from './audit.js';
+import type { AuditTrail, TerminalAuditRecord } from '../audit.js';
 import { execute } from './executor.js';
 import { resolveCwd } from './jail.js';
 import { parseCommandLine } from './parse.js';
@@ -20,7 +20,8 @@ export interface RunDeps {
   timeoutMs: number;
   maxOutputBytes: number;
   redact: Redactor;
-  audit: AuditLog;
+  /** The durable trail: a command runs only once its attempt record is on disk. */
+  audit: AuditTrail<TerminalAuditRecord>;
   /** Run even when the attempt record cannot be written (the operator chose fail-open). */
   auditFailOpen: boolean;
   decisions: DecisionWriter | null;
@@ -43,8 +44,8 @@ export async function runCommand(command: string, cwd: string | undefined, deps:
   const audited = async (res: CommandResult, extra: Record<string, unknown>): Promise<CommandResult> => {
     // A refusal stands whether or not it could be recorded; the failure is reported to the operator.
     try {
-      await deps.audit.write({ ...base, event: 'attempt', decision: 'block', ...extra });
-      await deps.audit.write({ ...base, event: 'outcome', code: res.code, exit_code: null, duration_ms: 0 });
+      await deps.audit.write({ ts: now(), ...base, event: 'attempt', decision: 'block', ...extra });
+      await deps.audit.write({ ts: now(), ...base, event: 'outcome', code: res.code, exit_code: null, duration_ms: 0 });
     } catch (e) {
       deps.warn(`audit: could not record refused call ${id}: ${(e as Error).message}`);
     }
@@ -77,7 +78,14 @@ export async function runCommand(command: string, cwd: string | undefined, deps:
   if (!where.ok) return audited(result('CWD_ESCAPE', where.reason), { ...verdictFields, reason: 'cwd_escape' });
 
   try {
-    await deps.audit.write({ ...base, ...verdictFields, cwd: where.dir, event: 'attempt', decision: 'allow' });
+    await deps.audit.write({
+      ts: now(),
+      ...base,
+      ...verdictFields,
+      cwd: where.dir,
+      event: 'attempt',
+      decision: 'allow',
+    });
   } catch (e) {
     if (!deps.auditFailOpen) {
       deps.warn(`audit: attempt record not written, command not run (fail closed): ${(e as Error).message}`);
@@ -106,6 +114,7 @@ export async function runCommand(command: string, cwd: string | undefined, deps:
 
   try {
     await deps.audit.write({
+      ts: now(),
       ...base,
       event: 'outcome',
       code: res.code,
@@ -119,6 +128,8 @@ export async function runCommand(command: string, cwd: string | undefined, deps:
   }
   return res;
 }
+
+const now = (): string => new Date().toISOString();
 
 function classify(o: Awaited<ReturnType<typeof execute>>, reason: string, timeoutMs: number): CommandResult {
   const extra = { stdout: o.stdout, stderr: o.stderr, exit_code: o.exit_code, duration_ms: o.duration_ms };

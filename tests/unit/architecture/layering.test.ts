@@ -5,7 +5,9 @@
  *     folder is at most two levels deep, see folderOf);
  *   - arrows go down (the tables LAYERS and NEVER: cli -> control -> dataplane -> engine, tools -> engine; nothing
  *     in src/dataplane imports src/control, src/tools or src/cli; src/engine imports nothing);
- *   - no function in src/ is longer than 200 lines, and no source file outside tests longer than 500.
+ *   - no function in src/ is longer than 200 lines, and no source file outside tests longer than 500;
+ *   - no call back up: nothing in src/dataplane takes a getter of a policy setting (a function with no argument
+ *     that returns a fail mode, a policy or a config): the control plane pushes those down (src/dataplane/contract.ts).
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -181,6 +183,26 @@ const NEVER: { layer: string; not: string }[] = [
   { layer: 'engine', not: 'dataplane' },
 ];
 
+/**
+ * A getter the data plane would call back up through: a function type with no parameter (an option, a hook, a
+ * parameter) whose return type names a policy setting. What the control plane decides is pushed down instead.
+ */
+const SETTING = /\bFailMode\b|'closed' \| 'open'|'open' \| 'closed'|Policy\b|Config\b/;
+
+export function settingGetters(rel: string, sf: ts.SourceFile): string[] {
+  const out: string[] = [];
+  const visit = (n: ts.Node): void => {
+    if (ts.isFunctionTypeNode(n) && n.parameters.length === 0 && SETTING.test(n.type.getText(sf))) {
+      const line = sf.getLineAndCharacterOfPosition(n.getStart(sf)).line + 1;
+      const owner = n.parent && 'name' in n.parent ? (n.parent.name as ts.Node | undefined)?.getText(sf) : undefined;
+      out.push(`${rel}:${line} ${owner ?? '(type)'}: ${n.getText(sf)}`);
+    }
+    ts.forEachChild(n, visit);
+  };
+  visit(sf);
+  return out;
+}
+
 export const MAX_FUNCTION_LINES = 200;
 export const MAX_FILE_LINES = 500;
 
@@ -218,6 +240,19 @@ describe('the house rules of src/', () => {
 
   it.each(NEVER)('nothing in src/$layer imports src/$not', ({ layer, not }) => {
     const bad = imports.filter((i) => under(i.from, layer) && under(i.to, not)).map((i) => `${i.from} -> ${i.to}`);
+    expect(bad).toEqual([]);
+  });
+
+  it('has no call back up: nothing in src/dataplane takes a getter of a fail mode, a policy or a config', () => {
+    const sample = ts.createSourceFile(
+      'x.ts',
+      'interface O { failMode?: () => FailMode }',
+      ts.ScriptTarget.Latest,
+      true,
+    );
+    // The check sees the shape it forbids (the proxy's option before the fail mode was pushed down).
+    expect(settingGetters('x.ts', sample)).toEqual(['x.ts:1 failMode: () => FailMode']);
+    const bad = parsed.filter((p) => under(p.rel, 'dataplane')).flatMap((p) => settingGetters(p.rel, p.sf));
     expect(bad).toEqual([]);
   });
 

@@ -2,7 +2,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { tailLines, tailMatching } from '../../../src/cli/logs.js';
+import { tailMatching } from '../../../src/cli/logs.js';
+import { tailLines } from '../../../src/formats/follow.js';
 import { parseLogFilter } from '../../../src/log/filter.js';
 
 function file(content: string): string {

@@ -9,7 +9,8 @@ import { hostRunner } from '../../../dataplane/network/nft/run.js';
 import type { Logger } from '../../../log/logger.js';
 import type { Action } from '../plan.js';
 import type { ReconcileOptions, ServiceContext } from '../loop.js';
-import type { Surface, SurfaceName } from './contract.js';
+import type { SurfaceName } from '../../../dataplane/contract.js';
+import type { Driven } from '../execute.js';
 import { startNetworkSurface } from './network.js';
 import { startToolsSurface } from './tools.js';
 import { startWatcherSurface } from './watcher.js';
@@ -18,8 +19,6 @@ export interface SurfacesStart {
   ctx: ServiceContext;
   /** The config file's, as read at start: which surfaces run and their settings. */
   config: Config;
-  /** The config as it is now (after any reload): "no policy" entries follow its floor's fail_mode. */
-  current: () => Config;
   /** The first plan's actions (the watcher starts with the whole map). */
   initial: Action[];
   /** How many subjects the first plan holds (the iptables fallback refuses more than one). */
@@ -34,15 +33,15 @@ export interface SurfacesStart {
  * Starts each surface the config enables and pushes it onto `into` as soon as it runs, so a caller whose start
  * failed half-way closes exactly the ones that started (closeSurfaces).
  */
-export async function startSurfaces(into: Surface[], o: SurfacesStart): Promise<void> {
+export async function startSurfaces(into: Driven[], o: SurfacesStart): Promise<void> {
   const { ctx, config: c, approvals, logger, opts } = o;
-  const failMode = () => o.current().fail_mode;
+  // "No policy" entries follow the floor's fail_mode: the one at start here, each pass's after (loop.ts pushes it).
+  const failMode = c.fail_mode;
   if (c.enforcers.filesystem)
     into.push(
       await startWatcherSurface({
         config: c,
         initial: o.initial,
-        // "No policy" entries follow the floor's fail_mode as it is now, after any reload.
         failMode,
         ...(opts.watcherWrap ? { wrap: opts.watcherWrap } : {}),
         ...(opts.watcherArgs ? { args: opts.watcherArgs } : {}),
@@ -89,7 +88,7 @@ export async function startSurfaces(into: Surface[], o: SurfacesStart): Promise<
 /** Closing releases the chains first: no UID is left redirected to a listener that is gone. */
 const CLOSE_ORDER: SurfaceName[] = ['network', 'tools', 'filesystem'];
 
-export async function closeSurfaces(surfaces: readonly Surface[], logger: Logger): Promise<void> {
-  for (const s of CLOSE_ORDER.flatMap((n) => surfaces.filter((x) => x.surface === n)))
+export async function closeSurfaces(surfaces: readonly Driven[], logger: Logger): Promise<void> {
+  for (const { plane: s } of CLOSE_ORDER.flatMap((n) => surfaces.filter((x) => x.plane.surface === n)))
     await s.close().catch((e: unknown) => logger.error({ err: e, surface: s.surface }, 'surface close failed'));
 }

@@ -1,7 +1,7 @@
 /**
  * Tools in the service: the gate socket (src/tools/remote/socket.ts) that `leash mcp` and `leash terminal` ask
- * for a subject's compiled gate policy and commands policy, by the peer's UID. prepare compiles a subject's gate
- * policy before any surface is applied (a policy that does not compile fails the subject alone); apply puts the
+ * for a subject's compiled gate policy and commands policy, by the peer's UID. toolsSubjectOf compiles a subject's
+ * gate policy before any surface is applied (a policy that does not compile fails the subject alone); apply puts the
  * compiled policies in force once every other surface took the subject.
  */
 import fs from 'node:fs';
@@ -12,7 +12,9 @@ import { GATE_ENGINE } from '../../../tools/judge/compile.js';
 import { gatePolicyOf } from '../../../tools/judge/from-config.js';
 import { createToolsSocketServer, DEFAULT_TOOLS_SOCKET } from '../../../tools/remote/socket.js';
 import type { DecisionLog } from '../../../log/decisions.js';
-import type { Surface } from './contract.js';
+import type { Surface } from '../../../dataplane/contract.js';
+import { drive, type Driven } from '../execute.js';
+import type { ApplyAction } from '../plan.js';
 import type { Asker } from '../../../engine/approval.js';
 import type { Logger } from '../../../log/logger.js';
 
@@ -29,11 +31,27 @@ export interface ToolsSurfaceOptions {
   logger?: Logger;
 }
 
-export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<Surface> {
+/** What the gate socket holds for one subject: its compiled gate policy and what `leash terminal` asks for. */
+export interface ToolsSubject {
+  uid: number;
+  gate: CompiledGatePolicy;
+  commands: { fail_mode: string; enforce?: 'shadow'; commands: unknown };
+}
+
+/** A subject's gate policy compiled (a throw fails the subject alone) and its commands policy as the terminal takes it. */
+export function toolsSubjectOf(a: ApplyAction): ToolsSubject {
+  const shadow = a.policy.enforce === 'shadow';
+  return {
+    uid: a.uid,
+    gate: compileGatePolicy(gatePolicyOf(a.policy), a.policy.fail_mode, GATE_ENGINE, { shadow }),
+    commands: { fail_mode: a.policy.fail_mode, ...(shadow ? { enforce: 'shadow' } : {}), commands: a.policy.commands },
+  };
+}
+
+export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<Driven> {
   const gate = new Map<number, CompiledGatePolicy>();
   // What `leash terminal` asks for over the same socket (op commands_policy), per subject.
-  const commandsOf = new Map<number, { fail_mode: string; commands: unknown }>();
-  const prepared = new Map<number, CompiledGatePolicy>();
+  const commandsOf = new Map<number, ToolsSubject['commands']>();
   const sock = o.socket ?? process.env.LEASH_TOOLS_SOCKET ?? DEFAULT_TOOLS_SOCKET;
   fs.mkdirSync(sock.slice(0, sock.lastIndexOf('/')) || '/', { recursive: true, mode: 0o755 });
   const server = await createToolsSocketServer({
@@ -51,40 +69,26 @@ export async function startToolsSurface(o: ToolsSurfaceOptions): Promise<Surface
       ),
   });
   const withdraw = (uid: number) => {
-    prepared.delete(uid);
     gate.delete(uid);
     commandsOf.delete(uid);
   };
-  return {
+  const surface: Surface<ToolsSubject> = {
     surface: 'tools',
-    prepare(a) {
-      prepared.set(
-        a.uid,
-        compileGatePolicy(gatePolicyOf(a.policy), a.policy.fail_mode, GATE_ENGINE, {
-          shadow: a.policy.enforce === 'shadow',
-        }),
-      );
-    },
-    async apply(actions) {
-      for (const a of actions) {
-        const g = prepared.get(a.uid);
-        prepared.delete(a.uid);
-        if (g) gate.set(a.uid, g);
-        commandsOf.set(a.uid, {
-          fail_mode: a.policy.fail_mode,
-          ...(a.policy.enforce === 'shadow' ? { enforce: 'shadow' } : {}),
-          commands: a.policy.commands,
-        });
+    async apply(list) {
+      for (const t of list) {
+        gate.set(t.uid, t.gate);
+        commandsOf.set(t.uid, t.commands);
       }
       return new Map();
     },
-    async deny(a) {
-      withdraw(a.uid);
+    async deny(w) {
+      withdraw(w.uid);
     },
-    async orphan(a) {
-      withdraw(a.uid);
+    async orphan(w) {
+      withdraw(w.uid);
     },
-    status: () => ({ surface: 'tools', subjects: gate.size, uids: [...gate.keys()] }),
+    enforcing: () => ({ surface: 'tools', subjects: gate.size, uids: [...gate.keys()] }),
     close: () => server.close(),
   };
+  return drive(surface, toolsSubjectOf);
 }

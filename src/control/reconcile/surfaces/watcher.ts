@@ -1,25 +1,26 @@
 /**
- * Filesystem and commands in the service: the fanotify watcher process (its supervisor) and its UID -> policy
- * map. A subject's map entry is acknowledged by the watcher before apply returns, so a new subject is denied on
- * the filesystem before any other surface lets it through.
+ * Filesystem and commands' start in the service: the fanotify watcher's supervisor (the surface itself:
+ * src/dataplane/watcher/supervisor.ts) spawned with the first plan's whole map, driven with execute.ts's
+ * watcherSubjectOf. A subject's map entry is acknowledged by the watcher before apply returns, so a new subject is
+ * denied on the filesystem before any other surface lets it through.
  */
 import type { Asker } from '../../../engine/approval.js';
 import type { Config } from '../../config/types.js';
-import { createFsSupervisor, fsCmdPolicyOf, type FsSupervisor } from '../../../dataplane/watcher/index.js';
+import { createFsSupervisor } from '../../../dataplane/watcher/index.js';
 import type { LeashError } from '../../../errors.js';
 import { findJournalSocket } from '../../../log/journal.js';
 import type { WatcherSubject } from '../../../dataplane/watcher/addon.js';
 import type { WatcherStatus } from '../../../dataplane/watcher/protocol.js';
 import { histogramFamily, pidNamespaceFamily, type MetricFamily } from '../../../metrics/metrics.js';
+import { drive, watcherSubjectOf, type Driven } from '../execute.js';
 import type { Action } from '../plan.js';
-import { enforcedSet, type Surface } from './contract.js';
 
 export interface WatcherSurfaceOptions {
   config: Config;
   /** The first plan's actions: the watcher starts with the whole map (every subject resolved, or "no policy"). */
   initial: Action[];
-  /** The floor's fail_mode as it is now (after any reload), for "no policy" entries. */
-  failMode: () => 'closed' | 'open';
+  /** The floor's fail_mode at start, for "no policy" entries until the next pass pushes it. */
+  failMode: 'closed' | 'open';
   wrap?: string[];
   args?: string[];
   onFatal: (e: LeashError) => void;
@@ -49,11 +50,10 @@ export function watcherHoldSettings(c: Config): {
   };
 }
 
-export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Surface> {
+export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Driven> {
   const c = o.config;
   const subjects = o.initial.flatMap((a): WatcherSubject[] => {
-    if (a.kind === 'add' || a.kind === 'reapply')
-      return [{ uid: a.uid, policy: fsCmdPolicyOf(a.policy), failMode: a.policy.fail_mode }];
+    if (a.kind === 'add' || a.kind === 'reapply') return [watcherSubjectOf(a)];
     if (a.kind === 'fail' || a.kind === 'orphan') return [{ uid: a.uid, policy: null, failMode: c.fail_mode }];
     return [];
   });
@@ -73,65 +73,12 @@ export async function startWatcherSurface(o: WatcherSurfaceOptions): Promise<Sur
     onRespawn: o.onRespawn,
     ...(o.onStandbyUnavailable ? { onStandbyUnavailable: o.onStandbyUnavailable } : {}),
     ...(o.ask ? { ask: o.ask, hold: watcherHoldSettings(c) } : {}),
+    failMode: o.failMode,
   });
   await sup.ready;
   // The watcher acknowledged its map with `ready`: the start's own plan then applies these very policies (the same
-  // objects) again at once, and they need not go to the watcher twice.
-  const initial = new Map(
-    o.initial.flatMap((a) => (a.kind === 'add' || a.kind === 'reapply' ? [[a.uid, a.policy] as const] : [])),
-  );
-  return watcherSurface(sup, o.failMode, initial);
-}
-
-/**
- * The filesystem surface over a running supervisor: a subject's resolved policy becomes its watcher map entry; deny
- * (a subject that cannot be resolved) and orphan (one that left discovery) set "no policy", which the watcher
- * denies under fail_mode closed: never a removed UID, since an absent UID is an allowed UID. Each change resolves
- * once the watcher acknowledged it.
- */
-export function watcherSurface(
-  sup: FsSupervisor,
-  failMode: () => 'closed' | 'open',
-  initial: Map<number, unknown> | null = null,
-): Surface {
-  const { enforced, ...withdraw } = enforcedSet('filesystem', {
-    deny: (a) => sup.set(a.uid, null, failMode()),
-    orphan: (a) => sup.set(a.uid, null, failMode()),
-  });
-  return {
-    surface: 'filesystem',
-    async apply(actions) {
-      const errors = new Map<number, Error>();
-      const held = initial;
-      initial = null;
-      const todo = actions.filter((a) => held?.get(a.uid) !== a.policy);
-      for (const a of actions) if (held?.get(a.uid) === a.policy) enforced.add(a.uid);
-      // One map change for all, acknowledged before apply returns: one at a time, each change rebuilt the whole map
-      // and rescanned every root (37 s of a start at 1,000 subjects).
-      try {
-        await sup.setMany(
-          todo.map((a) => ({ uid: a.uid, policy: fsCmdPolicyOf(a.policy), failMode: a.policy.fail_mode })),
-        );
-        for (const a of todo) enforced.add(a.uid);
-        return errors;
-      } catch {
-        // A refused change does not say whose entry it was: one at a time, so that only that subject fails.
-      }
-      for (const a of todo) {
-        try {
-          await sup.set(a.uid, fsCmdPolicyOf(a.policy), a.policy.fail_mode);
-          enforced.add(a.uid);
-        } catch (e) {
-          errors.set(a.uid, e as Error);
-        }
-      }
-      return errors;
-    },
-    ...withdraw,
-    reopenLogs: () => sup.reopenLog(),
-    families: async () => watcherFamilies(await sup.status()),
-    close: () => sup.close(),
-  };
+  // objects, watcherSubjectOf) again at once, and the supervisor does not send them twice.
+  return drive(sup, watcherSubjectOf, async () => watcherFamilies(await sup.status()));
 }
 
 /** The watcher's own counts as metric families (src/metrics/metrics.ts names them). */

@@ -47,8 +47,11 @@ export interface DnsForwarderOptions<P> {
    */
   decideAnswer?: DnsAnswerDecide<P>;
   log: DecisionWriter;
-  /** What a subject without a policy gets: closed (default) refuses with no_policy, open forwards (still logged). */
-  failMode?: () => 'closed' | 'open';
+  /**
+   * What a subject without a policy gets until setFailMode says otherwise: closed (default) refuses with no_policy,
+   * open forwards (still logged).
+   */
+  failMode?: 'closed' | 'open';
   /** What a refused name gets: REFUSED (default) or NXDOMAIN. */
   refuse?: 'refused' | 'nxdomain';
   /** Each UDP query's time from receipt to answer, in seconds: the metrics. */
@@ -69,6 +72,8 @@ export interface DnsForwarder<P> {
   removeSubject(uid: number): Promise<void>;
   /** Addresses this subject's own answers gave for `name` (lower case, unexpired). */
   seen(uid: number, name: string): string[];
+  /** What a subject without a policy gets from the next query on. */
+  setFailMode(m: 'closed' | 'open'): void;
   close(): Promise<void>;
 }
 
@@ -123,6 +128,8 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
     close: closeEntry,
   });
   const subjects = table.entries;
+  // The floor's fail_mode as last pushed (setFailMode).
+  let floor = opts.failMode ?? 'closed';
   const upstream = createUpstream(opts.timeoutMs ?? 2000, onError);
   const forget = createForgetter(onError);
 
@@ -131,7 +138,7 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
   };
 
   function policyOf(e: Entry<P>): DnsPolicy<P> {
-    const failMode = e.policy === null ? (opts.failMode?.() ?? 'closed') : 'closed';
+    const failMode = e.policy === null ? floor : 'closed';
     return { decide: opts.decide, decideAnswer: opts.decideAnswer, policy: e.policy, failMode, refuseRcode };
   }
 
@@ -195,6 +202,9 @@ export function createDnsForwarder<P>(opts: DnsForwarderOptions<P>): DnsForwarde
   return {
     setSubject: (s) => table.set(s),
     removeSubject: (uid) => table.remove(uid),
+    setFailMode(m) {
+      floor = m;
+    },
     seen(uid, name) {
       const m = subjects.get(uid)?.seen.get(name.toLowerCase().replace(/\.$/, ''));
       if (!m) return [];

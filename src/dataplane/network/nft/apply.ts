@@ -72,16 +72,24 @@ export async function applySubjects(runner: Runner, list: SubjectRules[]): Promi
   try {
     return await applyTogether(runner, list);
   } catch {
-    const out = new Map<number, ApplyOutcome | Error>();
-    for (const s of list) {
-      try {
-        out.set(s.uid, await applySubject(runner, s));
-      } catch (e) {
-        out.set(s.uid, e as Error);
-      }
-    }
-    return out;
+    return applyEach(list, (s) => applySubject(runner, s));
   }
+}
+
+/** Applies each subject on its own: one that fails is its error in the map, the others still applied. */
+export async function applyEach(
+  list: SubjectRules[],
+  apply: (s: SubjectRules) => Promise<ApplyOutcome>,
+): Promise<Map<number, ApplyOutcome | Error>> {
+  const out = new Map<number, ApplyOutcome | Error>();
+  for (const s of list) {
+    try {
+      out.set(s.uid, await apply(s));
+    } catch (e) {
+      out.set(s.uid, e as Error);
+    }
+  }
+  return out;
 }
 
 /** Releases the given subjects (their chains and map elements); drops the tables when none remain. */

@@ -1,5 +1,5 @@
 import { LeashError } from '../../../errors.js';
-import { applySubject, applySubjects, nftAvailable, releaseSubjects, type ApplyOutcome } from './apply.js';
+import { applyEach, applySubject, applySubjects, nftAvailable, releaseSubjects, type ApplyOutcome } from './apply.js';
 import { applyIptables, iptablesLeashLines, releaseIptables } from './iptables.js';
 import { appliedUids, readState } from './read.js';
 import type { SubjectRules } from './render.js';
@@ -50,17 +50,7 @@ export async function openFirewall(opts: FirewallOptions): Promise<Firewall> {
   return {
     backend: 'iptables',
     apply: (s) => applyIptables(runner, s),
-    applyMany: async (list) => {
-      const out = new Map<number, ApplyOutcome | Error>();
-      for (const s of list) {
-        try {
-          out.set(s.uid, await applyIptables(runner, s));
-        } catch (e) {
-          out.set(s.uid, e as Error);
-        }
-      }
-      return out;
-    },
+    applyMany: (list) => applyEach(list, (s) => applyIptables(runner, s)),
     release: (uids) => releaseIptables(runner, uids),
     applied: async () =>
       [...new Set((await iptablesLeashLines(runner)).map((l) => Number(/leash:(\d+)/.exec(l)?.[1] ?? NaN)))].filter(

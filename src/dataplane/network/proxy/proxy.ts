@@ -45,6 +45,8 @@ export interface Proxy<P> {
   removeSubject(uid: number): Promise<void>;
   /** uid -> port of every open subject. */
   ports(): Map<number, number>;
+  /** What a listener without a policy answers under from the next connection on. */
+  setFailMode(m: 'closed' | 'open'): void;
   close(): Promise<void>;
 }
 
@@ -92,6 +94,7 @@ export function createProxy<P>(opts: ProxyOptions<P>): Proxy<P> {
   return {
     setSubject: (s) => table.set(s),
     removeSubject: (uid) => table.remove(uid),
+    setFailMode: (m) => void (st.floor.failMode = m),
     ports() {
       return new Map([...subjects.values()].map((e) => [e.uid, e.port]));
     },

@@ -65,10 +65,10 @@ export interface ProxyOptions<P> {
   /** Connections open at once per subject (default 8192). */
   maxPerSubject?: number;
   /**
-   * The fail_mode a listener without a policy answers under, read at each connection (the service: the floor's
-   * fail_mode as it is now). closed (default): reset `no_policy`; open: allowed to the original destination.
+   * The fail_mode a listener without a policy answers under until setFailMode says otherwise (the service pushes the
+   * floor's at each pass). closed (default): reset `no_policy`; open: allowed to the original destination.
    */
-  failMode?: () => FailMode;
+  failMode?: FailMode;
   /**
    * The approvals queue (docs/approvals.md): a connection the engine answers `ask` is held, nothing sent upstream,
    * until an approver decides or the deadline passes. Absent: an ask is refused at once (`approval_unavailable`).
@@ -113,6 +113,8 @@ export function createProxyState<P>(opts: ProxyOptions<P>, entries: Map<number, 
   });
   return {
     opts,
+    /** The floor's fail_mode as last pushed (Proxy.setFailMode): read at each connection to a listener without a policy. */
+    floor: { failMode: opts.failMode ?? 'closed' } as { failMode: FailMode },
     hosts: opts.hosts ?? ['127.0.0.1', '::1'],
     peekBytes: opts.peekBytes ?? PEEK_MAX_BYTES,
     peekTimeoutMs: opts.peekTimeoutMs ?? PEEK_TIMEOUT_MS,
@@ -128,9 +130,9 @@ export function createProxyState<P>(opts: ProxyOptions<P>, entries: Map<number, 
   } as const;
 }
 
-/** What the verdict reads of an entry, now (its policy, the fail_mode as it is at this connection). */
+/** What the verdict reads of an entry, now (its policy, the floor's fail_mode as last pushed). */
 export function subjectPolicy<P>(st: ProxyState<P>, e: ProxyEntry<P>): SubjectPolicy<P> {
-  const failMode = e.policy === null ? (st.opts.failMode?.() ?? 'closed') : 'closed';
+  const failMode = e.policy === null ? st.floor.failMode : 'closed';
   return { decide: st.opts.decide, policy: e.policy, failMode, ech: e.ech };
 }
 

@@ -138,6 +138,28 @@ describe('console follower', () => {
     expect(counts).toBe(6);
     f.close();
   });
+  it('keeps a character whole that two writes cut in half, and streams a line that was partial at its start', () => {
+    const p = path.join(dir, 'cut.jsonl');
+    const line = Buffer.from(
+      JSON.stringify({
+        ts: new Date().toISOString(),
+        ref: 'aaaaaaaz',
+        uid: 1,
+        surface: 'network',
+        action: 'block',
+        reason: '✓',
+      }) + '\n',
+    );
+    const cut = line.indexOf(Buffer.from('✓')) + 1;
+    fs.writeFileSync(p, line.subarray(0, cut));
+    const got: string[] = [];
+    const f = followDecisions({ path: p, onLine: (x) => got.push(x.reason), pollMs: 1_000_000, watch: false });
+    fs.appendFileSync(p, line.subarray(cut));
+    f.poll();
+    expect(got).toEqual(['✓']);
+    expect(f.stats().skipped).toBe(0);
+    f.close();
+  });
 });
 
 describe('console filters and charts over a summarized log', () => {

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
-import { beforeEach, describe, expect, it, onTestFinished, vi } from 'vitest';
+import { afterAll, beforeEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { createLogger } from '../../../../src/log/logger.js';
 import { startService } from '../../../../src/control/daemon/start.js';
 import type { ServiceContext } from '../../../../src/control/reconcile/loop.js';
@@ -40,7 +40,13 @@ vi.mock('../../../../src/control/reconcile/loop.js', async (importOriginal) => {
   };
 });
 
+// The metrics socket of the test's own, never the host's /run/leash/metrics.sock (a running service or another
+// test holding that one made this file's starts log metrics_unavailable).
+const metricsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-svc-metrics-'));
+afterAll(() => fs.rmSync(metricsDir, { recursive: true, force: true }));
+
 beforeEach(() => {
+  vi.stubEnv('LEASH_METRICS_SOCKET', path.join(metricsDir, 'metrics.sock'));
   probe.events = [];
   probe.failStart = false;
   probe.onStart = null;

@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from 'vitest';
-import { createReconciler } from '../../../../src/control/reconcile/coalesce.js';
+import { createReconciler } from '../../../../src/control/reconcile/loop.js';
 
 function gate() {
   let open!: () => void;

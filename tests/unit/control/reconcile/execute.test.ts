@@ -2,9 +2,17 @@ import { describe, expect, it } from 'vitest';
 import { configSchema } from '../../../../src/control/config/schema.js';
 import { floorOf } from '../../../../src/control/policy/fragment.js';
 import { policyHash, type Resolution } from '../../../../src/control/policy/resolve.js';
-import { executePlan } from '../../../../src/control/reconcile/execute.js';
-import { emptyApplied, planReconcile, type Observation } from '../../../../src/control/reconcile/plan.js';
-import type { Surface, SurfaceName } from '../../../../src/control/reconcile/surfaces/contract.js';
+import { drive, executePlan, type Driven } from '../../../../src/control/reconcile/execute.js';
+import {
+  emptyApplied,
+  planReconcile,
+  type ApplyAction,
+  type Observation,
+} from '../../../../src/control/reconcile/plan.js';
+import type { SurfaceName, Withdrawn } from '../../../../src/dataplane/contract.js';
+
+/** The account of a withdrawn subject (execute hands a plane the plan's action itself). */
+const accountOf = (w: Withdrawn) => (w as { account?: string }).account;
 
 const p = floorOf(configSchema.parse({ network: { allow: ['a.com'] } }));
 const ok: Resolution = { ok: true, policy: p, hash: policyHash(p), layers: ['floor'], sources: {} };
@@ -27,21 +35,24 @@ function obs(...subjects: [string, number, Resolution][]): Observation {
 }
 
 /** A surface that writes what it is handed to one shared log, `surface:what:account`. */
-function surface(name: SurfaceName, log: string[], opts: { failPrepare?: string } = {}): Surface {
-  return {
-    surface: name,
-    prepare(a) {
+function surface(name: SurfaceName, log: string[], opts: { failPrepare?: string } = {}): Driven {
+  return drive<ApplyAction>(
+    {
+      surface: name,
+      async apply(actions) {
+        for (const a of actions) log.push(`${name}:apply:${a.account}`);
+        return new Map();
+      },
+      deny: async (a) => void log.push(`${name}:deny:${accountOf(a)}`),
+      orphan: async (a) => void log.push(`${name}:orphan:${accountOf(a)}`),
+      enforcing: () => ({ surface: name, subjects: 0, uids: [] }),
+      close: async () => {},
+    },
+    (a) => {
       if (a.account === opts.failPrepare) throw new Error(`${name} cannot compile it`);
+      return a;
     },
-    async apply(actions) {
-      for (const a of actions) log.push(`${name}:apply:${a.account}`);
-      return new Map();
-    },
-    deny: async (a) => void log.push(`${name}:deny:${a.account}`),
-    orphan: async (a) => void log.push(`${name}:orphan:${a.account}`),
-    status: () => ({ surface: name, subjects: 0, uids: [] }),
-    close: async () => {},
-  };
+  );
 }
 
 describe('executing a plan over the surfaces', () => {

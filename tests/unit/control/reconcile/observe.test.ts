@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../../../src/control/config/load.js';
 import { configSchema } from '../../../../src/control/config/schema.js';
-import { observe, observeCache } from '../../../../src/control/reconcile/observe.js';
+import { observe, observeCache } from '../../../../src/control/reconcile/loop.js';
 import { emptyApplied, planReconcile } from '../../../../src/control/reconcile/plan.js';
 
 let dir: string;

@@ -6,7 +6,8 @@ import { policyHash } from '../../../../src/control/policy/resolve.js';
 import type { AppliedState, AppliedSubject, Observation, Observed } from '../../../../src/control/reconcile/plan.js';
 import { emptyApplied, planReconcile, type ApplyAction } from '../../../../src/control/reconcile/plan.js';
 import { executePlan } from '../../../../src/control/reconcile/execute.js';
-import type { Surface } from '../../../../src/control/reconcile/surfaces/contract.js';
+import { drive } from '../../../../src/control/reconcile/execute.js';
+import type { Surface, Withdrawn } from '../../../../src/dataplane/contract.js';
 
 const pA = floorOf(configSchema.parse({ network: { allow: ['a.com'] } }));
 const pB = floorOf(configSchema.parse({ network: { allow: ['b.com'] } }));
@@ -164,7 +165,8 @@ describe('executing a plan', () => {
     const calls: string[] = [];
     const batches: string[][] = [];
     const critical: string[] = [];
-    const surface: Surface = {
+    const accountOf = (w: Withdrawn) => (w as { account?: string }).account;
+    const surface: Surface<ApplyAction> = {
       surface: 'network',
       async apply(actions: ApplyAction[]) {
         if (actions.length > 1) {
@@ -176,12 +178,18 @@ describe('executing a plan', () => {
           if (failApply.includes(a.account)) errors.set(a.uid, new Error('listener would not bind'));
         return errors;
       },
-      deny: async (a) => void calls.push(`deny:${a.account}`),
-      orphan: async (a) => void calls.push(`orphan:${a.account}`),
-      status: () => ({ surface: 'network', subjects: 0, uids: [] }),
+      deny: async (a) => void calls.push(`deny:${accountOf(a)}`),
+      orphan: async (a) => void calls.push(`orphan:${accountOf(a)}`),
+      enforcing: () => ({ surface: 'network', subjects: 0, uids: [] }),
       close: async () => {},
     };
-    return { calls, batches, critical, surfaces: [surface], ev: { critical: (m: string) => void critical.push(m) } };
+    return {
+      calls,
+      batches,
+      critical,
+      surfaces: [drive(surface, (a) => a)],
+      ev: { critical: (m: string) => void critical.push(m) },
+    };
   }
 
   it('touches only what changed, and a subject whose apply fails is denied alone', async () => {

@@ -1,22 +1,27 @@
 import { describe, expect, it } from 'vitest';
 import type { ApplyAction } from '../../../../src/control/reconcile/plan.js';
-import { applySideBySide } from '../../../../src/control/reconcile/execute.js';
-import type { Surface, SurfaceName } from '../../../../src/control/reconcile/surfaces/contract.js';
+import { applySideBySide, drive, type Driven } from '../../../../src/control/reconcile/execute.js';
+import type { SurfaceName } from '../../../../src/dataplane/contract.js';
 
 /** A surface whose apply is the given function; the rest is never called here. */
-function surface(name: SurfaceName, apply: (a: ApplyAction[]) => Promise<Map<number, Error>>): Surface {
+function surface(name: SurfaceName, apply: (a: ApplyAction[]) => Promise<Map<number, Error>>): Driven {
   const never = () => Promise.reject(new Error('not in this test'));
-  return {
-    surface: name,
-    apply,
-    deny: never,
-    orphan: never,
-    status: () => ({ surface: name, subjects: 0, uids: [] }),
-    close: async () => {},
-  };
+  return drive<ApplyAction>(
+    {
+      surface: name,
+      apply,
+      deny: never,
+      orphan: never,
+      enforcing: () => ({ surface: name, subjects: 0, uids: [] }),
+      close: async () => {},
+    },
+    (a) => a,
+  );
 }
 
 const actions = [{ uid: 1001 }, { uid: 1002 }] as unknown as ApplyAction[];
+/** What each of n surfaces is handed: the same subjects. */
+const each = (n: number) => Array.from({ length: n }, () => actions);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('the surfaces apply a pass side by side', () => {
@@ -38,7 +43,7 @@ describe('the surfaces apply a pass side by side', () => {
             return new Map();
           }),
         ],
-        actions,
+        each(2),
         ms,
       ),
       sleep(2000).then(() => 'timed out'),
@@ -65,7 +70,7 @@ describe('the surfaces apply a pass side by side', () => {
         ),
         surface('tools', async () => new Map()),
       ],
-      actions,
+      each(3),
       {},
     );
     expect(out).toEqual(
@@ -91,7 +96,7 @@ describe('the surfaces apply a pass side by side', () => {
             return new Map();
           }),
         ],
-        actions,
+        each(2),
         {},
       ),
     ).rejects.toBe(boom);
@@ -101,7 +106,7 @@ describe('the surfaces apply a pass side by side', () => {
 
   it("adds each surface's time to what the pass has already counted", async () => {
     const ms: Record<string, number> = { network: 1000 };
-    await applySideBySide([surface('network', async () => new Map())], actions, ms);
+    await applySideBySide([surface('network', async () => new Map())], each(1), ms);
     expect(ms.network).toBeGreaterThanOrEqual(1000);
     expect(ms.network).toBeLessThan(1500);
   });

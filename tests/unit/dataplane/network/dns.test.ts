@@ -269,6 +269,17 @@ describe('the DNS forwarder', () => {
     expect(lines[0]).toMatchObject({ reason: 'no_policy' });
   });
 
+  it('a subject without a policy follows the fail_mode pushed last: forwarded under open, REFUSED again under closed', async () => {
+    const { port, up: u, lines, fwd: f } = await start(null);
+    f.setFailMode('open');
+    expect(rcodeOf(await ask(port, query('good.lab')))).toBe(RCODE.NOERROR);
+    expect(u.seen).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ action: 'allow', reason: 'no_policy' });
+    f.setFailMode('closed');
+    expect(rcodeOf(await ask(port, query('good.lab')))).toBe(RCODE.REFUSED);
+    expect(u.seen).toHaveLength(1);
+  });
+
   it('retries over TCP when the UDP answer is truncated', async () => {
     const { port, up: u } = await start(white(), { truncate: true });
     const ans = await ask(port, query('good.lab', 28));

@@ -19,7 +19,6 @@ let echo: net.Server;
 let echoPort: number;
 let banner: net.Server;
 let bannerPort: number;
-let failOpen = false;
 let dnsSock: dgram.Socket;
 let dnsPort: number;
 let proxy: Proxy<CompiledPolicy>;
@@ -120,7 +119,6 @@ describe.each([
       peekTimeoutMs: 300,
       splice,
       nativeAccept,
-      failMode: () => (failOpen ? 'open' : 'closed'),
       originalDst: () => {
         if (fakeDst instanceof Error) throw fakeDst;
         return fakeDst;
@@ -450,14 +448,14 @@ describe.each([
 
   it('a subject with no policy lets connections through under fail_mode open', async () => {
     await proxy.setSubject({ uid: 4242, port: proxyPort, policy: null });
-    failOpen = true;
+    proxy.setFailMode('open');
     try {
       fakeDst = { family: 4, address: '127.0.0.1', port: echoPort };
       const r = await through('hi', { end: true });
       expect(r.data).toBe('got:hi');
       expect(lines[0]).toMatchObject({ action: 'allow', reason: 'no_policy' });
     } finally {
-      failOpen = false;
+      proxy.setFailMode('closed');
       await proxy.setSubject({
         uid: 4242,
         port: proxyPort,
