@@ -5,7 +5,7 @@
 // lines from a fixed seed, most of them one mutation away from canonical.
 import { describe, expect, it } from 'vitest';
 import { isObject, JsonError, parseStrict, stringifyAscii, type JsonValue } from '../../src/formats/json.js';
-import { nativeLineScanner, plainRequest, plainResponseKey, SCAN } from '../../src/tools/gate/scan.js';
+import { nativeLineScanner, parseScanned, plainRequest, plainResponseKey, SCAN } from '../../src/tools/gate/scan.js';
 import { nativeAvailable } from '../../src/native.js';
 import { mulberry32 as rng } from '../lab/prng.js';
 
@@ -44,6 +44,9 @@ function check(scanner: NonNullable<ReturnType<typeof nativeLineScanner>>, text:
   }
   if (stringifyAscii(v) !== line.toString('latin1'))
     throw new Error(`scanner accepted a line the writer re-writes: ${shown} -> ${stringifyAscii(v).slice(0, 200)}`);
+  // The gate reads a scanned span with JSON.parse (parseScanned): it must build what parseStrict builds.
+  if (stringifyAscii(parseScanned(line, 0, line.length)) !== stringifyAscii(v))
+    throw new Error(`JSON.parse reads a scanned line otherwise: ${shown}`);
   const f = scanner.facts[0]!;
   // ID_STRING and METHOD_STRING are only claimed for escape-free strings; compare the rest exactly.
   const mask = ~(SCAN.ID_STRING | SCAN.METHOD_STRING);
@@ -57,6 +60,8 @@ function check(scanner: NonNullable<ReturnType<typeof nativeLineScanner>>, text:
     if (f & SCAN.PARAMS_OBJECT) {
       const sub = parseStrict(line.subarray(scanner.facts[6], scanner.facts[7]));
       if (stringifyAscii(sub) !== stringifyAscii(v.params!)) throw new Error(`params span differs: ${shown}`);
+      const byParse = parseScanned(line, scanner.facts[6]!, scanner.facts[7]!);
+      if (stringifyAscii(byParse) !== stringifyAscii(v.params!)) throw new Error(`params read otherwise: ${shown}`);
     }
     const rk = plainResponseKey(line, scanner.facts);
     if (rk !== null && !(has(v, 'id') && !has(v, 'method') && has(v, 'result') !== has(v, 'error')))

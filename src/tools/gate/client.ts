@@ -10,11 +10,11 @@ import type { GateJudgment } from '../judge/judge.js';
 import { normalizeToolName } from '../judge/names.js';
 import { armDeadline } from './deadlines.js';
 import { maybeShutdown } from './lifecycle.js';
-import { plainRequest } from './scan.js';
+import { parseScanned, plainRequest } from './scan.js';
 import { INVALID_REQUEST, PARSE_ERROR, rpcError } from '../../formats/jsonrpc.js';
 import { envelopeProblem, has, printable, validId } from './messages.js';
 import { toClient, toServer } from './output.js';
-import type { GateState, Pending } from './state.js';
+import type { GateState, Pending } from './gate.js';
 
 export function clientLineTooLong(g: GateState): void {
   g.judge.event({ reason: 'protocol_client', rejected: 'client', code: 'line_too_long' });
@@ -51,7 +51,7 @@ export function handleClientLine(g: GateState, line: Buffer): void | Promise<voi
       // The envelope was checked natively; only params are built (the judge reads them).
       let params: JsonValue | undefined;
       try {
-        params = fast.params === null ? undefined : parseStrict(line.subarray(fast.params[0], fast.params[1]));
+        params = fast.params === null ? undefined : parseScanned(line, fast.params[0], fast.params[1]);
       } catch {
         params = null; // cannot happen for a scanned line; the full path below decides
       }

@@ -6,7 +6,7 @@ import { performance } from 'node:perf_hooks';
 import { INTERNAL_ERROR, rpcError } from '../../formats/jsonrpc.js';
 import { maybeShutdown, stalled } from './lifecycle.js';
 import { toClient } from './output.js';
-import type { GateState, Pending } from './state.js';
+import type { GateState, Pending } from './gate.js';
 
 // One timer for every pending request: all share the same timeout, so the oldest entry of
 // `pending` (a Map keeps insertion order) always has the earliest deadline.

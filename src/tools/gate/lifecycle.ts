@@ -5,7 +5,7 @@
  */
 import { INTERNAL_ERROR, rpcError } from '../../formats/jsonrpc.js';
 import { flushClient, flushServer, toClient } from './output.js';
-import type { GateState } from './state.js';
+import type { GateState } from './gate.js';
 
 export function failPending(g: GateState, message: string, reason: 'server_closed' | 'server_stalled'): void {
   for (const [k, p] of g.pending) {

@@ -1,12 +1,47 @@
 /**
  * The gate's writing to both pipes: messages are queued per pipe and flushed once per input chunk,
  * the judge's held-back decision lines first; writes to the server are watched for back-pressure
- * (a server that stops reading its input is a stall, handed to the lifecycle).
+ * (a server that stops reading its input is a stall, handed to the lifecycle). The line limit is
+ * here too (lines are read by the one line reader, src/formats/lines.ts).
  */
 import { stalled } from './lifecycle.js';
 import { performance } from 'node:perf_hooks';
 import { stringifyAscii, type JsonValue } from '../../formats/json.js';
-import type { GateState } from './state.js';
+import type { GateState } from './gate.js';
+
+/** Lines longer than this are refused (and skipped up to the next newline). */
+export const MAX_LINE = 64 * 1024 * 1024;
+
+/**
+ * Lines queued for one pipe: the gate's own writing (ASCII strings) and lines forwarded as they
+ * came (Buffers), written out as one Buffer.
+ */
+export class OutQueue {
+  private parts: (Buffer | string)[] = [];
+  private bytes = 0;
+  get empty(): boolean {
+    return this.parts.length === 0;
+  }
+  /** Adds one line (without its LF); strings are pure ASCII (stringifyAscii). */
+  push(line: Buffer | string): void {
+    this.parts.push(line);
+    this.bytes += line.length + 1;
+  }
+  clear(): void {
+    this.parts = [];
+    this.bytes = 0;
+  }
+  take(): Buffer {
+    const out = Buffer.allocUnsafe(this.bytes);
+    let off = 0;
+    for (const p of this.parts) {
+      off += typeof p === 'string' ? out.write(p, off, 'latin1') : p.copy(out, off);
+      out[off++] = 0x0a;
+    }
+    this.clear();
+    return out;
+  }
+}
 
 // Output is coalesced per input chunk: every message produced while handling one chunk read from
 // either side goes out in one write per pipe, in a microtask once the chunk's lines are handled

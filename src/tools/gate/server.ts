@@ -20,7 +20,7 @@ import { maybeShutdown, maybeShutdownSoon } from './lifecycle.js';
 import { INTERNAL_ERROR, rpcError } from '../../formats/jsonrpc.js';
 import { envelopeProblem, has, printable, validId } from './messages.js';
 import { toClient } from './output.js';
-import type { GateState, Out, Pending } from './state.js';
+import type { GateState, Out, Pending } from './gate.js';
 
 const LIST_MEMBERS = ['tools', 'nextCursor'];
 const NAME = ['name'];

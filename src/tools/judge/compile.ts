@@ -1,15 +1,21 @@
 /**
  * Compiling a gate policy: the engine's tools surface (mode, allow, deny, ask, inspect) plus the
  * gate's own fields (argument rules, strict_args, policed_methods, deny_methods, hide_denied,
- * log_args, rules over operations), checked and indexed once. Judging a request against the
- * result is ./decide.ts.
+ * log_args, rules over operations), checked and indexed once, off the per-call path: judging a
+ * request against the result is ./decide.ts.
  */
 import { LeashError } from '../../errors.js';
 import { compilePolicy, decide } from '../../engine/index.js';
 import type { PolicyInput, ToolSubject, ToolsSurfacePolicy, Verdict, FailMode } from '../../engine/types.js';
-import { ArgRuleError, compileToolArgs, type CompiledToolArgs } from './args.js';
-import type { ToolsGateFields } from './fields.js';
-import { asPlain, type JsonValue } from '../../formats/json.js';
+import { compileLinear, LinearRegexError, type LinearRegex } from './linear-regex.js';
+import {
+  JSON_TYPES,
+  type ArgRuleSpec,
+  type ArgRulesSpec,
+  type JsonTypeName,
+  type ToolArgsSpec,
+  type ToolsGateFields,
+} from './fields.js';
 import { normalizeToolName } from './names.js';
 import { MAPPINGS, type MappingTable } from './operations/mappings.js';
 import { compileRules, type CompiledRules } from './operations/rules.js';
@@ -26,8 +32,9 @@ export interface ToolsEngine {
 export const GATE_ENGINE: ToolsEngine = { compilePolicy, decide: decide as ToolsEngine['decide'] };
 
 export interface CompiledGatePolicy {
-  /** The engine's verdict for a tool name (+ inputs, for inspection). */
-  decideTool(name: string, inputs: unknown): Verdict;
+  /** The engine the tools surface was compiled for, and its compiled form (decide.ts toolVerdict). */
+  engine: ToolsEngine;
+  tools: unknown;
   args: Map<string, CompiledToolArgs>;
   strictArgs: boolean;
   policed: Set<string>;
@@ -67,6 +74,137 @@ export interface CompileOptions {
   home?: string;
   /** Shadow mode (`enforce: shadow`): a call that would be denied is relayed and logged as would_block. */
   shadow?: boolean;
+}
+
+/** One argument rule, compiled. */
+export interface CompiledArgRule {
+  type: JsonTypeName | null;
+  re: LinearRegex | null;
+  /** The rule as written, for the log's `rule`. */
+  src: string;
+  /** The pattern itself spells out `\.\.` (outside a (?!...) guard): it may admit `..` segments. */
+  admitsDotDot: boolean;
+}
+export interface CompiledArgPath {
+  raw: string;
+  segs: string[];
+  rules: CompiledArgRule[];
+}
+export interface CompiledToolArgs {
+  allowAny: boolean;
+  allow: CompiledArgPath[];
+  deny: CompiledArgPath[];
+}
+
+/** Why argument rules refuse a call (each is in the catalogue, decide.ts checks). */
+export type ArgsReason = 'arg_denied' | 'arg_not_allowed' | 'args_not_object' | 'args_too_deep' | 'strict_args';
+/** What the argument rules say of one call. */
+export type ArgsVerdict = { ok: true } | { ok: false; reason: ArgsReason; rule: string | null; at: string };
+
+/** Arguments nested deeper than this are denied outright. */
+export const MAX_ARG_DEPTH = 100;
+
+/** Thrown for a rule that cannot be read unambiguously; `path` says where in the policy. */
+export class ArgRuleError extends LeashError {
+  constructor(
+    readonly path: string,
+    message: string,
+  ) {
+    super('config_invalid', `${path}: ${message}`);
+  }
+}
+
+/** Removes (?!...) groups, so a traversal guard does not count as spelling out `\.\.`. */
+function withoutNegativeLookaheads(p: string): string {
+  let out = '';
+  for (let k = 0; k < p.length; k++) {
+    if (p[k] === '\\') {
+      out += p.slice(k, k + 2);
+      k++;
+      continue;
+    }
+    if (p.startsWith('(?!', k)) {
+      let depth = 0;
+      for (; k < p.length; k++) {
+        if (p[k] === '\\') {
+          k++;
+          continue;
+        }
+        if (p[k] === '(') depth++;
+        else if (p[k] === ')' && --depth === 0) break;
+      }
+      continue;
+    }
+    out += p[k];
+  }
+  return out;
+}
+
+function compileRule(spec: ArgRuleSpec, where: string): CompiledArgRule {
+  let type: JsonTypeName | null = null;
+  let pattern: string | null;
+  if (typeof spec === 'string') pattern = spec;
+  else if (spec && typeof spec === 'object' && !Array.isArray(spec)) {
+    for (const k of Object.keys(spec)) {
+      if (k !== 'type' && k !== 'pattern')
+        throw new ArgRuleError(where, `unknown key '${k}' (a typed rule takes type and pattern)`);
+    }
+    if (spec.type !== undefined) {
+      if (!JSON_TYPES.includes(spec.type))
+        throw new ArgRuleError(where, `type must be one of ${JSON_TYPES.join(', ')}`);
+      type = spec.type;
+    }
+    if (spec.pattern !== undefined && typeof spec.pattern !== 'string')
+      throw new ArgRuleError(where, 'pattern must be a string');
+    pattern = spec.pattern ?? null;
+    if (type === null && pattern === null) throw new ArgRuleError(where, 'a typed rule needs a type or a pattern');
+  } else throw new ArgRuleError(where, 'a rule is a regex string or {type, pattern}');
+  let re: LinearRegex | null = null;
+  let admitsDotDot = false;
+  if (pattern !== null) {
+    try {
+      // Linear in the input (RE2 semantics): `$` is the end of the value, never "before a trailing newline".
+      re = compileLinear(pattern);
+    } catch (e) {
+      if (!(e instanceof LinearRegexError)) throw e;
+      throw new ArgRuleError(where, `bad regex: ${e.message}`);
+    }
+    admitsDotDot = withoutNegativeLookaheads(pattern).includes('\\.\\.');
+  }
+  return { type, re, src: typeof spec === 'string' ? spec : JSON.stringify(spec), admitsDotDot };
+}
+
+function compilePaths(spec: ArgRulesSpec, where: string, fold: boolean): CompiledArgPath[] {
+  const map: Record<string, ArgRuleSpec[]> = Array.isArray(spec) ? { '**': spec } : spec;
+  if (!map || typeof map !== 'object')
+    throw new ArgRuleError(where, 'expected a map of argument path to rules, or a list');
+  const out: CompiledArgPath[] = [];
+  for (const [raw, rules] of Object.entries(map)) {
+    const segs = raw === '' ? ['**'] : raw.split('.');
+    if (segs.some((s) => s === '')) throw new ArgRuleError(`${where}.${raw}`, 'empty path segment');
+    if (!Array.isArray(rules)) throw new ArgRuleError(`${where}.${raw}`, 'rules must be a list');
+    out.push({
+      raw,
+      segs: fold ? segs.map((s) => s.toLowerCase()) : segs,
+      rules: rules.map((r, k) => compileRule(r, `${where}.${raw}[${k}]`)),
+    });
+  }
+  return out;
+}
+
+/** Compiles one tool's argument rules; throws ArgRuleError on anything unreadable. */
+export function compileToolArgs(spec: ToolArgsSpec, where = 'args'): CompiledToolArgs {
+  if (!spec || typeof spec !== 'object' || Array.isArray(spec)) throw new ArgRuleError(where, 'expected {allow, deny}');
+  for (const k of Object.keys(spec)) {
+    if (k !== 'allow' && k !== 'deny') throw new ArgRuleError(where, `unknown key '${k}' (takes only allow and deny)`);
+  }
+  const allowAny = spec.allow === '*';
+  return {
+    allowAny,
+    allow:
+      spec.allow === undefined || allowAny ? [] : compilePaths(spec.allow as ArgRulesSpec, `${where}.allow`, false),
+    deny: spec.deny === undefined ? [] : compilePaths(spec.deny, `${where}.deny`, true),
+  };
 }
 
 /** A gate policy that does not validate (config_invalid); `problems` are `path: message` lines. */
@@ -169,16 +307,9 @@ export function compileGatePolicy(
       inspect: tools.inspect,
     },
   };
-  const compiled = engine.compilePolicy(input) as never;
   return {
-    // The engine inspects plain values: floats and big integers are handed over as doubles (the
-    // engine only reads its subject, so inputs without either are handed over as they are).
-    decideTool: (name, inputs) =>
-      engine.decide(
-        'tools',
-        { name, inputs: inputs === undefined ? undefined : asPlain(inputs as JsonValue) },
-        compiled,
-      ),
+    engine,
+    tools: engine.compilePolicy(input),
     args,
     strictArgs: tools.strict_args ?? false,
     policed: new Set(['tools/call', ...(tools.policed_methods ?? []).map(normalizeToolName)]),

@@ -1,20 +1,27 @@
 /**
  * Judging one JSON-RPC request against a compiled gate policy (./compile.ts), pure: the method's
- * selector, the engine's verdict on the tool name and inputs, the argument rules, then the rules
- * over operations; shadow mode turns a denial into a relayed would_block.
+ * selector, the engine's verdict on the tool name and inputs, the argument rules (deny checked
+ * against every nested value, allow matching the exact shape, `..` never admitted by accident),
+ * then the rules over operations; shadow mode turns a denial into a relayed would_block.
  */
 import { INVALID_PARAMS, METHOD_NOT_FOUND } from '../../formats/jsonrpc.js';
 import type { TOOLS_GATE_REASONS } from '../../errors.js';
 import type { Verdict } from '../../engine/types.js';
-import { checkArgs, type ArgsReason } from './args.js';
-import { isObject, type JsonObject, type JsonValue } from '../../formats/json.js';
+import {
+  asPlain,
+  isObject,
+  JsonNumber,
+  jsonType,
+  stringifyAscii,
+  type JsonObject,
+  type JsonValue,
+} from '../../formats/json.js';
 import { normalizeToolName, otherSpellingOf } from './names.js';
-import { mappingForServer, type MappingTable } from './operations/mappings.js';
-import { normalizeCall, unknownAction, type Action } from './operations/normalize.js';
+import type { Action } from './operations/normalize.js';
 import type { PathWalker } from './operations/paths.js';
 import type { ServerModel } from './operations/model.js';
-import { decideAction, type OpDecision } from './operations/rules.js';
-import type { CompiledGatePolicy, CompiledOps } from './compile.js';
+import { judgeOperation, type OpDecision } from './operations/rules.js';
+import type { ArgsReason, ArgsVerdict, CompiledArgRule, CompiledGatePolicy, CompiledToolArgs } from './compile.js';
 
 /** What a gate session knows about its server: the mapping table its initialize answer selected. */
 export interface GateSession {
@@ -23,13 +30,6 @@ export interface GateSession {
   serverName: string | null;
   /** The gate's model of its server (operations/model.ts); none: relative paths are unknown. */
   model?: ServerModel | null;
-}
-
-/** The table that reads a session's calls. */
-export function tableFor(ops: CompiledOps, session: GateSession | undefined): MappingTable | null {
-  if (ops.mapping !== 'auto') return ops.mapping;
-  const n = session?.serverName;
-  return n ? mappingForServer(n) : null;
 }
 
 /** Reasons the gate adds to the engine's (the catalogue and docs/errors.md list them). */
@@ -54,7 +54,7 @@ export interface ToolVerdict {
 export function checkTool(name: string, inputs: JsonValue | undefined, policy: CompiledGatePolicy): ToolVerdict {
   let v: Verdict;
   try {
-    v = policy.decideTool(name, inputs);
+    v = toolVerdict(policy, name, inputs);
   } catch {
     return policy.failMode === 'open'
       ? { action: 'allow', reason: 'engine_error', rule: null }
@@ -67,10 +67,20 @@ export function checkTool(name: string, inputs: JsonValue | undefined, policy: C
   return { action: v.action, reason: v.reason, rule: v.rule, findings: v.findings };
 }
 
+/**
+ * The engine's verdict for a tool name (+ inputs, for inspection). The engine inspects plain values:
+ * floats and big integers are handed over as doubles (the engine only reads its subject, so inputs
+ * without either are handed over as they are).
+ */
+function toolVerdict(policy: CompiledGatePolicy, name: string, inputs: JsonValue | undefined): Verdict {
+  const subject = { name, inputs: inputs === undefined ? undefined : asPlain(inputs) };
+  return policy.engine.decide('tools', subject, policy.tools as never);
+}
+
 /** True when a tool is denied by name (and so hidden from tools/list under hide_denied). */
 export function deniedByName(name: string, policy: CompiledGatePolicy): boolean {
   try {
-    const v = policy.decideTool(name, undefined);
+    const v = toolVerdict(policy, name, undefined);
     return (
       v.action === 'block' && (v.reason === 'deny_entry' || v.reason === 'not_allowed' || v.reason === 'no_policy')
     );
@@ -313,33 +323,155 @@ export function askUnavailable(j: AskJudgment): Extract<Judgment, { action: 'den
   }) as Extract<Judgment, { action: 'deny' }>;
 }
 
-/** Normalises a call through the session's table and judges it by the rules (never throws). */
-export function judgeOperation(
-  name: string,
-  inputs: JsonValue | undefined,
-  ops: CompiledOps,
-  session?: GateSession,
-): OpJudgment {
-  let action: Action;
-  try {
-    action = normalizeCall(name, inputs, tableFor(ops, session), {
-      workspace: ops.workspace,
-      home: ops.home,
-      walker: session?.walker ?? null,
-      model: session?.model ?? null,
-    });
-  } catch {
-    action = unknownAction(name, null, 'the call could not be read');
+/** Arguments nested deeper than this are denied outright. */
+export const MAX_ARG_DEPTH = 100;
+
+/**
+ * Matches glob segments (`*` one, `**` any number) against a concrete path, exactly; `len` cuts
+ * the path to its first `len` segments (a prefix, without copying it).
+ */
+function segsMatch(pat: string[], pi: number, path: string[], ti: number, len = path.length): boolean {
+  if (pi === pat.length) return ti === len;
+  const p = pat[pi]!;
+  if (p === '**') {
+    for (let k = ti; k <= len; k++) if (segsMatch(pat, pi + 1, path, k, len)) return true;
+    return false;
   }
-  return { action, decision: decideAction(action, ops.rules) };
+  if (ti === len) return false;
+  return (p === '*' || p === path[ti]) && segsMatch(pat, pi + 1, path, ti + 1, len);
 }
 
-/** Whether a read of one absolute path is allowed by the rules (a listed entry, operations/listing.ts). */
-export function readAllowed(ops: CompiledOps): (p: string) => boolean {
-  return (p) => {
-    const paths = p.normalize('NFC') === p ? [p] : [p, p.normalize('NFC')];
-    const a: Action = { ...unknownAction('', null, ''), operation: 'fs.read', paths };
-    delete a.why;
-    return decideAction(a, ops.rules).effect === 'allow';
-  };
+/** True when the pattern matches the path or any prefix of it (a deny rule covers everything below). */
+function segsMatchPrefix(pat: string[], path: string[]): boolean {
+  for (let k = 0; k <= path.length; k++) if (segsMatch(pat, 0, path, 0, k)) return true;
+  return false;
+}
+
+interface Leaf {
+  path: string[];
+  value: JsonValue;
+  text: string;
+  /** A space-joined array of scalars: checked by deny rules only. */
+  joined?: boolean;
+}
+
+function scalarText(v: JsonValue): string {
+  if (typeof v === 'string') return v;
+  if (v instanceof JsonNumber) return v.text;
+  return stringifyAscii(v);
+}
+
+function isScalar(v: JsonValue): boolean {
+  return v === null || typeof v !== 'object' || v instanceof JsonNumber;
+}
+
+/** Every value in the arguments (scalars and empty containers), with its path; null when too deep. */
+function leaves(v: JsonValue, path: string[], out: Leaf[], depth: number): boolean {
+  if (depth > MAX_ARG_DEPTH) return false;
+  if (Array.isArray(v)) {
+    if (v.length === 0) {
+      out.push({ path, value: v, text: '[]' });
+      return true;
+    }
+    if (v.every(isScalar)) out.push({ path, value: v, text: v.map(scalarText).join(' '), joined: true });
+    for (let k = 0; k < v.length; k++) if (!leaves(v[k]!, [...path, String(k)], out, depth + 1)) return false;
+    return true;
+  }
+  if (isObject(v)) {
+    const keys = Object.keys(v);
+    if (keys.length === 0) {
+      out.push({ path, value: v, text: '{}' });
+      return true;
+    }
+    for (const k of keys) if (!leaves(v[k]!, [...path, k], out, depth + 1)) return false;
+    return true;
+  }
+  out.push({ path, value: v, text: scalarText(v) });
+  return true;
+}
+
+const DOTDOT = /(?:^|[/\\])\.\.(?:[/\\]|$)/;
+
+function ruleMatches(r: CompiledArgRule, leaf: Leaf, forAllow: boolean): boolean {
+  if (r.type !== null && !leaf.joined && jsonType(leaf.value) !== r.type) return false;
+  if (r.type !== null && leaf.joined && r.type !== 'string') return false;
+  if (r.re && !r.re.test(leaf.text)) return false;
+  if (forAllow && !r.admitsDotDot && leaf.text.includes('..') && DOTDOT.test(leaf.text)) return false;
+  return true;
+}
+
+const atOf = (path: string[]): string => (path.length ? path.join('.') : '(arguments)');
+
+/**
+ * Judges one call's arguments against a tool's compiled rules.
+ * `args` undefined means the call carried none (treated as `{}`); a non-object is refused.
+ * Deny is checked first against every value and every space-joined array of scalars; then, when
+ * the tool has allow rules, every value must be admitted by a rule at exactly its path;
+ * with no allow rules and `strictArgs`, only empty arguments pass.
+ */
+export function checkArgs(
+  args: JsonValue | undefined,
+  rules: CompiledToolArgs | null,
+  strictArgs: boolean,
+): ArgsVerdict {
+  if (args === undefined) args = Object.create(null) as JsonValue;
+  if (!isObject(args)) return { ok: false, reason: 'args_not_object', rule: null, at: '(arguments)' };
+  let hasKeys = false;
+  for (const _ in args) {
+    hasKeys = true;
+    break;
+  }
+  if (!rules || (rules.deny.length === 0 && (rules.allowAny || rules.allow.length === 0))) {
+    // No rule reads a value: only the depth limit and strict_args apply.
+    if (hasKeys && !leaves(args, [], [], 0))
+      return { ok: false, reason: 'args_too_deep', rule: null, at: '(arguments)' };
+    if (rules?.allowAny) return { ok: true };
+    if (strictArgs && hasKeys) return { ok: false, reason: 'strict_args', rule: null, at: '(arguments)' };
+    return { ok: true };
+  }
+  const all: Leaf[] = [];
+  if (hasKeys && !leaves(args, [], all, 0))
+    return { ok: false, reason: 'args_too_deep', rule: null, at: '(arguments)' };
+  // Plain loops (no closures): this runs on every policed call.
+  for (let li = 0; li < all.length && rules.deny.length > 0; li++) {
+    const leaf = all[li]!;
+    // Deny paths match case-insensitively; most argument names are lower case already.
+    let folded = leaf.path;
+    for (let k = 0; k < folded.length; k++) {
+      if (folded[k] !== folded[k]!.toLowerCase()) {
+        folded = leaf.path.map((seg) => seg.toLowerCase());
+        break;
+      }
+    }
+    for (const p of rules.deny) {
+      if (!segsMatchPrefix(p.segs, folded)) continue;
+      for (const r of p.rules) {
+        if (r.type !== null && jsonType(leaf.value) !== r.type && !(leaf.joined && r.type === 'string')) continue;
+        if (r.re ? r.re.test(leaf.text) : true)
+          return { ok: false, reason: 'arg_denied', rule: `${p.raw}: ${r.src}`, at: atOf(leaf.path) };
+      }
+    }
+  }
+  if (rules.allowAny) return { ok: true };
+  if (rules.allow.length === 0) {
+    if (strictArgs && hasKeys) return { ok: false, reason: 'strict_args', rule: null, at: '(arguments)' };
+    return { ok: true };
+  }
+  for (let li = 0; li < all.length; li++) {
+    const leaf = all[li]!;
+    if (leaf.joined) continue;
+    let admitted = false;
+    for (let pi = 0; pi < rules.allow.length && !admitted; pi++) {
+      const p = rules.allow[pi]!;
+      if (!segsMatch(p.segs, 0, leaf.path, 0)) continue;
+      for (let ri = 0; ri < p.rules.length; ri++) {
+        if (ruleMatches(p.rules[ri]!, leaf, true)) {
+          admitted = true;
+          break;
+        }
+      }
+    }
+    if (!admitted) return { ok: false, reason: 'arg_not_allowed', rule: null, at: atOf(leaf.path) };
+  }
+  return { ok: true };
 }

@@ -15,12 +15,11 @@ import {
   DENIED_CODE,
   deniedByName,
   judgeRequest,
-  readAllowed,
-  tableFor,
   type AskJudgment,
   type GateSession,
   type Judgment,
 } from './decide.js';
+import { readAllowed, tableFor } from './operations/rules.js';
 import { redactForLog } from './redact.js';
 import { type CompiledGatePolicy } from './compile.js';
 

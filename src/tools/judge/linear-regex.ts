@@ -85,8 +85,128 @@ export function compileLinear(pattern: string): LinearRegex {
     main = `^${p.slice(close + 1)}`;
   }
   const re = compileOne(main);
-  return {
-    source: pattern,
-    test: (text) => !(guard !== null && guard.matcher(text).lookingAt()) && re.matcher(text).find(),
+  const lit = guard === null ? literalOf(main) : null;
+  if (lit !== null) return { source: pattern, test: lit };
+  const det = deterministicOf(main);
+  // `test` asks for no groups, so re2js answers with its DFA (a Matcher's find() is 2.5x the cost);
+  // the guard is anchored by its own `^`, so a match anywhere is one at the start.
+  const main1 = det !== null ? (t: string) => det.test(t) : (t: string) => re.test(t);
+  if (guard === null) return { source: pattern, test: main1 };
+  return { source: pattern, test: (text) => !guard.test(text) && main1(text) };
+}
+
+/**
+ * A pattern that is printable ASCII literals only (metacharacters escaped), with optional `^` and
+ * `$`, is the same test as a string search: RE2 reads `^` and `$` as the start and end of the value.
+ * Most argument rules are such (`^/etc/`, `\.\.`); the RE2 automaton costs a microsecond a call.
+ */
+function literalOf(p: string): ((text: string) => boolean) | null {
+  const start = p.startsWith('^');
+  let end = false;
+  let lit = '';
+  for (let k = start ? 1 : 0; k < p.length; k++) {
+    const c = p[k]!;
+    if (c === '$' && k === p.length - 1) end = true;
+    else if (c === '\\') {
+      const n = p[k + 1];
+      // An escaped punctuation character is itself; an escaped letter or digit is a class or an assertion.
+      if (n === undefined || !/[!-/:-@[-`{-~]/.test(n)) return null;
+      lit += n;
+      k++;
+    } else if (/[ -~]/.test(c) && !'.+*?()|[]{}^$'.includes(c)) lit += c;
+    else return null;
+  }
+  if (start && end) return (t) => t === lit;
+  if (start) return (t) => t.startsWith(lit);
+  if (end) return (t) => t.endsWith(lit);
+  return (t) => t.includes(lit);
+}
+
+const META = '.+*?()|[]{}^$';
+// An escaped punctuation character is itself; an escaped letter or digit is a class or an assertion.
+const PUNCT = /[!-/:-@[-`{-~]/;
+
+/** The printable ASCII characters of a class `[...]` starting at `open`, and its end; null if unsure. */
+function classAt(p: string, open: number): { set: Set<number>; end: number } | null {
+  const set = new Set<number>();
+  let k = open + 1;
+  // `[^...]`, `[]...]`, `[[:alpha:]]`: read differently by some engines, left to RE2.
+  if (p[k] === '^' || p[k] === ']') return null;
+  const one = (): number | null => {
+    const c = p[k];
+    if (c === undefined || c === '[' || c === ']') return null;
+    if (c === '\\') {
+      const n = p[k + 1];
+      if (n === undefined || !PUNCT.test(n)) return null;
+      k += 2;
+      return n.charCodeAt(0);
+    }
+    if (!/[ -~]/.test(c)) return null;
+    k++;
+    return c.charCodeAt(0);
   };
+  while (p[k] !== ']') {
+    const lo = one();
+    if (lo === null) return null;
+    if (p[k] === '-' && p[k + 1] !== ']') {
+      k++;
+      const hi = one();
+      if (hi === null || hi < lo || p[k] === '-') return null;
+      for (let c = lo; c <= hi; c++) set.add(c);
+    } else set.add(lo);
+  }
+  return { set, end: k };
+}
+
+/**
+ * A pattern anchored by `^`, of printable ASCII atoms (characters, escaped punctuation, classes
+ * without negation) each once or with `?`, `*` or `+`, optionally ending in `$`, where no
+ * repeated atom can also start what follows it: JavaScript's own engine then never has a second
+ * choice to try (each backtrack fails at the next character), so it answers in time linear in the
+ * value, and as RE2 does (ASCII atoms read the same in UTF-16 and in code points, `^` and `$` are
+ * the value's ends in both). Built from the atoms read here, never from the source text. About
+ * 20x faster than the RE2 automaton on `^/srv/[a-z/]+\\.txt$`; anything else is left to RE2.
+ */
+export function deterministicOf(p: string): RegExp | null {
+  if (!p.startsWith('^')) return null;
+  const atoms: { set: Set<number>; q: '' | '?' | '*' | '+' }[] = [];
+  let end = false;
+  for (let k = 1; k < p.length; k++) {
+    const c = p[k]!;
+    let set: Set<number>;
+    if (c === '$' && k === p.length - 1) {
+      end = true;
+      continue;
+    } else if (c === '[') {
+      const cls = classAt(p, k);
+      if (cls === null) return null;
+      set = cls.set;
+      k = cls.end;
+    } else if (c === '\\') {
+      const n = p[k + 1];
+      if (n === undefined || !PUNCT.test(n)) return null;
+      set = new Set([n.charCodeAt(0)]);
+      k++;
+    } else if (/[ -~]/.test(c) && !META.includes(c)) set = new Set([c.charCodeAt(0)]);
+    else return null;
+    const q = p[k + 1];
+    if (q === '?' || q === '*' || q === '+') {
+      k++;
+      // A lazy or possessive suffix, or a second quantifier: left to RE2.
+      if (k + 1 < p.length && '?*+{'.includes(p[k + 1]!)) return null;
+      atoms.push({ set, q });
+    } else if (q === '{') return null;
+    else atoms.push({ set, q: '' });
+  }
+  for (let i = 0; i < atoms.length; i++) {
+    if (atoms[i]!.q === '') continue;
+    // What may start the rest: every atom up to and including the first that must match once.
+    for (let j = i + 1; j < atoms.length; j++) {
+      for (const c of atoms[j]!.set) if (atoms[i]!.set.has(c)) return null;
+      if (atoms[j]!.q === '' || atoms[j]!.q === '+') break;
+    }
+  }
+  const hex = (c: number) => `\\x${c.toString(16).padStart(2, '0')}`;
+  const src = atoms.map((a) => `[${[...a.set].map(hex).join('')}]${a.q}`).join('');
+  return new RegExp(`^${src}${end ? '$' : ''}`);
 }

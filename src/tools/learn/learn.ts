@@ -19,7 +19,7 @@ import {
 } from '../../formats/json.js';
 import { LeashError } from '../../errors.js';
 import { LineReader } from '../../formats/lines.js';
-import { MAX_LINE } from '../gate/lines.js';
+import { MAX_LINE } from '../gate/output.js';
 import { normalizeToolName } from '../judge/names.js';
 
 export interface LearnedCall {

@@ -37,7 +37,8 @@ import {
 } from '../../formats/json.js';
 import { LineReader } from '../../formats/lines.js';
 import { listenJsonLines } from '../../formats/line-server.js';
-import { deniedByName, judgeRequest, readAllowed } from '../judge/decide.js';
+import { deniedByName, judgeRequest } from '../judge/decide.js';
+import { readAllowed } from '../judge/operations/rules.js';
 import { type CompiledGatePolicy } from '../judge/compile.js';
 import type { Asker } from '../../engine/approval.js';
 import { ToolHolds } from './hold.js';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { checkArgs, compileToolArgs } from '../../../src/tools/judge/args.js';
+import { checkArgs } from '../../../src/tools/judge/decide.js';
+import { compileToolArgs } from '../../../src/tools/judge/compile.js';
 import { parseStrict } from '../../../src/formats/json.js';
 import { parseFragment } from '../../../src/control/config/load.js';
 import { Learner, learnArgs, learnStringPattern, renderProfile } from '../../../src/tools/learn/learn.js';

@@ -5,15 +5,16 @@
  */
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../../src/control/config/load.js';
-import { ArgRuleError, compileToolArgs } from '../../../src/tools/judge/args.js';
+import { ArgRuleError, compileToolArgs } from '../../../src/tools/judge/compile.js';
 import { DOTDOT_GUARD } from '../../../src/tools/learn/learn.js';
-import { compileLinear, LinearRegexError } from '../../../src/tools/judge/linear-regex.js';
+import { compileLinear, deterministicOf, LinearRegexError } from '../../../src/tools/judge/linear-regex.js';
 import { checkTool } from '../../../src/tools/judge/decide.js';
 import { compileGatePolicy, globMatcher } from '../../../src/tools/judge/compile.js';
 import { GATE_DEFAULTS } from '../../../src/tools/judge/fields.js';
 import { GATE_ENGINE } from '../../../src/tools/judge/compile.js';
 import { LeashError } from '../../../src/errors.js';
 import { mulberry32 } from '../../lab/prng.js';
+import { RE2JS } from 're2js';
 
 // A bound no linear matcher comes near on these inputs, and no backtracking one stays under:
 // (a+)+$ on 40 characters is 2^40 steps.
@@ -62,6 +63,113 @@ describe('linear-time argument patterns', () => {
         for (let i = 0; i < len; i++) s += 'abcxy019\n'[Math.floor(rnd() * 9)];
         expect(mine.test(s), `${p} on ${JSON.stringify(s)}`).toBe(js.test(s));
       }
+    }
+  });
+
+  it('a literal pattern, read as a string search, answers as RE2 does', () => {
+    // compileLinear answers `^lit`, `lit`, `lit$` and `^lit$` of printable ASCII without the
+    // automaton; RE2 itself is the reference, on generated patterns and values (Unicode, newlines,
+    // lone surrogates, every escaped punctuation character).
+    const rnd = mulberry32(43);
+    const punct = '!"#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~';
+    const pick = (s: string) => s[Math.floor(rnd() * s.length)]!;
+    let literal = 0;
+    for (let k = 0; k < 1000; k++) {
+      let p = rnd() < 0.5 ? '^' : '';
+      const n = Math.floor(rnd() * 4);
+      for (let i = 0; i < n; i++) {
+        const r = rnd();
+        if (r < 0.5) p += pick('ab/.e ');
+        else if (r < 0.8) p += `\\${pick(punct)}`;
+        else p += pick('.+*?|$^\\dwsAzb(');
+      }
+      if (rnd() < 0.4) p += '$';
+      let re: ReturnType<typeof RE2JS.compile>;
+      try {
+        re = RE2JS.compile(p);
+      } catch {
+        continue;
+      }
+      const mine = compileLinear(p);
+      if (/^\^?(?:[ab/e ]|\\[!-/:-@[-`{-~])*\$?$/.test(p)) literal++;
+      for (let j = 0; j < 40; j++) {
+        const len = Math.floor(rnd() * 7);
+        let t = '';
+        for (let i = 0; i < len; i++) t += pick(`ab/.e \n${punct}\u00e9\ud83d\ude00\udc00`);
+        expect(mine.test(t), `${p} on ${JSON.stringify(t)}`).toBe(re.test(t));
+      }
+    }
+    expect(literal).toBeGreaterThan(150);
+  });
+
+  it('an anchored pattern of ASCII atoms no repeat can run into goes to JavaScript, answering as RE2 does, in linear time', () => {
+    const rnd = mulberry32(44);
+    const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
+    const atoms = [
+      'a',
+      'b',
+      '/',
+      '\\.',
+      '\\-',
+      '[a-c]',
+      '[ab/]',
+      '[-a]',
+      '[a-]',
+      '[/.]',
+      '[^a]',
+      '[]a]',
+      '.',
+      '\\d',
+      'c',
+    ];
+    const quants = ['', '', '?', '*', '+', '+?', '{2}'];
+    let fast = 0;
+    for (let k = 0; k < 1500; k++) {
+      let p = rnd() < 0.9 ? '^' : '';
+      const n = 1 + Math.floor(rnd() * 4);
+      for (let i = 0; i < n; i++) p += pick(atoms) + pick(quants);
+      if (rnd() < 0.5) p += '$';
+      let re: ReturnType<typeof RE2JS.compile>;
+      try {
+        re = RE2JS.compile(p);
+      } catch {
+        continue;
+      }
+      const js = deterministicOf(p);
+      if (js === null) continue;
+      fast++;
+      const mine = compileLinear(p);
+      for (let j = 0; j < 60; j++) {
+        const len = Math.floor(rnd() * 8);
+        let t = '';
+        for (let i = 0; i < len; i++) t += pick([...'abc/.-d1\n', '\u00e9', '\ud83d\ude00', '\udc00']);
+        expect(mine.test(t), `${p} on ${JSON.stringify(t)}`).toBe(re.test(t));
+      }
+      // The hostile values for a backtracking engine: a long run of one character, then a miss.
+      for (const ch of 'abc/.-') {
+        const hostile = ch.repeat(20_000) + '!';
+        const { v, ms } = timed(() => js.test(hostile) === re.test(hostile));
+        expect(v, p).toBe(true);
+        expect(ms, `${p} on a run of ${ch}`).toBeLessThan(BOUND_MS);
+      }
+    }
+    expect(fast).toBeGreaterThan(100);
+    // The shapes a learned or written allow rule takes go the fast way; the ambiguous ones do not.
+    expect(deterministicOf('^/srv/[a-z/]+\\.txt$')).not.toBeNull();
+    expect(deterministicOf('^[a-z]*[a-z]*x')).toBeNull();
+    expect(deterministicOf('^a*a')).toBeNull();
+    expect(deterministicOf('a+b')).toBeNull();
+  });
+
+  it('a quadratic pattern for a backtracking engine stays with RE2', () => {
+    for (const p of [
+      '^[a-z]*[a-z]*[a-z]*[a-z]*[a-z]*!',
+      '^(a|a)*$',
+      '^a?a?a?a?a?a?a?a?a?a?a?a?a?a?a?a?a?a?a?a?a?a?aaaaaaaaaaaaaaaaaaaaaa$',
+    ]) {
+      expect(deterministicOf(p), p).toBeNull();
+      const { ms } = timed(() => compileLinear(p).test('a'.repeat(50_000)));
+      expect(ms).toBeLessThan(BOUND_MS);
     }
   });
 

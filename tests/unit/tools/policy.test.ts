@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { checkArgs, compileToolArgs } from '../../../src/tools/judge/args.js';
+import { checkArgs } from '../../../src/tools/judge/decide.js';
+import { compileToolArgs } from '../../../src/tools/judge/compile.js';
 import { GATE_DEFAULTS, type ToolArgsSpec } from '../../../src/tools/judge/fields.js';
 import { fromPlain, parseStrict } from '../../../src/formats/json.js';
 import { isOtherSpelling, normalizeToolName, otherSpellingOf } from '../../../src/tools/judge/names.js';

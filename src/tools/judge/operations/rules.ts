@@ -8,8 +8,11 @@
  */
 import { matchGlob, normalizePath, parseGlob, type GlobToken } from '../../../engine/index.js';
 import type { OperationRuleSpec } from '../fields.js';
-import { OPERATIONS, type Operation } from './mappings.js';
-import type { Action } from './normalize.js';
+import { normalizeCall, unknownAction, type Action } from './normalize.js';
+import { mappingForServer, OPERATIONS, type MappingTable, type Operation } from './mappings.js';
+import type { JsonValue } from '../../../formats/json.js';
+import type { CompiledOps } from '../compile.js';
+import type { GateSession, OpJudgment } from '../decide.js';
 
 export type Effect = 'allow' | 'deny' | 'ask';
 
@@ -335,4 +338,42 @@ export function decideAction(a: Action, c: CompiledRules): OpDecision {
   if (c.default === 'allow') return { effect: 'allow', reason: 'operation_default_allowed', rule: null, matched };
   if (c.default === 'ask') return { effect: 'ask', reason: 'operation_ask', rule: null, matched };
   return { effect: 'deny', reason: 'operation_default_denied', rule: null, matched };
+}
+
+/** The table that reads a session's calls. */
+export function tableFor(ops: CompiledOps, session: GateSession | undefined): MappingTable | null {
+  if (ops.mapping !== 'auto') return ops.mapping;
+  const n = session?.serverName;
+  return n ? mappingForServer(n) : null;
+}
+
+/** Normalises a call through the session's table and judges it by the rules (never throws). */
+export function judgeOperation(
+  name: string,
+  inputs: JsonValue | undefined,
+  ops: CompiledOps,
+  session?: GateSession,
+): OpJudgment {
+  let action: Action;
+  try {
+    action = normalizeCall(name, inputs, tableFor(ops, session), {
+      workspace: ops.workspace,
+      home: ops.home,
+      walker: session?.walker ?? null,
+      model: session?.model ?? null,
+    });
+  } catch {
+    action = unknownAction(name, null, 'the call could not be read');
+  }
+  return { action, decision: decideAction(action, ops.rules) };
+}
+
+/** Whether a read of one absolute path is allowed by the rules (a listed entry, operations/listing.ts). */
+export function readAllowed(ops: CompiledOps): (p: string) => boolean {
+  return (p) => {
+    const paths = p.normalize('NFC') === p ? [p] : [p, p.normalize('NFC')];
+    const a: Action = { ...unknownAction('', null, ''), operation: 'fs.read', paths };
+    delete a.why;
+    return decideAction(a, ops.rules).effect === 'allow';
+  };
 }
