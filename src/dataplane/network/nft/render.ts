@@ -164,13 +164,16 @@ export const GUARD_COMMENT = 'leash:guard';
  * looser policy, the agent itself). A TCP SYN to an unmarked socket is reset, a datagram dropped; with no socket at
  * all the lookup matches nothing and the kernel refuses as before. Only the SYN is looked up: later segments belong
  * to a connection the SYN check let through. Every UDP datagram is, as one conntrack entry carries many queries.
+ * Only the original direction: the answer to a local client also belongs to a DNAT entry, and its port (the
+ * client's own, ephemeral) can fall in the range, as in the lab (ip_local_port_range 1024-65000): its socket is
+ * the client's, unmarked, and the answer was dropped.
  */
 export function guardRules(): string[] {
   const ports = `${PROXY_PORT_MIN}-${PROXY_PORT_MAX}`;
   const mark = `socket mark != 0x${LISTENER_MARK.toString(16)}`;
   return [
-    `ct status dnat tcp dport ${ports} tcp flags & (syn | ack) == syn ${mark} counter reject with tcp reset`,
-    `ct status dnat udp dport ${ports} ${mark} counter drop`,
+    `ct direction original ct status dnat tcp dport ${ports} tcp flags & (syn | ack) == syn ${mark} counter reject with tcp reset`,
+    `ct direction original ct status dnat udp dport ${ports} ${mark} counter drop`,
   ];
 }
 

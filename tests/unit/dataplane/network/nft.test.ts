@@ -124,9 +124,9 @@ describe('nft rendering', () => {
     expect(script).toContain(
       'add chain inet leash_filter input { type filter hook input priority 0; policy accept; }\n' +
         'flush chain inet leash_filter input\n' +
-        'add rule inet leash_filter input ct status dnat tcp dport 18000-20999 tcp flags & (syn | ack) == syn ' +
+        'add rule inet leash_filter input ct direction original ct status dnat tcp dport 18000-20999 tcp flags & (syn | ack) == syn ' +
         'socket mark != 0x1ea5e counter reject with tcp reset comment "leash:guard"\n' +
-        'add rule inet leash_filter input ct status dnat udp dport 18000-20999 socket mark != 0x1ea5e counter drop ' +
+        'add rule inet leash_filter input ct direction original ct status dnat udp dport 18000-20999 socket mark != 0x1ea5e counter drop ' +
         'comment "leash:guard"\n',
     );
   });
