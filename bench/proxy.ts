@@ -27,7 +27,9 @@ import { compileC } from './common.js';
 const here = path.dirname(fileURLToPath(import.meta.url));
 const BULK_PORT = 9443;
 const BULK_BYTES = 1 << 30;
-const RELAY_PORT = 19445;
+// Outside the listeners' range (18000-20999): Leash's input guard resets a redirected connection to an unmarked
+// socket there, as nginx's and the relay's are.
+const RELAY_PORT = 21445;
 const pkgRoot = [path.resolve(here, '..'), path.resolve(here, '..', '..')].find((r) =>
   fs.existsSync(path.join(r, 'bench', 'proxy-relay.c')),
 )!;
@@ -59,8 +61,8 @@ events { worker_connections 8192; }
 stream {
   map $ssl_preread_server_name $tls_up { ${TARGET.name} ${TARGET.v4}:443; default 127.0.0.1:1; }
   map $ssl_preread_server_name $bulk_up { ${TARGET.name} ${TARGET.v4}:${BULK_PORT}; default 127.0.0.1:1; }
-  server { listen 127.0.0.1:19443 backlog=4096; ssl_preread on; proxy_pass $tls_up; }
-  server { listen 127.0.0.1:19444 backlog=4096; ssl_preread on; proxy_pass $bulk_up; }
+  server { listen 127.0.0.1:21443 backlog=4096; ssl_preread on; proxy_pass $tls_up; }
+  server { listen 127.0.0.1:21444 backlog=4096; ssl_preread on; proxy_pass $bulk_up; }
 }
 `;
 }
@@ -102,8 +104,8 @@ async function main(): Promise<void> {
       ['nft', '-f', '-'],
       `table ip leash_bench {
   chain o { type nat hook output priority -100; policy accept;
-    meta skuid ${nginxUser.uid} tcp dport 443 redirect to :19443
-    meta skuid ${nginxUser.uid} tcp dport ${BULK_PORT} redirect to :19444
+    meta skuid ${nginxUser.uid} tcp dport 443 redirect to :21443
+    meta skuid ${nginxUser.uid} tcp dport ${BULK_PORT} redirect to :21444
     meta skuid ${relayUser.uid} tcp dport ${BULK_PORT} redirect to :${RELAY_PORT}
   }
 }\n`,
