@@ -16,6 +16,15 @@ const OPENSSH = 'b3BlbnNzaC1rZXktdjE';
 /** A quick no: a string without a base64 run of 16 at a line's end holds no body. */
 const MAYBE = /[A-Za-z0-9+/]{16,}={0,2}\r?(\n|$)/;
 
+/** A body line starting with `+` (one in 64) reads as a diff's added line: the `+` is the body's when the whole is a PEM width. */
+function plusIsBody(m: RegExpExecArray): boolean {
+  return m[1] === '+' && (m[2]!.length === 63 || m[2]!.length === 69);
+}
+
+function pemWidth(m: RegExpExecArray): boolean {
+  return m[2]!.length === 64 || m[2]!.length === 70 || plusIsBody(m);
+}
+
 export function maskKeyBodies(text: string): string {
   if (text.length < 16 || !MAYBE.test(text)) return text;
   const lines = text.split('\n');
@@ -32,7 +41,7 @@ export function maskKeyBodies(text: string): string {
     while (j < lines.length) {
       const m = BODY.exec(lines[j]!);
       if (m === null) break;
-      if (m[2]!.length === 64 || m[2]!.length === 70) wide++;
+      if (pemWidth(m)) wide++;
       if (m[2]!.includes(OPENSSH)) magic = true;
       j++;
     }
@@ -40,7 +49,7 @@ export function maskKeyBodies(text: string): string {
     if (ended || magic || wide >= 2) {
       for (let k = i; k < j; k++) {
         const m = BODY.exec(lines[k]!)!;
-        lines[k] = `${m[1]}****${m[3]}`;
+        lines[k] = plusIsBody(m) ? `****${m[3]}` : `${m[1]}****${m[3]}`;
       }
       changed = true;
     }

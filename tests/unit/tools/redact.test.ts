@@ -168,6 +168,10 @@ describe('output redaction', () => {
     }
     // Two full-width lines from the middle of a key, no END: masked when read (the pre-check has no literal for it).
     expect(maskKeyBodies(body.slice(3, 5).join('\n'))).toBe('****\n****');
+    // A body line may start with '+' (one in 64), which also reads as a diff's added line: still a full-width line.
+    const plus = `+${body[3]!.slice(1)}`;
+    expect(maskKeyBodies(`${plus}\n${body[4]}`)).toBe('****\n****');
+    expect(maskKeyBodies(`${body[3]}\n${plus}`)).toBe('****\n****');
     // Prose and a single hash are left alone.
     const prose = 'commit 0123456789abcdef0123456789abcdef01234567\nAuthor: someone';
     expect(maskKeyBodies(prose)).toBe(prose);
