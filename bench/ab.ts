@@ -148,9 +148,13 @@ function runBench(wt: string, name: string): Map<string, number> {
     wt,
   );
   if (b.parse) return flatten(b.parse(out));
-  const jf = b.json!(out, file);
-  const data: unknown = JSON.parse(fs.readFileSync(path.resolve(wt, jf), 'utf8'));
-  return flatten(data);
+  const jf = path.resolve(wt, b.json!(out, file));
+  try {
+    return flatten(JSON.parse(fs.readFileSync(jf, 'utf8')) as unknown);
+  } finally {
+    // Read once: a run of many rounds left one file per bench run in /tmp.
+    fs.rmSync(jf, { force: true });
+  }
 }
 
 /** The table of medians so far (after `done` rounds): printed after every round, so a run cut short still reports. */
