@@ -28,6 +28,7 @@
         "native/proxy/acceptor.cc",
         "native/proxy/acceptor_setup.cc",
         "native/proxy/acceptor_fast.cc",
+        "native/proxy/acceptor_lines.cc",
         "native/proxy/fastpath.cc",
         "native/proxy/fastpath_napi.cc",
         "native/proxy/sni.cc",

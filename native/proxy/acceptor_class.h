@@ -6,11 +6,13 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "decisionline.h"
 #include "fastpath.h"
 #include "splicer.h"
 
@@ -85,7 +87,8 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
                         InstanceMethod("size", &Acceptor::Size), InstanceMethod("fastConfig", &Acceptor::FastConfig),
                         InstanceMethod("setFast", &Acceptor::SetFast), InstanceMethod("cacheName", &Acceptor::CacheName),
                         InstanceMethod("abortSlot", &Acceptor::AbortSlot),
-                        InstanceMethod("fastStats", &Acceptor::FastStats)});
+                        InstanceMethod("fastStats", &Acceptor::FastStats),
+                        InstanceMethod("setLogFd", &Acceptor::SetLogFd), InstanceMethod("fastTake", &Acceptor::FastTake)});
   }
 
   explicit Acceptor(const Napi::CallbackInfo& info);
@@ -132,6 +135,13 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
   void FlushLines();
   static void OnPairEnd(void* ctx, const pump::Done& d);
 
+  // acceptor_lines.cc: the native path's allow lines, written to the decision log's file here
+  bool UseLogFd(int fd);
+  Napi::Value SetLogFd(const Napi::CallbackInfo& info);
+  Napi::Value FastTake(const Napi::CallbackInfo& info);
+  void AllowLine(uint32_t uid, const char* reason, const std::string& tail, double setupUs);
+  void WriteAllows();
+
   struct EpPoll {
     uv_poll_t h;
     Acceptor* self;
@@ -169,6 +179,21 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
   std::shared_ptr<FastShared> shared_ = std::make_shared<FastShared>();
   std::string lines_;  // records for onLines, written at the end of the batch
   double stats_[4] = {0, 0, 0, 0};  // relayed, refused, to JavaScript, connect failed
+
+  // The allow lines (acceptor_lines.cc): off (-1) unless fastConfig gave the decision log's descriptor.
+  int logFd_ = -1;          // a dup of it
+  bool logWrite_ = false;   // each allow line written (logging.allows all), else only counted
+  bool wantSetups_ = false; // JavaScript observes set-up times
+  std::string allowOut_;    // the batch's lines, written at its end or before any call into JavaScript
+  IsoTime iso_;
+  RefPool refs_;
+  struct Counted {
+    double allowed = 0, written = 0;
+  };
+  std::map<std::pair<uint32_t, const char*>, Counted> tally_;  // by uid and reason (NetReasonName's own strings)
+  std::vector<double> setups_;
+  int logErrno_ = 0;
+  double logLost_ = 0;
 };
 
 }  // namespace acceptor

@@ -32,14 +32,15 @@ struct PolicyHandle {
 
 /**
  * fastConfig({splicer, counts: Int32Array, maxTotal, maxPerSubject, peekBytes, peekTimeoutMs, connectTimeoutMs,
- * told, onLines(records)}): turns the native path on. `splicer` must be inline on this loop; `counts` is the caps'
+ * told, onLines(records), logFd?, logWrite?, setups?}): turns the native path on. With `logFd` its allow lines
+ * are written here (acceptor_lines.cc; `logWrite` false: counted only) and pulled with fastTake. `splicer` must be inline on this loop; `counts` is the caps'
  * array ([active, opened, then one cell per subject slot]), updated here for the connections this path holds.
  */
 Napi::Value Acceptor::FastConfig(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const char* usage =
       "fastConfig({splicer, counts: Int32Array, maxTotal, maxPerSubject, peekBytes, peekTimeoutMs, connectTimeoutMs, "
-      "told, onLines})";
+      "told, onLines, logFd?, logWrite?, setups?})";
   if (info.Length() < 1 || !info[0].IsObject()) return Usage(env, usage);
   Napi::Object o = info[0].As<Napi::Object>();
   Napi::Value sp = o.Get("splicer"), counts = o.Get("counts"), lines = o.Get("onLines");
@@ -61,6 +62,14 @@ Napi::Value Acceptor::FastConfig(const Napi::CallbackInfo& info) {
   connectTimeoutMs_ = o.Get("connectTimeoutMs").ToNumber().Uint32Value();
   told_ = o.Get("told").ToBoolean().Value();
   onLines_ = Napi::Persistent(lines.As<Napi::Function>());
+  // logFd: the decision log's descriptor, for allow lines written here (acceptor_lines.cc); absent: JavaScript's.
+  Napi::Value logFd = o.Get("logFd");
+  logWrite_ = o.Get("logWrite").ToBoolean().Value();
+  wantSetups_ = o.Get("setups").ToBoolean().Value();
+  if (logFd.IsNumber() && !UseLogFd(logFd.As<Napi::Number>().Int32Value())) {
+    ErrnoError(env, errno, "dup").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
   shared_->self = this;
   fastOn_ = true;
   return env.Undefined();
@@ -201,8 +210,12 @@ void Acceptor::FastHello(Conn* c, size_t n, const sni::Hello& h) {
     lines_.append(head).append(plan.tail);
     return FlushLines();
   }
-  snprintf(head, sizeof head, "a%.1f\t", setupUs);
-  lines_.append(head).append(plan.tail);
+  if (logFd_ >= 0) {
+    AllowLine(e->uid, plan.reason, plan.tail, setupUs);
+  } else {
+    snprintf(head, sizeof head, "a%.1f\t", setupUs);
+    lines_.append(head).append(plan.tail);
+  }
   sockaddr_storage ss{};
   socklen_t len = 0;
   int err = EINVAL;
@@ -241,6 +254,7 @@ void Acceptor::FastFallback(Conn* c, const char* why, size_t have) {
 
 /** Hands the batch's records to JavaScript (one call): lines to write, refusals to reset, failures to report. */
 void Acceptor::FlushLines() {
+  WriteAllows();  // first: the file keeps the order of decisions
   if (lines_.empty()) return;
   Napi::Env env = Env();
   Napi::HandleScope scope(env);

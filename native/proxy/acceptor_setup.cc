@@ -76,6 +76,7 @@ Acceptor::Acceptor(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Acceptor>(
 Acceptor::~Acceptor() {
   // Handles still open reference this object: the JS side closes before dropping it (close()).
   if (reserveFd_ >= 0) close(reserveFd_);
+  if (logFd_ >= 0) close(logFd_);
   shared_->self = nullptr;
   // No libuv call from a finalizer: the poll handle (if close() was never called) only forgets this object.
   if (epPoll_ != nullptr) epPoll_->self = nullptr;
@@ -171,6 +172,7 @@ Napi::Value Acceptor::Close(const Napi::CallbackInfo& info) {
   // Native pairs still spliced end without this object (OnPairEnd closes their descriptors).
   fastOn_ = false;
   shared_->self = nullptr;
+  UseLogFd(-1);  // writes what is left
   std::vector<Listener*> ls;
   for (auto& kv : listeners_) ls.push_back(kv.second);
   for (Listener* l : ls) CloseListener(l);

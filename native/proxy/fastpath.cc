@@ -83,6 +83,7 @@ Plan Js() { return Plan{}; }
 Plan Refuse(const Entry& e, const NetVerdict& v, const sni::Hello& h, const Dst& d, const std::string* upstream) {
   Plan p;
   p.step = Step::kRefuse;
+  p.reason = NetReasonName(v.reason);
   p.tail = Tail(e, false, v, h, d, upstream);
   return p;
 }
@@ -91,6 +92,7 @@ Plan Relay(const Entry& e, const NetVerdict& v, const sni::Hello& h, const Dst& 
   Plan p;
   p.step = Step::kRelay;
   p.allowLine = true;
+  p.reason = NetReasonName(v.reason);
   p.target = to;
   p.tail = Tail(e, true, v, h, d, to == d.ip ? nullptr : &to);
   return p;

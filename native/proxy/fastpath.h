@@ -62,6 +62,7 @@ struct Plan {
   std::string tail;
   std::string target;  // kRelay: the address to connect to
   bool allowLine = false;  // the line's action is allow (else block)
+  const char* reason = "";  // the line's reason (NetReasonName)
 };
 
 /** What a connection arrived with: its original destination as text and parsed, and the listeners' own. */

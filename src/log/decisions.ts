@@ -50,6 +50,19 @@ export interface DecisionWriter {
   writeTail?(action: DecisionRecord['action'], tail: string): string;
   /** Writes lines the log holds back (see createDecisionLog's coalesceAllows). */
   flush?(): void;
+  /**
+   * Where native code in this process may write plain allow lines itself (the proxy's native verdict path): the
+   * log's descriptor (O_APPEND), and whether each line is written (`write`: logging.allows all) or only counted.
+   * null when it may not: stdout, sampled allows, lines held back (coalesceAllows), a journal that samples allows.
+   */
+  allowSink?(): { fd: number; write: boolean } | null;
+  /** Calls `fn` with the new descriptor after each reopen, before the old one closes; returns its removal. */
+  onReopen?(fn: (fd: number) => void): () => void;
+  /**
+   * Plain allows that native code decided and wrote (`written` of them) through allowSink: counted as this log
+   * counts its own (the allow tally, and in wrappers the metrics and the journal's skipped allows).
+   */
+  allowsElsewhere?(uid: number, surface: Surface, reason: string, allowed: number, written: number): void;
 }
 
 /**
@@ -336,6 +349,7 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
   const sink = opts.sink;
   let { fd, st } = openSink(sink);
   let open = true;
+  const reopened = new Set<(fd: number) => void>();
   const writeAll = (text: string) => writeFully(fd, Buffer.from(text, 'utf8'));
   // Allow lines held back (coalesceAllows), written at the end of the event-loop turn. Kept as a
   // list and joined once: one long chain of concatenations cost more to flatten than the join.
@@ -386,6 +400,15 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
       return put(action, keepTail(action, tail) ? (ref) => decisionHead(ref) + tail : null);
     },
     countAllows: tally.add,
+    allowSink: () =>
+      !open || opts.coalesceAllows || allows.mode === 'sampled' ? null : { fd, write: allows.mode === 'all' },
+    onReopen(fn) {
+      reopened.add(fn);
+      return () => void reopened.delete(fn);
+    },
+    allowsElsewhere(uid, surface, _reason, allowed, written) {
+      tally.add(uid, surface, allowed, written);
+    },
     writeLines(lines) {
       if (!open) throw new Error('decision log is closed');
       flush(); // held allow lines first: the file keeps decision order
@@ -399,6 +422,14 @@ export function createDecisionLog(opts: { sink: string; coalesceAllows?: boolean
       flush(); // held allow lines belong to the file they were decided under
       const old = { fd, st };
       ({ fd, st } = next);
+      // A writer that fails to follow keeps the old descriptor of its own: its lines go to the renamed file.
+      for (const fn of reopened) {
+        try {
+          fn(fd);
+        } catch {
+          /* see above */
+        }
+      }
       if (old.st.isFile()) fs.fsyncSync(old.fd);
       fs.closeSync(old.fd);
     },

@@ -278,6 +278,18 @@ export function teeDecisionsToJournal<L extends DecisionWriter>(log: L, journal:
       }
     };
   }
+  if (full.allowSink) {
+    const allowSink = full.allowSink.bind(log);
+    // Lines written elsewhere never reach the journal: only when it takes no allows.
+    tee.allowSink = () => (journal.allowSample === 0 ? allowSink() : null);
+  }
+  if (full.allowsElsewhere) {
+    const allowsElsewhere = full.allowsElsewhere.bind(log);
+    tee.allowsElsewhere = (uid, surface, reason, allowed, written) => {
+      for (let i = 0; i < allowed; i++) journal.sampleAllow(); // counted as skipped, as each of them would be
+      allowsElsewhere(uid, surface, reason, allowed, written);
+    };
+  }
   // Everything else (flush, reopen, close) is the writer's own: the writers are plain objects of closures.
   return { ...log, ...tee };
 }

@@ -36,7 +36,7 @@ export interface MetricFamily {
 
 export interface Metrics {
   /** Counts one decision made in this process. */
-  decision(rec: { surface: string; action: string; reason: string }): void;
+  decision(rec: { surface: string; action: string; reason: string }, count?: number): void;
   /** Observes one stage's duration, in seconds. */
   observe(stage: Stage, seconds: number): void;
   /** Adds a collector whose families are gathered at each scrape; returns its removal. */
@@ -68,8 +68,8 @@ export function createMetrics(): Metrics {
   const collectors = new Set<() => MetricFamily[] | Promise<MetricFamily[]>>();
   return {
     contentType: openMetricsContentType,
-    decision(rec) {
-      decisions.inc({ surface: rec.surface, action: rec.action, reason: rec.reason });
+    decision(rec, count = 1) {
+      decisions.inc({ surface: rec.surface, action: rec.action, reason: rec.reason }, count);
     },
     observe(stage, seconds) {
       stages.observe({ stage }, seconds);
@@ -152,6 +152,13 @@ export function countDecisions<L extends DecisionWriter>(log: L, metrics: Metric
       }
       metrics.decision({ surface: t.surface, action, reason: t.reason });
       return ref;
+    };
+  }
+  if (log.allowsElsewhere) {
+    const allowsElsewhere = log.allowsElsewhere.bind(log);
+    counted.allowsElsewhere = (uid, surface, reason, allowed, written) => {
+      if (allowed > 0) metrics.decision({ surface, action: 'allow', reason }, allowed);
+      allowsElsewhere(uid, surface, reason, allowed, written);
     };
   }
   return { ...log, ...counted };

@@ -22,6 +22,18 @@ interface PathStats {
   connectFailed: number;
 }
 
+/** The enforcer's native-path counts now (one SIGUSR2, its stderr line). */
+async function pathStats(enf: EnforcerHandle): Promise<PathStats> {
+  const seen = (enf.stderr().match(/proxy-path /g) ?? []).length;
+  process.kill(enf.pid, 'SIGUSR2');
+  for (let i = 0; i < 200; i++) {
+    const all = [...enf.stderr().matchAll(/proxy-path (\{.*\})\n/g)];
+    if (all.length > seen) return JSON.parse(all[all.length - 1]![1]!) as PathStats;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`no proxy-path line: ${enf.stderr()}`);
+}
+
 describe.skipIf(!canRunLab)('network: the native verdict path', () => {
   // loop.good.lab resolves to loopback: allowed by the good.lab entry, it must never be connected to.
   const L = useLab('tnp', { names: { 'loop.good.lab': ['127.0.0.1'], 'priv.good.lab': [PRIV] } });
@@ -30,17 +42,7 @@ describe.skipIf(!canRunLab)('network: the native verdict path', () => {
   const policy = netPolicy({ mode: 'whitelist', allow: ['good.lab'], deny: ['evil.lab'] });
   const lines = (): DecisionRecord[] => enf.decisions().filter((d) => d.uid === agent.uid);
 
-  /** The enforcer's native-path counts now (one SIGUSR2, its stderr line). */
-  async function stats(): Promise<PathStats> {
-    const seen = (enf.stderr().match(/proxy-path /g) ?? []).length;
-    process.kill(enf.pid, 'SIGUSR2');
-    for (let i = 0; i < 200; i++) {
-      const all = [...enf.stderr().matchAll(/proxy-path (\{.*\})\n/g)];
-      if (all.length > seen) return JSON.parse(all[all.length - 1]![1]!) as PathStats;
-      await new Promise((r) => setTimeout(r, 25));
-    }
-    throw new Error(`no proxy-path line: ${enf.stderr()}`);
-  }
+  const stats = () => pathStats(enf);
 
   async function probe(ps: Probe[]): Promise<ProbeResult[]> {
     return L.get().probe(agent, ps);
@@ -147,6 +149,38 @@ describe.skipIf(!canRunLab)('network: the native verdict path', () => {
     expect(strip(mine[1]!)).toBe(strip(mine[0]!));
   });
 
+  it("a rotated decision log gets the native path's next allow lines, none lost and none twice", async () => {
+    const [warm] = await probe([tls(GOOD.v4, 'good.lab')]);
+    expect(warm).toMatchObject({ ok: true });
+    const s0 = await stats();
+    const before = lines().length;
+    for (const r of await probe([tls(GOOD.v4, 'good.lab'), tls(GOOD.v6, 'good.lab')]))
+      expect(r).toMatchObject({ ok: true });
+    // Rotation as logrotate does it: rename, then SIGHUP (the enforcer reopens its log, as the service does).
+    const rotated = `${enf.decisionsPath}.1`;
+    fs.renameSync(enf.decisionsPath, rotated);
+    await enf.reload(JSON.parse(fs.readFileSync(enf.specPath, 'utf8')) as Parameters<EnforcerHandle['reload']>[0]);
+    for (const r of await probe([tls(GOOD.v4, 'good.lab'), tls(GOOD.v6, 'good.lab'), tls(GOOD.v4, 'good.lab')]))
+      expect(r).toMatchObject({ ok: true });
+    const s1 = await stats();
+    expect(s1.relayed - s0.relayed).toBe(5);
+    const old = fs
+      .readFileSync(rotated, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as DecisionRecord)
+      .filter((d) => d.uid === agent.uid);
+    expect(old.slice(before).map((d) => [d.action, d.reason])).toEqual([
+      ['allow', 'allow_entry'],
+      ['allow', 'allow_entry'],
+    ]);
+    expect(lines().map((d) => [d.action, d.reason, (d.subject as { ip?: string }).ip])).toEqual([
+      ['allow', 'allow_entry', GOOD.v4],
+      ['allow', 'allow_entry', GOOD.v6],
+      ['allow', 'allow_entry', GOOD.v4],
+    ]);
+  });
+
   it('a policy change reaches the very next connection on the native path', async () => {
     const [warm] = await probe([tls(GOOD.v4, 'good.lab')]);
     expect(warm).toMatchObject({ ok: true });
@@ -169,5 +203,39 @@ describe.skipIf(!canRunLab)('network: the native verdict path', () => {
     await enf.reload(spec);
     const [again] = await probe([tls(GOOD.v4, 'good.lab')]);
     expect(again).toMatchObject({ ok: true });
+  });
+});
+
+describe.skipIf(!canRunLab)('network: the native verdict path under logging.allows summary', () => {
+  const L = useLab('tns');
+
+  it('writes no allow line and counts every allowed connection, native or not, into the summary', async () => {
+    const lab = L.get();
+    const agent = await lab.createUser('leash-tns1');
+    const policy = netPolicy({ mode: 'whitelist', allow: ['good.lab'] });
+    const enf = await lab.startEnforcer({ allows: 'summary', subjects: [{ uid: agent.uid, port: 18432, policy }] });
+    const s0 = await pathStats(enf);
+    // The first goes to JavaScript (the name is not resolved yet), the rest natively.
+    const rs = await lab.probe(
+      agent,
+      Array.from({ length: 6 }, () => tls(GOOD.v4, 'good.lab')),
+    );
+    for (const r of rs) expect(r).toMatchObject({ ok: true });
+    const s1 = await pathStats(enf);
+    expect(s1.relayed - s0.relayed).toBeGreaterThanOrEqual(4);
+    expect(s1.relayed - s0.relayed + (s1.toJs - s0.toJs)).toBe(6);
+    // Stopped, it takes the native path's last counts and writes the period's summary.
+    expect(await enf.stop()).toBe(0);
+    const mine = enf.decisions().filter((d) => d.uid === agent.uid);
+    expect(mine.filter((d) => d.action === 'allow' && d.reason !== 'allow_summary')).toEqual([]);
+    expect(
+      mine
+        .filter((d) => d.reason === 'allow_summary')
+        .map((d) => [
+          d.surface,
+          (d.subject as { allowed: number; written: number }).allowed,
+          (d.subject as { written: number }).written,
+        ]),
+    ).toEqual([['network', 6, 0]]);
   });
 });

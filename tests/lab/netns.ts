@@ -35,6 +35,8 @@ export interface LabDnsQuery {
 export interface LabEnforcerSpec extends DemoEnforcerSpec {
   /** RLIMIT_NOFILE of the enforcer process (soft and hard; a descriptor-exhaustion test). */
   nofile?: number;
+  /** logging.allows of its decision log (default all). */
+  allows?: 'all' | 'summary';
 }
 
 export interface Lab extends DemoLab<Probe> {

@@ -58,6 +58,24 @@ export interface AcceptorFastConfig {
    * <fd> <upFd> <uid>\t` a pair that did not end cleanly (as relay.ts endSplicedFds).
    */
   onLines(records: string): void;
+  /**
+   * The decision log's descriptor (DecisionWriter.allowSink): the native path's allow lines are written there by
+   * native code instead of given to onLines (`logWrite` false: only counted), and pulled with fastTake.
+   */
+  logFd?: number;
+  logWrite?: boolean;
+  /** Keep each native connection's set-up time for fastTake. */
+  setups?: boolean;
+}
+/** What the native path allowed since the last fastTake (its lines written or counted natively). */
+export interface AcceptorTake {
+  /** [uid, reason, allowed, written] */
+  tally: Array<[number, string, number, number]>;
+  /** Set-up times, seconds. */
+  setups: Float64Array;
+  /** The last write(2) error on the log's descriptor (0: none), and how many lines it lost. */
+  errno: number;
+  lost: number;
 }
 export interface AcceptorInstance {
   /** Turns the native verdict path on. */
@@ -70,6 +88,9 @@ export interface AcceptorInstance {
   abortSlot?(slot: number): void;
   /** [relayed, refused, handed to JavaScript, connect failed] on the native path. */
   fastStats?(): [number, number, number, number];
+  /** The decision log's new descriptor (after a reopen) for the native allow lines. */
+  setLogFd?(fd: number): void;
+  fastTake?(): AcceptorTake;
   /**
    * Listens on host:port (an IP literal), the socket marked `mark` (SO_MARK) when given; returns the listener's id.
    * Throws with `code` (EADDRINUSE, EPERM for a mark without CAP_NET_ADMIN, ...).

@@ -1,8 +1,9 @@
 /**
  * The network enforcer as a process of its own: `node standalone.js <spec.json>`. The lab and `leash demo` start it
  * inside the agent namespace (`ip netns exec`), where it applies the nft chains and runs the proxy exactly as the
- * service does. Prints "ready" once every subject is applied; SIGHUP re-reads the spec and changes only what
- * differs; SIGTERM/SIGINT release every chain it applied and exit.
+ * service does. Prints "ready" once every subject is applied; SIGHUP reopens the decision log (as the service does
+ * for a rotation), re-reads the spec and changes only what differs; SIGTERM/SIGINT release every chain it applied
+ * and exit.
  */
 import fs from 'node:fs';
 import {
@@ -32,6 +33,8 @@ export interface StandaloneSpec {
   maxPerSubject?: number;
   /** What a refused DNS name gets (default refused). */
   dnsRefuse?: 'refused' | 'nxdomain';
+  /** logging.allows (default all; summary lines every 60 s and at exit). */
+  allows?: 'all' | 'summary';
 }
 
 async function main(): Promise<void> {
@@ -39,7 +42,10 @@ async function main(): Promise<void> {
   if (!specPath) throw new Error('usage: standalone.js <spec.json>');
   const read = () => JSON.parse(fs.readFileSync(specPath, 'utf8')) as StandaloneSpec;
   let spec = read();
-  const log = createDecisionLog({ sink: spec.decisions });
+  const log = createDecisionLog({
+    sink: spec.decisions,
+    allows: spec.allows === 'summary' ? { mode: 'summary', intervalMs: 60_000 } : { mode: 'all' },
+  });
   const enf: NetworkEnforcer<CompiledPolicy> = await startNetworkEnforcer<CompiledPolicy>({
     runner: hostRunner(),
     decide,
@@ -91,6 +97,7 @@ async function main(): Promise<void> {
   process.on('SIGHUP', () => {
     chain = chain.then(async () => {
       try {
+        log.reopen();
         spec = read();
         await applyAll(spec);
         process.stdout.write('reloaded\n');

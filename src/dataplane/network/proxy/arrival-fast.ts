@@ -10,8 +10,11 @@ import type { ProxyEntry, ProxyState } from './state.js';
  * answer needs no JavaScript (a TLS ClientHello to an outside address, judged allow or block by the subject's
  * compiled matcher, its name already resolved here) is peeked, judged, connected and spliced in native code; this
  * file gives that path each subject's compiled policy (replaced whole on a policy change), the resolver's answers,
- * and writes what it reports: one call per batch of events, with each decision line's text after its ref (the
- * decision log adds ts and ref and keeps its allow tally), the set-up times, and the resets of refused connections.
+ * and acts on what it reports: one call per batch of events with the lines of refusals (written here, then the
+ * reset) and failures. Allow lines, where the decision log lets native code write them (allowSink: its own file,
+ * logging.allows all or summary, no journal sampling allows), are written natively, no JavaScript per connection,
+ * and their counts (the allow tally, the metrics) and set-up times are pulled here once a second and at close;
+ * otherwise they come in the batch too and are written here.
  * Everything else reaches arrival-native.ts's onAccept as before. Off when the proxy's decide is not the engine's,
  * the caller reads SO_ORIGINAL_DST itself, the pump is not inline, or the log cannot write a line's tail.
  */
@@ -20,6 +23,8 @@ export interface FastPath<P> {
   update(e: ProxyEntry<P>, tags: number[]): void;
   /** The entry is closing: its listeners leave the native path and its native pairs are ended. */
   close(e: ProxyEntry<P>, tags: number[]): void;
+  /** The acceptor has closed: what the native path counted last is taken, and the log left alone. */
+  stop(): void;
 }
 
 /** Every native path's counts in this process: relayed, refused, handed to JavaScript, connect failed. */
@@ -81,6 +86,12 @@ export function createFastPath<P>(st: ProxyState<P>, acceptor: AcceptorInstance)
     }
   }
 
+  // Allow lines written natively: the log's descriptor (followed across reopens), counts pulled once a second.
+  const sink = log.allowSink?.() ?? null;
+  const native =
+    sink !== null && log.allowsElsewhere && log.onReopen && acceptor.fastTake && acceptor.setLogFd
+      ? { sink, elsewhere: log.allowsElsewhere.bind(log), take: acceptor.fastTake.bind(acceptor) }
+      : null;
   acceptor.fastConfig({
     splicer,
     counts: st.caps.counts,
@@ -91,7 +102,27 @@ export function createFastPath<P>(st: ProxyState<P>, acceptor: AcceptorInstance)
     connectTimeoutMs: st.opts.connectTimeoutMs ?? 10_000,
     told: st.opts.seen !== undefined,
     onLines,
+    ...(native ? { logFd: native.sink.fd, logWrite: native.sink.write, setups: onSetup !== undefined } : {}),
   });
+  const offReopen = native ? log.onReopen!((fd) => acceptor.setLogFd!(fd)) : null;
+  let lastErrno = 0;
+  /** What the native path allowed since the last take: the log's tally, the metrics, the set-up times. */
+  function take(): void {
+    if (!native) return;
+    const t = native.take();
+    for (const [uid, reason, allowed, written] of t.tally) native.elsewhere(uid, 'network', reason, allowed, written);
+    if (onSetup) for (const s of t.setups) onSetup(s);
+    if (t.errno !== 0 && t.errno !== lastErrno) {
+      const code = errnoName(t.errno);
+      st.onError(Object.assign(new Error(`decision log: ${code}, ${t.lost} allow lines lost`), { code }), {
+        uid: -1,
+        stage: 'decision_log',
+      });
+    }
+    lastErrno = t.errno;
+  }
+  const pull = native ? setInterval(take, 1000) : null;
+  pull?.unref();
   const cacheName = acceptor.cacheName.bind(acceptor);
   st.onAnswer((name, r) => cacheName(name, r.v4, r.v6, r.expires));
   all.push(acceptor);
@@ -116,6 +147,11 @@ export function createFastPath<P>(st: ProxyState<P>, acceptor: AcceptorInstance)
     close(e, tags) {
       for (const tag of tags) acceptor.setFast!(tag, e.uid, null, false, e.slot);
       acceptor.abortSlot?.(e.slot);
+    },
+    stop() {
+      if (pull) clearInterval(pull);
+      offReopen?.();
+      take();
     },
   };
 }

@@ -215,6 +215,7 @@ export function createNativeArrival<P>(st: ProxyState<P>, Acceptor: NonNullable<
     /** Every listener and held connection. */
     closeAll(): void {
       acceptor.close();
+      fast?.stop();
     },
   };
 }
