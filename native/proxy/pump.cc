@@ -109,7 +109,7 @@ Step PumpCopy(Dir& d, char* buf, int* err) {
   }
   for (;;) {
     if (d.eofIn) {
-      shutdown(d.out, SHUT_WR);
+      if (!d.closeAfter) shutdown(d.out, SHUT_WR);
       d.done = true;
       return Step::kDone;
     }
@@ -190,7 +190,7 @@ Step Pump(Dir& d, char* buf, int* err) {
   for (;;) {
     if (!DrainPipe(d, &step, err)) return step;
     if (d.eofIn) {
-      shutdown(d.out, SHUT_WR);
+      if (!d.closeAfter) shutdown(d.out, SHUT_WR);
       d.done = true;
       ReleasePipe(d);
       return Step::kDone;

@@ -39,6 +39,10 @@ struct Dir {
   bool urgent = false;
   // The last Pump returned kWaitOut: a writable event on `out` is news for this direction only then.
   bool blocked = false;
+  // This direction's EOF is the pair's last and the pump closes both sockets right after (splice_loop.cc Run): the
+  // close sends the FIN, so no shutdown(out) first. Both sockets have been read to EOF by then, so the close
+  // cannot turn into a reset (unread data would).
+  bool closeAfter = false;
   // Bytes read but not yet accepted by `out` (it would block): at most one buffer, held only while `out` is full.
   std::unique_ptr<char[]> pend;
   size_t pendOff = 0;

@@ -155,12 +155,15 @@ void Splicer::Run(Pair* p, int side, uint32_t events) {
     // What the client sends waits in its socket until the upstream is connected.
     if (side == 0) return;
     if (!(events & (EPOLLOUT | EPOLLHUP | EPOLLERR))) return;
-    // Connected, refused or timed out: SO_ERROR says which (and is cleared by reading it).
-    int soerr = 0;
-    socklen_t sl = sizeof soerr;
-    getsockopt(p->ab.out, SOL_SOCKET, SO_ERROR, &soerr, &sl);
-    if (soerr != 0) return Finish(p, soerr);
-    if (bad && !(events & EPOLLOUT)) return Finish(p, ECONNREFUSED);
+    // Writable without an error or hang-up: connected (a failed connect always reports EPOLLERR). Refused or timed
+    // out: SO_ERROR says which (and is cleared by reading it); nginx asks it on every connect, one call more.
+    if (bad) {
+      int soerr = 0;
+      socklen_t sl = sizeof soerr;
+      getsockopt(p->ab.out, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+      if (soerr != 0) return Finish(p, soerr);
+      if (!(events & EPOLLOUT)) return Finish(p, ECONNREFUSED);
+    }
     p->connecting = false;
     p->connected = true;
     if (p->timer != nullptr) {
@@ -174,6 +177,10 @@ void Splicer::Run(Pair* p, int side, uint32_t events) {
     runTo = true;
   }
   int err = 0;
+  // The direction that ends last ends the pair: closed here when it ends cleanly, with no shutdown first.
+  const bool closing = p->closeOnClean && p->connected;
+  from.closeAfter = closing && to.done;
+  to.closeAfter = closing && from.done;
   if (runFrom) {
     Step s = Pump(from, copyBuf_.data(), &err);
     if (s == Step::kError) return Finish(p, err);
@@ -181,6 +188,7 @@ void Splicer::Run(Pair* p, int side, uint32_t events) {
     if (from.blocked) ArmOut(p, 1 - side, side == 0 ? p->outArmedB : p->outArmedA);
   }
   if (runTo) {
+    to.closeAfter = closing && from.done;  // `from` may have ended just now
     Step s = Pump(to, copyBuf_.data(), &err);
     if (s == Step::kError) return Finish(p, err);
     to.blocked = s == Step::kWaitOut;
