@@ -3,6 +3,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { formatDecision, type DecisionRecord } from '../../src/log/decisions.js';
 import type { Probe, ProbeResult } from '../../src/cli/demo/probe.js';
 import { LAB, canRunLab, netPolicy, useLab, type EnforcerHandle, type LabUser } from '../lab/index.js';
+import { captureHello } from '../lab/client-hello.js';
 
 // The proxy's native verdict path (issue 43), tried as the leashed account in the lab: which connections it
 // decides (the enforcer's `proxy-path` counts on SIGUSR2 say so), that a denied name and a name leading into
@@ -14,6 +15,19 @@ const EVIL = LAB.hosts[1]!; // evil.lab
 // An internal address (10/8): the proxy must never connect there for a name; nothing in the lab answers on it.
 const PRIV = '10.1.2.3';
 const tls = (host: string, servername: string): Probe => ({ kind: 'tls', host, port: 443, servername });
+// The lab's bulk source: after the first bytes it sends BULK_BYTES and closes.
+const BULK_PORT = 9443;
+const BULK_BYTES = 24 << 20;
+// Run as the agent: sends a ClientHello, half-closes at once, then counts what comes back until the end.
+const HALF_CLOSE_CLIENT = `
+const net = require('net');
+const [host, port, hex] = process.argv.slice(1);
+let n = 0;
+const s = net.connect(Number(port), host, () => { s.write(Buffer.from(hex, 'hex')); s.end(); });
+s.on('data', (d) => (n += d.length));
+s.on('error', (e) => { console.log(JSON.stringify({ n, error: e.code })); process.exit(0); });
+s.on('end', () => console.log(JSON.stringify({ n, error: null })));
+`;
 
 interface PathStats {
   relayed: number;
@@ -36,7 +50,10 @@ async function pathStats(enf: EnforcerHandle): Promise<PathStats> {
 
 describe.skipIf(!canRunLab)('network: the native verdict path', () => {
   // loop.good.lab resolves to loopback: allowed by the good.lab entry, it must never be connected to.
-  const L = useLab('tnp', { names: { 'loop.good.lab': ['127.0.0.1'], 'priv.good.lab': [PRIV] } });
+  const L = useLab('tnp', {
+    names: { 'loop.good.lab': ['127.0.0.1'], 'priv.good.lab': [PRIV] },
+    bulk: { port: BULK_PORT, bytes: BULK_BYTES },
+  });
   let agent: LabUser;
   let enf: EnforcerHandle;
   const policy = netPolicy({ mode: 'whitelist', allow: ['good.lab'], deny: ['evil.lab'] });
@@ -179,6 +196,31 @@ describe.skipIf(!canRunLab)('network: the native verdict path', () => {
       ['allow', 'allow_entry', GOOD.v6],
       ['allow', 'allow_entry', GOOD.v4],
     ]);
+  });
+
+  it('a native pair whose client half-closes first gets every byte the server sends after it, then a clean end', async () => {
+    const [warm] = await probe([tls(GOOD.v4, 'good.lab')]);
+    expect(warm).toMatchObject({ ok: true });
+    const hello = (await captureHello('good.lab')).toString('hex');
+    const s0 = await stats();
+    const r = await L.get().agent([
+      'setpriv',
+      `--reuid=${agent.uid}`,
+      `--regid=${agent.gid}`,
+      '--clear-groups',
+      process.execPath,
+      '-e',
+      HALF_CLOSE_CLIENT,
+      GOOD.v4,
+      String(BULK_PORT),
+      hello,
+    ]);
+    expect(r.code).toBe(0);
+    // The pair ends with the server's EOF: the pump closes both sockets without a shutdown first; the bytes still
+    // queued for the client go before the FIN, never a reset.
+    expect(JSON.parse(r.stdout)).toEqual({ n: BULK_BYTES, error: null });
+    const s1 = await stats();
+    expect(s1.relayed - s0.relayed).toBe(1);
   });
 
   it('a policy change reaches the very next connection on the native path', async () => {

@@ -14,13 +14,15 @@ export interface LabUpstreamConfig extends UpstreamConfig {
   dnsLog?: string;
   /** Soak: a TLS port whose connections stay open and echo what they receive. */
   holdTls?: number;
-  /** Bench source: on each connection, after the first bytes arrive, send `bytes` and close. */
+  /** Bench source: on each connection, after the first bytes arrive, send `bytes` and close (half-open kept). */
   bulk?: { port: number; bytes: number };
 }
 
 function bulkServer(bytes: number): net.Server {
   const chunk = Buffer.alloc(1 << 20, 0x61);
-  return net.createServer((s) => {
+  // allowHalfOpen: a client that half-closes after its first bytes still gets all of them (Node would end the
+  // socket at the client's FIN, cutting the transfer short).
+  return net.createServer({ allowHalfOpen: true }, (s) => {
     s.on('error', () => {});
     s.once('data', () => {
       let left = bytes;
