@@ -281,3 +281,59 @@ describe.skipIf(!canRunLab)('network: the native verdict path under logging.allo
     ).toEqual([['network', 6, 0]]);
   });
 });
+
+// Run as the agent: holds three TLS connections open, tries a fourth (over a cap of three), closes one, tries a
+// fifth; prints what each try got.
+const CAP_CLIENT = `
+const tls = require('tls');
+const [host, port] = process.argv.slice(1);
+const open = () => new Promise((resolve) => {
+  const s = tls.connect({ host, port: Number(port), servername: 'good.lab', rejectUnauthorized: false });
+  s.once('secureConnect', () => resolve({ s, code: null }));
+  s.once('error', (e) => resolve({ s, code: e.code || 'ERR' }));
+});
+(async () => {
+  const held = [await open(), await open(), await open()];
+  const fourth = await open();
+  fourth.s.destroy();
+  held[0].s.destroy();
+  await new Promise((r) => setTimeout(r, 500));
+  const fifth = await open();
+  console.log(JSON.stringify({ held: held.map((h) => h.code), fourth: fourth.code, fifth: fifth.code }));
+  for (const h of [...held, fifth]) h.s.destroy();
+})();
+`;
+
+describe.skipIf(!canRunLab)('network: the native verdict path keeps the connection caps exact', () => {
+  const HOLD_PORT = 9443;
+  const L = useLab('tnc', { holdTls: HOLD_PORT });
+
+  it('a subject at its cap of connections held natively is refused the next; one closed, the next is allowed', async () => {
+    const lab = L.get();
+    const agent = await lab.createUser('leash-tnc1');
+    const policy = netPolicy({ mode: 'whitelist', allow: ['good.lab'] });
+    const enf = await lab.startEnforcer({ maxPerSubject: 3, subjects: [{ uid: agent.uid, port: 18433, policy }] });
+    // Resolved once (the JavaScript path), so the held ones take the native path.
+    const [warm] = await lab.probe(agent, [tls(GOOD.v4, 'good.lab')]);
+    expect(warm).toMatchObject({ ok: true });
+    const s0 = await pathStats(enf);
+    const r = await lab.agent([
+      'setpriv',
+      `--reuid=${agent.uid}`,
+      `--regid=${agent.gid}`,
+      '--clear-groups',
+      process.execPath,
+      '-e',
+      CAP_CLIENT,
+      GOOD.v4,
+      String(HOLD_PORT),
+    ]);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual({ held: [null, null, null], fourth: 'ECONNRESET', fifth: null });
+    const s1 = await pathStats(enf);
+    // The three held and the fifth natively; the fourth found the cap before any peek, so JavaScript refused it.
+    expect(s1.relayed - s0.relayed).toBe(4);
+    expect(enf.stderr()).toMatch(new RegExp(`proxy uid=${agent.uid} capacity: connection cap reached \\(subject\\)`));
+    await enf.stop();
+  });
+});
