@@ -17,6 +17,7 @@
         "native/watcher/register.cc",
         "native/tools/register.cc",
         "native/common/errors.cc",
+        "native/common/jsonline.cc",
         "native/common/sockopt.cc",
         "native/proxy/conntrack.cc",
         "native/proxy/nftread.cc",

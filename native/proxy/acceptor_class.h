@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "decisionline.h"
+#include "jsonline.h"
 #include "fastpath.h"
 #include "splicer.h"
 

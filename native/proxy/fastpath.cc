@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-#include "decisionline.h"
+#include "jsonline.h"
 
 namespace leash {
 namespace fast {
