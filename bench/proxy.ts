@@ -385,6 +385,7 @@ async function main(): Promise<void> {
             rows,
             bulk,
             machineCpuPerGiB: busy,
+            conns,
             leashCpuPerGiB: leashCpu / REPS,
             nginxCpuPerGiB: nginxCpu / REPS,
           },
