@@ -365,6 +365,15 @@ function isScalar(v: JsonValue): boolean {
   return v === null || typeof v !== 'object' || v instanceof JsonNumber;
 }
 
+/** `path` with one more segment: a copy (each leaf keeps its own path), made without a spread. */
+function extend(path: string[], seg: string): string[] {
+  const n = path.length;
+  if (n === 0) return [seg];
+  const out = path.slice();
+  out.push(seg);
+  return out;
+}
+
 /** Every value in the arguments (scalars and empty containers), with its path; null when too deep. */
 function leaves(v: JsonValue, path: string[], out: Leaf[], depth: number): boolean {
   if (depth > MAX_ARG_DEPTH) return false;
@@ -374,7 +383,7 @@ function leaves(v: JsonValue, path: string[], out: Leaf[], depth: number): boole
       return true;
     }
     if (v.every(isScalar)) out.push({ path, value: v, text: v.map(scalarText).join(' '), joined: true });
-    for (let k = 0; k < v.length; k++) if (!leaves(v[k]!, [...path, String(k)], out, depth + 1)) return false;
+    for (let k = 0; k < v.length; k++) if (!leaves(v[k]!, extend(path, String(k)), out, depth + 1)) return false;
     return true;
   }
   if (isObject(v)) {
@@ -383,7 +392,7 @@ function leaves(v: JsonValue, path: string[], out: Leaf[], depth: number): boole
       out.push({ path, value: v, text: '{}' });
       return true;
     }
-    for (const k of keys) if (!leaves(v[k]!, [...path, k], out, depth + 1)) return false;
+    for (const k of keys) if (!leaves(v[k]!, extend(path, k), out, depth + 1)) return false;
     return true;
   }
   out.push({ path, value: v, text: scalarText(v) });
