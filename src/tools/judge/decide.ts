@@ -164,15 +164,18 @@ const deny = (
 /** JSON-RPC error code of a tool call the policy denies. */
 export const DENIED_CODE = -32001;
 
+const hasOwn = (o: JsonObject, k: string) => Object.prototype.hasOwnProperty.call(o, k);
+
 function selectorOf(method: string, params: JsonObject): { sel: string; args?: JsonValue } | string {
-  const has = (k: string) => Object.prototype.hasOwnProperty.call(params, k);
-  const str = (k: string): string | null => (typeof params[k] === 'string' ? (params[k] as string) : null);
+  // The tool call first, without the closures the other methods use: it is most of the traffic.
   if (method === 'tools/call' || method === 'prompts/get') {
-    if (has('uri') || has('ref')) return 'a second selector beside params.name';
-    const n = str('name');
-    if (n === null) return 'params.name must be a string';
+    if (hasOwn(params, 'uri') || hasOwn(params, 'ref')) return 'a second selector beside params.name';
+    const n = params.name;
+    if (typeof n !== 'string') return 'params.name must be a string';
     return { sel: n, args: params.arguments };
   }
+  const has = (k: string) => hasOwn(params, k);
+  const str = (k: string): string | null => (typeof params[k] === 'string' ? (params[k] as string) : null);
   if (method === 'resources/read' || method === 'resources/subscribe' || method === 'resources/unsubscribe') {
     if (has('name') || has('ref')) return 'a second selector beside params.uri';
     const u = str('uri');
