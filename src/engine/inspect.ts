@@ -82,10 +82,12 @@ const CHAR_BITS = new Uint32Array(128);
     }
 }
 // The trigger bits of each detector; all bits (always run) for a detector without triggers.
+let runsAlways = false;
 for (const d of DETECTORS) {
   const t = TRIGGERS[d.id];
   let bits = t === undefined ? ~0 : 0;
   if (t !== undefined) for (const ch of t) bits |= CHAR_BITS[ch.charCodeAt(0)]!;
+  else runsAlways = true;
   d.need = bits;
 }
 
@@ -99,12 +101,30 @@ function triggerBits(text: string): number {
   return bits;
 }
 
+/** What spansOf returns for a text no detector runs on (most texts): never written to. */
+const NO_SPANS: Span[] = Object.freeze([]) as unknown as Span[];
+
+// The trigger bits of each list of detectors as one typed array (read per text; reading `need` off
+// detectors of several shapes was most of the cost of a text no detector runs on).
+const NEEDS = new WeakMap<readonly Detector[], Int32Array>();
+function needsOf(detectors: readonly Detector[]): Int32Array {
+  let needs = NEEDS.get(detectors);
+  if (needs === undefined) {
+    needs = Int32Array.from(detectors, (d) => d.need!);
+    NEEDS.set(detectors, needs);
+  }
+  return needs;
+}
+
 function spansOf(text: string, detectors: readonly Detector[]): Span[] {
-  const out: Span[] = [];
+  let out = NO_SPANS;
   const bits = triggerBits(text);
-  for (let i = 0; i < detectors.length; i++) {
-    const d = detectors[i]!;
-    if ((d.need! & bits) !== 0) d.find(text, out);
+  if (bits === 0 && !runsAlways) return out;
+  const needs = needsOf(detectors);
+  for (let i = 0; i < needs.length; i++) {
+    if ((needs[i]! & bits) === 0) continue;
+    if (out === NO_SPANS) out = [];
+    detectors[i]!.find(text, out);
   }
   return out;
 }
@@ -208,6 +228,92 @@ function activeDetectors(actions: Readonly<Record<InspectCategory, InspectAction
   return ACTIVE_SETS[bits]!;
 }
 
+/** One inspection's state: the walk below is plain functions over it (no closures per call). */
+interface Inspection {
+  findings: InspectFinding[];
+  actions: Readonly<Record<InspectCategory, InspectAction>>;
+  active: readonly Detector[];
+  privEsc: readonly Detector[];
+  /** Allocated on the first finding: most calls have none. */
+  seen: Set<string> | null;
+}
+
+function report(st: Inspection, detector: string, category: InspectCategory, at: string, masked: string): void {
+  const key = `${detector}\u0000${at}\u0000${masked}`;
+  st.seen ??= new Set();
+  if (st.seen.has(key) || st.findings.length >= MAX_FINDINGS) return;
+  st.seen.add(key);
+  st.findings.push({ category, detector, at: at === '' ? '$' : at, masked, action: st.actions[category] });
+}
+
+/** Reports a key's cached matches of the active categories. */
+function reportSpans(st: Inspection, spans: readonly Span[], at: string): void {
+  for (const s of spans) {
+    if (st.actions[s.category] === 'allow') continue;
+    report(st, s.detector, s.category, at, s.category === 'priv_esc' ? maskSecrets(s.masked) : s.masked);
+  }
+}
+
+/** Reports the matches in `text`; returns the ids of the detectors that matched (null: none). */
+function scanText(st: Inspection, text: string, at: string, detectors: readonly Detector[]): Set<string> | null {
+  const spans = spansOf(text, detectors);
+  if (spans.length === 0) return null;
+  const ids = new Set<string>();
+  for (const s of spans) {
+    ids.add(s.detector);
+    report(st, s.detector, s.category, at, s.category === 'priv_esc' ? maskSecrets(s.masked) : s.masked);
+  }
+  return ids;
+}
+
+function walkArray(st: Inspection, v: unknown[], at: string, depth: number): void {
+  const elementHits = new Set<string>();
+  let scalars = v.length > 1;
+  for (let i = 0; i < v.length; i++) {
+    const el: unknown = v[i];
+    if (typeof el === 'string') {
+      const ids = scanText(st, el, `${at}[${i}]`, st.active);
+      if (ids) for (const id of ids) elementHits.add(id);
+    } else walkValue(st, el, `${at}[${i}]`, depth + 1);
+    if (typeof el !== 'string' && typeof el !== 'number') scalars = false;
+  }
+  if (scalars && st.privEsc.length > 0) {
+    const joined = v.join(' ');
+    for (const s of spansOf(joined, st.privEsc)) {
+      if (!elementHits.has(s.detector)) report(st, s.detector, s.category, at, maskSecrets(s.masked));
+    }
+  }
+}
+
+function walkValue(st: Inspection, v: unknown, at: string, depth: number): void {
+  if (depth > MAX_DEPTH) throw new RangeError('tool inputs nested too deeply to inspect');
+  if (typeof v === 'string') {
+    scanText(st, v, at, st.active);
+  } else if (typeof v === 'number' || typeof v === 'bigint') {
+    scanText(st, String(v), at, st.active);
+  } else if (Array.isArray(v)) {
+    walkArray(st, v, at, depth);
+  } else if (v !== null && typeof v === 'object') {
+    // Object.keys as Object.entries read them (own, enumerable, string keys), without a pair per key.
+    const o = v as Record<string, unknown>;
+    const keys = Object.keys(o);
+    for (let i = 0; i < keys.length; i++) {
+      const k = keys[i]!;
+      const child = o[k];
+      const info = keyInfo(k);
+      const path = childPath(at, info);
+      if (info.spans.length > 0) reportSpans(st, info.spans, path);
+      const scalar = typeof child === 'string' || typeof child === 'number' || typeof child === 'bigint';
+      if (info.sensitive && scalar && st.actions.secrets !== 'allow') {
+        const value = String(child).trim();
+        if (value.length >= 4 && !PLACEHOLDER.test(value))
+          report(st, 'credential_field', 'secrets', path, maskValue(value));
+      }
+      walkValue(st, child, path, depth + 1);
+    }
+  }
+}
+
 /**
  * Inspects a tool's inputs: every string value and every key, at any depth, plus each array of
  * scalars joined with spaces (so `["rm", "-rf", "/"]` reads as `rm -rf /`), and the string value
@@ -222,73 +328,7 @@ export function inspectInputs(
   const findings: InspectFinding[] = [];
   const { active, privEsc } = activeDetectors(actions);
   if (active.length === 0) return findings;
-  // Allocated on the first finding: most calls have none.
-  let seen: Set<string> | null = null;
-
-  const report = (detector: string, category: InspectCategory, at: string, masked: string): void => {
-    const key = `${detector}\u0000${at}\u0000${masked}`;
-    seen ??= new Set();
-    if (seen.has(key) || findings.length >= MAX_FINDINGS) return;
-    seen.add(key);
-    findings.push({ category, detector, at: at === '' ? '$' : at, masked, action: actions[category] });
-  };
-  /** Reports a key's cached matches of the active categories. */
-  const reportSpans = (spans: readonly Span[], at: string): void => {
-    for (const s of spans) {
-      if (actions[s.category] === 'allow') continue;
-      report(s.detector, s.category, at, s.category === 'priv_esc' ? maskSecrets(s.masked) : s.masked);
-    }
-  };
-  /** Reports the matches in `text`; returns the ids of the detectors that matched (null: none). */
-  const scan = (text: string, at: string, detectors: readonly Detector[]): Set<string> | null => {
-    const spans = spansOf(text, detectors);
-    if (spans.length === 0) return null;
-    const ids = new Set<string>();
-    for (const s of spans) {
-      ids.add(s.detector);
-      report(s.detector, s.category, at, s.category === 'priv_esc' ? maskSecrets(s.masked) : s.masked);
-    }
-    return ids;
-  };
-  const walk = (v: unknown, at: string, depth: number): void => {
-    if (depth > MAX_DEPTH) throw new RangeError('tool inputs nested too deeply to inspect');
-    if (typeof v === 'string') {
-      scan(v, at, active);
-    } else if (typeof v === 'number' || typeof v === 'bigint') {
-      scan(String(v), at, active);
-    } else if (Array.isArray(v)) {
-      const elementHits = new Set<string>();
-      let scalars = v.length > 1;
-      for (let i = 0; i < v.length; i++) {
-        const el: unknown = v[i];
-        if (typeof el === 'string') {
-          const ids = scan(el, `${at}[${i}]`, active);
-          if (ids) for (const id of ids) elementHits.add(id);
-        } else walk(el, `${at}[${i}]`, depth + 1);
-        if (typeof el !== 'string' && typeof el !== 'number') scalars = false;
-      }
-      if (scalars && privEsc.length > 0) {
-        const joined = v.join(' ');
-        for (const s of spansOf(joined, privEsc)) {
-          if (!elementHits.has(s.detector)) report(s.detector, s.category, at, maskSecrets(s.masked));
-        }
-      }
-    } else if (v !== null && typeof v === 'object') {
-      for (const [k, child] of Object.entries(v)) {
-        const info = keyInfo(k);
-        const path = childPath(at, info);
-        reportSpans(info.spans, path);
-        const scalar = typeof child === 'string' || typeof child === 'number' || typeof child === 'bigint';
-        if (info.sensitive && scalar && actions.secrets !== 'allow') {
-          const value = String(child).trim();
-          if (value.length >= 4 && !PLACEHOLDER.test(value))
-            report('credential_field', 'secrets', path, maskValue(value));
-        }
-        walk(child, path, depth + 1);
-      }
-    }
-  };
-  walk(inputs, '', 0);
+  walkValue({ findings, actions, active, privEsc, seen: null }, inputs, '', 0);
   return findings;
 }
 

@@ -10,9 +10,20 @@ import type { EntryProblem } from './types.js';
 const INVISIBLE = /[\p{Default_Ignorable_Code_Point}\p{Cc}\p{Cf}]/gu;
 const PLAIN = /^[a-z0-9_.:/-]+$/;
 
+// The last two plain names seen: the gate asks about its method and the tool's name on every call
+// (four times a call), and comparing with them is cheaper than the pattern. '' normalises to itself.
+let plainA = '';
+let plainB = '';
+
 /** The canonical form of a tool name (entries and subjects alike). */
 export function normalizeToolName(name: string): string {
-  if (PLAIN.test(name)) return name; // the usual name needs no work
+  if (name === plainA || name === plainB) return name;
+  if (PLAIN.test(name)) {
+    // The usual name needs no work.
+    plainB = plainA;
+    plainA = name;
+    return name;
+  }
   const folded = name.replace(INVISIBLE, '').normalize('NFKC').toUpperCase().toLowerCase().normalize('NFKC');
   return folded.replace(INVISIBLE, '').trim().replace(/\s+/g, ' ');
 }

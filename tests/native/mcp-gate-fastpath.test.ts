@@ -13,7 +13,7 @@ import { createMcpGate } from '../../src/tools/gate/gate.js';
 import { createLocalJudge } from '../../src/tools/judge/judge.js';
 import { compileGatePolicy } from '../../src/tools/judge/compile.js';
 import { validateGatePolicy } from '../../src/tools/judge/policy-file.js';
-import { nativeLineScanner, type LineScanner } from '../../src/tools/gate/scan.js';
+import { nativeLineScanner, plainRequest, type LineScanner } from '../../src/tools/gate/scan.js';
 import { mulberry32 } from '../lab/prng.js';
 import { createDecisionLog } from '../../src/log/decisions.js';
 import { nativeAvailable } from '../../src/native.js';
@@ -138,5 +138,17 @@ describe.skipIf(!nativeAvailable())('the gate’s native fast path changes nothi
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it('reads each line’s own method when the last line’s has the same length (the reader keeps the last one)', () => {
+    const sc = nativeLineScanner()!;
+    // tools/list and tools/call are both 10 bytes: a tools/call read as tools/list would skip the policy.
+    const methods = ['tools/list', 'tools/call', 'tools/call', 'tools/list', 'tools/cal1', 'tools/call', 'ping'];
+    const got = methods.map((m, i) => {
+      const line = Buffer.from(`{"jsonrpc":"2.0","id":${i},"method":"${m}","params":{"name":"x"}}`);
+      expect(sc.scan(line)).toBe(true);
+      return plainRequest(line, sc.facts)?.method;
+    });
+    expect(got).toEqual(methods);
   });
 });

@@ -65,6 +65,21 @@ export function plainResponseKey(line: Buffer, facts: Float64Array): string | nu
   return null;
 }
 
+// The last method read: most lines repeat it, and the same string object then hashes once.
+let lastMethod = '';
+
+/** The latin1 text of line[start, end) (an escape-free method), the last one's string when equal. */
+function methodAt(line: Buffer, start: number, end: number): string {
+  const n = end - start;
+  if (n === lastMethod.length) {
+    let k = 0;
+    while (k < n && line[start + k] === lastMethod.charCodeAt(k)) k++;
+    if (k === n) return lastMethod;
+  }
+  lastMethod = line.toString('latin1', start, end);
+  return lastMethod;
+}
+
 const REQUEST_NEED = SCAN.TOP_OBJECT | SCAN.JSONRPC_OK | SCAN.METHOD_STRING;
 const REQUEST_NOT = SCAN.HAS_RESULT | SCAN.HAS_ERROR | SCAN.OTHER_KEY;
 
@@ -87,7 +102,7 @@ export function plainRequest(line: Buffer, facts: Float64Array): PlainRequest | 
   if ((f & REQUEST_NEED) !== REQUEST_NEED || (f & REQUEST_NOT) !== 0) return null;
   if (f & SCAN.HAS_PARAMS && !(f & SCAN.PARAMS_OBJECT)) return null;
   const out: PlainRequest = {
-    method: line.toString('latin1', facts[4]!, facts[5]!),
+    method: methodAt(line, facts[4]!, facts[5]!),
     params: f & SCAN.HAS_PARAMS ? [facts[6]!, facts[7]!] : null,
   };
   if (f & SCAN.HAS_ID) {

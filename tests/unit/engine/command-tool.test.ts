@@ -93,6 +93,18 @@ describe('tool names', () => {
   ])('grammar refuses %j as %s', (e, code) => {
     expect(toolEntryProblem(e)?.code).toBe(code);
   });
+  it('normalises a look-alike right after the plain names it folds to (the last two are remembered)', () => {
+    for (let round = 0; round < 3; round++) {
+      expect(normalizeToolName('tools/call')).toBe('tools/call');
+      expect(normalizeToolName('read_file')).toBe('read_file');
+      // Same length as a remembered name, and folds to it: still folded, never passed as it came.
+      expect(normalizeToolName('READ_FILE')).toBe('read_file');
+      expect(normalizeToolName('Tools/Call')).toBe('tools/call');
+      expect(normalizeToolName('read_fil\u200b')).toBe('read_fil');
+      expect(normalizeToolName('')).toBe('');
+    }
+  });
+
   it('grammar accepts a normal name', () => {
     expect(toolEntryProblem('github.create_issue')).toBeNull();
   });

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { createDecisionLog } from '../../../src/log/decisions.js';
+import { createDecisionLog, formatDecisionTail } from '../../../src/log/decisions.js';
 
 const lines = (f: string) =>
   fs
@@ -63,6 +63,38 @@ describe('decision log with coalesceAllows (the MCP gate)', () => {
     const b = log.write(allow);
     await log.close();
     expect(lines(file).map((l) => l.ref)).toEqual([a, b]);
+  });
+
+  it('writes held tails that are not ASCII as UTF-8, beside ASCII ones in the same write', async () => {
+    const file = logFile();
+    const log = createDecisionLog({ sink: file, coalesceAllows: true });
+    onTestFinished(() => log.close());
+    const plain = formatDecisionTail({ ...allow, subject: { name: 'read_file' } });
+    const wide = formatDecisionTail({ ...allow, subject: { name: 'caf\u00e9_\u2713_\u{1f600}' } });
+    // The same tail objects again and again (as the gate writes them), and a record line between.
+    const refs = [
+      log.writeTail!('allow', plain),
+      log.writeTail!('allow', wide),
+      log.writeTail!('allow', wide),
+      log.write({ ...allow, subject: { name: '\u00fc' } }),
+      log.writeTail!('allow', plain),
+    ];
+    await new Promise((r) => setImmediate(r));
+    const text = fs.readFileSync(file, 'utf8');
+    expect(text).not.toContain('\ufffd');
+    const got = text.split('\n').filter(Boolean);
+    expect(got.map((l) => (JSON.parse(l) as { ref: string }).ref)).toEqual(refs);
+    expect(got.map((l) => l.slice(l.indexOf(',"uid"')) + '\n')).toEqual([
+      plain,
+      wide,
+      wide,
+      formatDecisionTail({ ...allow, subject: { name: '\u00fc' } }),
+      plain,
+    ]);
+    // And a later batch of ASCII lines alone is still exact.
+    const last = log.writeTail!('allow', plain);
+    await new Promise((r) => setImmediate(r));
+    expect(fs.readFileSync(file, 'utf8').endsWith(`"ref":"${last}"${plain}`)).toBe(true);
   });
 
   it('without the option every line is written before write returns', () => {
