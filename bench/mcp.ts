@@ -2,6 +2,8 @@
  * bench/mcp: what `leash mcp` costs per tool call, measured in one run against
  *   direct  — the client talks to the server itself;
  *   relay   — a minimal pass-through line relay (bench/mcp-relay.ts), the floor any stdio gate pays;
+ *   parse   — the same relay also reading each request with JSON.parse and looking its tool name up: about the
+ *             least a gate that judges calls pays (no log, no argument rules, answers untouched);
  *   leash   — `leash mcp --policy` with a 1,000-rule policy, decisions logged to a file;
  *   leash-ni — the same with tools.inspect all `allow` (no detectors): the gate without inspection.
  *   leash-ops — 1,000 rules over operations (filesystem table), output redaction on (issue #16).
@@ -93,8 +95,10 @@ interface Session {
 function start(kind: string, policies: Record<string, string>, logFile: string): Session {
   let child: ChildProcess;
   if (kind === 'direct') child = spawn(process.execPath, [ECHO], { stdio: ['pipe', 'pipe', 'inherit'] });
-  else if (kind === 'relay')
-    child = spawn(process.execPath, [RELAY, process.execPath, ECHO], { stdio: ['pipe', 'pipe', 'inherit'] });
+  else if (kind === 'relay' || kind === 'parse')
+    child = spawn(process.execPath, [RELAY, ...(kind === 'parse' ? ['--parse'] : []), process.execPath, ECHO], {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
   else
     child = spawn(
       process.execPath,
@@ -176,7 +180,7 @@ async function main(): Promise<void> {
     'leash-ni': writePolicy(dir, false),
     'leash-ops': writeOpsPolicy(dir),
   };
-  const kinds = ['direct', 'relay', 'leash', 'leash-ni', 'leash-ops'];
+  const kinds = ['direct', 'relay', 'parse', 'leash', 'leash-ni', 'leash-ops'];
   const res: Record<string, { p50: number[]; p99: number[]; rate: number[]; cpu: number[] }> = {};
   for (const k of kinds) res[k] = { p50: [], p99: [], rate: [], cpu: [] };
   const load = os.loadavg()[0]!;
@@ -222,13 +226,14 @@ async function main(): Promise<void> {
     console.log(
       `${r.mode.padEnd(9)}${pad(r.calls_per_s, 10)}${pad(r.p50_us, 9)}${pad(r.p99_us, 9)}${pad(r.added_p50_us, 9)}${pad(r.vs_relay_rate, 9)}${pad(r.gate_cpu_ms_per_1k ?? '-', 11)}`,
     );
-  for (const leash of rows.slice(2))
+  for (const leash of rows.slice(3))
     console.log(
       `targets (${leash.mode}): +p50 ${leash.added_p50_us} µs (<= ${leash.mode === 'leash-ops' ? 150 : 200}: ${leash.added_p50_us <= (leash.mode === 'leash-ops' ? 150 : 200) ? 'met' : 'MISSED'}), ` +
         `calls/s ${leash.vs_relay_rate}x relay (>= 0.8: ${leash.vs_relay_rate >= 0.8 ? 'met' : 'MISSED'})`,
     );
   // Each round's own ratio (the relay measured minutes apart can be a different machine): the spread.
   for (const k of kinds.slice(2)) {
+    // parse: the relay that also parses each request and looks its tool name up (the floor of a judging gate).
     const per = res[k]!.rate.map((r, i) => r / res.relay!.rate[i]!).sort((a, b) => a - b);
     console.log(`${k} x relay per round: ${per.map((x) => x.toFixed(2)).join(' ')} (median ${median(per).toFixed(2)})`);
   }
