@@ -360,7 +360,7 @@ async function main(): Promise<void> {
     process.stdout.write(
       SKIP_CONNS
         ? `  ${'p99 set-up vs direct'.padEnd(22)} skipped (--skip-conns)\n`
-        : `  ${'p99 set-up vs direct'.padEnd(22)} +${f(dP99)} ms  target <= +2 ms  ${dP99 <= 2 ? 'met' : 'MISSED'}\n`,
+        : `  ${'p99 set-up vs direct'.padEnd(22)} ${dP99 >= 0 ? '+' : ''}${f(dP99)} ms  target <= +2 ms  ${dP99 <= 2 ? 'met' : 'MISSED'}\n`,
     );
     process.stdout.write(`  proxy CPU per GiB bulk: Leash ${f(leashCpu / REPS)} s, nginx ${f(nginxCpu / REPS)} s\n`);
     if (!SKIP_BULK)
