@@ -347,7 +347,7 @@ logging: { level: info, decisions: ${log()}, allows: all, journal: auto, journal
     expect(jd!.query(['SYSLOG_IDENTIFIER=leash-watcher']).length).toBe(watcherBefore);
   }, 120_000);
 
-  it('an entry too large for a datagram goes as a sealed memfd and arrives whole', () => {
+  it('an entry too large for a datagram goes as a sealed memfd and arrives whole', async () => {
     const big = 'x'.repeat(1024 * 1024); // over the kernel's datagram limit (net.core.wmem_max)
     const entry = serializeEntry([
       ['MESSAGE', 'big entry'],
@@ -355,7 +355,8 @@ logging: { level: info, decisions: ${log()}, allows: all, journal: auto, journal
       ['LEASH_TEST_ID', String(process.pid)],
     ]);
     expect(loadNative().journalSend(jd!.socket, entry)).toBe(0);
-    const got = jd!.query([`LEASH_TEST_ID=${process.pid}`, '--all']);
+    // journald reads the memfd after the send returns: waited for, as the other entries are.
+    const got = await waitFor(() => jd!.query([`LEASH_TEST_ID=${process.pid}`, '--all']), 1);
     expect(got).toHaveLength(1);
     expect(got[0]!.LEASH_TEST_BIG).toHaveLength(big.length);
     // A socket with nobody behind it is an errno, not a throw.

@@ -61,7 +61,19 @@ describe.skipIf(!root)('watcher: hard links', () => {
     w.mark(dir);
     w.start();
   }
-  const settle = (): Promise<void> => new Promise((r) => setTimeout(r, 150));
+  let marks = 0;
+  /**
+   * Waits until every decision made so far has been drained: the agent reads a fresh marker file, and its line,
+   * queued after all of theirs, arrives (a fixed 150 ms sleep missed a line on a loaded machine).
+   */
+  const settle = async (): Promise<void> => {
+    const mark = p('work', `settle-${++marks}`);
+    fs.writeFileSync(mark, 'm', { mode: 0o644 });
+    expect(asAgent(cat, mark)).toMatchObject({ code: 0 });
+    for (let i = 0; i < 500 && !records.some((r) => r.subject === mark); i++)
+      await new Promise((r) => setTimeout(r, 20));
+    expect(records.some((r) => r.subject === mark)).toBe(true);
+  };
   const asAgent = (...argv: string[]) => runAs(user, argv);
   const blocksOf = (file: string) => records.filter((r) => r.action === 'block' && r.subject === file);
 
