@@ -1,10 +1,14 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { createReloadTracker, readReloadStatus, statusFilePath } from '../../../../src/control/reconcile/generation.js';
 
-const tmp = () => path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'leash-gen-')), 'reconcile.json');
+const tmp = () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-gen-'));
+  onTestFinished(() => fs.rmSync(dir, { recursive: true, force: true }));
+  return path.join(dir, 'reconcile.json');
+};
 
 describe('reload generation', () => {
   it('writes each SIGHUP count at once, and done only from a finished reload covering it', () => {
