@@ -88,7 +88,8 @@ class Acceptor : public Napi::ObjectWrap<Acceptor> {
                         InstanceMethod("setFast", &Acceptor::SetFast), InstanceMethod("cacheName", &Acceptor::CacheName),
                         InstanceMethod("abortSlot", &Acceptor::AbortSlot),
                         InstanceMethod("fastStats", &Acceptor::FastStats),
-                        InstanceMethod("setLogFd", &Acceptor::SetLogFd), InstanceMethod("fastTake", &Acceptor::FastTake)});
+                        InstanceMethod("setLogFd", &Acceptor::SetLogFd),
+                        InstanceMethod("fastTake", &Acceptor::FastTake)});
   }
 
   explicit Acceptor(const Napi::CallbackInfo& info);

@@ -32,9 +32,10 @@ struct PolicyHandle {
 
 /**
  * fastConfig({splicer, counts: Int32Array, maxTotal, maxPerSubject, peekBytes, peekTimeoutMs, connectTimeoutMs,
- * told, onLines(records), logFd?, logWrite?, setups?}): turns the native path on. With `logFd` its allow lines
- * are written here (acceptor_lines.cc; `logWrite` false: counted only) and pulled with fastTake. `splicer` must be inline on this loop; `counts` is the caps'
- * array ([active, opened, then one cell per subject slot]), updated here for the connections this path holds.
+ * told, onLines(records), logFd?, logWrite?, setups?}): turns the native path on. `splicer` must be inline on this
+ * loop; `counts` is the caps' array ([active, opened, then one cell per subject slot]), updated here for the
+ * connections this path holds. With `logFd` its allow lines are written here (acceptor_lines.cc; `logWrite` false:
+ * counted only), their counts and set-up times pulled with fastTake.
  */
 Napi::Value Acceptor::FastConfig(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { formatDecision, type DecisionRecord } from '../../src/log/decisions.js';
 import type { Probe, ProbeResult } from '../../src/cli/demo/probe.js';
-import { LAB, canRunLab, netPolicy, useLab, type EnforcerHandle, type LabUser } from '../lab/index.js';
+import { LAB, canRunLab, netPolicy, useLab, type EnforcerHandle, type Lab, type LabUser } from '../lab/index.js';
 import { captureHello } from '../lab/client-hello.js';
 
 // The proxy's native verdict path (issue 43), tried as the leashed account in the lab: which connections it
@@ -34,6 +34,12 @@ interface PathStats {
   refused: number;
   toJs: number;
   connectFailed: number;
+}
+
+/** Runs `script` (node -e) as the leashed account in the lab's agent namespace. */
+function nodeAsAgent(lab: Lab, user: LabUser, script: string, args: string[]) {
+  const id = [`--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups'];
+  return lab.agent(['setpriv', ...id, process.execPath, '-e', script, ...args]);
 }
 
 /** The enforcer's native-path counts now (one SIGUSR2, its stderr line). */
@@ -203,18 +209,7 @@ describe.skipIf(!canRunLab)('network: the native verdict path', () => {
     expect(warm).toMatchObject({ ok: true });
     const hello = (await captureHello('good.lab')).toString('hex');
     const s0 = await stats();
-    const r = await L.get().agent([
-      'setpriv',
-      `--reuid=${agent.uid}`,
-      `--regid=${agent.gid}`,
-      '--clear-groups',
-      process.execPath,
-      '-e',
-      HALF_CLOSE_CLIENT,
-      GOOD.v4,
-      String(BULK_PORT),
-      hello,
-    ]);
+    const r = await nodeAsAgent(L.get(), agent, HALF_CLOSE_CLIENT, [GOOD.v4, String(BULK_PORT), hello]);
     expect(r.code).toBe(0);
     // The pair ends with the server's EOF: the pump closes both sockets without a shutdown first; the bytes still
     // queued for the client go before the FIN, never a reset.
@@ -317,17 +312,7 @@ describe.skipIf(!canRunLab)('network: the native verdict path keeps the connecti
     const [warm] = await lab.probe(agent, [tls(GOOD.v4, 'good.lab')]);
     expect(warm).toMatchObject({ ok: true });
     const s0 = await pathStats(enf);
-    const r = await lab.agent([
-      'setpriv',
-      `--reuid=${agent.uid}`,
-      `--regid=${agent.gid}`,
-      '--clear-groups',
-      process.execPath,
-      '-e',
-      CAP_CLIENT,
-      GOOD.v4,
-      String(HOLD_PORT),
-    ]);
+    const r = await nodeAsAgent(lab, agent, CAP_CLIENT, [GOOD.v4, String(HOLD_PORT)]);
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout)).toEqual({ held: [null, null, null], fourth: 'ECONNRESET', fifth: null });
     const s1 = await pathStats(enf);

@@ -1,20 +1,9 @@
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createDecisionLog, formatDecisionTail, type DecisionRecord } from '../../../src/log/decisions.js';
+import { readDecisions, tmpSink } from './sink.js';
 
-function sink(): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-l42-'));
-  onTestFinished(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return path.join(dir, 'd.jsonl');
-}
-const read = (f: string) =>
-  fs
-    .readFileSync(f, 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as DecisionRecord & { subject: { allowed?: number; written?: number } });
+const sink = () => tmpSink('leash-l42-');
+const read = readDecisions;
 
 const allow = (uid: number, surface: DecisionRecord['surface'] = 'network'): DecisionRecord => ({
   uid,

@@ -1,26 +1,16 @@
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { createDecisionLog, type DecisionRecord } from '../../../src/log/decisions.js';
 import { createJournal, teeDecisionsToJournal } from '../../../src/log/journal.js';
 import { countDecisions, createMetrics, parseMetricsText } from '../../../src/metrics/metrics.js';
+import { readDecisions, tmpSink } from './sink.js';
 
 // The decision log's allow sink (issue 43): the proxy's native path writes plain allow lines to the log's own
 // descriptor and reports its counts; these are the log's promises to it. The native side is tried in
 // tests/integration/network-native-verdict.test.ts.
 
-function file(): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-sink-'));
-  onTestFinished(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return path.join(dir, 'd.jsonl');
-}
-const read = (f: string) =>
-  fs
-    .readFileSync(f, 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as DecisionRecord & { subject: { allowed?: number; written?: number } });
+const file = () => tmpSink('leash-sink-');
+const read = readDecisions;
 
 describe('decision log: the allow sink for native writers', () => {
   it('gives its descriptor: every line written under `all`, only counted under `summary`, none under `sampled`', async () => {
