@@ -33,6 +33,10 @@ export {
   redactSecrets,
   mayHoldSecret,
   SECRET_LITERALS,
+  DETECTOR_NEEDS,
+  inspectionNeeds,
+  meetsNeed,
 } from './inspect.js';
+export type { DetectorNeed } from './inspect.js';
 export { findSecrets, SECRET_KINDS } from './secrets.js';
 export type { SecretSpan } from './secrets.js';
