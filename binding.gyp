@@ -51,7 +51,8 @@
         "native/common/memory.cc",
         "native/tools/walkpath.cc",
         "native/tools/walkcache.cc",
-        "native/tools/literals.cc"
+        "native/tools/literals.cc",
+        "native/tools/gatejudge.cc"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",

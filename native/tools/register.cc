@@ -1,5 +1,6 @@
 #include "register.h"
 
+#include "gatejudge.h"
 #include "jsonscan.h"
 #include "literals.h"
 #include "walkcache.h"
@@ -9,7 +10,7 @@ namespace leash {
 
 void RegisterTools(Napi::Env env, Napi::Object exports) {
   SetFunctions(env, exports, {{"walkPath", WalkPathJs}, {"createJsonScanner", CreateJsonScanner}});
-  SetFunctions(env, exports, {{"createLiteralFinder", CreateLiteralFinder}});
+  SetFunctions(env, exports, {{"createLiteralFinder", CreateLiteralFinder}, {"createGateJudge", CreateGateJudge}});
   InitWalkCache(env, exports);
 }
 

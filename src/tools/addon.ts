@@ -1,3 +1,5 @@
+import type { NativeRegex } from './judge/linear-regex.js';
+
 /**
  * The tools gate's part of the native addon (native/tools/register.cc), as src/native.ts's nativeTools() hands it
  * over: the path walk and its cache, the JSON pre-check and the literal finder.
@@ -26,6 +28,26 @@ export interface NativeWalkCache {
   close(): void;
 }
 
+/** A tool's argument rules as the native judge takes them (src/tools/judge/native.ts nativeTool). */
+export interface NativeGateTool {
+  allowAny: boolean;
+  allow: NativeGatePath[];
+  deny: NativeGatePath[];
+}
+export interface NativeGatePath {
+  segs: string[];
+  /** type: -1 any, 0 string, 1 number, 2 boolean, 3 null, 4 object, 5 array; re: a NativeRegex or null. */
+  rules: { type: number; re: NativeRegex | null; admitsDotDot: boolean }[];
+}
+
+/** The MCP gate's native judge of a plain tools/call (native/tools/gatejudge.cc). */
+export interface NativeGateJudge {
+  /** params at line[start, end) of a scanned line: the tool's index when certainly allowed, else -1. */
+  judge(line: Buffer, start: number, end: number): number;
+  /** Registers a name allowed by the registry (tool: its argument rules, null for none); its index, -1 when full. */
+  add(name: string, tool: NativeGateTool | null): number;
+}
+
 export interface NativeToolsPart {
   /**
    * The tools gate's reading of an absolute path (src/tools/judge/operations/paths.ts): existing symlinks
@@ -49,4 +71,13 @@ export interface NativeToolsPart {
    * compared without case (native/tools/literals.cc): has(buf) is 1 when one occurs, else 0.
    */
   createLiteralFinder(literals: string[]): (buf: Buffer) => number;
+  /**
+   * The gate's native judge (native/tools/gatejudge.cc): literals (1..64 ASCII bytes, at most 64) and the
+   * needs over them (each group a list of literal indices, one of which must occur; a digit count).
+   */
+  createGateJudge(config: {
+    strictArgs: boolean;
+    literals: string[];
+    needs: { all: number[][]; digits: number }[];
+  }): NativeGateJudge;
 }

@@ -1,5 +1,6 @@
 // The gate with its native pre-check (canonical lines forwarded as received, plain responses never
-// built as objects) must behave exactly as the gate without it (every line parsed and re-written):
+// built as objects, plain tools/calls judged by the native judge) must behave exactly as the gate
+// without it (every line parsed, judged in JavaScript and re-written):
 // the same session, run both ways in front of the same fake server, gives the same client output,
 // the same bytes at the server, the same decision log (but for time and ref) and the same exit.
 import fs from 'node:fs';
@@ -70,6 +71,8 @@ interface Outcome {
   client: string[];
   server: string;
   log: string[];
+  /** Calls the JavaScript judge was asked to judge. */
+  judged: number;
 }
 
 async function run(lines: string[], scanner: LineScanner | null, dir: string): Promise<Outcome> {
@@ -77,12 +80,20 @@ async function run(lines: string[], scanner: LineScanner | null, dir: string): P
   const logFile = path.join(dir, `decisions-${scanner ? 'fast' : 'slow'}.jsonl`);
   const p = validateGatePolicy(POLICY);
   const log = createDecisionLog({ sink: logFile, coalesceAllows: true });
-  const judge = createLocalJudge({
+  const local = createLocalJudge({
     policy: compileGatePolicy(p.tools, p.failMode, GATE_ENGINE),
     log,
     uid: 4242,
     mask: maskString,
   });
+  let judged = 0;
+  const judge: typeof local = {
+    ...local,
+    judge: (m, params, n) => {
+      judged++;
+      return local.judge(m, params, n);
+    },
+  };
   const input = new PassThrough();
   let out = '';
   const output = new Writable({
@@ -116,6 +127,7 @@ async function run(lines: string[], scanner: LineScanner | null, dir: string): P
       .sort(),
     server: fs.readFileSync(record, 'utf8'),
     log: fs.readFileSync(logFile, 'utf8').split('\n').filter(Boolean).map(strip).sort(),
+    judged,
   };
 }
 
@@ -135,6 +147,8 @@ describe.skipIf(!nativeAvailable())('the gate’s native fast path changes nothi
       expect(slow.client.some((l) => l.includes('"error"'))).toBe(true);
       expect(slow.log.some((l) => l.includes('"action":"allow"'))).toBe(true);
       expect(slow.log.some((l) => l.includes('"action":"block"'))).toBe(true);
+      // The native judge took the plain allowed calls (the first of its kind is JavaScript's, which registers it).
+      expect(fast.judged).toBeLessThan(slow.judged - 10);
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }

@@ -48,6 +48,13 @@ export function handleClientLine(g: GateState, line: Buffer): void | Promise<voi
   if (raw !== null) {
     const fast = plainRequest(line, scanner!.facts);
     if (fast !== null) {
+      const nj = g.native;
+      if (nj !== null && fast.key !== undefined && fast.params !== null && fast.method === 'tools/call') {
+        // A call the native judge certainly allows is relayed without its params being read here.
+        const k = nj.judge(line, fast.params[0], fast.params[1]);
+        if (k >= 0 && !g.pending.has(fast.key) && !g.held.has(fast.key))
+          return relayAllowed(g, fast.id!, fast.key, k, raw);
+      }
       // The envelope was checked natively; only params are built (the judge reads them).
       let params: JsonValue | undefined;
       try {
@@ -184,6 +191,16 @@ function answerRequest(g: GateState, v: JsonObject, key: string, j: GateJudgment
   if (timeoutMs > 0 && g.deadlineTimer === null) armDeadline(g, timeoutMs);
   g.retired.delete(key);
   toServer(g, v, raw);
+}
+
+/** A tools/call the native judge allowed: its decision line, then relayed and waited for as answerRequest does. */
+function relayAllowed(g: GateState, id: JsonValue, key: string, idx: number, raw: Buffer): void {
+  g.native!.allowed(idx);
+  const timeoutMs = g.timeoutMs;
+  g.pending.set(key, { id, method: 'tools/call', deadline: timeoutMs > 0 ? performance.now() + timeoutMs : Infinity });
+  if (timeoutMs > 0 && g.deadlineTimer === null) armDeadline(g, timeoutMs);
+  g.retired.delete(key);
+  toServer(g, null, raw);
 }
 
 /**

@@ -89,6 +89,8 @@ export class GateState {
   readonly judge: GateJudge;
   readonly observer: GateObserver | undefined;
   readonly scanner: LineScanner | null;
+  /** The judge's native judge of plain tools/calls (none with an observer: it reads every call's arguments). */
+  readonly native: NonNullable<GateJudge['native']> | null;
   readonly timeoutMs: number;
 
   // ---- the server ----
@@ -153,6 +155,7 @@ export class GateState {
     this.judge = o.judge;
     this.observer = o.observer;
     this.scanner = scanner;
+    this.native = o.observer === undefined ? (o.judge.native ?? null) : null;
     this.timeoutMs = o.timeoutMs;
     this.child = child;
     this.sin = child.stdin!;

@@ -22,6 +22,7 @@ import {
 import { readAllowed, tableFor } from './operations/rules.js';
 import { redactForLog } from './redact.js';
 import { type CompiledGatePolicy } from './compile.js';
+import { createNativeCallJudge } from './native.js';
 
 /**
  * A judgment as the gate uses it: the log line's ref travels in the error's data; `audit` is what
@@ -83,6 +84,11 @@ export interface GateJudge {
    * judge that holds asked calls binds session approvals to it (the gate then reads every tools/list).
    */
   listed?(tools: [string, string][]): void;
+  /**
+   * The native judge of plain tools/calls (./native.ts), when this judge has one: `judge` the params span of a
+   * scanned line (a tool's index when certainly allowed, else -1), `allowed` writes that call's decision line.
+   */
+  readonly native?: { judge(line: Buffer, start: number, end: number): number; allowed(idx: number): void };
 }
 
 export interface GateEvent {
@@ -286,6 +292,8 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
   };
   const run = randomUUID();
   const audit = o.audit ?? null;
+  // Audited calls and a log without tails are JavaScript's (the native judge writes no audit record).
+  const native = audit === null && o.log.writeTail !== undefined ? createNativeCallJudge(o.policy) : null;
   // The decision line and the audit record of a final judgment.
   const finish = (j: Exclude<Judgment, AskJudgment> & GateJudgment, params: JsonValue | undefined): GateJudgment => {
     const ref = logJudgment(j, params, ctx);
@@ -330,8 +338,15 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
           () => finish(askUnavailable(asked), params),
         );
       // No service, so no approver: an asked call is refused at once, as the queue refuses it with nobody subscribed.
-      return finish(asked.action === 'ask' ? askUnavailable(asked) : asked, params);
+      const j = finish(asked.action === 'ask' ? askUnavailable(asked) : asked, params);
+      if (native !== null && method === 'tools/call' && j.action === 'allow' && j.name !== undefined)
+        native.learn(j.name, j, ctx.allowTails!.get(j.name)?.tail);
+      return j;
     },
+    native:
+      native === null
+        ? undefined
+        : { judge: native.judge, allowed: (idx) => void ctx.log.writeTail!('allow', native.tail(idx)) },
     attachModel(m) {
       session.model = m;
     },

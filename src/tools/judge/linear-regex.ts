@@ -18,7 +18,18 @@ export interface LinearRegex {
   /** True when the pattern matches anywhere in `text` (anchor with ^ and $). */
   test(text: string): boolean;
   readonly source: string;
+  /** The same test in a form native code runs (the gate's native judge); absent for a pattern left to RE2. */
+  readonly native?: NativeRegex;
 }
+
+/**
+ * A pattern native code can match exactly as `test` does, on ASCII text: a literal (a string search,
+ * anchored or not), or deterministic atoms (deterministicOf: a greedy walk never needs a second choice).
+ * `chars` is the set of an atom as a string of its printable ASCII characters.
+ */
+export type NativeRegex =
+  | { kind: 'literal'; lit: string; start: boolean; end: boolean }
+  | { kind: 'atoms'; atoms: { chars: string; q: '' | '?' | '*' | '+' }[]; end: boolean };
 
 /** A pattern that cannot be read as a linear-time regex (config_invalid: it comes from a policy). */
 export class LinearRegexError extends LeashError {
@@ -86,12 +97,14 @@ export function compileLinear(pattern: string): LinearRegex {
   }
   const re = compileOne(main);
   const lit = guard === null ? literalOf(main) : null;
-  if (lit !== null) return { source: pattern, test: lit };
-  const det = deterministicOf(main);
+  if (lit !== null) return { source: pattern, test: literalTest(lit), native: lit };
+  const atoms = deterministicAtoms(main);
+  const det = atoms === null ? null : atomsRegExp(atoms);
   // `test` asks for no groups, so re2js answers with its DFA (a Matcher's find() is 2.5x the cost);
   // the guard is anchored by its own `^`, so a match anywhere is one at the start.
   const main1 = det !== null ? (t: string) => det.test(t) : (t: string) => re.test(t);
-  if (guard === null) return { source: pattern, test: main1 };
+  if (guard === null)
+    return atoms === null ? { source: pattern, test: main1 } : { source: pattern, test: main1, native: atoms };
   return { source: pattern, test: (text) => !guard.test(text) && main1(text) };
 }
 
@@ -100,7 +113,7 @@ export function compileLinear(pattern: string): LinearRegex {
  * `$`, is the same test as a string search: RE2 reads `^` and `$` as the start and end of the value.
  * Most argument rules are such (`^/etc/`, `\.\.`); the RE2 automaton costs a microsecond a call.
  */
-function literalOf(p: string): ((text: string) => boolean) | null {
+function literalOf(p: string): Extract<NativeRegex, { kind: 'literal' }> | null {
   const start = p.startsWith('^');
   let end = false;
   let lit = '';
@@ -116,6 +129,10 @@ function literalOf(p: string): ((text: string) => boolean) | null {
     } else if (/[ -~]/.test(c) && !'.+*?()|[]{}^$'.includes(c)) lit += c;
     else return null;
   }
+  return { kind: 'literal', lit, start, end };
+}
+
+function literalTest({ lit, start, end }: { lit: string; start: boolean; end: boolean }): (text: string) => boolean {
   if (start && end) return (t) => t === lit;
   if (start) return (t) => t.startsWith(lit);
   if (end) return (t) => t.endsWith(lit);
@@ -168,6 +185,12 @@ function classAt(p: string, open: number): { set: Set<number>; end: number } | n
  * 20x faster than the RE2 automaton on `^/srv/[a-z/]+\\.txt$`; anything else is left to RE2.
  */
 export function deterministicOf(p: string): RegExp | null {
+  const atoms = deterministicAtoms(p);
+  return atoms === null ? null : atomsRegExp(atoms);
+}
+
+/** The atoms of a deterministicOf pattern (null when it is not one). */
+function deterministicAtoms(p: string): Extract<NativeRegex, { kind: 'atoms' }> | null {
   if (!p.startsWith('^')) return null;
   const atoms: { set: Set<number>; q: '' | '?' | '*' | '+' }[] = [];
   let end = false;
@@ -206,7 +229,12 @@ export function deterministicOf(p: string): RegExp | null {
       if (atoms[j]!.q === '' || atoms[j]!.q === '+') break;
     }
   }
+  const chars = (set: Set<number>) => String.fromCharCode(...[...set].sort((a, b) => a - b));
+  return { kind: 'atoms', atoms: atoms.map((a) => ({ chars: chars(a.set), q: a.q })), end };
+}
+
+function atomsRegExp({ atoms, end }: Extract<NativeRegex, { kind: 'atoms' }>): RegExp {
   const hex = (c: number) => `\\x${c.toString(16).padStart(2, '0')}`;
-  const src = atoms.map((a) => `[${[...a.set].map(hex).join('')}]${a.q}`).join('');
+  const src = atoms.map((a) => `[${[...a.chars].map((ch) => hex(ch.charCodeAt(0))).join('')}]${a.q}`).join('');
   return new RegExp(`^${src}${end ? '$' : ''}`);
 }
