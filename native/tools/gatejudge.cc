@@ -9,7 +9,8 @@
 //     depends on the name alone), with the tool's argument rules in native form;
 //   - no detector's need (src/engine/inspect.ts DETECTOR_NEEDS) is met anywhere in the arguments'
 //     bytes: keys and values, so inspection would find nothing;
-//   - the arguments hold no array, no escape, no number other than an integer, nest at most 64 deep;
+//   - the arguments hold no escape, no number other than an integer, nest at most 64 deep, no array of more
+//     than 1,024 elements;
 //   - the argument rules admit them as decide.ts checkArgs does (deny on every value, then allow at
 //     exactly its path, `..` only where the pattern spells it out, strict_args), with patterns that are
 //     a literal or deterministic atoms (src/tools/judge/linear-regex.ts NativeRegex).
@@ -109,7 +110,22 @@ struct Leaf {
   uint32_t pathAt, pathLen;  // into Judge::pool
   int type;
   std::string_view text;
+  // An array of scalars read as its elements joined by spaces (checked by deny rules only).
+  bool joined = false;
+  // The place kept for an array's joined leaf when one of its elements is not a scalar.
+  bool skip = false;
 };
+
+// An array element's path segment, as JavaScript's String(k).
+constexpr size_t kMaxElements = 1024;
+const std::vector<std::string>& IndexNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (size_t k = 0; k < kMaxElements; k++) v.push_back(std::to_string(k));
+    return v;
+  }();
+  return names;
+}
 
 // decide.ts segsMatch: glob segments (`*` one, `**` any number) against path[ti, len), exactly;
 // `fold` compares the path's ASCII letters lower-cased (deny patterns are stored lower case).
@@ -156,6 +172,7 @@ struct Judge {
   std::vector<std::string_view> path;
   std::vector<std::string_view> pool;
   std::vector<Leaf> leaves;
+  std::deque<std::string> joinedTexts;
   const uint8_t* b = nullptr;
   size_t i = 0, n = 0;
 
@@ -183,6 +200,49 @@ struct Judge {
     leaves.push_back({static_cast<uint32_t>(pool.size()), static_cast<uint32_t>(path.size()), type, text});
     pool.insert(pool.end(), path.begin(), path.end());
   }
+  // decide.ts leaves(): an empty array is a leaf; an array of scalars is also a joined leaf; every element is
+  // read at its index.
+  bool Array(int depth) {
+    i++;
+    if (i < n && b[i] == ']') {
+      i++;
+      AddLeaf(kArray, "[]");
+      return true;
+    }
+    const size_t at = leaves.size();
+    AddLeaf(kArray, "");
+    bool scalars = true;
+    std::string joined;
+    const std::vector<std::string>& names = IndexNames();
+    for (size_t k = 0;; k++) {
+      if (k >= kMaxElements || i >= n) return false;
+      if (b[i] == '{' || b[i] == '[') scalars = false;
+      path.push_back(names[k]);
+      const size_t before = leaves.size();
+      if (!Value(depth + 1)) return false;
+      path.pop_back();
+      if (scalars) {
+        if (k > 0) joined += ' ';
+        joined.append(leaves[before].text);
+      }
+      if (i >= n) return false;
+      if (b[i] == ',') {
+        i++;
+        continue;
+      }
+      if (b[i] != ']') return false;
+      i++;
+      break;
+    }
+    if (scalars) {
+      joinedTexts.push_back(std::move(joined));
+      leaves[at].text = joinedTexts.back();
+      leaves[at].joined = true;
+    } else {
+      leaves[at].skip = true;
+    }
+    return true;
+  }
   bool Value(int depth) {
     if (i >= n || depth > kMaxDepth) return false;
     uint8_t c = b[i];
@@ -193,6 +253,7 @@ struct Judge {
       return true;
     }
     if (c == '{') return Object(depth, false);
+    if (c == '[') return Array(depth);
     if (c == 't') return Word("true", 4) && (AddLeaf(kBoolean, "true"), true);
     if (c == 'f') return Word("false", 5) && (AddLeaf(kBoolean, "false"), true);
     if (c == 'n') return Word("null", 4) && (AddLeaf(kNull, "null"), true);
@@ -206,7 +267,7 @@ struct Judge {
       AddLeaf(kNumber, std::string_view(reinterpret_cast<const char*>(b + s), i - s));
       return true;
     }
-    return false;  // an array, or anything unexpected
+    return false;  // anything unexpected
   }
   // An object at b[i]; `top`: the arguments themselves (an empty one is no leaf, as in checkArgs).
   bool Object(int depth, bool top) {
@@ -269,13 +330,14 @@ struct Judge {
       return !(strictArgs && hasKeys);
     }
     for (const Leaf& leaf : leaves) {
+      if (leaf.skip) continue;
       const std::string_view* lp = pool.data() + leaf.pathAt;
       for (const PathRules& p : t.deny) {
         bool under = false;  // segsMatchPrefix: the pattern matches the path or a prefix of it
         for (size_t k = 0; k <= leaf.pathLen && !under; k++) under = SegsMatch(p.segs, 0, lp, 0, k, true);
         if (!under) continue;
         for (const Rule& r : p.rules) {
-          if (r.type != kAny && r.type != leaf.type) continue;
+          if (r.type != kAny && r.type != leaf.type && !(leaf.joined && r.type == kString)) continue;
           if (r.re.Test(leaf.text)) return false;  // denied: JavaScript says so, with its reason
         }
       }
@@ -283,6 +345,7 @@ struct Judge {
     if (t.allowAny) return true;
     if (t.allow.empty()) return !(strictArgs && hasKeys);
     for (const Leaf& leaf : leaves) {
+      if (leaf.skip || leaf.joined) continue;
       const std::string_view* lp = pool.data() + leaf.pathAt;
       bool admitted = false;
       for (size_t pi = 0; pi < t.allow.size() && !admitted; pi++) {
@@ -314,6 +377,7 @@ struct Judge {
     path.clear();
     pool.clear();
     leaves.clear();
+    joinedTexts.clear();
     if (i < n && b[i] == '}') return -1;
     for (;;) {
       std::string_view k;

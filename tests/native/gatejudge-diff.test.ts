@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { stringifyAscii, type JsonValue } from '../../src/formats/json.js';
 import { nativeLineScanner, parseScanned, plainRequest } from '../../src/tools/gate/scan.js';
-import { compileGatePolicy, type ToolsGatePolicy } from '../../src/tools/judge/compile.js';
+import { compileGatePolicy, type CompiledGatePolicy, type ToolsGatePolicy } from '../../src/tools/judge/compile.js';
 import { judgeRequest, type Judgment } from '../../src/tools/judge/decide.js';
 import { createNativeCallJudge } from '../../src/tools/judge/native.js';
 import { nativeAvailable } from '../../src/native.js';
@@ -26,7 +26,7 @@ const NAMES = [
   'odd name',
   'x"y',
 ];
-const KEYS = ['path', 'q', 'n', 'opts', 'a', 'b', 'Path', 'PATH', 'key', 'x y', 'flag', 'deep'];
+const KEYS = ['path', 'q', 'n', 'opts', 'a', 'b', 'Path', 'PATH', 'key', 'x y', 'flag', 'deep', 'list', 'cmd'];
 const PATTERNS = [
   '^/etc/',
   '\\.\\.',
@@ -44,9 +44,28 @@ const PATTERNS = [
   '^(?!/etc)/.*',
   '^/[a-z]+/\\.\\./',
   '^-?[0-9]+$',
+  'rm -rf',
+  '^a b$',
   '^(true|false)$',
 ];
-const ARG_PATHS = ['path', 'q', 'n', 'opts.*', 'opts.**', '**', 'a.**.b', '*', 'deep.x', 'PATH', 'flag', 'key'];
+const ARG_PATHS = [
+  'path',
+  'q',
+  'n',
+  'opts.*',
+  'opts.**',
+  '**',
+  'a.**.b',
+  '*',
+  'deep.x',
+  'PATH',
+  'flag',
+  'key',
+  'list',
+  'list.*',
+  'list.0',
+  'cmd.*.b',
+];
 const TYPES = ['string', 'number', 'boolean', 'null', 'object', 'array'];
 const STRINGS = [
   '/srv/data/file.txt',
@@ -105,6 +124,14 @@ function generator(seed: number) {
       if (k < 0.15) a.allow = '*';
       else if (k < 0.8) a.allow = rules();
       if (r() < 0.5) a.deny = r() < 0.3 ? [pick(PATTERNS)] : rules();
+      // Rules an array of scalars meets only joined (`a b`), or by its type.
+      if (r() < 0.3)
+        a.deny = {
+          ...(Array.isArray(a.deny) ? { '**': a.deny } : (a.deny as object)),
+          [pick(['list', '**', '*'])]: [
+            pick(['^a b$', { type: 'string', pattern: '^a b$' }, { type: 'array' }, { type: 'string', pattern: 'b$' }]),
+          ],
+        };
       if (!(n in args) && (a.allow !== undefined || a.deny !== undefined)) args[n] = a;
     }
     const act = () => pick(['block', 'log', 'allow'] as const);
@@ -117,11 +144,16 @@ function generator(seed: number) {
     if (k < 0.35) return pick(STRINGS);
     if (k < 0.45) return g.string();
     if (k < 0.55) return Math.floor(r() * 2000) - 1000;
-    if (k < 0.58) return r() * 10;
+    if (k < 0.58) return r() < 0.5 ? r() * 10 : ['rm', '-rf', '/'];
     if (k < 0.64) return pick([true, false, null]);
-    if (k < 0.67) return [pick(STRINGS)];
-    if (k < 0.7) return pick(['tab\there', 'quote"d', 'é']);
-    if (d > 3 || k < 0.75) return {};
+    if (k < 0.74) {
+      // Arrays: of scalars (read joined as well), empty, of objects, nested.
+      if (r() < 0.5) return pick([['a', 'b'], ['a'], ['b', 'a'], ['a', 'b', 'c'], [], ['a', {}]]);
+      const n = Math.floor(r() * 4);
+      return Array.from({ length: n }, () => (r() < 0.8 || d > 3 ? pick([...STRINGS, 7, true, null]) : value(d + 1)));
+    }
+    if (k < 0.77) return pick(['tab\there', 'quote"d', 'é']);
+    if (d > 3 || k < 0.82) return {};
     const o: Record<string, JsonValue> = {};
     const n = Math.floor(r() * 3);
     for (let i = 0; i < n; i++) o[pick(KEYS)] = value(d + 1);
@@ -139,6 +171,19 @@ function generator(seed: number) {
       for (let i = 0; i < n; i++) a[pick(KEYS)] = value(1);
       params.arguments = a;
     }
+    if (
+      r() < 0.2 &&
+      params.arguments !== undefined &&
+      params.arguments !== null &&
+      typeof params.arguments === 'object' &&
+      !Array.isArray(params.arguments)
+    )
+      (params.arguments as Record<string, JsonValue>).list = pick([
+        ['a', 'b'],
+        ['b', 'a'],
+        ['a', 'b', 'c'],
+        ['a', 'b', {}],
+      ]);
     const order = r() < 0.5;
     const out: Record<string, JsonValue> = {};
     if (order) out.name = name;
@@ -171,10 +216,11 @@ describe.skipIf(!nativeAvailable())('native gate judge = the JavaScript judge (n
     let nativeAllows = 0;
     let jsAllows = 0;
     let withRules = 0;
+    let withArrays = 0;
     let policies = 0;
     for (let seed = 1; seed <= 200; seed++) {
       const gn = generator(seed);
-      let policy;
+      let policy: CompiledGatePolicy;
       try {
         policy = compileGatePolicy(gn.policy(), 'closed');
       } catch {
@@ -212,6 +258,7 @@ describe.skipIf(!nativeAvailable())('native gate judge = the JavaScript judge (n
         if (!allowedByName(j) || nj.tail(k) !== `tail:${j.name}`)
           expect.fail(`seed ${seed}: native allowed ${line.toString()} but JavaScript judged ${JSON.stringify(j)}`);
         if (policy.args.has(j.name!.toLowerCase())) withRules++;
+        if (line.includes('[')) withArrays++;
       }
     }
     // The comparison proves something only if both judges allowed and refused plenty.
@@ -219,9 +266,10 @@ describe.skipIf(!nativeAvailable())('native gate judge = the JavaScript judge (n
     expect(compared).toBeGreaterThan(150_000);
     expect(nativeAllows).toBeGreaterThan(20_000);
     expect(withRules).toBeGreaterThan(5_000);
+    expect(withArrays).toBeGreaterThan(1_500);
     expect(nativeAllows).toBeLessThan(jsAllows);
     console.log(
-      `gatejudge-diff: ${policies} policies, ${compared} calls compared, JavaScript allowed ${jsAllows} by name, native ${nativeAllows} (${withRules} with argument rules)`,
+      `gatejudge-diff: ${policies} policies, ${compared} calls compared, JavaScript allowed ${jsAllows} by name, native ${nativeAllows} (${withRules} with argument rules, ${withArrays} with arrays)`,
     );
   });
 });
@@ -241,7 +289,7 @@ describe.skipIf(!nativeAvailable())('native argument patterns = their JavaScript
       const n = 1 + Math.floor(r() * 5);
       for (let i = 0; i < n; i++) src += pick(CLASSES) + pick(['', '', '?', '*', '+']);
       if (r() < 0.6) src += '$';
-      let policy;
+      let policy: CompiledGatePolicy;
       try {
         policy = compileGatePolicy(
           {

@@ -1,7 +1,7 @@
 /**
  * The gate's native judge of a plain tools/call (native/tools/gatejudge.cc): a call to a tool the
  * JavaScript judge already allowed by name, whose arguments the native code can read and check
- * exactly (no array, no escape, integers only; argument patterns that are literals or deterministic
+ * exactly (no escape, integers only; argument patterns that are literals or deterministic
  * atoms) and in whose bytes no detector's need occurs (src/engine/inspect.ts DETECTOR_NEEDS), is
  * allowed without JavaScript reading its params. Anything else, every denial included, is judged by
  * ./decide.ts as before: the native judge only ever says "certainly allowed" or "not sure".
@@ -28,7 +28,7 @@ export interface NativeCallJudge {
   tail(idx: number): string;
 }
 
-const TYPE_CODES: Record<string, number> = { string: 0, number: 1, boolean: 2, null: 3, object: 4 };
+const TYPE_CODES: Record<string, number> = { string: 0, number: 1, boolean: 2, null: 3, object: 4, array: 5 };
 
 /** A tool's argument rules in native form, or undefined when a rule cannot be checked natively. */
 export function nativeTool(args: CompiledToolArgs | null): NativeGateTool | null | undefined {
@@ -39,10 +39,9 @@ export function nativeTool(args: CompiledToolArgs | null): NativeGateTool | null
       const rules: NativeGateTool['allow'][number]['rules'] = [];
       for (const r of p.rules) {
         const type = r.type === null ? -1 : TYPE_CODES[r.type];
-        // An array rule never admits a leaf the native judge reads (it reads no arrays): still exact.
-        if (type === undefined && r.type !== 'array') return undefined;
+        if (type === undefined) return undefined;
         if (r.re !== null && r.re.native === undefined) return undefined;
-        rules.push({ type: type ?? 5, re: r.re?.native ?? null, admitsDotDot: r.admitsDotDot });
+        rules.push({ type, re: r.re?.native ?? null, admitsDotDot: r.admitsDotDot });
       }
       out.push({ segs: p.segs, rules });
     }
