@@ -3,8 +3,8 @@
 // The gate's JavaScript judge stays the definition: it judges every call this code does not answer,
 // and it alone ever denies. This code answers only "certainly allowed" for a call whose every step it
 // can take exactly as JavaScript does, and -1 ("not sure") for anything else:
-//   - params is an object of exactly `name` (a string without escapes) and optionally `arguments`
-//     (an object), nothing else;
+//   - params is an object of `name` (a string without escapes), optionally `arguments` (an object), and
+//     members the judge ignores (`_meta`); no selector or other spelling of one;
 //   - the name was registered by JavaScript after it judged the name allowed (the registry's verdict
 //     depends on the name alone), with the tool's argument rules in native form;
 //   - no detector's need (src/engine/inspect.ts DETECTOR_NEEDS) is met anywhere in the arguments'
@@ -298,6 +298,61 @@ struct Judge {
     }
   }
 
+  // A canonical value of any kind, skipped (strings may hold escapes: nothing in them is read).
+  bool Skip(int depth) {
+    if (i >= n || depth > kMaxDepth) return false;
+    const uint8_t c = b[i];
+    if (c == '"') {
+      for (i++; i < n; i++) {
+        if (b[i] == '\\') i++;
+        else if (b[i] == '"') {
+          i++;
+          return true;
+        }
+      }
+      return false;
+    }
+    if (c == '{' || c == '[') {
+      const uint8_t close = c == '{' ? '}' : ']';
+      i++;
+      if (i < n && b[i] == close) {
+        i++;
+        return true;
+      }
+      for (;;) {
+        if (c == '{') {
+          if (!Skip(depth + 1) || i >= n || b[i] != ':') return false;
+          i++;
+        }
+        if (!Skip(depth + 1) || i >= n) return false;
+        if (b[i] == ',') {
+          i++;
+          continue;
+        }
+        if (b[i] != close) return false;
+        i++;
+        return true;
+      }
+    }
+    if (c == 't') return Word("true", 4);
+    if (c == 'f') return Word("false", 5);
+    if (c == 'n') return Word("null", 4);
+    const size_t s = i;
+    while (i < n && ((b[i] >= '0' && b[i] <= '9') || b[i] == '-' || b[i] == '+' || b[i] == '.' || b[i] == 'e' ||
+                     b[i] == 'E'))
+      i++;
+    return i > s;
+  }
+
+  static bool IsSelectorSpelling(std::string_view k) {
+    std::string low;
+    for (char ch : k) {
+      if (ch == ' ') return true;
+      low += static_cast<char>(Lower(static_cast<uint8_t>(ch)));
+    }
+    return low == "name" || low == "arguments" || low == "uri" || low == "ref";
+  }
+
   // ---- inspection: is any detector's need met in these bytes? ----
   bool AnyNeedMet(const uint8_t* p, size_t len) const {
     uint64_t present = 0;
@@ -392,7 +447,9 @@ struct Judge {
         argsEnd = i;
         haveArgs = true;
       } else {
-        return -1;  // another member: JavaScript reads it (other spellings, selectors)
+        // A member the judge ignores (`_meta`, ...): skipped. A selector, or another spelling of one (case;
+        // a space, which names.ts skeleton() strips), is JavaScript's to refuse.
+        if (IsSelectorSpelling(k) || !Skip(0)) return -1;
       }
       if (i >= n) return -1;
       if (b[i] == ',') {

@@ -189,7 +189,10 @@ function generator(seed: number) {
     if (order) out.name = name;
     if (params.arguments !== undefined) out.arguments = params.arguments;
     if (!order) out.name = name;
-    if (r() < 0.05) out[pick(['_meta', 'Name', 'uri', 'ref'])] = pick([{}, 'x']);
+    // Members the judge ignores, and selectors or other spellings of one (refused by JavaScript).
+    if (r() < 0.15)
+      out[pick(['_meta', '_meta', 'progress', 'Name', 'NAME', 'na me', 'uri', 'ref', 'Arguments', 'x'])] =
+        pick<JsonValue>([{}, 'x', { progressToken: 1 }, ['a', { b: 'c' }], 'tab\there', 'é', null]);
     if (r() < 0.02) delete out.name;
     return stringifyAscii({ jsonrpc: '2.0', id, method: 'tools/call', params: out });
   };
