@@ -152,7 +152,7 @@ async function main(): Promise<void> {
       });
       return child;
     };
-    await startRelay([String(RELAY_PORT)]);
+    const relayBulk = await startRelay([String(RELAY_PORT)]);
     // `ip netns exec` execs the relay: the child's PID is the relay's, whose CPU the connection phase reads.
     const relayCopy = await startRelay([String(RELAY_COPY_PORT), 'copy']);
 
@@ -178,6 +178,7 @@ async function main(): Promise<void> {
     const clientCpu: Record<BulkPath, number[]> = { direct: [], leash: [], nginx: [], relay: [] };
     let leashCpu = 0;
     let nginxCpu = 0;
+    let relayCpu = 0;
     const ngxWorkers = () =>
       fs
         .readFileSync(`/proc/${ngx.pid}/task/${ngx.pid}/children`, 'utf8')
@@ -188,7 +189,14 @@ async function main(): Promise<void> {
     const ngxCpu = () => ngxWorkers().reduce((a, p) => a + cpuSeconds(p), cpuSeconds(ngx.pid!));
     for (let rep = 0; rep < (SKIP_BULK ? 0 : REPS); rep++) {
       for (const p of bulkPaths) {
-        const c0 = p === 'leash' ? cpuSeconds(enforcer.pid) : p === 'nginx' ? ngxCpu() : 0;
+        const c0 =
+          p === 'leash'
+            ? cpuSeconds(enforcer.pid)
+            : p === 'nginx'
+              ? ngxCpu()
+              : p === 'relay'
+                ? cpuSeconds(relayBulk.pid!)
+                : 0;
         const r = (await client(lab, users[p], ['bulk', TARGET.v4, String(BULK_PORT), helloFile])) as {
           bytes: number;
           ms: number;
@@ -198,6 +206,7 @@ async function main(): Promise<void> {
         if (r.bytes !== BULK_BYTES) throw new Error(`${p}: bulk got ${r.bytes} bytes`);
         if (p === 'leash') leashCpu += cpuSeconds(enforcer.pid) - c0;
         if (p === 'nginx') nginxCpu += ngxCpu() - c0;
+        if (p === 'relay') relayCpu += cpuSeconds(relayBulk.pid!) - c0;
         bulk[p].push((r.bytes * 8) / (r.ms / 1000) / 1e9);
         busy[p].push(r.busyS / (r.bytes / 2 ** 30));
         clientCpu[p].push(r.clientS / (r.bytes / 2 ** 30));
@@ -362,7 +371,10 @@ async function main(): Promise<void> {
         ? `  ${'p99 set-up vs direct'.padEnd(22)} skipped (--skip-conns)\n`
         : `  ${'p99 set-up vs direct'.padEnd(22)} ${dP99 >= 0 ? '+' : ''}${f(dP99)} ms  target <= +2 ms  ${dP99 <= 2 ? 'met' : 'MISSED'}\n`,
     );
-    process.stdout.write(`  proxy CPU per GiB bulk: Leash ${f(leashCpu / REPS)} s, nginx ${f(nginxCpu / REPS)} s\n`);
+    process.stdout.write(
+      `  proxy CPU per GiB bulk: Leash ${f(leashCpu / REPS)} s, nginx ${f(nginxCpu / REPS)} s, ` +
+        `relay ${f(relayCpu / REPS)} s\n`,
+    );
     if (!SKIP_BULK)
       process.stdout.write(
         `  bulk best reps: Leash ${f(best('leash') / best('relay'))}x relay, relay ${f(best('relay') / best('direct'))}x direct; machine CPU per GiB over direct's: relay ${f(cpuGiB('relay') / cpuGiB('direct'))}x, Leash ${f(cpuGiB('leash') / cpuGiB('direct'))}x, nginx ${f(cpuGiB('nginx') / cpuGiB('direct'))}x\n`,
@@ -388,6 +400,7 @@ async function main(): Promise<void> {
             conns,
             leashCpuPerGiB: leashCpu / REPS,
             nginxCpuPerGiB: nginxCpu / REPS,
+            relayCpuPerGiB: relayCpu / REPS,
           },
           null,
           2,
