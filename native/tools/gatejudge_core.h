@@ -7,7 +7,7 @@
 //     members the judge ignores (`_meta`); no selector or other spelling of one;
 //   - the name was registered by JavaScript after it judged the name allowed (the registry's verdict
 //     depends on the name alone), with the tool's argument rules in native form;
-//   - no detector's need (src/engine/inspect.ts DETECTOR_NEEDS) is met anywhere in the arguments'
+//   - no detector's need (src/engine/needs.ts DETECTOR_NEEDS) is met anywhere in the arguments'
 //     bytes: keys and values, so inspection would find nothing;
 //   - the arguments hold no escape, no number other than an integer, nest at most 64 deep, no array of more
 //     than 1,024 elements;

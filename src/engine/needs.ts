@@ -1,6 +1,6 @@
 /**
  * What every match of a detector contains (./inspect.ts inspectionNeeds picks the active ones' needs), for a caller that rules findings out over a whole call's
- * bytes at once (the gate's native judge, native/tools/gatejudge.cc): one literal of each list in
+ * bytes at once (the gate's native judge, native/tools/gatejudge_core.h): one literal of each list in
  * `all` (ASCII letters compared without case, so a case-sensitive pattern's literal is covered too)
  * and at least `digits` ASCII digits. Stronger than inspect.ts TRIGGERS (whole literals, not one character) but,
  * like them, only a necessary condition: a text without it holds no match. `credential_field` is a

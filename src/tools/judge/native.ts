@@ -1,8 +1,8 @@
 /**
- * The gate's native judge of a plain tools/call (native/tools/gatejudge.cc): a call to a tool the
+ * The gate's native judge of a plain tools/call (native/tools/gatejudge_core.h): a call to a tool the
  * JavaScript judge already allowed by name, whose arguments the native code can read and check
  * exactly (no escape, integers only; argument patterns that are literals or deterministic
- * atoms) and in whose bytes no detector's need occurs (src/engine/inspect.ts DETECTOR_NEEDS), is
+ * atoms) and in whose bytes no detector's need occurs (src/engine/needs.ts DETECTOR_NEEDS), is
  * allowed without JavaScript reading its params. Anything else, every denial included, is judged by
  * ./decide.ts as before: the native judge only ever says "certainly allowed" or "not sure".
  *

@@ -1,5 +1,5 @@
 /**
- * The detectors' needs (src/engine/inspect.ts DETECTOR_NEEDS): what every match contains, which the
+ * The detectors' needs (src/engine/needs.ts DETECTOR_NEEDS): what every match contains, which the
  * gate's native judge checks over a call's bytes to know that inspection would find nothing. A need
  * may be weaker than the detector but never stronger: a text a detector finds something in must meet
  * its need, on every generated text and on the examples each detector is written for.
