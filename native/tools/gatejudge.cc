@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gatejudge_core.h"
+#include "walkcache.h"
 
 namespace leash {
 namespace {
@@ -17,7 +18,12 @@ using gatejudge::kArray;
 using gatejudge::kMaxLiterals;
 using gatejudge::kMaxTools;
 using gatejudge::Lower;
+using gatejudge::GlobTok;
 using gatejudge::Need;
+using gatejudge::Ops;
+using gatejudge::OpsGlob;
+using gatejudge::OpsIndex;
+using gatejudge::OpsRule;
 using gatejudge::PathRules;
 using gatejudge::Regex;
 using gatejudge::Rule;
@@ -95,8 +101,111 @@ bool ReadPaths(Napi::Env env, Napi::Value v, std::vector<PathRules>* out) {
   return true;
 }
 
+// ---- rules over operations (opsjudge_core.h), as src/tools/judge/native.ts hands them ----
+
+constexpr size_t kMaxTemplates = 4096;
+
+bool ReadInts(Napi::Env env, Napi::Value v, size_t below, std::vector<int>* out) {
+  if (!v.IsArray()) return Fail(env, "an index list is not an array");
+  auto a = v.As<Napi::Array>();
+  for (uint32_t k = 0; k < a.Length(); k++) {
+    const int x = a.Get(k).ToNumber().Int32Value();
+    if (x < 0 || static_cast<size_t>(x) >= below) return Fail(env, "a rule index out of range");
+    out->push_back(x);
+  }
+  return true;
+}
+
+bool ReadGlob(Napi::Env env, Napi::Value v, OpsGlob* g) {
+  if (!v.IsObject()) return Fail(env, "a resource is not an object");
+  auto o = v.As<Napi::Object>();
+  g->lit = o.Get("lit").ToString().Utf8Value();
+  Napi::Value tv = o.Get("tokens");
+  if (!tv.IsArray()) return Fail(env, "a resource's tokens are not an array");
+  auto toks = tv.As<Napi::Array>();
+  for (uint32_t k = 0; k < toks.Length(); k++) {
+    Napi::Value e = toks.Get(k);
+    if (!e.IsObject()) return Fail(env, "a glob token is not an object");
+    auto to = e.As<Napi::Object>();
+    const std::string t = to.Get("t").ToString().Utf8Value();
+    GlobTok tok{GlobTok::kLit, {}, false, {}};
+    if (t == "lit") tok.s = to.Get("s").ToString().Utf8Value();
+    else if (t == "one") tok.kind = GlobTok::kOne;
+    else if (t == "star") tok.kind = GlobTok::kStar;
+    else if (t == "any") tok.kind = GlobTok::kAny;
+    else if (t == "segs") tok.kind = GlobTok::kSegs;
+    else if (t == "class") {
+      tok.kind = GlobTok::kClass;
+      tok.negate = to.Get("negate").ToBoolean().Value();
+      Napi::Value rv = to.Get("ranges");
+      if (!rv.IsArray()) return Fail(env, "a class's ranges are not an array");
+      auto r = rv.As<Napi::Array>();
+      for (uint32_t x = 0; x < r.Length(); x++) tok.ranges.push_back(r.Get(x).ToNumber().Uint32Value());
+      if (tok.ranges.size() % 2 != 0) return Fail(env, "a class's ranges are not pairs");
+    } else {
+      return Fail(env, "an unknown glob token");
+    }
+    g->toks.push_back(std::move(tok));
+  }
+  return true;
+}
+
+// {default, rules: [{effect, never, resources}], index: [{always, tops: [[top, [k...]]]}], memory, span}
+bool ReadOps(Napi::Env env, Napi::Object o, Ops* ops) {
+  ops->def = o.Get("default").ToNumber().Int32Value();
+  Napi::Value rv = o.Get("rules"), iv = o.Get("index");
+  if (!rv.IsArray() || !iv.IsArray()) return Fail(env, "ops needs rules and index arrays");
+  auto rules = rv.As<Napi::Array>();
+  for (uint32_t k = 0; k < rules.Length(); k++) {
+    Napi::Value e = rules.Get(k);
+    if (!e.IsObject()) return Fail(env, "an operation rule is not an object");
+    auto ro = e.As<Napi::Object>();
+    OpsRule r;
+    r.effect = ro.Get("effect").ToNumber().Int32Value();
+    r.never = ro.Get("never").ToBoolean().Value();
+    Napi::Value res = ro.Get("resources");
+    r.anyResource = res.IsNull() || res.IsUndefined();
+    if (!r.anyResource) {
+      if (!res.IsArray()) return Fail(env, "a rule's resources are not an array");
+      auto ra = res.As<Napi::Array>();
+      for (uint32_t x = 0; x < ra.Length(); x++) {
+        OpsGlob g;
+        if (!ReadGlob(env, ra.Get(x), &g)) return false;
+        r.resources.push_back(std::move(g));
+      }
+    }
+    ops->rules.push_back(std::move(r));
+  }
+  auto index = iv.As<Napi::Array>();
+  for (uint32_t k = 0; k < index.Length(); k++) {
+    Napi::Value e = index.Get(k);
+    if (!e.IsObject()) return Fail(env, "an operation's index is not an object");
+    auto io = e.As<Napi::Object>();
+    OpsIndex ix;
+    if (!ReadInts(env, io.Get("always"), ops->rules.size(), &ix.always)) return false;
+    Napi::Value tv = io.Get("tops");
+    if (!tv.IsArray()) return Fail(env, "an index's tops are not an array");
+    auto tops = tv.As<Napi::Array>();
+    for (uint32_t t = 0; t < tops.Length(); t++) {
+      Napi::Value pv = tops.Get(t);
+      if (!pv.IsArray() || pv.As<Napi::Array>().Length() != 2) return Fail(env, "a top is not [name, rules]");
+      auto pair = pv.As<Napi::Array>();
+      std::vector<int> list;
+      if (!ReadInts(env, pair.Get(1u), ops->rules.size(), &list)) return false;
+      ix.withAlways.emplace(pair.Get(0u).ToString().Utf8Value(), std::move(list));
+    }
+    ops->byOp.push_back(std::move(ix));
+  }
+  ops->memory = PathMemoryOf(o.Get("memory"));
+  if (ops->memory == nullptr) return Fail(env, "ops.memory is not a WalkCache");
+  return true;
+}
+
 struct Holder {
   std::shared_ptr<Judge> j;
+  // Kept alive with the judge: the walk it asks, and the array it writes the path's place into.
+  std::shared_ptr<Napi::ObjectReference> memory;
+  std::shared_ptr<Napi::Reference<Napi::Int32Array>> span;
 };
 
 Napi::Value JudgeJs(const Napi::CallbackInfo& info) {
@@ -133,11 +242,49 @@ Napi::Value AddJs(const Napi::CallbackInfo& info) {
     Napi::TypeError::New(env, "add: tool is an object or null").ThrowAsJavaScriptException();
     return env.Undefined();
   }
+  // Under rules over operations: {operation: code, arg: the path argument's name}.
+  if (j.ops != nullptr) {
+    if (info.Length() < 3 || !info[2].IsObject()) {
+      Napi::TypeError::New(env, "add: a judge over operations takes {operation, arg}").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    auto op = info[2].As<Napi::Object>();
+    t.op = op.Get("operation").ToNumber().Int32Value();
+    t.arg = op.Get("arg").ToString().Utf8Value();
+    if (t.op < 0 || static_cast<size_t>(t.op) >= j.ops->byOp.size() || t.arg.empty()) {
+      Napi::TypeError::New(env, "add: an operation code or argument out of range").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+  }
   j.names.push_back(std::move(name));
   const int idx = static_cast<int>(j.tools.size());
   j.tools.push_back(std::move(t));
   j.byName.emplace(std::string_view(j.names.back()), idx);
   return Napi::Number::New(env, idx);
+}
+
+// addTemplate(tool, rule) -> the index `judge` answers for a call to that tool allowed by that rule (-1: the
+// default's allow), or -1 when no more are taken.
+Napi::Value AddTemplateJs(const Napi::CallbackInfo& info) {
+  Judge& j = *static_cast<Holder*>(info.Data())->j;
+  Napi::Env env = info.Env();
+  const int tool = info.Length() < 2 ? -1 : info[0].ToNumber().Int32Value();
+  if (j.ops == nullptr || tool < 0 || static_cast<size_t>(tool) >= j.tools.size()) {
+    Napi::TypeError::New(env, "addTemplate(tool, rule) on a judge over operations").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  const int rule = info[1].ToNumber().Int32Value();
+  if (rule < gatejudge::kDefaultRule || rule >= static_cast<int>(j.ops->rules.size())) {
+    Napi::TypeError::New(env, "addTemplate: a rule index out of range").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  auto& m = j.tools[tool].templates;
+  auto found = m.find(rule);
+  if (found != m.end()) return Napi::Number::New(env, found->second);
+  if (j.ops->templates >= kMaxTemplates) return Napi::Number::New(env, -1);
+  const int k = static_cast<int>(j.ops->templates++);
+  m.emplace(rule, k);
+  return Napi::Number::New(env, k);
 }
 
 }  // namespace
@@ -189,8 +336,24 @@ Napi::Value CreateGateJudge(const Napi::CallbackInfo& info) {
     }
     j->needs.push_back(std::move(need));
   }
-  auto* hj = new Holder{j};
-  auto* ha = new Holder{j};
+  Holder base{j, nullptr, nullptr};
+  Napi::Value ov = cfg.Get("ops");
+  if (ov.IsObject()) {
+    j->ops = std::make_unique<Ops>();
+    auto oo = ov.As<Napi::Object>();
+    if (!ReadOps(env, oo, j->ops.get())) return env.Undefined();
+    Napi::Value sv = oo.Get("span");
+    if (!sv.IsTypedArray() || sv.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+        sv.As<Napi::Int32Array>().ElementLength() < 2)
+      return Fail(env, "ops.span is not an Int32Array of 2"), env.Undefined();
+    j->span = sv.As<Napi::Int32Array>().Data();
+    base.memory = std::make_shared<Napi::ObjectReference>(Napi::Persistent(oo.Get("memory").As<Napi::Object>()));
+    base.span = std::make_shared<Napi::Reference<Napi::Int32Array>>(Napi::Persistent(sv.As<Napi::Int32Array>()));
+  } else if (!ov.IsUndefined() && !ov.IsNull()) {
+    return Fail(env, "ops is an object when given"), env.Undefined();
+  }
+  auto* hj = new Holder(base);
+  auto* ha = new Holder(base);
   Napi::Function judge = Napi::Function::New(env, JudgeJs, "judge", hj);
   judge.AddFinalizer([](Napi::Env, Holder* p) { delete p; }, hj);
   Napi::Function add = Napi::Function::New(env, AddJs, "add", ha);
@@ -198,6 +361,12 @@ Napi::Value CreateGateJudge(const Napi::CallbackInfo& info) {
   Napi::Object out = Napi::Object::New(env);
   out.Set("judge", judge);
   out.Set("add", add);
+  if (j->ops != nullptr) {
+    auto* ht = new Holder(base);
+    Napi::Function addTemplate = Napi::Function::New(env, AddTemplateJs, "addTemplate", ht);
+    addTemplate.AddFinalizer([](Napi::Env, Holder* p) { delete p; }, ht);
+    out.Set("addTemplate", addTemplate);
+  }
   return out;
 }
 

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <bitset>
 #include <cstdint>
 #include <cstring>
@@ -30,6 +31,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "opsjudge_core.h"
 
 namespace leash {
 namespace gatejudge {
@@ -100,6 +103,11 @@ struct Tool {
   bool hasRules = false;
   bool allowAny = false;
   std::vector<PathRules> allow, deny;
+  // Under rules over operations (opsjudge_core.h): the operation's code, its path argument, and the allow line
+  // templates JavaScript registered, by rule index (kDefaultRule: the default's allow).
+  int op = -1;
+  std::string arg;
+  std::unordered_map<int, int> templates;
 };
 
 struct Need {
@@ -168,6 +176,8 @@ struct Judge {
   std::deque<std::string> names;  // owns the bytes the map's keys view
   std::unordered_map<std::string_view, int> byName;
   std::vector<Tool> tools;
+  std::unique_ptr<Ops> ops;  // rules over operations: every call answered must pass them too
+  int32_t* span = nullptr;   // where Ops::Answer puts the path's place in the line
 
   // Per call (kept to reuse their storage).
   std::vector<std::string_view> path;
@@ -465,7 +475,15 @@ struct Judge {
     if (it == byName.end()) return -1;
     if (haveArgs && AnyNeedMet(b + argsAt, argsEnd - argsAt)) return -1;
     const bool hasKeys = haveArgs && argsEnd - argsAt > 2;
-    return Admitted(tools[it->second], hasKeys) ? it->second : -1;
+    const Tool& t = tools[it->second];
+    if (!Admitted(t, hasKeys)) return -1;
+    if (ops == nullptr) return it->second;
+    // Under rules over operations: the path argument (a string at the top), answered by its template's index.
+    if (t.op < 0) return -1;
+    for (const Leaf& leaf : leaves)
+      if (leaf.pathLen == 1 && leaf.type == kString && pool[leaf.pathAt] == t.arg)
+        return ops->Answer(t.op, t.templates, leaf.text, b, span);
+    return -1;
   }
 };
 

@@ -62,7 +62,10 @@ struct Watch {
   std::unordered_map<std::string, std::vector<std::string>> byName;
 };
 
-class WalkCache : public Napi::ObjectWrap<WalkCache> {
+// Marks a WalkCache object, so that PathMemoryOf unwraps nothing else.
+constexpr napi_type_tag kWalkCacheTag = {0x6c65617368776b63ULL, 0x9e3779b97f4a7c15ULL};
+
+class WalkCache : public Napi::ObjectWrap<WalkCache>, public PathMemory {
  public:
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "WalkCache",
@@ -86,7 +89,20 @@ class WalkCache : public Napi::ObjectWrap<WalkCache> {
     shared_ = static_cast<uint32_t*>(buf.Data());
     shared_[0] = shared_[1] = shared_[2] = 0;
     sharedRef_ = Napi::Persistent(buf);
+    info.This().As<Napi::Object>().TypeTag(&kWalkCacheTag);
     thread_ = std::thread([this] { Reader(); });
+  }
+
+  /**
+   * For the gate's native judge: whether `norm` is remembered now (news applied first, as a walk does). It never
+   * learns: a path not remembered is left to JavaScript, whose walk learns it.
+   */
+  bool Remembers(const std::string& norm) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (news_.load(std::memory_order_acquire) && !broken_) CatchUp();
+    if (broken_ || known_.count(norm) == 0) return false;
+    hits_++;
+    return true;
   }
   ~WalkCache() override { Stop(); }
 
@@ -367,5 +383,10 @@ class WalkCache : public Napi::ObjectWrap<WalkCache> {
 }  // namespace
 
 void InitWalkCache(Napi::Env env, Napi::Object exports) { exports.Set("WalkCache", WalkCache::Define(env)); }
+
+PathMemory* PathMemoryOf(Napi::Value v) {
+  if (!v.IsObject() || !v.As<Napi::Object>().CheckTypeTag(&kWalkCacheTag)) return nullptr;
+  return WalkCache::Unwrap(v.As<Napi::Object>());
+}
 
 }  // namespace leash

@@ -1,6 +1,8 @@
 #pragma once
 #include <napi.h>
 
+#include "pathmemory.h"
+
 namespace leash {
 
 /**
@@ -28,5 +30,8 @@ namespace leash {
  * cache broken, and every walk is made from then on.
  */
 void InitWalkCache(Napi::Env env, Napi::Object exports);
+
+/** The remembering walk behind a WalkCache object, or null for any other value (checked by a type tag). */
+PathMemory* PathMemoryOf(Napi::Value v);
 
 }  // namespace leash

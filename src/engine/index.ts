@@ -35,6 +35,7 @@ export {
   SECRET_LITERALS,
   DETECTOR_NEEDS,
   inspectionNeeds,
+  maskingNeeds,
   meetsNeed,
 } from './inspect.js';
 export type { DetectorNeed } from './inspect.js';

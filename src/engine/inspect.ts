@@ -353,6 +353,20 @@ export function inspectionNeeds(actions: Readonly<Record<InspectCategory, Inspec
   return out;
 }
 
+/**
+ * The needs of maskSecrets' detectors (secrets and PII): a text that meets none of them is masked to itself.
+ * Null when a detector has no need.
+ */
+export function maskingNeeds(): DetectorNeed[] | null {
+  const out: DetectorNeed[] = [];
+  for (const d of MASKING_DETECTORS) {
+    const need = DETECTOR_NEEDS[d.id];
+    if (need === undefined) return null;
+    out.push(need);
+  }
+  return out;
+}
+
 /** Order in which a blocking category names the verdict's reason when several block. */
 export const CATEGORY_PRIORITY: readonly InspectCategory[] = ['secrets', 'priv_esc', 'pii'];
 

@@ -4,7 +4,9 @@
  * `all` (ASCII letters compared without case, so a case-sensitive pattern's literal is covered too)
  * and at least `digits` ASCII digits. Stronger than inspect.ts TRIGGERS (whole literals, not one character) but,
  * like them, only a necessary condition: a text without it holds no match. `credential_field` is a
- * sensitively named key (inspect.ts SENSITIVE_KEY). tests/unit/engine/inspect-needs.test.ts holds every detector
+ * sensitively named key (inspect.ts SENSITIVE_KEY). A text is read with a `"` after it, as it ends in JSON (each
+ * string and key is inspected on its own, and an array's scalars joined are separated by `"` in its bytes), so a
+ * literal ending in `"` stands for the end of a text. tests/unit/engine/inspect-needs.test.ts holds every detector
  * to its need on generated texts and fails when a detector has none.
  */
 export interface DetectorNeed {
@@ -41,7 +43,8 @@ export const DETECTOR_NEEDS: Readonly<Record<string, DetectorNeed>> = {
   sudo: { all: [['sudo']] },
   pkexec: { all: [['pkexec']] },
   doas: { all: [['doas']] },
-  su_root: { all: [['su']] },
+  // su then blanks and `-x`, `root` or the end (priv-esc.ts): not `sub`, `result`, `issue`.
+  su_root: { all: [['su ', 'su\t', 'su"']] },
   setuid_chmod: { all: [['chmod']] },
   setuid_call: { all: [['set'], ['(']] },
   rm_rf_root: { all: [['rm']] },
@@ -49,7 +52,7 @@ export const DETECTOR_NEEDS: Readonly<Record<string, DetectorNeed>> = {
 
 /** True when `text` meets the need (the definition the native judge follows). */
 export function meetsNeed(need: DetectorNeed, text: string): boolean {
-  const t = text.replace(/[A-Z]/g, (c) => c.toLowerCase());
+  const t = `${text}"`.replace(/[A-Z]/g, (c) => c.toLowerCase());
   if (!need.all.every((lits) => lits.some((l) => t.includes(l)))) return false;
   if (need.digits === undefined) return true;
   let n = 0;

@@ -1,4 +1,5 @@
 import type { NativeRegex } from './judge/linear-regex.js';
+import type { GlobToken } from '../engine/index.js';
 
 /**
  * The tools gate's part of the native addon (native/tools/register.cc), as src/native.ts's nativeTools() hands it
@@ -44,8 +45,28 @@ export interface NativeGatePath {
 export interface NativeGateJudge {
   /** params at line[start, end) of a scanned line: the tool's index when certainly allowed, else -1. */
   judge(line: Buffer, start: number, end: number): number;
-  /** Registers a name allowed by the registry (tool: its argument rules, null for none); its index, -1 when full. */
-  add(name: string, tool: NativeGateTool | null): number;
+  /**
+   * Registers a name allowed by the registry (tool: its argument rules, null for none); its index, -1 when full.
+   * A judge over operations takes the tool's operation (its code in OPERATIONS) and path argument too.
+   */
+  add(name: string, tool: NativeGateTool | null, op?: { operation: number; arg: string }): number;
+  /**
+   * A judge over operations: the index `judge` answers for a call to tool `tool` that rule `rule` allows (-1: the
+   * default's allow), with the path's place in the line in the config's `span`; -1 when no more are taken.
+   */
+  addTemplate?(tool: number, rule: number): number;
+}
+
+/** Rules over operations as the native judge takes them (native/tools/opsjudge_core.h). */
+export interface NativeOpsConfig {
+  /** Effects: 0 allow, 1 deny, 2 ask. */
+  default: number;
+  rules: { effect: number; never: boolean; resources: { lit: string; tokens: GlobToken[] }[] | null }[];
+  /** By operation code: rules.ts OperationIndex's `always` and `withAlways`. */
+  index: { always: number[]; tops: [string, number[]][] }[];
+  /** The WalkCache the gate's walker asks (its remembered paths are what the native judge reads). */
+  memory: NativeWalkCache;
+  span: Int32Array;
 }
 
 export interface NativeToolsPart {
@@ -79,5 +100,6 @@ export interface NativeToolsPart {
     strictArgs: boolean;
     literals: string[];
     needs: { all: number[][]; digits: number }[];
+    ops?: NativeOpsConfig;
   }): NativeGateJudge;
 }

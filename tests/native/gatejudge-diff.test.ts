@@ -258,7 +258,7 @@ describe.skipIf(!nativeAvailable())('native gate judge = the JavaScript judge (n
         if (allowedByName(j)) jsAllows++;
         if (k < 0) continue;
         nativeAllows++;
-        if (!allowedByName(j) || nj.tail(k) !== `tail:${j.name}`)
+        if (!allowedByName(j) || nj.tail(k, line) !== `tail:${j.name}`)
           expect.fail(`seed ${seed}: native allowed ${line.toString()} but JavaScript judged ${JSON.stringify(j)}`);
         if (policy.args.has(j.name!.toLowerCase())) withRules++;
         if (line.includes('[')) withArrays++;

@@ -32,6 +32,48 @@ const POLICY = {
   },
 };
 
+/** Rules over operations (the filesystem table) on a tree the test makes: the native judge reads the path too. */
+function opsPolicy(tree: string) {
+  return {
+    tools: {
+      mapping: 'filesystem',
+      default: 'deny',
+      workspace: tree,
+      rules: [
+        { id: 'no-env', effect: 'deny', operations: ['fs.*'], resources: ['**/.env'] },
+        { id: 'tree', effect: 'allow', operations: ['fs.read'], resources: [`${tree}/**`] },
+        { id: 'srv', effect: 'ask', operations: ['fs.read'], resources: ['/srv/**'] },
+      ],
+    },
+  };
+}
+
+/** A session under rules over operations: reads allowed by a rule, denied, asked, relative, through a symlink. */
+function opsSession(seed: number, tree: string): string[] {
+  const r = mulberry32(seed);
+  const pick = <T>(xs: T[]) => xs[Math.floor(r() * xs.length)]!;
+  const lines = ['{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}'];
+  for (let i = 1; i <= 300; i++) {
+    const p = pick([
+      `${tree}/a.txt`,
+      `${tree}/sub/b.txt`,
+      `${tree}/sub/b.txt`,
+      `${tree}/.env`,
+      `${tree}/link/b.txt`,
+      `${tree}/sub/../a.txt`,
+      'a.txt',
+      '/etc/passwd',
+      '/srv/x',
+      `${tree}/me@x.io`,
+    ]);
+    const name = pick(['read_file', 'read_text_file', 'read_file', 'list_directory', 'write_file']);
+    lines.push(
+      `{"jsonrpc":"2.0","id":${i},"method":"tools/call","params":{"name":"${name}","arguments":{"path":"${p}"}}}`,
+    );
+  }
+  return lines;
+}
+
 /** A session: mostly canonical lines, with look-alikes, whitespace, escapes and refusals mixed in. */
 function session(seed: number): string[] {
   const r = mulberry32(seed);
@@ -75,10 +117,15 @@ interface Outcome {
   judged: number;
 }
 
-async function run(lines: string[], scanner: LineScanner | null, dir: string): Promise<Outcome> {
+async function run(
+  lines: string[],
+  scanner: LineScanner | null,
+  dir: string,
+  policy: unknown = POLICY,
+): Promise<Outcome> {
   const record = path.join(dir, `received-${scanner ? 'fast' : 'slow'}.jsonl`);
   const logFile = path.join(dir, `decisions-${scanner ? 'fast' : 'slow'}.jsonl`);
-  const p = validateGatePolicy(POLICY);
+  const p = validateGatePolicy(policy);
   const log = createDecisionLog({ sink: logFile, coalesceAllows: true });
   const local = createLocalJudge({
     policy: compileGatePolicy(p.tools, p.failMode, GATE_ENGINE),
@@ -153,6 +200,32 @@ describe.skipIf(!nativeAvailable())('the gate’s native fast path changes nothi
       fs.rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  it.each([1, 2])(
+    'under rules over operations, session seed %i: same client output, server input, log and exit',
+    async (seed) => {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-fastpath-'));
+      try {
+        const tree = path.join(dir, 'tree');
+        fs.mkdirSync(path.join(tree, 'sub'), { recursive: true });
+        for (const f of ['a.txt', 'sub/b.txt', '.env']) fs.writeFileSync(path.join(tree, f), 'x');
+        fs.symlinkSync('sub', path.join(tree, 'link'));
+        const lines = opsSession(seed, tree);
+        const slow = await run(lines, null, dir, opsPolicy(tree));
+        const fast = await run(lines, nativeLineScanner(), dir, opsPolicy(tree));
+        expect(fast.code).toBe(slow.code);
+        expect(fast.server).toBe(slow.server);
+        expect(fast.client).toEqual(slow.client);
+        expect(fast.log).toEqual(slow.log);
+        expect(slow.log.filter((l) => l.includes('"reason":"operation_allowed"')).length).toBeGreaterThan(50);
+        expect(slow.log.some((l) => l.includes('"reason":"operation_denied"'))).toBe(true);
+        // The native judge took most of the allowed reads (the first of each path and tool is JavaScript's).
+        expect(fast.judged).toBeLessThan(slow.judged - 40);
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
 
   it('reads each line’s own method when the last line’s has the same length (the reader keeps the last one)', () => {
     const sc = nativeLineScanner()!;

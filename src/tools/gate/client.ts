@@ -195,7 +195,7 @@ function answerRequest(g: GateState, v: JsonObject, key: string, j: GateJudgment
 
 /** A tools/call the native judge allowed: its decision line, then relayed and waited for as answerRequest does. */
 function relayAllowed(g: GateState, id: JsonValue, key: string, idx: number, raw: Buffer): void {
-  g.native!.allowed(idx);
+  g.native!.allowed(idx, raw);
   const timeoutMs = g.timeoutMs;
   g.pending.set(key, { id, method: 'tools/call', deadline: timeoutMs > 0 ? performance.now() + timeoutMs : Infinity });
   if (timeoutMs > 0 && g.deadlineTimer === null) armDeadline(g, timeoutMs);

@@ -86,9 +86,12 @@ export interface GateJudge {
   listed?(tools: [string, string][]): void;
   /**
    * The native judge of plain tools/calls (./native.ts), when this judge has one: `judge` the params span of a
-   * scanned line (a tool's index when certainly allowed, else -1), `allowed` writes that call's decision line.
+   * scanned line (an answer's index when certainly allowed, else -1), `allowed` writes that call's decision line.
    */
-  readonly native?: { judge(line: Buffer, start: number, end: number): number; allowed(idx: number): void };
+  readonly native?: {
+    judge(line: Buffer, start: number, end: number): number;
+    allowed(idx: number, line: Buffer): void;
+  };
 }
 
 export interface GateEvent {
@@ -293,7 +296,8 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
   const run = randomUUID();
   const audit = o.audit ?? null;
   // Audited calls and a log without tails are JavaScript's (the native judge writes no audit record).
-  const native = audit === null && o.log.writeTail !== undefined ? createNativeCallJudge(o.policy) : null;
+  const native =
+    audit === null && o.log.writeTail !== undefined ? createNativeCallJudge(o.policy, session.walker) : null;
   // The decision line and the audit record of a final judgment.
   const finish = (j: Exclude<Judgment, AskJudgment> & GateJudgment, params: JsonValue | undefined): GateJudgment => {
     const ref = logJudgment(j, params, ctx);
@@ -346,7 +350,7 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
     native:
       native === null
         ? undefined
-        : { judge: native.judge, allowed: (idx) => void ctx.log.writeTail!('allow', native.tail(idx)) },
+        : { judge: native.judge, allowed: (idx, line) => void ctx.log.writeTail!('allow', native.tail(idx, line)) },
     attachModel(m) {
       session.model = m;
     },

@@ -10,22 +10,30 @@
  * entry or a blacklist's default, no finding, no operation), with the tool's argument rules; the
  * registry's verdict depends on the name alone and the gate's policy never changes while it runs.
  * tests/native/gatejudge-diff.test.ts compares the two judges on generated policies and calls.
+ *
+ * Under rules over operations (a declared mapping table) the native judge also reads the call's one path
+ * argument and judges it by the rules (native/tools/opsjudge_core.h): a tool is registered after JavaScript
+ * allowed a call to it, and each rule that allowed one gets its allow line as a template around the path.
+ * tests/native/gatejudge-ops-diff.test.ts compares that part.
  */
 import { GATE_ENGINE, type CompiledArgPath, type CompiledGatePolicy, type CompiledToolArgs } from './compile.js';
 import type { Judgment } from './decide.js';
-import { inspectionNeeds, type DetectorNeed } from '../../engine/index.js';
+import { inspectionNeeds, maskingNeeds, type DetectorNeed } from '../../engine/index.js';
 import type { InspectAction, InspectCategory } from '../../engine/types.js';
 import { normalizeToolName } from './names.js';
 import { nativeTools } from '../../native.js';
-import type { NativeGateJudge, NativeGateTool } from '../addon.js';
+import type { NativeGateJudge, NativeGateTool, NativeOpsConfig } from '../addon.js';
+import { OPERATIONS, type MappingTable } from './operations/mappings.js';
+import type { PathWalker } from './operations/paths.js';
+import type { CompiledRules } from './operations/rules.js';
 
 export interface NativeCallJudge {
   /** The params span line[start, end) of a scanned tools/call: a registered tool's index when certainly allowed, else -1. */
   judge(line: Buffer, start: number, end: number): number;
   /** After the JavaScript judge allowed a call to `name`: registers the name when nothing but the name decided. */
   learn(name: string, j: Judgment, tail: string | undefined): void;
-  /** The allow line's tail (formatDecisionTail) of a registered tool, as the JavaScript judge wrote it. */
-  tail(idx: number): string;
+  /** The allow line's tail (formatDecisionTail) of what `judge` answered `idx` for, on `line`. */
+  tail(idx: number, line: Buffer): string;
 }
 
 const TYPE_CODES: Record<string, number> = { string: 0, number: 1, boolean: 2, null: 3, object: 4, array: 5 };
@@ -70,45 +78,119 @@ export function nativeNeeds(
 /** A name the native judge compares as the bytes of an escape-free JSON string. */
 const PLAIN_NAME = /^[\x20-\x21\x23-\x5b\x5d-\x7e]+$/;
 
+const EFFECTS = { allow: 0, deny: 1, ask: 2 } as const;
+
+/** The rules over operations in native form, or null when they lack the index the native judge follows. */
+export function nativeOps(rules: CompiledRules): Omit<NativeOpsConfig, 'memory' | 'span'> | null {
+  const index = rules.index;
+  if (index === undefined) return null;
+  return {
+    default: EFFECTS[rules.default],
+    rules: rules.rules.map((r) => ({
+      effect: EFFECTS[r.effect],
+      never: r.commands !== null || r.hosts !== null || r.methods !== null,
+      resources: r.resources?.map((g) => ({ lit: g.lit, tokens: g.tokens })) ?? null,
+    })),
+    index: OPERATIONS.map((op) => {
+      const e = index.get(op)!;
+      return { always: e.always, tops: [...e.withAlways] };
+    }),
+  };
+}
+
+/** A resource the native judge reads as JavaScript writes it: printable ASCII needing no escape, uncut. */
+const PLAIN_RESOURCE = /^\/[\x20-\x21\x23-\x5b\x5d-\x7e]{1,199}$/;
+
 /**
- * The native judge for a policy, or null when the policy asks for what it does not do: rules over
- * operations, arguments in every log line, a policed method denied, another engine than Leash's
- * (a test's), or no addon.
+ * What the native judge may take of a tool of `table`: its operation's code and its one path argument, or null
+ * (no path, several, an array, a base, a URL, SQL, a command or a listing; a write or delete, whose dangling
+ * symlinks normalize.ts follows).
  */
-export function createNativeCallJudge(policy: CompiledGatePolicy): NativeCallJudge | null {
-  if (policy.ops !== null || policy.logArgs === 'all' || policy.engine !== GATE_ENGINE) return null;
+export function nativeMapping(table: MappingTable, name: string): { operation: number; arg: string } | null {
+  if (!Object.prototype.hasOwnProperty.call(table.tools, name)) return null;
+  const m = table.tools[name]!;
+  if (m.url || m.host || m.sql || m.command || m.listing || m.paths?.length !== 1) return null;
+  const spec = m.paths[0]!;
+  if (spec.array === true || spec.base !== undefined) return null;
+  if (m.operation === 'fs.write' || m.operation === 'fs.delete' || m.operation === 'unknown') return null;
+  return { operation: OPERATIONS.indexOf(m.operation), arg: spec.arg };
+}
+
+/**
+ * The native judge for a policy, or null when the policy asks for what it does not do: rules over operations
+ * without a declared table or a remembering walk, arguments in every log line, a policed method denied, another
+ * engine than Leash's (a test's), or no addon.
+ */
+export function createNativeCallJudge(policy: CompiledGatePolicy, walker?: PathWalker | null): NativeCallJudge | null {
+  if (policy.logArgs === 'all' || policy.engine !== GATE_ENGINE) return null;
   if (!policy.policed.has('tools/call') || policy.denyMethods.some((d) => d.re.test('tools/call'))) return null;
   const actions = (policy.tools as { tools?: { inspect?: Record<InspectCategory, InspectAction> } }).tools?.inspect;
   if (actions === undefined) return null;
+  const ops = policy.ops;
+  const table = ops === null || ops.mapping === 'auto' ? null : ops.mapping;
+  const memory = walker?.cache;
+  const opsWire = ops === null ? null : nativeOps(ops.rules);
+  if (ops !== null && (table === null || memory === undefined || opsWire === null)) return null;
+  // Under rules over operations the allow line names the path, masked: a path meeting no masking need is itself.
   const needs = inspectionNeeds(actions);
-  const wire = needs === null ? null : nativeNeeds(needs);
+  const masking = ops === null ? [] : maskingNeeds();
+  const wire = needs === null || masking === null ? null : nativeNeeds([...needs, ...masking]);
   if (wire === null) return null;
+  const span = new Int32Array(2);
   let nj: NativeGateJudge;
   try {
     const addon = nativeTools();
     if (typeof addon.createGateJudge !== 'function') return null;
-    nj = addon.createGateJudge({ strictArgs: policy.strictArgs, ...wire });
+    nj = addon.createGateJudge({
+      strictArgs: policy.strictArgs,
+      ...wire,
+      ...(opsWire === null ? {} : { ops: { ...opsWire, memory: memory!, span } }),
+    });
+    if (ops !== null && typeof nj.addTemplate !== 'function') return null;
   } catch {
     return null;
   }
-  const tails: string[] = [];
+  // By answer index: the whole tail (by name), or the halves of the tail around the path (operations).
+  const heads: string[] = [];
+  const rests: (string | undefined)[] = [];
   const refused = new Set<string>();
+  const ruleIndex = new Map(ops?.rules.rules.map((r, i) => [r.id, i]) ?? []);
+  const learnOp = (name: string, j: Judgment, tail: string, tool: NativeGateTool | null): void => {
+    const op = j.op;
+    const m = nativeMapping(table!, name);
+    if (op === undefined || m === null || op.decision.effect !== 'allow') return;
+    const rule = op.decision.rule === null ? -1 : ruleIndex.get(op.decision.rule);
+    const p = op.action.paths;
+    if (rule === undefined || p.length !== 1 || !PLAIN_RESOURCE.test(p[0]!)) return;
+    const open = '"resources":["';
+    const key = `${open}${p[0]!}"]`;
+    const at = tail.indexOf(key);
+    if (at < 0 || tail.indexOf(key, at + 1) >= 0) return;
+    const idx = nj.add(name, tool, m);
+    const k = idx < 0 ? -1 : nj.addTemplate!(idx, rule);
+    if (k < 0) return;
+    heads[k] = tail.slice(0, at + open.length);
+    rests[k] = tail.slice(at + open.length + p[0]!.length);
+  };
   return {
     judge: nj.judge,
-    tail: (idx) => tails[idx]!,
+    tail: (idx, line) =>
+      rests[idx] === undefined ? heads[idx]! : heads[idx]! + line.toString('latin1', span[0], span[1]) + rests[idx],
     learn(name, j, tail) {
-      if (tail === undefined || refused.has(name) || tails.length >= 4096) return;
-      if (j.action !== 'allow' || !j.policed || j.wouldBlock !== undefined || j.op !== undefined) return;
-      if (j.method !== 'tools/call' || j.name !== name) return;
+      if (tail === undefined || refused.has(name)) return;
+      if (j.action !== 'allow' || !j.policed || j.wouldBlock !== undefined) return;
+      if (j.method !== 'tools/call' || j.name !== name || (ops === null) !== (j.op === undefined)) return;
       const v = j.verdict;
       if (v === undefined || v.action !== 'allow' || v.at !== undefined || v.findings?.length) return;
-      if (v.reason !== 'allow_entry' && v.reason !== 'mode_allow') return;
+      if (ops === null && v.reason !== 'allow_entry' && v.reason !== 'mode_allow') return;
       // The gate keeps the server's directories up to date from this tool's answers (client.ts): JavaScript's.
       if (name === 'list_allowed_directories' || !PLAIN_NAME.test(name)) return void refused.add(name);
       const tool = nativeTool(policy.args.get(normalizeToolName(name)) ?? null);
       if (tool === undefined) return void refused.add(name);
+      if (ops !== null) return learnOp(name, j, tail, tool);
+      if (heads.length >= 4096) return;
       const idx = nj.add(name, tool);
-      if (idx >= 0) tails[idx] = tail;
+      if (idx >= 0) heads[idx] = tail;
     },
   };
 }

@@ -28,6 +28,8 @@ export interface PathWalker {
   sync(): void;
   close(): void;
   stats(): ReturnType<NativeWalkCache['stats']>;
+  /** The addon's WalkCache behind the walker: the gate's native judge asks it what it remembers. */
+  readonly cache?: NativeWalkCache;
 }
 
 /** Expands `~` and makes the path absolute against `base` (no filesystem access). */
@@ -115,7 +117,8 @@ export function createValidatedWalker(): PathWalker | null {
     return null;
   }
   const buf = typeof c.shared === 'function' ? c.shared() : null;
-  if (buf === null) return c;
+  if (buf === null)
+    return { walk: (r) => c.walk(r), sync: () => c.sync(), close: () => c.close(), stats: () => c.stats(), cache: c };
   return memoized(c, new Uint32Array(buf));
 }
 
@@ -159,6 +162,7 @@ function memoized(c: NativeWalkCache, w: Uint32Array): PathWalker {
     stats() {
       return c.stats();
     },
+    cache: c,
   };
 }
 
