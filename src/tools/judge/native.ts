@@ -136,7 +136,8 @@ export function createNativeCallJudge(policy: CompiledGatePolicy, walker?: PathW
   const masking = ops === null ? [] : maskingNeeds();
   const wire = needs === null || masking === null ? null : nativeNeeds([...needs, ...masking]);
   if (wire === null) return null;
-  const span = new Int32Array(2);
+  // Over an ArrayBuffer of its own: never moved by the garbage collector while the addon holds its address.
+  const span = new Int32Array(new ArrayBuffer(8));
   let nj: NativeGateJudge;
   try {
     const addon = nativeTools();
