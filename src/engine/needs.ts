@@ -16,6 +16,12 @@ export interface DetectorNeed {
 
 const CREDENTIAL_WORDS = ['pass', 'pwd', 'secret', 'token', 'key', 'credential'];
 
+/** Every character JavaScript's `\s` matches (priv-esc.ts RM_WORD: `rm` then one of them); the needs test checks it. */
+export const JS_SPACES = [
+  ...'\t\n\v\f\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff',
+  ...Array.from({ length: 11 }, (_, k) => String.fromCharCode(0x2000 + k)),
+];
+
 export const DETECTOR_NEEDS: Readonly<Record<string, DetectorNeed>> = {
   private_key: { all: [['-----begin']] },
   aws_access_key: { all: [['akia', 'asia', 'abia', 'acca']] },
@@ -47,7 +53,8 @@ export const DETECTOR_NEEDS: Readonly<Record<string, DetectorNeed>> = {
   su_root: { all: [['su ', 'su\t', 'su"']] },
   setuid_chmod: { all: [['chmod']] },
   setuid_call: { all: [['set'], ['(']] },
-  rm_rf_root: { all: [['rm']] },
+  // rm then a space of any kind (priv-esc.ts RM_WORD), or rm ending a text (an array's words joined): not `format`.
+  rm_rf_root: { all: [[...JS_SPACES.map((c) => `rm${c}`), 'rm"']] },
 };
 
 /** True when `text` meets the need (the definition the native judge follows). */

@@ -71,7 +71,12 @@ export function nativeNeeds(
     if (k < 0) k = literals.push(l) - 1;
     return k;
   };
-  const out = needs.map((n) => ({ all: n.all.map((g) => g.map(index)), digits: n.digits ?? 0 }));
+  // The native judge reads printable ASCII only: a literal beyond it never occurs there, and a need none of whose
+  // literals in some group can occur is never met there.
+  const ascii = (l: string) => /^[\x20-\x7e]+$/.test(l);
+  const out = needs
+    .filter((n) => n.all.every((g) => g.some(ascii)))
+    .map((n) => ({ all: n.all.map((g) => g.filter(ascii).map(index)), digits: n.digits ?? 0 }));
   return literals.length > 64 ? null : { literals, needs: out };
 }
 

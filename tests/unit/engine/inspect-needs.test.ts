@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { DETECTOR_NEEDS, inspectionNeeds, meetsNeed, sensitiveKey } from '../../../src/engine/inspect.js';
+import { JS_SPACES } from '../../../src/engine/needs.js';
 import { SECRET_DETECTORS } from '../../../src/engine/secrets.js';
 import { PII_DETECTORS } from '../../../src/engine/pii.js';
 import { PRIV_ESC_DETECTORS } from '../../../src/engine/priv-esc.js';
@@ -59,6 +60,20 @@ describe('detector needs (what the native judge rules findings out by)', () => {
     for (const d of DETECTORS) expect(DETECTOR_NEEDS[d.id], d.id).toBeDefined();
     expect(inspectionNeeds({ secrets: 'block', pii: 'log', priv_esc: 'block' })).toHaveLength(DETECTORS.length + 1);
     expect(inspectionNeeds({ secrets: 'allow', pii: 'allow', priv_esc: 'allow' })).toEqual([]);
+  });
+
+  it('JS_SPACES is every character \\s matches (rm_rf_root needs rm then one of them)', () => {
+    const all = Array.from({ length: 0x10000 }, (_, cp) => String.fromCharCode(cp)).filter((c) => /\s/.test(c));
+    expect([...JS_SPACES].sort()).toEqual(all.sort());
+    // After rm, each one that makes a finding (a newline ends the command instead) meets the need.
+    let found = 0;
+    for (const c of all) {
+      const text = `rm${c}-rf /`;
+      if (!findings(text).has('rm_rf_root')) continue;
+      found++;
+      expect(meetsNeed(DETECTOR_NEEDS.rm_rf_root!, text), JSON.stringify(text)).toBe(true);
+    }
+    expect(found).toBeGreaterThan(20);
   });
 
   it("each detector's own example is found and meets its need", () => {
