@@ -93,8 +93,9 @@ function resetTakenByWrite(localPort: number | undefined, remotePort: number): b
     }
     read = true;
     for (const line of text.split('\n').slice(1)) {
-      const [, local, remote] = line.trim().split(/\s+/);
-      if (local?.endsWith(hex(localPort)) && remote?.endsWith(hex(remotePort))) return false;
+      const [, local, remote, state] = line.trim().split(/\s+/);
+      // 06 (TIME_WAIT): an earlier connection's ports, which loopback may reuse; not this socket.
+      if (state !== '06' && local?.endsWith(hex(localPort)) && remote?.endsWith(hex(remotePort))) return false;
     }
   }
   return read;
