@@ -115,14 +115,33 @@ void Splicer::Finish(Pair* p, int err) {
   graveyard_.push_back(p);
 }
 
-void Splicer::ArmOut(Pair* p, int side, bool& armed) {
-  if (armed) return;
-  armed = true;
+void Splicer::Rearm(Pair* p, int side, bool outArmed, bool inOff) {
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  // EPOLLPRI goes with EPOLLIN: a segment's wake-up carries both in its key, so either one left armed lets every
+  // segment through (reported as EPOLLOUT, the state the socket is in). Urgent data that came meanwhile is still
+  // seen: the splice stops at its mark, the direction then waits to read, and the MOD that arms both reports it.
+  ev.events = EPOLLRDHUP | EPOLLET | (inOff ? 0u : EPOLLIN | EPOLLPRI) | (outArmed ? EPOLLOUT : 0u);
   ev.data.u64 = Tag(p, side);
-  // MOD re-checks readiness: a socket that became writable in between still reports.
+  // MOD re-checks readiness: a socket that became writable (or readable) in between still reports.
   epoll_ctl(epfd_, EPOLL_CTL_MOD, side == 0 ? p->ab.in : p->ba.in, &ev);
+}
+
+/**
+ * After a Pump of the direction reading socket `side`: waitOut arms EPOLLOUT on the other socket (kept from then
+ * on) and drops EPOLLIN on this one; anything else takes EPOLLIN back. One epoll_ctl per change, none otherwise.
+ */
+void Splicer::Sync(Pair* p, int side, bool waitOut) {
+  bool& inOff = side == 0 ? p->inOffA : p->inOffB;
+  if (waitOut) {
+    bool& outArmed = side == 0 ? p->outArmedB : p->outArmedA;
+    if (!outArmed) {
+      outArmed = true;
+      Rearm(p, 1 - side, true, side == 0 ? p->inOffB : p->inOffA);
+    }
+  }
+  if (inOff == waitOut) return;
+  inOff = waitOut;
+  Rearm(p, side, side == 0 ? p->outArmedA : p->outArmedB, inOff);
 }
 
 void Splicer::Dispatch(const epoll_event& ev) {
@@ -185,14 +204,14 @@ void Splicer::Run(Pair* p, int side, uint32_t events) {
     Step s = Pump(from, copyBuf_.data(), &err);
     if (s == Step::kError) return Finish(p, err);
     from.blocked = s == Step::kWaitOut;
-    if (from.blocked) ArmOut(p, 1 - side, side == 0 ? p->outArmedB : p->outArmedA);
+    if (s != Step::kDone) Sync(p, side, from.blocked);
   }
   if (runTo) {
     to.closeAfter = closing && from.done;  // `from` may have ended just now
     Step s = Pump(to, copyBuf_.data(), &err);
     if (s == Step::kError) return Finish(p, err);
     to.blocked = s == Step::kWaitOut;
-    if (to.blocked) ArmOut(p, side, side == 0 ? p->outArmedA : p->outArmedB);
+    if (s != Step::kDone) Sync(p, 1 - side, to.blocked);
   }
   if (p->ab.done && p->ba.done) Finish(p, 0);
 }

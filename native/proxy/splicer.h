@@ -37,6 +37,11 @@ struct Pair {
   // new connection would wake the pump thread at once for sockets that are simply writable.
   bool outArmedA = false;
   bool outArmedB = false;
+  // EPOLLIN and EPOLLPRI are dropped from a socket while the direction reading it waits to write (Dir::blocked):
+  // each segment arriving meanwhile would wake the pump only to find `out` still full (about three wake-ups in four
+  // during a bulk transfer, measured). The writable edge on `out` restarts that direction, which reads to EAGAIN.
+  bool inOffA = false;
+  bool inOffB = false;
   Dir ab;
   Dir ba;
   int err = 0;
@@ -109,7 +114,8 @@ class Splicer : public Napi::ObjectWrap<Splicer> {
   void Wake();
   void StopTimer(Pair* p);
   void Finish(Pair* p, int err);
-  void ArmOut(Pair* p, int side, bool& armed);
+  void Rearm(Pair* p, int side, bool outArmed, bool inOff);
+  void Sync(Pair* p, int side, bool waitOut);
   void Dispatch(const epoll_event& ev);
   void Run(Pair* p, int side, uint32_t events);
   void Loop();

@@ -6,6 +6,7 @@
  */
 import dgram from 'node:dgram';
 import dns from 'node:dns';
+import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import tls from 'node:tls';
@@ -64,8 +65,40 @@ export function stream(
       if (firstData) done(finish(t0, true, null, data));
     });
     s.on('error', (e: NodeJS.ErrnoException) => done(finish(t0, false, e.code ?? 'ERR', data)));
-    s.on('end', () => done(finish(t0, data.length > 0, data.length > 0 ? null : 'EOF', data)));
+    // First among the 'end' listeners: Node's own close the socket (a TLS one before its handshake at once), and a
+    // socket that got a FIN stays listed (CLOSE_WAIT) only until then.
+    s.prependListener('end', () => {
+      if (data.length > 0) return done(finish(t0, true, null, data));
+      done(finish(t0, false, resetTakenByWrite(s.localPort, p.port) ? 'ECONNRESET' : 'EOF', data));
+    });
   });
+}
+
+/**
+ * An end of stream that was a reset: one that came before the client's first write (a proxy refusing at accept) is
+ * reported to that write, which Node's TLS layer drops during its handshake, and the read after it sees EOF. The
+ * kernel still tells them apart: a socket that got a FIN stays in /proc/net/tcp (CLOSE_WAIT) until it is closed, a
+ * reset one is gone from it at once. False when it is listed or /proc/net cannot be read.
+ */
+function resetTakenByWrite(localPort: number | undefined, remotePort: number): boolean {
+  if (!localPort) return false;
+  const hex = (n: number) => `:${n.toString(16).toUpperCase().padStart(4, '0')}`;
+  let read = false;
+  for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text: string;
+    try {
+      text = fs.readFileSync(file, 'utf8');
+    } catch {
+      continue;
+    }
+    read = true;
+    for (const line of text.split('\n').slice(1)) {
+      const [, local, remote, state] = line.trim().split(/\s+/);
+      // 06 (TIME_WAIT): an earlier connection's ports, which loopback may reuse; not this socket.
+      if (state !== '06' && local?.endsWith(hex(localPort)) && remote?.endsWith(hex(remotePort))) return false;
+    }
+  }
+  return read;
 }
 
 function udp(p: { host: string; port: number }): Promise<ProbeResult> {
