@@ -15,7 +15,7 @@ import { formatDecisionTail, type DecisionWriter } from '../../src/log/decisions
 import { nativeLineScanner, parseScanned, plainRequest } from '../../src/tools/gate/scan.js';
 import { compileGatePolicy, type CompiledGatePolicy, type ToolsGatePolicy } from '../../src/tools/judge/compile.js';
 import { judgeRequest, type GateSession } from '../../src/tools/judge/decide.js';
-import { logJudgment, type LogContext } from '../../src/tools/judge/judge.js';
+import { createLocalJudge, logJudgment, type LogContext } from '../../src/tools/judge/judge.js';
 import { createNativeCallJudge } from '../../src/tools/judge/native.js';
 import { createValidatedWalker } from '../../src/tools/judge/operations/paths.js';
 import { maskString } from '../../src/tools/judge/redact.js';
@@ -251,3 +251,48 @@ describe.skipIf(!nativeAvailable())(
     });
   },
 );
+
+describe.skipIf(!nativeAvailable())('native gate judge under mapping: auto', () => {
+  it('takes calls once the server names its table, and none once another server name picks another', () => {
+    const policy = compileGatePolicy(
+      {
+        mapping: 'auto',
+        default: 'deny',
+        workspace: root,
+        rules: [{ id: 'tree', effect: 'allow', operations: ['fs.read'], resources: [`${root}/**`] }],
+      } as unknown as ToolsGatePolicy,
+      'closed',
+    );
+    const lines: string[] = [];
+    const log: DecisionWriter = {
+      write: (rec) => (lines.push(formatDecisionTail(rec)), 'ref'),
+      writeTail: (_a, tail) => (lines.push(tail), 'ref'),
+    };
+    const judge = createLocalJudge({ policy, log, uid: 0, mask: maskString });
+    const scanner = nativeLineScanner()!;
+    const line = Buffer.from(
+      `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"${root}/e.txt"}}}`,
+    );
+    const call = (): { native: number; action: string } => {
+      expect(scanner.scan(line)).toBe(true);
+      const fast = plainRequest(line, scanner.facts)!;
+      const native = judge.native!.judge(line, fast.params![0], fast.params![1]);
+      const j = judge.judge('tools/call', parseScanned(line, fast.params![0], fast.params![1]), false);
+      return { native, action: (j as { action: string }).action };
+    };
+    try {
+      // No table before the server's answer: JavaScript denies (unknown), the native judge has nothing.
+      expect(call()).toEqual({ native: -1, action: 'deny' });
+      judge.serverInfo!('secure-filesystem-server', '1');
+      expect(call()).toEqual({ native: -1, action: 'allow' }); // learnt here
+      expect(call().native).toBeGreaterThanOrEqual(0);
+      // Another name, no table: what was learnt under the filesystem table no longer answers.
+      judge.serverInfo!('another-server', '1');
+      expect(call()).toEqual({ native: -1, action: 'deny' });
+      judge.serverInfo!('secure-filesystem-server', '1');
+      expect(call()).toEqual({ native: -1, action: 'allow' });
+    } finally {
+      judge.close?.();
+    }
+  });
+});

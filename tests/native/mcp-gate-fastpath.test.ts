@@ -33,10 +33,10 @@ const POLICY = {
 };
 
 /** Rules over operations (the filesystem table) on a tree the test makes: the native judge reads the path too. */
-function opsPolicy(tree: string) {
+function opsPolicy(tree: string, mapping = 'filesystem') {
   return {
     tools: {
-      mapping: 'filesystem',
+      mapping,
       default: 'deny',
       workspace: tree,
       rules: [
@@ -122,6 +122,7 @@ async function run(
   scanner: LineScanner | null,
   dir: string,
   policy: unknown = POLICY,
+  serverName?: string,
 ): Promise<Outcome> {
   const record = path.join(dir, `received-${scanner ? 'fast' : 'slow'}.jsonl`);
   const logFile = path.join(dir, `decisions-${scanner ? 'fast' : 'slow'}.jsonl`);
@@ -157,10 +158,14 @@ async function run(
     input,
     output,
     errout: new Writable({ write: (_c, _e, cb) => cb() }),
-    env: { ...process.env, FAKE_RECORD: record, FAKE_MODE: '' },
+    env: { ...process.env, FAKE_RECORD: record, FAKE_MODE: '', ...(serverName ? { FAKE_NAME: serverName } : {}) },
     scanner,
   });
-  input.end(lines.join('\n') + '\n');
+  // initialize answered first, then the rest: under `mapping: auto` the server's name picks the table, and both
+  // runs must judge every call with it known.
+  input.write(lines[0] + '\n');
+  for (let t = 0; !out.includes('"id":0') && t < 500; t++) await new Promise((r) => setTimeout(r, 10));
+  input.end(lines.slice(1).join('\n') + '\n');
   const code = await gate.done;
   await log.close();
   const strip = (l: string) => l.replace(/^\{"ts":"[^"]*","ref":"[a-z2-7]{8}"/, '{');
@@ -201,9 +206,13 @@ describe.skipIf(!nativeAvailable())('the gate’s native fast path changes nothi
     }
   });
 
-  it.each([1, 2])(
-    'under rules over operations, session seed %i: same client output, server input, log and exit',
-    async (seed) => {
+  it.each([
+    [1, 'filesystem'],
+    [2, 'filesystem'],
+    [3, 'auto'],
+  ])(
+    'under rules over operations, session seed %i, mapping %s: same client output, server input, log and exit',
+    async (seed, mapping) => {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leash-fastpath-'));
       try {
         const tree = path.join(dir, 'tree');
@@ -211,8 +220,10 @@ describe.skipIf(!nativeAvailable())('the gate’s native fast path changes nothi
         for (const f of ['a.txt', 'sub/b.txt', '.env']) fs.writeFileSync(path.join(tree, f), 'x');
         fs.symlinkSync('sub', path.join(tree, 'link'));
         const lines = opsSession(seed, tree);
-        const slow = await run(lines, null, dir, opsPolicy(tree));
-        const fast = await run(lines, nativeLineScanner(), dir, opsPolicy(tree));
+        // Under auto, the fake server answers as @modelcontextprotocol/server-filesystem does.
+        const name = mapping === 'auto' ? 'secure-filesystem-server' : undefined;
+        const slow = await run(lines, null, dir, opsPolicy(tree, mapping), name);
+        const fast = await run(lines, nativeLineScanner(), dir, opsPolicy(tree, mapping), name);
         expect(fast.code).toBe(slow.code);
         expect(fast.server).toBe(slow.server);
         expect(fast.client).toEqual(slow.client);

@@ -20,6 +20,7 @@ import {
   type Judgment,
 } from './decide.js';
 import { readAllowed, tableFor } from './operations/rules.js';
+import type { MappingTable } from './operations/mappings.js';
 import { redactForLog } from './redact.js';
 import { type CompiledGatePolicy } from './compile.js';
 import { createNativeCallJudge } from './native.js';
@@ -296,8 +297,13 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
   const run = randomUUID();
   const audit = o.audit ?? null;
   // Audited calls and a log without tails are JavaScript's (the native judge writes no audit record).
-  const native =
-    audit === null && o.log.writeTail !== undefined ? createNativeCallJudge(o.policy, session.walker) : null;
+  const nativeOk = audit === null && o.log.writeTail !== undefined && o.policy.logArgs !== 'all';
+  // Under `mapping: auto` the table is the one the server's initialize answer names: a native judge per table,
+  // made when it is known (serverInfo below), none before.
+  const auto = o.policy.ops?.mapping === 'auto';
+  let native = nativeOk && !auto ? createNativeCallJudge(o.policy, session.walker) : null;
+  let nativeTable: MappingTable | null = null;
+  const nativeTail = (idx: number, line: Buffer) => void ctx.log.writeTail!('allow', native!.tail(idx, line));
   // The decision line and the audit record of a final judgment.
   const finish = (j: Exclude<Judgment, AskJudgment> & GateJudgment, params: JsonValue | undefined): GateJudgment => {
     const ref = logJudgment(j, params, ctx);
@@ -348,9 +354,11 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
       return j;
     },
     native:
-      native === null
-        ? undefined
-        : { judge: native.judge, allowed: (idx, line) => void ctx.log.writeTail!('allow', native.tail(idx, line)) },
+      nativeOk && auto
+        ? { judge: (line, start, end) => (native === null ? -1 : native.judge(line, start, end)), allowed: nativeTail }
+        : native === null
+          ? undefined
+          : { judge: native.judge, allowed: nativeTail },
     attachModel(m) {
       session.model = m;
     },
@@ -362,6 +370,12 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
     serverInfo(name, version) {
       session.serverName = name;
       session.version = version;
+      const table = auto && nativeOk ? tableFor(o.policy.ops!, session) : null;
+      if (table !== nativeTable) {
+        // Another table reads calls from now on: what the last one's judge learnt does not hold.
+        nativeTable = table;
+        native = table === null ? null : createNativeCallJudge(o.policy, session.walker, table);
+      }
     },
     answered(rec, out) {
       void audit?.write({ ...rec, outcome: out.outcome, result_sha256: out.sha256, redacted: out.redacted });

@@ -123,16 +123,21 @@ export function nativeMapping(table: MappingTable, name: string): { operation: n
 
 /**
  * The native judge for a policy, or null when the policy asks for what it does not do: rules over operations
- * without a declared table or a remembering walk, arguments in every log line, a policed method denied, another
+ * without a table (declared, or the server's under `mapping: auto`) or a remembering walk, arguments in every log line, a policed method denied, another
  * engine than Leash's (a test's), or no addon.
  */
-export function createNativeCallJudge(policy: CompiledGatePolicy, walker?: PathWalker | null): NativeCallJudge | null {
+export function createNativeCallJudge(
+  policy: CompiledGatePolicy,
+  walker?: PathWalker | null,
+  /** Under `mapping: auto`: the table the server's name selected. */
+  serverTable?: MappingTable,
+): NativeCallJudge | null {
   if (policy.logArgs === 'all' || policy.engine !== GATE_ENGINE) return null;
   if (!policy.policed.has('tools/call') || policy.denyMethods.some((d) => d.re.test('tools/call'))) return null;
   const actions = (policy.tools as { tools?: { inspect?: Record<InspectCategory, InspectAction> } }).tools?.inspect;
   if (actions === undefined) return null;
   const ops = policy.ops;
-  const table = ops === null || ops.mapping === 'auto' ? null : ops.mapping;
+  const table = ops === null ? null : ops.mapping === 'auto' ? (serverTable ?? null) : ops.mapping;
   const memory = walker?.cache;
   const opsWire = ops === null ? null : nativeOps(ops.rules);
   if (ops !== null && (table === null || memory === undefined || opsWire === null)) return null;
