@@ -11,7 +11,7 @@
  * registry's verdict depends on the name alone and the gate's policy never changes while it runs.
  * tests/native/gatejudge-diff.test.ts compares the two judges on generated policies and calls.
  *
- * Under rules over operations (a declared mapping table) the native judge also reads the call's one path
+ * Under rules over operations (a declared mapping table, or the server's) the native judge also reads the call's one path
  * argument and judges it by the rules (native/tools/opsjudge_core.h): a tool is registered after JavaScript
  * allowed a call to it, and each rule that allowed one gets its allow line as a template around the path.
  * tests/native/gatejudge-ops-diff.test.ts compares that part.
@@ -123,8 +123,8 @@ export function nativeMapping(table: MappingTable, name: string): { operation: n
 
 /**
  * The native judge for a policy, or null when the policy asks for what it does not do: rules over operations
- * without a table (declared, or the server's under `mapping: auto`) or a remembering walk, arguments in every log line, a policed method denied, another
- * engine than Leash's (a test's), or no addon.
+ * without a table (declared, or the server's under `mapping: auto`) or a remembering walk, arguments in every log
+ * line, a policed method denied, another engine than Leash's (a test's), or no addon.
  */
 export function createNativeCallJudge(
   policy: CompiledGatePolicy,
