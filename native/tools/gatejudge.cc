@@ -18,7 +18,6 @@ using gatejudge::kArray;
 using gatejudge::kMaxLiterals;
 using gatejudge::kMaxTools;
 using gatejudge::Lower;
-using gatejudge::GlobTok;
 using gatejudge::Need;
 using gatejudge::Ops;
 using gatejudge::OpsGlob;
@@ -116,7 +115,23 @@ bool ReadInts(Napi::Env env, Napi::Value v, size_t below, std::vector<int>* out)
   return true;
 }
 
+// The code points of a UTF-8 string (a glob literal; JavaScript's strings come out of Utf8Value well formed).
+std::u32string CodePoints(const std::string& s) {
+  std::u32string out;
+  for (size_t i = 0; i < s.size();) {
+    const uint8_t c = static_cast<uint8_t>(s[i]);
+    const int len = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
+    char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
+    for (int k = 1; k < len && i + k < s.size(); k++) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3f);
+    out.push_back(cp);
+    i += len;
+  }
+  return out;
+}
+
+// engine/path.ts GlobToken[] into the watcher's CompiledGlob (fsmatch.h): a literal one token per code point.
 bool ReadGlob(Napi::Env env, Napi::Value v, OpsGlob* g) {
+  using Tok = leash::GlobTok;
   if (!v.IsObject()) return Fail(env, "a resource is not an object");
   auto o = v.As<Napi::Object>();
   g->lit = o.Get("lit").ToString().Utf8Value();
@@ -128,24 +143,29 @@ bool ReadGlob(Napi::Env env, Napi::Value v, OpsGlob* g) {
     if (!e.IsObject()) return Fail(env, "a glob token is not an object");
     auto to = e.As<Napi::Object>();
     const std::string t = to.Get("t").ToString().Utf8Value();
-    GlobTok tok{GlobTok::kLit, {}, false, {}};
-    if (t == "lit") tok.s = to.Get("s").ToString().Utf8Value();
-    else if (t == "one") tok.kind = GlobTok::kOne;
-    else if (t == "star") tok.kind = GlobTok::kStar;
-    else if (t == "any") tok.kind = GlobTok::kAny;
-    else if (t == "segs") tok.kind = GlobTok::kSegs;
-    else if (t == "class") {
-      tok.kind = GlobTok::kClass;
-      tok.negate = to.Get("negate").ToBoolean().Value();
+    if (t == "lit") {
+      for (char32_t c : CodePoints(to.Get("s").ToString().Utf8Value())) g->glob.toks.push_back({Tok::kLit, c, -1});
+    } else if (t == "one") {
+      g->glob.toks.push_back({Tok::kQuestion, 0, -1});
+    } else if (t == "star") {
+      g->glob.toks.push_back({Tok::kStar, 0, -1});
+    } else if (t == "any") {
+      g->glob.toks.push_back({Tok::kAny, 0, -1});
+    } else if (t == "segs") {
+      g->glob.toks.push_back({Tok::kGlobstar, 0, -1});
+    } else if (t == "class") {
+      GlobClass cls{to.Get("negate").ToBoolean().Value(), {}};
       Napi::Value rv = to.Get("ranges");
       if (!rv.IsArray()) return Fail(env, "a class's ranges are not an array");
       auto r = rv.As<Napi::Array>();
-      for (uint32_t x = 0; x < r.Length(); x++) tok.ranges.push_back(r.Get(x).ToNumber().Uint32Value());
-      if (tok.ranges.size() % 2 != 0) return Fail(env, "a class's ranges are not pairs");
+      if (r.Length() % 2 != 0) return Fail(env, "a class's ranges are not pairs");
+      for (uint32_t x = 0; x + 1 < r.Length(); x += 2)
+        cls.ranges.emplace_back(r.Get(x).ToNumber().Uint32Value(), r.Get(x + 1).ToNumber().Uint32Value());
+      g->glob.classes.push_back(std::move(cls));
+      g->glob.toks.push_back({Tok::kClass, 0, static_cast<int>(g->glob.classes.size() - 1)});
     } else {
       return Fail(env, "an unknown glob token");
     }
-    g->toks.push_back(std::move(tok));
   }
   return true;
 }

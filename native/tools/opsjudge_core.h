@@ -10,7 +10,8 @@
 //     at most 200 bytes (a log line cuts longer ones), and the remembering walk (walkcache.h) remembers it as its
 //     own reading: then JavaScript's resolvePath gives exactly [path];
 //   - the rules allow it: no deny matches, the first match is an allow (or none matches and the default allows),
-//     tried in the candidate order JavaScript's index gives, each glob run as engine/path.ts matchGlob runs it;
+//     tried in the candidate order JavaScript's index gives, each glob run by the watcher's matcher (fsmatch.h
+//     GlobCovers, engine/path.ts matchGlob's native twin) on the tokens JavaScript compiled;
 //   - JavaScript registered the allow line for that tool and that rule (a template around the path).
 // Anything else is -1: JavaScript judges it. tests/native/gatejudge-ops-diff.test.ts compares the two.
 #pragma once
@@ -21,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fsmatch.h"
 #include "pathmemory.h"
 
 namespace leash {
@@ -28,17 +30,9 @@ namespace gatejudge {
 
 enum Effect : int { kEffectAllow = 0, kEffectDeny = 1, kEffectAsk = 2 };
 
-/** One token of engine/path.ts GlobToken. */
-struct GlobTok {
-  enum Kind : uint8_t { kLit, kOne, kClass, kStar, kAny, kSegs } kind;
-  std::string s;                 // kLit: UTF-8 (a non-ASCII one never matches an ASCII path, nor does JavaScript's)
-  bool negate = false;           // kClass
-  std::vector<uint32_t> ranges;  // kClass: code point pairs lo, hi
-};
-
 struct OpsGlob {
   std::string lit;  // the glob's leading literal: every path it covers starts with it
-  std::vector<GlobTok> toks;
+  CompiledGlob glob;  // the watcher's form of engine/path.ts tokens (fsmatch.h), built from JavaScript's tokens
 };
 
 struct OpsRule {
@@ -78,78 +72,14 @@ struct Ops {
   std::vector<OpsIndex> byOp;  // by operation code (mappings.ts OPERATIONS order)
   PathMemory* memory = nullptr;
   size_t templates = 0;  // allow line templates handed out (gatejudge.cc)
-  std::vector<uint8_t> cur, nxt;
+  std::u32string wide;
 
-  static bool InClass(const GlobTok& t, uint8_t c) {
-    if (c == '/') return false;
-    bool hit = false;
-    for (size_t r = 0; r + 1 < t.ranges.size() && !hit; r += 2) hit = c >= t.ranges[r] && c <= t.ranges[r + 1];
-    return hit != t.negate;
-  }
-
-  // engine/path.ts matchGlob over an ASCII path (a code point is a byte): the set of reachable positions, token
-  // by token; the glob covers the path when a reachable end is the end or a `/`.
-  bool GlobMatch(const std::vector<GlobTok>& toks, std::string_view p) {
-    const size_t n = p.size();
-    cur.assign(n + 1, 0);
-    cur[0] = 1;
-    for (const GlobTok& t : toks) {
-      nxt.assign(n + 1, 0);
-      bool alive = false;
-      switch (t.kind) {
-        case GlobTok::kLit:
-          for (size_t i = 0; i + t.s.size() <= n; i++)
-            if (cur[i] && p.compare(i, t.s.size(), t.s) == 0) nxt[i + t.s.size()] = 1, alive = true;
-          break;
-        case GlobTok::kOne:
-        case GlobTok::kClass:
-          for (size_t i = 0; i < n; i++) {
-            const uint8_t c = static_cast<uint8_t>(p[i]);
-            if (cur[i] && (t.kind == GlobTok::kOne ? c != '/' : InClass(t, c))) nxt[i + 1] = 1, alive = true;
-          }
-          break;
-        case GlobTok::kStar: {
-          uint8_t r = 0;
-          for (size_t i = 0; i <= n; i++) {
-            r = cur[i] || (r && p[i - 1] != '/') ? 1 : 0;
-            nxt[i] = r;
-            alive = alive || r;
-          }
-          break;
-        }
-        case GlobTok::kAny: {
-          uint8_t r = 0;
-          for (size_t i = 0; i <= n; i++) {
-            if (cur[i]) r = 1;
-            nxt[i] = r;
-            alive = alive || r;
-          }
-          break;
-        }
-        case GlobTok::kSegs: {
-          bool seen = false;
-          for (size_t i = 0; i <= n; i++) {
-            const bool v = cur[i] || seen;
-            nxt[i] = v;
-            alive = alive || v;
-            if (cur[i] && i < n && p[i] == '/') seen = true;
-          }
-          break;
-        }
-      }
-      if (!alive) return false;
-      cur.swap(nxt);
-    }
-    for (size_t i = 0; i <= n; i++)
-      if (cur[i] && (i == n || p[i] == '/')) return true;
-    return false;
-  }
-
-  bool Matches(const OpsRule& r, std::string_view p) {
+  // `wide`: the path as code points (an ASCII path: one per byte), for the watcher's matcher.
+  bool Matches(const OpsRule& r, std::string_view p, const std::u32string& wide) {
     if (r.never) return false;
     if (r.anyResource) return true;
     for (const OpsGlob& g : r.resources)
-      if (p.compare(0, g.lit.size(), g.lit) == 0 && GlobMatch(g.toks, p)) return true;
+      if (p.compare(0, g.lit.size(), g.lit) == 0 && GlobCovers(g.glob, wide)) return true;
     return false;
   }
 
@@ -165,10 +95,11 @@ struct Ops {
       auto f = e.withAlways.find(top);
       if (f != e.withAlways.end()) cand = &f->second;
     }
+    wide.assign(p.begin(), p.end());
     int first = -1;
     for (int k : *cand) {
       const OpsRule& r = rules[k];
-      if (!Matches(r, p)) continue;
+      if (!Matches(r, p, wide)) continue;
       if (r.effect == kEffectDeny) return kNotSure;  // every matching deny wins: JavaScript's to say
       if (first < 0) first = k;
     }

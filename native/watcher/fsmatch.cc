@@ -243,6 +243,8 @@ std::vector<std::string> StringArray(Napi::Value v) {
 
 const char* ReasonName(Reason r) { return kReasonNames[static_cast<int>(r)]; }
 
+bool GlobCovers(const CompiledGlob& g, const std::u32string& path) { return GlobMatch(g, path); }
+
 bool NormalizePath(std::string_view p, std::string* out) {
   if (p.empty() || p[0] != '/') return false;
   std::vector<std::string_view> segs;

@@ -66,6 +66,12 @@ struct CompiledGlob {
 };
 
 /**
+ * engine/path.ts matchGlob: true when the glob covers `path` (normalised, as code points) or an ancestor of it.
+ * The gate's native judge runs rules over operations with it too (native/tools/opsjudge_core.h).
+ */
+bool GlobCovers(const CompiledGlob& g, const std::u32string& path);
+
+/**
  * A path entry list with the engine's PathIndex semantics: plain entries cover the
  * path and everything beneath; globs are tested when the subject passes through their
  * literal directory prefix; the deepest match wins, a glob over a plain entry at the
