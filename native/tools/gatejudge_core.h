@@ -16,7 +16,8 @@
 //     a literal or deterministic atoms (src/tools/judge/linear-regex.ts NativeRegex).
 // The line was accepted by the JSON scanner first (jsonscan.cc): canonical, ASCII, no duplicate key;
 // this code still checks every byte it reads and answers -1 on anything unexpected.
-// tests/native/gatejudge-diff.test.ts compares it with the JavaScript judge on generated calls.
+// tests/native/gatejudge-diff.test.ts compares it with the JavaScript judge on generated calls. Under rules
+// over operations it then asks opsjudge_core.h about the call's path (an answer is then a template's index).
 //
 // This header is the judge itself, plain C++ (native/tools/gatejudge.cc binds it to JavaScript).
 #pragma once
