@@ -2,11 +2,15 @@
 // src/tools/judge/native.ts (literals, needs, tools with their argument rules in native form), `judge` and `add`.
 #include "gatejudge.h"
 
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gatejudge_core.h"
+#include "jsonscan.h"
+#include "jsonscan_core.h"
 #include "walkcache.h"
 
 namespace leash {
@@ -283,6 +287,50 @@ Napi::Value AddJs(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, idx);
 }
 
+// requests(chunk: Buffer, at: number) -> n, with `lines` (a Float64Array of 5 * K) given to createGateJudge: from
+// byte `at` of a chunk from the client, the whole lines (each ending in LF) that are plain tools/calls this judge
+// certainly allows: canonical (jsonscan_core.h), exactly the envelope members, jsonrpc "2.0", the method
+// "tools/call", an integer id, params an object that Judge1 allows. For the k-th: lines[5k] the offset just after
+// its LF, [5k+1] its id, [5k+2] what Judge1 answered, [5k+3..5k+4] the path's place in the chunk (rules over
+// operations). Stops before the first other line, at the chunk's end, or after K lines. The gate still checks each
+// id is not in use (src/tools/gate/client.ts); the line by line path (scan, then judge) answers the same.
+struct Requests {
+  Holder holder;
+  Napi::Reference<Napi::Float64Array> keep;
+  double* out = nullptr;
+  size_t max = 0;
+  jsonscan::Scanner scanner;
+};
+
+Napi::Value RequestsJs(const Napi::CallbackInfo& info) {
+  auto* r = static_cast<Requests*>(info.Data());
+  Judge& j = *r->holder.j;
+  Napi::Env env = info.Env();
+  const uint8_t* b;
+  size_t n, at;
+  if (!ChunkArgs(info, "requests(chunk: Buffer, at: number)", &b, &n, &at)) return env.Undefined();
+  if (at == SIZE_MAX) return Napi::Number::New(env, 0);
+  static constexpr uint32_t kNeed = jsonscan::kRequestNeed | jsonscan::kHasId | jsonscan::kIdInt |
+                                    jsonscan::kHasParams | jsonscan::kParamsObject;
+  static constexpr char kCall[] = "tools/call";
+  const size_t k = jsonscan::ScanLines(r->scanner, b, n, at, r->max, [&](size_t i, size_t s, size_t e, double* top) {
+    const uint32_t f = static_cast<uint32_t>(top[0]);
+    if ((f & kNeed) != kNeed || (f & jsonscan::kRequestNot) != 0) return false;
+    const size_t ms = s + static_cast<size_t>(top[4]), me = s + static_cast<size_t>(top[5]);
+    if (me - ms != sizeof kCall - 1 || std::memcmp(b + ms, kCall, sizeof kCall - 1) != 0) return false;
+    const int idx = j.Judge1(b, s + static_cast<size_t>(top[6]), s + static_cast<size_t>(top[7]));
+    if (idx < 0) return false;
+    double* o = r->out + 5 * i;
+    o[0] = static_cast<double>(e + 1);
+    o[1] = top[1];
+    o[2] = idx;
+    o[3] = j.span == nullptr ? 0 : j.span[0];
+    o[4] = j.span == nullptr ? 0 : j.span[1];
+    return true;
+  });
+  return Napi::Number::New(env, static_cast<double>(k));
+}
+
 // addTemplate(tool, rule) -> the index `judge` answers for a call to that tool allowed by that rule (-1: the
 // default's allow), or -1 when no more are taken.
 Napi::Value AddTemplateJs(const Napi::CallbackInfo& info) {
@@ -381,6 +429,20 @@ Napi::Value CreateGateJudge(const Napi::CallbackInfo& info) {
   Napi::Object out = Napi::Object::New(env);
   out.Set("judge", judge);
   out.Set("add", add);
+  Napi::Value linesv = cfg.Get("lines");
+  if (linesv.IsTypedArray() && linesv.As<Napi::TypedArray>().TypedArrayType() == napi_float64_array &&
+      linesv.As<Napi::Float64Array>().ElementLength() >= 5) {
+    auto* rq = new Requests();
+    rq->holder = base;
+    rq->keep = Napi::Persistent(linesv.As<Napi::Float64Array>());
+    rq->out = linesv.As<Napi::Float64Array>().Data();
+    rq->max = linesv.As<Napi::Float64Array>().ElementLength() / 5;
+    Napi::Function requests = Napi::Function::New(env, RequestsJs, "requests", rq);
+    requests.AddFinalizer([](Napi::Env, Requests* p) { delete p; }, rq);
+    out.Set("requests", requests);
+  } else if (!linesv.IsUndefined()) {
+    return Fail(env, "lines is a Float64Array of at least 5 when given"), env.Undefined();
+  }
   if (j->ops != nullptr) {
     auto* ht = new Holder(base);
     Napi::Function addTemplate = Napi::Function::New(env, AddTemplateJs, "addTemplate", ht);

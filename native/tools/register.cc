@@ -10,6 +10,7 @@ namespace leash {
 
 void RegisterTools(Napi::Env env, Napi::Object exports) {
   SetFunctions(env, exports, {{"walkPath", WalkPathJs}, {"createJsonScanner", CreateJsonScanner}});
+  SetFunctions(env, exports, {{"createAnswerReader", CreateAnswerReader}});
   SetFunctions(env, exports, {{"createLiteralFinder", CreateLiteralFinder}, {"createGateJudge", CreateGateJudge}});
   InitWalkCache(env, exports);
 }

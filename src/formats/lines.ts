@@ -26,6 +26,31 @@ export class LineReader {
     this.maxBytes = opts.maxBytes;
   }
 
+  /** No part of a line is held (nor an over-long one being skipped): the next chunk starts a line. */
+  get idle(): boolean {
+    return this.size === 0 && !this.skipping;
+  }
+
+  /**
+   * Reads `chunk` up to the end of the line held (all of it when it holds no LF) and returns the rest, which starts
+   * a line: the whole chunk when nothing is held.
+   */
+  finishLine(chunk: Buffer): Buffer {
+    if (this.idle) return chunk;
+    const nl = chunk.indexOf(0x0a);
+    const cut = nl < 0 ? chunk.length : nl + 1;
+    this.push(chunk.subarray(0, cut));
+    return chunk.subarray(cut);
+  }
+
+  /** Reads the one line of `chunk` starting at `at` (without a LF after it, the rest, held): where the next starts. */
+  pushOne(chunk: Buffer, at: number): number {
+    const nl = chunk.indexOf(0x0a, at);
+    const cut = nl < 0 ? chunk.length : nl + 1;
+    if (cut > at) this.push(chunk.subarray(at, cut));
+    return cut;
+  }
+
   push(chunk: Buffer | string): void {
     const buf = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : chunk;
     let start = 0;

@@ -55,6 +55,12 @@ export interface NativeGateJudge {
    * default's allow), with the path's place in the line in the config's `span`; -1 when no more are taken.
    */
   addTemplate?(tool: number, rule: number): number;
+  /**
+   * With `lines` in the config: the whole lines from byte `at` of a client chunk that are plain tools/calls this
+   * judge certainly allows (gatejudge.cc RequestsJs): n, with lines[5k..5k+4] the k-th's end (after its LF), id,
+   * answer and path span.
+   */
+  requests?(chunk: Buffer, at: number): number;
 }
 
 /** Rules over operations as the native judge takes them (native/tools/opsjudge_core.h). */
@@ -93,6 +99,12 @@ export interface NativeToolsPart {
    */
   createLiteralFinder(literals: string[]): (buf: Buffer) => number;
   /**
+   * The plain answers at the start of a server chunk (native/tools/jsonscan.cc), bound to `out` (3 per line):
+   * read(chunk, at) is how many whole lines from byte `at` are, with out[3k..3k+2] the k-th's end (after its LF),
+   * integer id and 1 when it holds one of `literals` (as createLiteralFinder).
+   */
+  createAnswerReader(out: Float64Array, literals: string[]): (chunk: Buffer, at: number) => number;
+  /**
    * The gate's native judge (native/tools/gatejudge.cc): literals (1..64 ASCII bytes, at most 64) and the
    * needs over them (each group a list of literal indices, one of which must occur; a digit count).
    */
@@ -101,5 +113,7 @@ export interface NativeToolsPart {
     literals: string[];
     needs: { all: number[][]; digits: number }[];
     ops?: NativeOpsConfig;
+    /** Where `requests` writes (5 numbers a line). */
+    lines?: Float64Array;
   }): NativeGateJudge;
 }

@@ -14,6 +14,7 @@ import { parseScanned, plainRequest } from './scan.js';
 import { INVALID_REQUEST, PARSE_ERROR, rpcError } from '../../formats/jsonrpc.js';
 import { envelopeProblem, has, printable, validId } from './messages.js';
 import { toClient, toServer } from './output.js';
+import { CHUNK_LINES } from '../judge/native.js';
 import type { GateState, Pending } from './gate.js';
 
 export function clientLineTooLong(g: GateState): void {
@@ -196,11 +197,52 @@ function answerRequest(g: GateState, v: JsonObject, key: string, j: GateJudgment
 /** A tools/call the native judge allowed: its decision line, then relayed and waited for as answerRequest does. */
 function relayAllowed(g: GateState, id: JsonValue, key: string, idx: number, raw: Buffer): void {
   g.native!.allowed(idx, raw);
+  waitFor(g, id, key);
+  toServer(g, null, raw);
+}
+
+/** An allowed tools/call about to be relayed: its id in use until the answer, and its deadline. */
+function waitFor(g: GateState, id: JsonValue, key: string): void {
   const timeoutMs = g.timeoutMs;
   g.pending.set(key, { id, method: 'tools/call', deadline: timeoutMs > 0 ? performance.now() + timeoutMs : Infinity });
   if (timeoutMs > 0 && g.deadlineTimer === null) armDeadline(g, timeoutMs);
   g.retired.delete(key);
-  toServer(g, null, raw);
+}
+
+/**
+ * A chunk from the client. The plain tools/calls in it that the native judge certainly allows are read in one native
+ * call per run of them (NativeCallJudge.requests) and relayed as they came, each run in one piece, each call with its
+ * decision line and its id waited for: what handleClientLine does with each, without two calls into the addon per
+ * line. A run ends at any other line or an id in use: that line goes to the line reader, and the next run starts
+ * after it while no line waits for its judgment. A line carried over from the last chunk is finished first.
+ */
+export function clientChunk(g: GateState, c: Buffer): void {
+  const nj = g.native;
+  if (nj === null || g.scanner === null) return g.clientLines.push(c);
+  c = g.clientLines.finishLine(c);
+  const lines = nj.lines;
+  let at = 0;
+  while (at < c.length && g.clientSeq.idle) {
+    const n = nj.requests(c, at);
+    let k = 0;
+    for (; k < n; k++) {
+      const id = lines[5 * k + 1]!;
+      const key = `n${id}`;
+      if (g.pending.has(key) || g.held.has(key)) break;
+      g.clientSent++;
+      nj.allowedAt(lines[5 * k + 2]!, c, lines[5 * k + 3]!, lines[5 * k + 4]!);
+      waitFor(g, id, key);
+    }
+    if (k > 0) {
+      const end = lines[5 * (k - 1)]!;
+      toServer(g, null, c.subarray(at, end - 1));
+      at = end;
+    }
+    if (k === CHUNK_LINES) continue;
+    // Not one (or the chunk's last, partial line): read as any line.
+    at = g.clientLines.pushOne(c, at);
+  }
+  if (at < c.length) g.clientLines.push(c.subarray(at));
 }
 
 /**

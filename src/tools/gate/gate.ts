@@ -12,7 +12,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
-import { nativeLineScanner, type LineScanner } from './scan.js';
+import { nativeAnswerReader, nativeLineScanner, type AnswerReader, type LineScanner } from './scan.js';
 import {
   interrupt,
   onClientEnd,
@@ -23,9 +23,9 @@ import {
   onSpawnError,
   terminate,
 } from './lifecycle.js';
-import { clientLineTooLong, handleClientLine } from './client.js';
+import { clientChunk, clientLineTooLong, handleClientLine } from './client.js';
 import { flushAll, MAX_LINE, OutQueue } from './output.js';
-import { handleServerLine, serverLineTooLong } from './server.js';
+import { handleServerLine, serverChunk, serverLineTooLong } from './server.js';
 import type { GateJudge, PendingAudit } from '../judge/judge.js';
 import type { JsonValue } from '../../formats/json.js';
 import { LineReader, Sequencer } from '../../formats/lines.js';
@@ -47,7 +47,7 @@ export function createMcpGate(o: McpGateOptions): McpGate {
   });
   o.output.on('error', () => onOutputError(g));
   child.on('exit', () => onServerExit(g));
-  g.sout.on('data', (c: Buffer) => g.serverLines.push(c));
+  g.sout.on('data', (c: Buffer) => serverChunk(g, c));
   g.sout.on('end', () => onServerOutEnd(g));
   g.sout.on('error', () => undefined);
   o.input.on('data', g.onInput);
@@ -91,6 +91,8 @@ export class GateState {
   readonly scanner: LineScanner | null;
   /** The judge's native judge of plain tools/calls (none with an observer: it reads every call's arguments). */
   readonly native: NonNullable<GateJudge['native']> | null;
+  /** The native reader of plain answers (none without the scanner, or with an observer: it reads every answer). */
+  readonly answers: AnswerReader | null;
   readonly timeoutMs: number;
 
   // ---- the server ----
@@ -156,6 +158,8 @@ export class GateState {
     this.observer = o.observer;
     this.scanner = scanner;
     this.native = o.observer === undefined ? (o.judge.native ?? null) : null;
+    this.answers =
+      scanner === null || o.observer !== undefined ? null : o.answers === undefined ? nativeAnswerReader() : o.answers;
     this.timeoutMs = o.timeoutMs;
     this.child = child;
     this.sin = child.stdin!;
@@ -179,7 +183,7 @@ export class GateState {
     this.onFlushed = () => {
       this.unflushed.shift();
     };
-    this.onInput = (c: Buffer) => this.clientLines.push(c);
+    this.onInput = (c: Buffer) => clientChunk(this, c);
     this.done = new Promise<number>((r) => (this.resolveDone = r));
   }
 

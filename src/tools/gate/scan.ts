@@ -8,6 +8,8 @@
  */
 import { nativeTools } from '../../native.js';
 import type { JsonValue } from '../../formats/json.js';
+import { CHUNK_LINES } from '../judge/native.js';
+import { ANSWER_LITERALS } from '../judge/redact.js';
 
 /** Bits of `facts[0]` (the top-level members of an object line). */
 export const SCAN = {
@@ -125,4 +127,26 @@ export function plainRequest(line: Buffer, facts: Float64Array): PlainRequest | 
  */
 export function parseScanned(line: Buffer, start: number, end: number): JsonValue {
   return JSON.parse(line.toString('latin1', start, end)) as JsonValue;
+}
+
+/**
+ * The plain answers at the start of a chunk from the server, read natively in one call
+ * (native/tools/jsonscan.cc createAnswerReader): `read(chunk, at)` is how many whole lines from byte `at` are
+ * canonical plain responses with an integer id, with out[3k] the k-th's end (after its LF), out[3k+1] its id and
+ * out[3k+2] 1 when it may hold a secret (as lineMayHoldSecret). The line by line path answers the same of each.
+ */
+export interface AnswerReader {
+  readonly out: Float64Array;
+  read(chunk: Buffer, at: number): number;
+}
+
+export function nativeAnswerReader(): AnswerReader | null {
+  const out = new Float64Array(new ArrayBuffer(8 * 3 * CHUNK_LINES));
+  try {
+    const addon = nativeTools();
+    if (typeof addon.createAnswerReader !== 'function') return null;
+    return { out, read: addon.createAnswerReader(out, ANSWER_LITERALS) };
+  } catch {
+    return null;
+  }
 }

@@ -14,6 +14,7 @@ import {
 } from '../../formats/json.js';
 import { otherSpellingOf } from '../judge/names.js';
 import { plainResponseKey } from './scan.js';
+import { CHUNK_LINES } from '../judge/native.js';
 import { sha256 } from '../audit.js';
 import { lineMayHoldSecret, redactResponse, REDACTED_METHODS } from '../judge/redact.js';
 import { maybeShutdown, maybeShutdownSoon } from './lifecycle.js';
@@ -50,15 +51,7 @@ export function handleServerLine(g: GateState, line: Buffer): void | Promise<voi
   if (scanner !== null && !g.observer && scanner.scan(line)) {
     const key = plainResponseKey(line, scanner.facts);
     const p = key === null ? undefined : g.pending.get(key);
-    if (
-      p &&
-      !(p.method === 'tools/list' && (g.judge.hideDenied || g.judge.listed !== undefined)) &&
-      p.method !== 'initialize' &&
-      p.audit === undefined &&
-      p.filter === undefined &&
-      p.dirsEpoch === undefined &&
-      !(g.judge.redactOutput && REDACTED_METHODS.has(p.method) && lineMayHoldSecret(line))
-    ) {
+    if (p && forwardsAsIs(g, p, line)) {
       g.pending.delete(key!);
       toClient(g, null, line);
       maybeShutdown(g);
@@ -85,6 +78,57 @@ export function handleServerLine(g: GateState, line: Buffer): void | Promise<voi
     });
   if (r !== null) toClient(g, r);
   maybeShutdown(g);
+}
+
+/**
+ * Whether a plain answer to `p` goes to the client as it came: its result is neither filtered, observed, audited,
+ * read for the server's directories nor (when it may hold a secret: `line` holds a literal, or `mayHold` says so)
+ * redacted.
+ */
+function forwardsAsIs(g: GateState, p: Pending, line: Buffer | null, mayHold = false): boolean {
+  return (
+    !(p.method === 'tools/list' && (g.judge.hideDenied || g.judge.listed !== undefined)) &&
+    p.method !== 'initialize' &&
+    p.audit === undefined &&
+    p.filter === undefined &&
+    p.dirsEpoch === undefined &&
+    !(g.judge.redactOutput && REDACTED_METHODS.has(p.method) && (line === null ? mayHold : lineMayHoldSecret(line)))
+  );
+}
+
+/**
+ * A chunk from the server. The plain answers in it (read in one native call per run of them, scan.ts AnswerReader)
+ * to pending requests that forwardsAsIs are sent on as they came, each run in one piece: what handleServerLine does
+ * with each, without two calls into the addon per line. A run ends at any other line: that line goes to the line
+ * reader, and the next run starts after it while no line waits. A line carried over from the last chunk is finished
+ * first.
+ */
+export function serverChunk(g: GateState, c: Buffer): void {
+  const ar = g.answers;
+  if (ar === null) return g.serverLines.push(c);
+  c = g.serverLines.finishLine(c);
+  const out = ar.out;
+  let at = 0;
+  while (at < c.length && g.serverSeq.idle) {
+    const n = ar.read(c, at);
+    let k = 0;
+    for (; k < n; k++) {
+      const key = `n${out[3 * k + 1]!}`;
+      const p = g.pending.get(key);
+      if (p === undefined || !forwardsAsIs(g, p, null, out[3 * k + 2] !== 0)) break;
+      g.pending.delete(key);
+    }
+    if (k > 0) {
+      const end = out[3 * (k - 1)]!;
+      toClient(g, null, c.subarray(at, end - 1));
+      at = end;
+      maybeShutdown(g);
+    }
+    if (k === CHUNK_LINES) continue;
+    // Not one (or the chunk's last, partial line): read as any line.
+    at = g.serverLines.pushOne(c, at);
+  }
+  if (at < c.length) g.serverLines.push(c.subarray(at));
 }
 
 /** A line the strict parser refused. */

@@ -2,7 +2,7 @@
 import type { Readable, Writable } from 'node:stream';
 import type { GateJudge } from '../judge/judge.js';
 import type { JsonValue } from '../../formats/json.js';
-import type { LineScanner } from './scan.js';
+import type { AnswerReader, LineScanner } from './scan.js';
 
 export interface GateObserver {
   /** A tools/call the server answered (ok = a result that is not an MCP isError). */
@@ -35,6 +35,8 @@ export interface McpGateOptions {
    * when it loads). `null` parses and re-writes every line (tests compare the two paths).
    */
   scanner?: LineScanner | null;
+  /** The native reader of plain answers (default: the addon's when the scanner is on; `null`: none). */
+  answers?: AnswerReader | null;
 }
 
 export interface McpGate {

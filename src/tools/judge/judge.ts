@@ -23,7 +23,7 @@ import { readAllowed, tableFor } from './operations/rules.js';
 import type { MappingTable } from './operations/mappings.js';
 import { redactForLog } from './redact.js';
 import { type CompiledGatePolicy } from './compile.js';
-import { createNativeCallJudge } from './native.js';
+import { CHUNK_LINES, createNativeCallJudge } from './native.js';
 
 /**
  * A judgment as the gate uses it: the log line's ref travels in the error's data; `audit` is what
@@ -92,6 +92,11 @@ export interface GateJudge {
   readonly native?: {
     judge(line: Buffer, start: number, end: number): number;
     allowed(idx: number, line: Buffer): void;
+    /** The plain calls at the start of a client chunk it certainly allows (NativeCallJudge.requests), into `lines`. */
+    requests(chunk: Buffer, at: number): number;
+    readonly lines: Float64Array;
+    /** `allowed` for a call `requests` answered, whose path is at chunk[start, end). */
+    allowedAt(idx: number, chunk: Buffer, start: number, end: number): void;
   };
 }
 
@@ -301,9 +306,13 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
   // Under `mapping: auto` the table is the one the server's initialize answer names: a native judge per table,
   // made when it is known (serverInfo below), none before.
   const auto = o.policy.ops?.mapping === 'auto';
-  let native = nativeOk && !auto ? createNativeCallJudge(o.policy, session.walker) : null;
+  // Where every native judge of this gate writes what `requests` read (over an ArrayBuffer the collector never moves).
+  const lines = new Float64Array(new ArrayBuffer(8 * 5 * CHUNK_LINES));
+  let native = nativeOk && !auto ? createNativeCallJudge(o.policy, session.walker, undefined, lines) : null;
   let nativeTable: MappingTable | null = null;
   const nativeTail = (idx: number, line: Buffer) => void ctx.log.writeTail!('allow', native!.tail(idx, line));
+  const nativeTailAt = (idx: number, chunk: Buffer, start: number, end: number) =>
+    void ctx.log.writeTail!('allow', native!.tail(idx, chunk, start, end));
   // The decision line and the audit record of a final judgment.
   const finish = (j: Exclude<Judgment, AskJudgment> & GateJudgment, params: JsonValue | undefined): GateJudgment => {
     const ref = logJudgment(j, params, ctx);
@@ -355,10 +364,16 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
     },
     native:
       nativeOk && auto
-        ? { judge: (line, start, end) => (native === null ? -1 : native.judge(line, start, end)), allowed: nativeTail }
+        ? {
+            judge: (line, start, end) => (native === null ? -1 : native.judge(line, start, end)),
+            allowed: nativeTail,
+            requests: (chunk, at) => (native === null ? 0 : native.requests(chunk, at)),
+            lines,
+            allowedAt: nativeTailAt,
+          }
         : native === null
           ? undefined
-          : { judge: native.judge, allowed: nativeTail },
+          : { judge: native.judge, allowed: nativeTail, requests: native.requests, lines, allowedAt: nativeTailAt },
     attachModel(m) {
       session.model = m;
     },
@@ -374,7 +389,7 @@ export function createLocalJudge(o: LocalJudgeOptions): GateJudge {
       if (table !== nativeTable) {
         // Another table reads calls from now on: what the last one's judge learnt does not hold.
         nativeTable = table;
-        native = table === null ? null : createNativeCallJudge(o.policy, session.walker, table);
+        native = table === null ? null : createNativeCallJudge(o.policy, session.walker, table, lines);
       }
     },
     answered(rec, out) {

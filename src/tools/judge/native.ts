@@ -32,9 +32,18 @@ export interface NativeCallJudge {
   judge(line: Buffer, start: number, end: number): number;
   /** After the JavaScript judge allowed a call to `name`: registers the name when nothing but the name decided. */
   learn(name: string, j: Judgment, tail: string | undefined): void;
-  /** The allow line's tail (formatDecisionTail) of what `judge` answered `idx` for, on `line`. */
-  tail(idx: number, line: Buffer): string;
+  /** The allow line's tail (formatDecisionTail) of what `judge` answered `idx` for, on `line` (the path at [start, end)). */
+  tail(idx: number, line: Buffer, start?: number, end?: number): string;
+  /**
+   * The whole lines from byte `at` of a client chunk that are plain tools/calls this judge certainly allows, as
+   * `judge` answers them line by line (native/tools/gatejudge.cc): how many, with the k-th's end (after its LF),
+   * id, answer and path span at lines[5k..5k+4] (`lines` as given to createNativeCallJudge).
+   */
+  requests(chunk: Buffer, at: number): number;
 }
+
+/** Lines the chunk readers (NativeCallJudge.requests, scan.ts nativeAnswerReader) answer per call at most. */
+export const CHUNK_LINES = 64;
 
 const TYPE_CODES: Record<string, number> = { string: 0, number: 1, boolean: 2, null: 3, object: 4, array: 5 };
 
@@ -131,6 +140,8 @@ export function createNativeCallJudge(
   walker?: PathWalker | null,
   /** Under `mapping: auto`: the table the server's name selected. */
   serverTable?: MappingTable,
+  /** Where `requests` writes: 5 * CHUNK_LINES numbers over an ArrayBuffer of its own. */
+  lines: Float64Array = new Float64Array(new ArrayBuffer(8 * 5 * CHUNK_LINES)),
 ): NativeCallJudge | null {
   if (policy.logArgs === 'all' || policy.engine !== GATE_ENGINE) return null;
   if (!policy.policed.has('tools/call') || policy.denyMethods.some((d) => d.re.test('tools/call'))) return null;
@@ -156,6 +167,7 @@ export function createNativeCallJudge(
       strictArgs: policy.strictArgs,
       ...wire,
       ...(opsWire === null ? {} : { ops: { ...opsWire, memory: memory!, span } }),
+      lines,
     });
     if (ops !== null && typeof nj.addTemplate !== 'function') return null;
   } catch {
@@ -183,10 +195,12 @@ export function createNativeCallJudge(
     heads[k] = tail.slice(0, at + open.length);
     rests[k] = tail.slice(at + open.length + p[0]!.length);
   };
+  const requests = nj.requests;
   return {
     judge: nj.judge,
-    tail: (idx, line) =>
-      rests[idx] === undefined ? heads[idx]! : heads[idx]! + line.toString('latin1', span[0], span[1]) + rests[idx],
+    requests: requests === undefined ? () => 0 : requests,
+    tail: (idx, line, start = span[0], end = span[1]) =>
+      rests[idx] === undefined ? heads[idx]! : heads[idx]! + line.toString('latin1', start, end) + rests[idx],
     learn(name, j, tail) {
       if (tail === undefined || refused.has(name)) return;
       if (j.action !== 'allow' || !j.policed || j.wouldBlock !== undefined) return;

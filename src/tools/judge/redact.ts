@@ -31,6 +31,9 @@ export function lineMayHoldSecretJs(line: Buffer): boolean {
  */
 const OUTPUT_LITERALS: readonly string[] = [...KEY_BODY_LITERALS, '"blob"', '"data"'];
 
+/** What the native pre-check of an answer looks for (lineMayHoldSecret; the gate's answer reader, gate/scan.ts). */
+export const ANSWER_LITERALS: string[] = [...SECRET_LITERALS, ...OUTPUT_LITERALS];
+
 // The same question in one native pass over the bytes (native/tools/literals.cc), built from the same
 // literal list; it was a tenth of the gate's CPU per answer in JavaScript. Without the addon, the
 // JavaScript form.
@@ -38,7 +41,7 @@ function nativeFinder(): ((line: Buffer) => boolean) | null {
   try {
     const addon = nativeTools();
     if (typeof addon.createLiteralFinder !== 'function') return null;
-    const has = addon.createLiteralFinder([...SECRET_LITERALS, ...OUTPUT_LITERALS]);
+    const has = addon.createLiteralFinder(ANSWER_LITERALS);
     return (line) => has(line) === 1;
   } catch {
     return null;

@@ -31,6 +31,31 @@ describe('LineReader (the one JSON-lines reader)', () => {
     expect(got).toEqual([null, 'ok', null, 'next']);
   });
 
+  it('finishLine reads a chunk up to the end of the line held and returns the rest; pushOne reads one line', () => {
+    const { r, got } = reader(4);
+    // Nothing held: the whole chunk comes back, nothing is read.
+    expect(r.finishLine(Buffer.from('ab\ncd')).toString()).toBe('ab\ncd');
+    expect(got).toEqual([]);
+    r.push('ab');
+    expect(r.idle).toBe(false);
+    expect(r.finishLine(Buffer.from('c')).toString()).toBe('');
+    expect(r.finishLine(Buffer.from('\n{}\nx')).toString()).toBe('{}\nx');
+    expect(got).toEqual(['abc']);
+    expect(r.idle).toBe(true);
+    // Held while skipping an over-long line: the rest of it is dropped, not handed on as a line.
+    r.push('123456');
+    expect(r.idle).toBe(false);
+    expect(r.finishLine(Buffer.from('78\nok\n')).toString()).toBe('ok\n');
+    expect(got).toEqual(['abc', null]);
+    const c = Buffer.from('one\ntwo\nthr');
+    let at = r.pushOne(c, 0);
+    expect(at).toBe(4);
+    at = r.pushOne(c, at);
+    expect(r.pushOne(c, at)).toBe(c.length);
+    expect(got).toEqual(['abc', null, 'one', 'two']);
+    expect(r.idle).toBe(false);
+  });
+
   it('admits a line of exactly the limit', () => {
     const { r, got } = reader(4);
     r.push('12');
