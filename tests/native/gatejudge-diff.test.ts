@@ -10,7 +10,8 @@ import { stringifyAscii, type JsonValue } from '../../src/formats/json.js';
 import { nativeLineScanner, parseScanned, plainRequest } from '../../src/tools/gate/scan.js';
 import { compileGatePolicy, type CompiledGatePolicy, type ToolsGatePolicy } from '../../src/tools/judge/compile.js';
 import { judgeRequest, type Judgment } from '../../src/tools/judge/decide.js';
-import { createNativeCallJudge } from '../../src/tools/judge/native.js';
+import { CHUNK_LINES, createNativeCallJudge } from '../../src/tools/judge/native.js';
+import { walkChunks } from './chunk-walk.js';
 import { nativeAvailable } from '../../src/native.js';
 import { mulberry32 as prng } from '../lab/prng.js';
 import { gen } from '../unit/engine/fixtures/inspect-gen.js';
@@ -221,6 +222,8 @@ describe.skipIf(!nativeAvailable())('native gate judge = the JavaScript judge (n
     let withRules = 0;
     let withArrays = 0;
     let policies = 0;
+    let runTaken = 0;
+    let runs = 0;
     for (let seed = 1; seed <= 200; seed++) {
       const gn = generator(seed);
       let policy: CompiledGatePolicy;
@@ -229,7 +232,8 @@ describe.skipIf(!nativeAvailable())('native gate judge = the JavaScript judge (n
       } catch {
         continue; // a generated policy the compiler refuses (two keys naming one tool): nothing to judge
       }
-      const nj = createNativeCallJudge(policy);
+      const runLines = new Float64Array(new ArrayBuffer(8 * 5 * CHUNK_LINES));
+      const nj = createNativeCallJudge(policy, undefined, undefined, runLines);
       if (nj === null) continue;
       policies++;
       const lines = Array.from({ length: 1500 }, (_, i) => Buffer.from(gn.call(i)));
@@ -263,6 +267,27 @@ describe.skipIf(!nativeAvailable())('native gate judge = the JavaScript judge (n
         if (policy.args.has(j.name!.toLowerCase())) withRules++;
         if (line.includes('[')) withArrays++;
       }
+      // The same lines in chunks, read a run at a time as the gate reads them (NativeCallJudge.requests): each line
+      // of a run is one the line-by-line path judges natively with the same answer, and each run ends at one it does not.
+      const walked = walkChunks(
+        seed,
+        lines,
+        {
+          read: nj.requests,
+          end: (k) => runLines[5 * k]!,
+          answer: (k) => [runLines[5 * k + 1], runLines[5 * k + 2]],
+          max: CHUNK_LINES,
+        },
+        (line) => {
+          if (!scanner.scan(line)) return null;
+          const fast = plainRequest(line, scanner.facts);
+          if (fast?.method !== 'tools/call' || typeof fast.id !== 'number' || fast.params === null) return null;
+          const k = nj.judge(line, fast.params[0], fast.params[1]);
+          return k < 0 ? null : [fast.id, k];
+        },
+      );
+      runTaken += walked.taken;
+      runs += walked.runs;
     }
     // The comparison proves something only if both judges allowed and refused plenty.
     expect(policies).toBeGreaterThan(150);
@@ -271,8 +296,10 @@ describe.skipIf(!nativeAvailable())('native gate judge = the JavaScript judge (n
     expect(withRules).toBeGreaterThan(5_000);
     expect(withArrays).toBeGreaterThan(1_500);
     expect(nativeAllows).toBeLessThan(jsAllows);
+    expect(runTaken).toBeGreaterThan(15_000);
+    expect(runs).toBeGreaterThan(1_000);
     console.log(
-      `gatejudge-diff: ${policies} policies, ${compared} calls compared, JavaScript allowed ${jsAllows} by name, native ${nativeAllows} (${withRules} with argument rules, ${withArrays} with arrays)`,
+      `gatejudge-diff: ${policies} policies, ${compared} calls compared, JavaScript allowed ${jsAllows} by name, native ${nativeAllows} (${withRules} with argument rules, ${withArrays} with arrays); read in chunks: ${runTaken} calls taken in runs, ${runs} runs of two or more`,
     );
   });
 });

@@ -5,7 +5,17 @@
 // lines from a fixed seed, most of them one mutation away from canonical.
 import { describe, expect, it } from 'vitest';
 import { isObject, JsonError, parseStrict, stringifyAscii, type JsonValue } from '../../src/formats/json.js';
-import { nativeLineScanner, parseScanned, plainRequest, plainResponseKey, SCAN } from '../../src/tools/gate/scan.js';
+import {
+  nativeAnswerReader,
+  nativeLineScanner,
+  parseScanned,
+  plainRequest,
+  plainResponseKey,
+  SCAN,
+} from '../../src/tools/gate/scan.js';
+import { CHUNK_LINES } from '../../src/tools/judge/native.js';
+import { ANSWER_LITERALS, lineMayHoldSecretJs } from '../../src/tools/judge/redact.js';
+import { walkChunks } from './chunk-walk.js';
 import { nativeAvailable } from '../../src/native.js';
 import { mulberry32 as rng } from '../lab/prng.js';
 
@@ -233,5 +243,69 @@ describe.skipIf(!nativeAvailable())('native JSON pre-check = the gate’s parser
     // (index keys, escaped keys, floats, long integers), which the generator makes rarely.
     expect(canonicalFast / canonicalTotal).toBeGreaterThan(0.6);
     expect(fast).toBeGreaterThan(20_000);
+  });
+
+  it('the answer reader stops at each kind of answer the gate must read: a fixed corpus', () => {
+    const reader = nativeAnswerReader()!;
+    const ok = '{"jsonrpc":"2.0","id":1,"result":{}}';
+    const not = [
+      '{"jsonrpc":"2.0","id":2,"result":{},"error":{"code":1,"message":"x"}}', // both
+      '{"jsonrpc":"2.0","id":2}', // neither
+      '{"jsonrpc":"2.0","id":2,"error":"bad"}', // an error that is not an object
+      '{"jsonrpc":"2.0","id":"s2","result":{}}', // a string id
+      '{"jsonrpc":"2.0","id":2,"result":{},"extra":1}', // another member
+      '{"jsonrpc":"2.0","id":2,"method":"x","result":{}}', // a request's member
+      '{"jsonrpc":"1.0","id":2,"result":{}}',
+      '{"jsonrpc":"2.0", "id":2,"result":{}}', // not canonical
+      '',
+    ];
+    for (const n of not) {
+      const chunk = Buffer.from(`${ok}\n${n}\n${ok}\n`);
+      expect([n, reader.read(chunk, 0)]).toEqual([n, 1]);
+      expect(reader.out[0]).toBe(ok.length + 1);
+    }
+    // An answer holding a secret literal is taken, flagged; a line without its LF is not taken.
+    expect(reader.read(Buffer.from(`${ok}\n{"jsonrpc":"2.0","id":3,"result":{"t":"AKIA"}}\n${ok}`), 0)).toBe(2);
+    expect([reader.out[2], reader.out[4], reader.out[5]]).toEqual([0, 3, 1]);
+  });
+
+  it('the answer reader takes, run by run, exactly the plain answers the line-by-line path takes (200,000 lines)', () => {
+    const r = rng(20261206);
+    const lines: Buffer[] = [];
+    for (let i = 0; i < 200_000; i++) {
+      const m = genMessage(r, i);
+      // Some answers hold what the secret pre-pass looks for (in any case), or something near it.
+      if (isObject(m) && isObject(m.result) && r() < 0.3) {
+        const lit = ANSWER_LITERALS[Math.floor(r() * ANSWER_LITERALS.length)]!;
+        const text = r() < 0.5 ? lit.toUpperCase() : r() < 0.5 ? lit.slice(0, -1) : `x${lit}y`;
+        m.result = { content: [{ type: 'text', text }] };
+      }
+      const canonical = stringifyAscii(m);
+      lines.push(Buffer.from(r() < 0.6 ? canonical : mutate(r, canonical), 'utf8'));
+    }
+    const reader = nativeAnswerReader()!;
+    const out = reader.out;
+    let secrets = 0;
+    const walked = walkChunks(
+      7,
+      lines,
+      {
+        read: reader.read,
+        end: (k) => out[3 * k]!,
+        answer: (k) => [out[3 * k + 1], out[3 * k + 2]],
+        max: CHUNK_LINES,
+      },
+      (line) => {
+        if (!scanner.scan(line)) return null;
+        const key = plainResponseKey(line, scanner.facts);
+        if (key === null || !key.startsWith('n')) return null;
+        const secret = lineMayHoldSecretJs(line) ? 1 : 0;
+        secrets += secret;
+        return [Number(key.slice(1)), secret];
+      },
+    );
+    expect(walked.taken).toBeGreaterThan(40_000);
+    expect(walked.runs).toBeGreaterThan(5_000);
+    expect(secrets).toBeGreaterThan(5_000);
   });
 });
