@@ -82,10 +82,16 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 const pct = (xs: number[], p: number) =>
   [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))] ?? 0;
 
-function cpuSeconds(pid: number): number {
+/** A process's [user, system] CPU seconds. */
+function cpuParts(pid: number): [number, number] {
   const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = f.slice(f.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100; // clock ticks (USER_HZ 100) -> seconds
+  return [Number(fields[11]) / 100, Number(fields[12]) / 100]; // clock ticks (USER_HZ 100) -> seconds
+}
+
+function cpuSeconds(pid: number): number {
+  const [u, s] = cpuParts(pid);
+  return u + s;
 }
 
 async function main(): Promise<void> {
@@ -187,6 +193,8 @@ async function main(): Promise<void> {
         .filter(Boolean)
         .map(Number);
     const ngxCpu = () => ngxWorkers().reduce((a, p) => a + cpuSeconds(p), cpuSeconds(ngx.pid!));
+    // The kernel's share (system time) of each proxy's CPU in the connection phase.
+    const ngxSys = () => ngxWorkers().reduce((a, p) => a + cpuParts(p)[1], cpuParts(ngx.pid!)[1]);
     for (let rep = 0; rep < (SKIP_BULK ? 0 : REPS); rep++) {
       for (const p of bulkPaths) {
         const c0 =
@@ -219,11 +227,11 @@ async function main(): Promise<void> {
     // interleaving spreads the drift over the three paths instead of charging it to one.
     const rates: Record<PathName, number[]> = { direct: [], leash: [], nginx: [], relay: [] };
     const errs: Record<PathName, number> = { direct: 0, leash: 0, nginx: 0, relay: 0 };
-    const cpuUs: Record<PathName, { s: number; n: number }> = {
-      direct: { s: 0, n: 0 },
-      leash: { s: 0, n: 0 },
-      nginx: { s: 0, n: 0 },
-      relay: { s: 0, n: 0 },
+    const cpuUs: Record<PathName, { s: number; sys: number; n: number }> = {
+      direct: { s: 0, sys: 0, n: 0 },
+      leash: { s: 0, sys: 0, n: 0 },
+      nginx: { s: 0, sys: 0, n: 0 },
+      relay: { s: 0, sys: 0, n: 0 },
     };
     const samples: Record<PathName, number[]> = { direct: [], leash: [], nginx: [], relay: [] };
     for (let rep = 0; rep < (SKIP_CONNS ? 0 : REPS); rep++) {
@@ -236,7 +244,16 @@ async function main(): Promise<void> {
               : p === 'relay'
                 ? () => cpuSeconds(relayCopy.pid!)
                 : null;
+        const sys =
+          p === 'leash'
+            ? () => cpuParts(enforcer.pid)[1]
+            : p === 'nginx'
+              ? ngxSys
+              : p === 'relay'
+                ? () => cpuParts(relayCopy.pid!)[1]
+                : null;
         const c0 = cpu?.() ?? 0;
+        const s0 = sys?.() ?? 0;
         const r = (await client(lab, users[p], [
           'conns',
           TARGET.v4,
@@ -249,6 +266,7 @@ async function main(): Promise<void> {
         errs[p] += r.errors;
         if (cpu) {
           cpuUs[p].s += cpu() - c0;
+          cpuUs[p].sys += sys!() - s0;
           cpuUs[p].n += r.count;
         }
       }
@@ -263,13 +281,17 @@ async function main(): Promise<void> {
         samples[p].push(...r.samples);
       }
     }
-    const conns: Record<PathName, { rate: number; errors: number; cpuUsPerConn: number | null }> = {} as never;
+    const conns: Record<
+      PathName,
+      { rate: number; errors: number; cpuUsPerConn: number | null; sysUsPerConn: number | null }
+    > = {} as never;
     const setup: Record<PathName, { p50: number; p99: number }> = {} as never;
     for (const p of paths) {
       conns[p] = {
         rate: median(rates[p]),
         errors: errs[p],
         cpuUsPerConn: cpuUs[p].n ? (cpuUs[p].s * 1e6) / cpuUs[p].n : null,
+        sysUsPerConn: cpuUs[p].n ? (cpuUs[p].sys * 1e6) / cpuUs[p].n : null,
       };
       setup[p] = { p50: pct(samples[p], 50), p99: pct(samples[p], 99) };
     }
@@ -351,6 +373,9 @@ async function main(): Promise<void> {
         'conns',
       ],
       ['  relay vs nginx', cpuConn('relay') / cpuConn('nginx'), '(floor)', true, 'conns'],
+      // nginx's own kernel time over its whole CPU: what a proxy making nginx's system calls spends in the kernel
+      // alone, before any user-space work of its own.
+      ['  nginx kernel share', (conns.nginx.sysUsPerConn ?? 0) / cpuConn('nginx'), '(floor)', true, 'conns'],
       ['  Leash vs relay', cpuConn('leash') / cpuConn('relay'), '(info)', true, 'conns'],
     ] as const;
     process.stdout.write('\nLeash ratios (issue 43):\n');
@@ -378,6 +403,10 @@ async function main(): Promise<void> {
     if (!SKIP_BULK)
       process.stdout.write(
         `  bulk best reps: Leash ${f(best('leash') / best('relay'))}x relay, relay ${f(best('relay') / best('direct'))}x direct; machine CPU per GiB over direct's: relay ${f(cpuGiB('relay') / cpuGiB('direct'))}x, Leash ${f(cpuGiB('leash') / cpuGiB('direct'))}x, nginx ${f(cpuGiB('nginx') / cpuGiB('direct'))}x\n`,
+      );
+    if (!SKIP_CONNS)
+      process.stdout.write(
+        `  CPU us/conn, system part: ${(['leash', 'nginx', 'relay'] as const).map((p) => `${p} ${f(conns[p].sysUsPerConn ?? 0, 0)} of ${f(cpuConn(p), 0)}`).join(', ')}\n`,
       );
     process.stdout.write(`  errors: ${paths.map((p) => `${p} ${conns[p].errors}`).join(', ')}\n`);
     process.stdout.write(
