@@ -377,7 +377,13 @@ Napi::Value CreateGateJudge(const Napi::CallbackInfo& info) {
       if (static_cast<uint8_t>(c) >= 0x80) return Fail(env, "a literal is not ASCII"), env.Undefined();
       c = static_cast<char>(Lower(static_cast<uint8_t>(c)));
     }
-    j->byFirst[static_cast<uint8_t>(s[0])].push_back(static_cast<uint8_t>(k));
+    const uint8_t first = static_cast<uint8_t>(s[0]);
+    if (s.size() == 1) {
+      j->oneByte[first] |= uint64_t{1} << k;
+    } else {
+      j->byFirst[first].push_back(static_cast<uint8_t>(k));
+      j->pairs.set((static_cast<size_t>(first) << 8) | static_cast<uint8_t>(s[1]));
+    }
     j->literals.push_back(std::move(s));
   }
   auto needs = nv.As<Napi::Array>();

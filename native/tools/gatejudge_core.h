@@ -23,11 +23,11 @@
 #pragma once
 
 #include <array>
-#include <memory>
 #include <bitset>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -172,7 +172,9 @@ inline bool HasDotDotSegment(std::string_view t) {
 struct Judge {
   bool strictArgs = false;
   std::vector<std::string> literals;  // lower case
-  std::array<std::vector<uint8_t>, 256> byFirst;  // literal indices by first byte
+  std::array<std::vector<uint8_t>, 256> byFirst;  // indices of the literals of 2 bytes or more, by first byte
+  std::bitset<65536> pairs;                        // their first two bytes: only a pair here is compared further
+  std::array<uint64_t, 256> oneByte{};             // the literals of one byte, as a mask by that byte
   std::vector<Need> needs;
   std::deque<std::string> names;  // owns the bytes the map's keys view
   std::unordered_map<std::string_view, int> byName;
@@ -372,6 +374,8 @@ struct Judge {
     for (size_t k = 0; k < len; k++) {
       const uint8_t c = Lower(p[k]);
       if (c >= '0' && c <= '9') digits++;
+      present |= oneByte[c];
+      if (k + 1 >= len || !pairs.test((static_cast<size_t>(c) << 8) | Lower(p[k + 1]))) continue;
       for (uint8_t li : byFirst[c]) {
         if (present & (uint64_t{1} << li)) continue;
         const std::string& lit = literals[li];
