@@ -179,7 +179,7 @@ function answerRequest(g: GateState, v: JsonObject, key: string, j: GateJudgment
   }
   const timeoutMs = g.timeoutMs;
   const fm = normalizeToolName(method);
-  const p: Pending = { id: v.id!, method: fm, deadline: timeoutMs > 0 ? performance.now() + timeoutMs : Infinity };
+  const p: Pending = { id: v.id!, method: fm, deadline: deadlineFrom(g) };
   if (j.audit !== undefined) p.audit = j.audit;
   if (j.filter !== undefined) p.filter = j.filter;
   if (fm === 'tools/call' && isObject(v.params) && v.params.name === 'list_allowed_directories')
@@ -202,11 +202,15 @@ function relayAllowed(g: GateState, id: JsonValue, key: string, idx: number, raw
 }
 
 /** An allowed tools/call about to be relayed: its id in use until the answer, and its deadline. */
-function waitFor(g: GateState, id: JsonValue, key: string): void {
-  const timeoutMs = g.timeoutMs;
-  g.pending.set(key, { id, method: 'tools/call', deadline: timeoutMs > 0 ? performance.now() + timeoutMs : Infinity });
-  if (timeoutMs > 0 && g.deadlineTimer === null) armDeadline(g, timeoutMs);
+function waitFor(g: GateState, id: JsonValue, key: string, deadline = deadlineFrom(g)): void {
+  g.pending.set(key, { id, method: 'tools/call', deadline });
+  if (g.timeoutMs > 0 && g.deadlineTimer === null) armDeadline(g, g.timeoutMs);
   g.retired.delete(key);
+}
+
+/** When the gate stops waiting for a request read now (performance.now() ms; Infinity with no timeout). */
+function deadlineFrom(g: GateState): number {
+  return g.timeoutMs > 0 ? performance.now() + g.timeoutMs : Infinity;
 }
 
 /**
@@ -221,6 +225,8 @@ export function clientChunk(g: GateState, c: Buffer): void {
   if (nj === null || g.scanner === null) return g.clientLines.push(c);
   c = g.clientLines.finishLine(c);
   const lines = nj.lines;
+  // The chunk's calls arrived together: one deadline for them all.
+  const deadline = deadlineFrom(g);
   let at = 0;
   while (at < c.length && g.clientSeq.idle) {
     const n = nj.requests(c, at);
@@ -231,7 +237,7 @@ export function clientChunk(g: GateState, c: Buffer): void {
       if (g.pending.has(key) || g.held.has(key)) break;
       g.clientSent++;
       nj.allowedAt(lines[5 * k + 2]!, c, lines[5 * k + 3]!, lines[5 * k + 4]!);
-      waitFor(g, id, key);
+      waitFor(g, id, key, deadline);
     }
     if (k > 0) {
       const end = lines[5 * (k - 1)]!;
