@@ -17,7 +17,35 @@ function runCleanups(): void {
   }
 }
 process.on('exit', runCleanups);
-process.on('SIGINT', () => process.exit(130));
+
+// Asynchronous teardowns (a lab's namespaces, daemons and accounts), run before the process exits on a signal: an
+// 'exit' handler cannot wait for them, and a bench stopped by Ctrl-C or `timeout` left its lab running.
+const teardowns: (() => Promise<unknown>)[] = [];
+let stopping = false;
+async function stopOn(signal: NodeJS.Signals): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  for (const t of teardowns.reverse()) {
+    try {
+      await t();
+    } catch (e) {
+      console.error(`teardown: ${(e as Error).message}`);
+    }
+  }
+  process.exit(128 + (os.constants.signals[signal] ?? 0));
+}
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => void stopOn(sig));
+// A reader of the output gone (`| head`): the rest of the output is dropped, and the bench still runs to its own
+// teardown instead of dying on the write's EPIPE with its lab left behind.
+for (const stream of [process.stdout, process.stderr])
+  stream.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code !== 'EPIPE' && e.code !== 'ERR_STREAM_DESTROYED') throw e;
+  });
+
+/** Runs `teardown` (to completion) before the process exits on SIGINT, SIGTERM or SIGHUP. */
+export function teardownOnSignals(teardown: () => Promise<unknown>): void {
+  teardowns.push(teardown);
+}
 
 /** A new directory under the system's temporary directory, removed at exit. */
 export function benchTmpdir(prefix: string): string {

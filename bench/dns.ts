@@ -16,6 +16,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { numberArg } from './args.js';
 import { netPolicy } from '../tests/lab/policy.js';
+import { teardownOnSignals } from './common.js';
 import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../tests/lab/netns.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -59,7 +60,7 @@ async function main(): Promise<void> {
   if (spawnSync('dnsmasq', ['--version']).status !== 0)
     throw new Error('bench/dns needs dnsmasq (apt-get install dnsmasq-base; see bench/README.md)');
   const cleanups = createCleanups();
-  process.once('SIGINT', () => void cleanups.run().then(() => process.exit(130)));
+  teardownOnSignals(() => cleanups.run());
   try {
     const load0 = fs.readFileSync('/proc/loadavg', 'utf8').trim();
     const lab = await buildLab({ id: 'netq', dnsLog: false, cleanups });

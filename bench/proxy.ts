@@ -23,7 +23,7 @@ import { numberArg } from './args.js';
 import { netPolicy } from '../tests/lab/policy.js';
 import { buildLab, createCleanups, LAB, stopChild, type Lab, type LabUser } from '../tests/lab/netns.js';
 import { captureHello } from '../tests/lab/client-hello.js';
-import { compileC } from './common.js';
+import { compileC, teardownOnSignals } from './common.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const BULK_PORT = 9443;
@@ -97,7 +97,7 @@ function cpuSeconds(pid: number): number {
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('bench/proxy needs root (namespaces, accounts)');
   const cleanups = createCleanups();
-  process.once('SIGINT', () => void cleanups.run().then(() => process.exit(130)));
+  teardownOnSignals(() => cleanups.run());
   try {
     const load0 = fs.readFileSync('/proc/loadavg', 'utf8').trim();
     const lab = await buildLab({ id: 'netb', bulk: { port: BULK_PORT, bytes: BULK_BYTES }, cleanups });

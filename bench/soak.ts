@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { netPolicy } from '../tests/lab/policy.js';
+import { teardownOnSignals } from './common.js';
 import { buildLab, createCleanups, type Lab, type LabUser } from '../tests/lab/netns.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -38,7 +39,7 @@ const lines = (s: string) => s.split('\n').filter((l) => l.startsWith('proxy uid
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('bench/soak needs root (namespaces, accounts)');
   const cleanups = createCleanups();
-  process.once('SIGINT', () => void cleanups.run().then(() => process.exit(130)));
+  teardownOnSignals(() => cleanups.run());
   try {
     const lab = await buildLab({ id: 'nets', holdTls: HOLD_PORT, cleanups });
     const user = await lab.createUser('leash-ts1');

@@ -27,6 +27,7 @@ import { fileURLToPath } from 'node:url';
 import { buildLab, createCleanups, LAB, stopChild, type LabUser } from '../tests/lab/netns.js';
 import { AGENT_LOOP, type LoopCounts } from '../tests/lab/agent-loop.js';
 import { run } from './args.js';
+import { teardownOnSignals } from './common.js';
 import { benchTmpfs, scaleRows, scaleTable, serviceSpawner, type ScaleRow } from './transitions-scale.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 20);
@@ -39,6 +40,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('bench/transitions needs root (namespaces, nft, fanotify)');
   const cleanups = createCleanups();
+  teardownOnSignals(() => cleanups.run());
   // One namespace pair per run: buildLab first removes a namespace of the same name, so two runs at once (two
   // checkouts on one host) would pull each other's namespace, chains and agent loops from under them.
   const lab = await buildLab({ id: `l40bb${process.pid}`, dnsLog: false, cleanups });
