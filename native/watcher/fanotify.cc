@@ -133,6 +133,7 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
       return;
     }
     ownsFd_ = true;
+    ownerPid_ = apid;
     standby_.store(true);
   } else {
     unsigned base = FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK;
@@ -153,6 +154,7 @@ Watcher::Watcher(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Watcher>(inf
       ErrnoError(env, errno, "memfd_create (the in-flight table)").ThrowAsJavaScriptException();
       return;
     }
+    inflight_.SetOwner(static_cast<int32_t>(getpid()));
   }
   respFd_ = responseFd >= 0 ? responseFd : fd_;
   protectedHardlinks_ = ReadProtectedHardlinks();
@@ -346,6 +348,7 @@ Napi::Value Watcher::Stats(const Napi::CallbackInfo& info) {
   a("takeoverNoCreds", takeoverNoCreds_);
   a("takeoverDrained", takeoverDrained_);
   a("takeoverDrainErrno", takeoverDrainErrno_);
+  a("standbyFollowed", followed_);
   // Metrics: decisions by surface/action/reason, the judge-time histogram, the queue's depth.
   Napi::Array by = Napi::Array::New(env);
   uint32_t k = 0;

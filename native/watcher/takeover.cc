@@ -96,6 +96,20 @@ void InflightTable::Close() {
 bool Watcher::WaitForActive() {
   for (;;) {
     if (stop_.load(std::memory_order_relaxed)) return false;
+    if (activePidfd_ < 0) {
+      // The watcher waited on has exited. Of the standbys, the one whose claim on the table lands first takes over;
+      // the others follow it as their new active (and claim from it in turn when it dies).
+      int32_t now = 0;
+      if (inflight_.Claim(ownerPid_, static_cast<int32_t>(getpid()), &now)) return true;
+      ownerPid_ = now;
+      activePidfd_ = now > 0 ? static_cast<int>(syscall(SYS_pidfd_open, now, 0)) : -1;
+      if (activePidfd_ < 0 && errno != ESRCH) {
+        loopErrno_ = errno;
+        return false;
+      }
+      followed_.fetch_add(1, std::memory_order_relaxed);
+      continue;  // ESRCH: that one is gone already, claim from it
+    }
     pollfd p[2] = {{activePidfd_, POLLIN, 0}, {stopFd_, POLLIN, 0}};
     int r = poll(p, 2, 1000);
     dog_.BeatLoop(NowMs());
@@ -104,7 +118,23 @@ bool Watcher::WaitForActive() {
       return false;
     }
     if (r > 0 && (p[1].revents & POLLIN)) return false;
-    if (r > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) return true;  // the active watcher has exited
+    if (r > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+      close(activePidfd_);  // it has exited
+      activePidfd_ = -1;
+      continue;
+    }
+    // The table names another owner than the one waited on (a standby spawned while a takeover was under way):
+    // wait on that one.
+    int32_t o = inflight_.Owner();
+    if (o > 0 && o != ownerPid_) {
+      int pfd = static_cast<int>(syscall(SYS_pidfd_open, o, 0));
+      if (pfd >= 0 || errno == ESRCH) {
+        close(activePidfd_);
+        activePidfd_ = pfd;
+        ownerPid_ = o;
+        followed_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
   }
 }
 
@@ -277,7 +307,7 @@ void Watcher::TakeOver() {
     std::lock_guard<std::mutex> g(tmu_);
     takeoverRecs_.insert(takeoverRecs_.end(), recs.begin(), recs.end());
   }
-  close(activePidfd_);
+  if (activePidfd_ >= 0) close(activePidfd_);
   activePidfd_ = -1;
   standby_.store(false);
   takeovers_.fetch_add(1, std::memory_order_relaxed);

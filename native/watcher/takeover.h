@@ -62,6 +62,21 @@ class InflightTable {
   }
   int32_t PidAt(int evfd) const { return slots_[evfd].pid.load(std::memory_order_acquire); }
   uint32_t MaskAt(int evfd) const { return slots_[evfd].mask.load(std::memory_order_relaxed); }
+  /** The PID of the watcher reading the group (0: none recorded). */
+  int32_t Owner() const { return hdr_ ? hdr_->owner.load(std::memory_order_acquire) : 0; }
+  void SetOwner(int32_t pid) {
+    if (hdr_) hdr_->owner.store(pid, std::memory_order_release);
+  }
+  /**
+   * The owner `dead` has exited: true when this process (`self`) is the owner now, false with `*now` set to the
+   * owner another standby made itself first.
+   */
+  bool Claim(int32_t dead, int32_t self, int32_t* now) {
+    int32_t expected = dead;
+    if (hdr_->owner.compare_exchange_strong(expected, self, std::memory_order_acq_rel)) return true;
+    *now = expected;
+    return expected == self;
+  }
   /** The highest event descriptor number recorded since the table was made or last Reset. */
   int MaxFd() const { return slots_ ? hdr_->maxFd.load(std::memory_order_relaxed) : 0; }
   /**
@@ -78,13 +93,15 @@ class InflightTable {
     uint32_t magic;
     uint32_t slots;
     std::atomic<int32_t> maxFd;
-    uint32_t pad;
+    // The PID of the watcher reading the group: set by the active that made the table, claimed by the one standby
+    // that takes over when it dies (compare-and-swap), so that of several standbys exactly one reads on.
+    std::atomic<int32_t> owner;
   };
   struct Slot {
     std::atomic<int32_t> pid;
     std::atomic<uint32_t> mask;
   };
-  static constexpr uint32_t kMagic = 0x4c534832;  // "LSH2": with the read area
+  static constexpr uint32_t kMagic = 0x4c534833;  // "LSH3": with the read area and the owner
   static size_t SlotBytes() { return sizeof(Header) + sizeof(Slot) * kSlots; }
   static size_t Bytes() { return SlotBytes() + kAreaBytes; }
 

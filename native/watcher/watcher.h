@@ -150,7 +150,8 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
 
   // The in-flight table (takeover.h) and, in a standby, the active watcher it will succeed.
   InflightTable inflight_;
-  int activePidfd_ = -1;
+  int activePidfd_ = -1;  // a standby's: the pidfd of the watcher it waits on (ownerPid_), -1 once that one exited
+  int32_t ownerPid_ = 0;
   std::atomic<bool> standby_{false};
   std::unordered_set<int32_t>* seen_ = nullptr;  // during a takeover's drain: the openers answered
   std::mutex tmu_;
@@ -162,7 +163,7 @@ class Watcher : public Napi::ObjectWrap<Watcher> {
   // fromArea: events the dead watcher had read but not recorded, found in the read area (takeover.h).
   std::atomic<uint64_t> takeoverFromArea_{0};
   std::atomic<uint64_t> takeoverHi_{0}, takeoverFenceErrno_{0}, takeoverNoCreds_{0}, takeoverDrained_{0},
-      takeoverDrainErrno_{0};
+      takeoverDrainErrno_{0}, followed_{0};
 
   HoldState hold_;
   int askAt_ = -1;  // loop thread: the decision Judge turned into an ask, or -1

@@ -1,8 +1,10 @@
 // The respawn window, from the attacker's side: the active watcher is killed with SIGKILL a
 // hundred times while a leashed account hammers a file its policy denies (and one it allows),
-// and root hammers the denied file too. The standby watcher holds the same fanotify group and
-// takes over at once, so: the account never reads the denied file, no open waits more than a
+// and root hammers the denied file too. The standby watchers hold the same fanotify group and
+// one takes over at once, so: the account never reads the denied file, no open waits more than a
 // moment (nobody is left waiting on an event no one will answer), and root's opens all succeed.
+// Then the two cases one standby left open: a standby killed with the active, and the new active
+// killed before its own standby is ready.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -15,6 +17,7 @@ import { createUser, mountTmpfs, runAs, runCleanups, isEperm, copyBinaries, type
 const WATCHER = path.resolve('dist/src/dataplane/watcher/watcher-main.js');
 const root = process.getuid?.() === 0 && nativeAvailable();
 const KILLS = Number(process.env.LEASH_TEST_KILLS ?? 100);
+const ROUNDS = Math.max(5, Math.round(KILLS / 5));
 
 /** open + read + close of one file until SIGTERM; prints ok, EPERM, other errors and the longest single open (ms). */
 const HAMMER_C = `#define _GNU_SOURCE
@@ -107,7 +110,7 @@ describe.skipIf(!root)('watcher takeover: no open through, no opener left waitin
       decisions: path.join(logDir, 'decisions.jsonl'),
       wrap: ['timeout', '-s', 'KILL', '600'],
       script: WATCHER,
-      maxDeaths: KILLS + 10,
+      maxDeaths: KILLS + 4 * ROUNDS + 10,
       onRespawn: (i) => takeovers.push(i.takeover),
       onFatal: (e) => stderr.push(`FATAL ${e.message}\n`),
       stderr: (s) => stderr.push(s),
@@ -136,6 +139,83 @@ describe.skipIf(!root)('watcher takeover: no open through, no opener left waitin
     expect(isEperm(runAs(A, [p('bin', 'cat'), p('secret', 's.txt')]))).toBe(true);
     expect(runAs(A, [p('bin', 'cat'), p('work', 'a.txt')]).code).toBe(0);
   });
+
+  /** The three hammers while `kill` runs; their tallies once it is done. */
+  async function underLoad(kill: () => Promise<void>): Promise<{ secret: Tally; work: Tally; rootT: Tally }> {
+    const setpriv = (argv: string[]) => ['setpriv', `--reuid=${A.uid}`, `--regid=${A.gid}`, '--clear-groups', ...argv];
+    const hSecret = startHammer(setpriv([p('bin', 'hammer'), p('secret', 's.txt')]));
+    const hWork = startHammer(setpriv([p('bin', 'hammer'), p('work', 'a.txt')]));
+    const hRoot = startHammer([p('bin', 'hammer'), p('secret', 's.txt')]);
+    hammers.push(hSecret.child, hWork.child, hRoot.child);
+    await kill();
+    for (const h of [hSecret, hWork, hRoot]) h.child.kill('SIGTERM');
+    const [secret, work, rootT] = await Promise.all([hSecret.done, hWork.done, hRoot.done]);
+    return { secret, work, rootT };
+  }
+
+  /** What every round of kills must leave: nothing let through, nobody left waiting, enforcement intact. */
+  function expectHeld({ secret, work, rootT }: { secret: Tally; work: Tally; rootT: Tally }): void {
+    expect(secret.ok).toBe(0);
+    expect(secret.eperm).toBeGreaterThan(100);
+    expect(secret.other).toBe(0);
+    expect(work.ok).toBeGreaterThan(100);
+    expect(work.other).toBe(0);
+    expect(rootT.eperm).toBe(0);
+    expect(rootT.other).toBe(0);
+    expect(rootT.ok).toBeGreaterThan(100);
+    for (const t of [secret, work, rootT]) expect(t.worstms).toBeLessThan(3000);
+    expect(isEperm(runAs(A, [p('bin', 'cat'), p('secret', 's.txt')]))).toBe(true);
+    expect(runAs(A, [p('bin', 'cat'), p('work', 'a.txt')]).code).toBe(0);
+  }
+
+  const until = async (ok: () => boolean, what: string) => {
+    const t0 = Date.now();
+    while (!ok()) {
+      if (Date.now() - t0 > 20_000) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 2));
+    }
+  };
+
+  it(`${ROUNDS} x kill -9 of the active watcher and a standby at once: the other standby takes over`, async () => {
+    const before = takeovers.length;
+    const t = await underLoad(async () => {
+      for (let i = 0; i < ROUNDS; i++) {
+        await sup.standbyReady();
+        await new Promise((r) => setTimeout(r, 20 + (i % 7) * 10));
+        const victims = [sup.watcherPid()!, sup.standbyPid()!];
+        const deaths = sup.deaths();
+        for (const v of victims) process.kill(v, 'SIGKILL');
+        await until(() => sup.deaths() >= deaths + 2 && takeovers.length > before + i, 'the takeover');
+        expect(victims).not.toContain(sup.watcherPid());
+      }
+    });
+    process.stdout.write(`active and standby at once, ${ROUNDS} rounds: ${JSON.stringify(t)}\n`);
+    // Each round was a takeover (the group never closed: no respawn from the map).
+    expect(takeovers.slice(before)).toEqual(Array(ROUNDS).fill(true));
+    expectHeld(t);
+  }, 400_000);
+
+  it(`${ROUNDS} x kill -9 of the new active right after a takeover, before its standby is replaced`, async () => {
+    const before = takeovers.length;
+    const t = await underLoad(async () => {
+      for (let i = 0; i < ROUNDS; i++) {
+        await sup.standbyReady();
+        await new Promise((r) => setTimeout(r, 20 + (i % 7) * 10));
+        const first = sup.watcherPid()!;
+        const n = takeovers.length;
+        process.kill(first, 'SIGKILL');
+        await until(() => takeovers.length > n, 'the first takeover');
+        const heir = sup.watcherPid()!;
+        expect(heir).not.toBe(first);
+        process.kill(heir, 'SIGKILL');
+        await until(() => takeovers.length > n + 1, 'the second takeover');
+        expect([first, heir]).not.toContain(sup.watcherPid());
+      }
+    });
+    process.stdout.write(`new active killed after a takeover, ${ROUNDS} rounds: ${JSON.stringify(t)}\n`);
+    expect(takeovers.slice(before)).toEqual(Array(2 * ROUNDS).fill(true));
+    expectHeld(t);
+  }, 400_000);
 
   it(`${KILLS} x kill -9 of the active watcher under load: every death is a takeover, nothing let through`, async () => {
     const setpriv = (argv: string[]) => ['setpriv', `--reuid=${A.uid}`, `--regid=${A.gid}`, '--clear-groups', ...argv];

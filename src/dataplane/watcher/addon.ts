@@ -213,6 +213,8 @@ export interface WatcherStats {
   /** Events read from the queue and judged during the takeover, and the errno that ended that drain (0: empty). */
   takeoverDrained: number;
   takeoverDrainErrno: number;
+  /** Times this standby found another standby had taken over first and went on waiting on that one. */
+  standbyFollowed: number;
   loopError: number;
   running: boolean;
   /** Decisions by surface, action and reason since start (the ones counted instead of queued included). */

@@ -58,7 +58,8 @@ export interface WatcherAsk extends HeldAsk {
   /** The asking process's command line (/proc/PID/cmdline), for the approver. */
   cmdline: string[];
 }
-export type WatcherEvent = { ask: WatcherAsk };
+/** A standby that took over the group says so unasked (the supervisor promotes it: takeover.ts). */
+export type WatcherEvent = { ask: WatcherAsk } | { takeover: { pid: number } };
 
 export type { FsCmdPolicy, WatcherSubject };
 

@@ -17,7 +17,7 @@ import type { Asker } from '../../engine/approval.js';
 import type { FsCmdPolicy, WatcherSubject } from './addon.js';
 import { createHoldRelay, holdArgs, type HoldBounds } from './hold-relay.js';
 import type { FromWatcher, WatcherStatus } from './protocol.js';
-import { adoptOrStart, type Succession } from './takeover.js';
+import { adoptOrStart, tookOver, type Succession } from './takeover.js';
 import { defaultScript, endProc, request, stopProc, type Proc, type Request } from './watcher-proc.js';
 
 export interface FsSupervisorOptions {
@@ -52,8 +52,13 @@ export interface FsSupervisorOptions {
   adoptSocket?: string;
   /** Called when the start adopted an earlier service's watcher instead of spawning one. */
   onAdopt?: (info: { pid: number }) => void;
-  /** Keep a standby watcher on the same group (default true). */
+  /** Keep standby watchers on the same group (default true). */
   standby?: boolean;
+  /**
+   * How many (default 2): with one, the group closes, and the opens in flight are let through, when that standby
+   * dies with the active, or the new active dies before its own standby is ready (about 0.5 s after a takeover).
+   */
+  standbys?: number;
   /** Called once when standbys are given up (a standby could not take the group twice in a row). */
   onStandbyUnavailable?: (why: string) => void;
   /**
@@ -129,21 +134,24 @@ async function call(st: Succession, msg: Request): Promise<FromWatcher> {
   }
 }
 
-/** A map change reaches the standby too (it must judge with the current map the moment it takes over). */
+/** A map change reaches the standbys too (each must judge with the current map the moment it takes over). */
 async function toStandby(st: Succession, msg: Request): Promise<void> {
-  const p = st.sb;
-  if (!p) return;
-  try {
-    await p.ready;
-    const m = await request(st, p, msg);
-    if (!m.ok) throw new Error(m.error);
-  } catch {
-    // A standby that missed a change must not take over with a stale map: replace it.
-    if (st.sb === p) {
-      st.sb = null;
-      endProc(p);
-    }
-  }
+  await Promise.all(
+    st.sbs.map(async (p) => {
+      try {
+        await p.ready;
+        const m = await request(st, p, msg);
+        if (!m.ok) throw new Error(m.error);
+      } catch {
+        // A standby that missed a change must not take over with a stale map: end it (its exit replaces it; ended
+        // here, not dead of itself, it is no death).
+        if (st.sbs.includes(p)) {
+          p.retired = true;
+          endProc(p);
+        }
+      }
+    }),
+  );
 }
 
 /** Starts the watcher and supervises it. */
@@ -157,6 +165,7 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
     fatal: null,
     spec: {
       ...opts,
+      onTakeover: (p) => tookOver(st, p),
       script: opts.script ?? defaultScript(),
       args: [...(opts.args ?? []), ...holdArgs(opts.ask, opts.hold)],
       onAsk: (p, a) => relay.ask(p, a),
@@ -164,9 +173,11 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
     hooks: { ...opts, onProcExit: (p) => relay.gone(p) },
     maxDeaths: opts.maxDeaths ?? 3,
     windowMs: opts.windowMs ?? 10 * 60_000,
-    useStandby: opts.standby ?? true,
+    useStandby: (opts.standby ?? true) && (opts.standbys ?? 2) > 0,
+    standbys: opts.standbys ?? 2,
     act: null,
-    sb: null,
+    sbs: [],
+    heirWait: null,
     current: null as unknown as Promise<WatcherStatus>,
     closing: false,
     deathTimes: [],
@@ -213,11 +224,12 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
       if (!m.ok) throw new LeashError('watcher_failed', `the watcher could not reopen its decision log: ${m.error}`);
     },
     watcherPid: () => st.act?.pid ?? null,
-    standbyPid: () => (st.sb?.status ? st.sb.pid : null),
+    standbyPid: () => st.sbs.find((q) => q.status)?.pid ?? null,
     standbyReady() {
       if (!st.useStandby) return Promise.reject(new Error('standby is off'));
       if (st.fatal) return Promise.reject(st.fatal);
-      if (st.sb?.status) return Promise.resolve(st.sb.pid!);
+      if (st.act !== null && st.sbs.filter((q) => q.status).length >= st.standbys)
+        return Promise.resolve(st.sbs[0]!.pid!);
       return new Promise((resolve, reject) => st.standbyWaiters.push({ resolve, reject }));
     },
     deaths: () => st.deathCount,
@@ -234,8 +246,9 @@ export function createFsSupervisor(opts: FsSupervisorOptions): FsSupervisor {
       st.closing = true;
       for (const w of st.standbyWaiters) w.reject(new Error('supervisor closed'));
       st.standbyWaiters = [];
-      // The standby first: with the active gone it would take over.
-      await stopProc(st.sb);
+      if (st.heirWait) clearTimeout(st.heirWait.timer);
+      // The standbys first: with the active gone one would take over.
+      await Promise.all(st.sbs.map((q) => stopProc(q)));
       await stopProc(st.act);
     },
   };

@@ -128,7 +128,10 @@ const core = createWatcherCore({
     : {}),
   ...(values['standby-of'] !== undefined
     ? {
-        onTakeover: () => (process.title = 'leash-watcher'),
+        onTakeover: () => {
+          process.title = 'leash-watcher';
+          send({ takeover: { pid: process.pid } });
+        },
         standbyOf: {
           pid: Number(values['standby-of']),
           groupFd: Number(values['group-fd']),

@@ -44,6 +44,12 @@ export interface Proc {
   status: WatcherStatus | null;
   ready: Promise<WatcherStatus>;
   role: 'active' | 'standby';
+  /** A standby: the active it was spawned for. */
+  of?: Proc;
+  /** A standby that said it took over the group (takeover.ts). */
+  tookOver?: boolean;
+  /** A standby the supervisor ended itself (it missed a map change): replaced, not counted as a death. */
+  retired?: boolean;
 }
 
 /** How every watcher of one supervisor is spawned. */
@@ -58,6 +64,8 @@ export interface SpawnSpec {
   readyTimeoutMs?: number;
   /** A held event the watcher asks about (hold-relay.ts). */
   onAsk?: (p: Proc, a: WatcherAsk) => void;
+  /** A standby took over the group (its claim on the in-flight table landed first). */
+  onTakeover?: (p: Proc) => void;
   /** The socket a watcher orphaned by this service's end waits on, and where the next start adopts it (adopt.ts). */
   adoptSocket?: string;
 }
@@ -175,7 +183,7 @@ export function spawnProc(
   return proc;
 }
 
-/** Routes what the watcher sends on `proc`'s channel: acknowledgements to their requests, asks to `spec.onAsk`. */
+/** Routes what the watcher sends on `proc`'s channel: acknowledgements to their requests, asks and takeovers to `spec`. */
 export function wireChannel(proc: Proc, spec: SpawnSpec): void {
   const s = proc.chan!;
   s.on(
@@ -184,6 +192,10 @@ export function wireChannel(proc: Proc, spec: SpawnSpec): void {
       (m) => {
         if ('ask' in m) {
           spec.onAsk?.(proc, m.ask);
+          return;
+        }
+        if ('takeover' in m) {
+          spec.onTakeover?.(proc);
           return;
         }
         const p = proc.pending.get(m.id);
