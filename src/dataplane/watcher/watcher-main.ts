@@ -83,6 +83,21 @@ function warn(obj: Record<string, unknown>): void {
   if (journal === null || !journal.send(operationalFields(line))) process.stderr.write(line);
 }
 
+/**
+ * A standby spawned for an active watcher that has exited since (another standby took over, or the active was
+ * killed) cannot take the group from it: it says so in one line and ends, and the service spawns the next for the
+ * current active. Anything else is thrown as it is.
+ */
+function standbyGuard<T>(make: () => T): T {
+  try {
+    return make();
+  } catch (e) {
+    if (values['standby-of'] === undefined || (e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
+    warn({ msg: 'the active watcher exited before this standby took its group', active: Number(values['standby-of']) });
+    process.exit(0);
+  }
+}
+
 /** Blocks the JavaScript thread for good (test hook): the native loop must keep answering. */
 function wedgeForTest(): void {
   // Atomics.wait sleeps without CPU and still runs V8 interrupts, so the watchdog can print this stack.
@@ -99,47 +114,49 @@ const allowLines: AllowLines =
     : { mode: 'all' };
 const file = createDecisionLog({ sink: values.decisions!, allows: allowLines });
 const log = journal === null ? file : teeDecisionsToJournal(file, journal, 'watcher');
-const core = createWatcherCore({
-  native,
-  log,
-  warn,
-  ...(values['spin-us'] !== undefined ? { spinUs: Number(values['spin-us']) } : {}),
-  nice: Number(values.nice),
-  watchdogMs: Number(values['watchdog-ms']),
-  rescanMs: Number(values['rescan-ms']),
-  foreignLogMs: Number(values['foreign-log-ms']),
-  nsScanMs: Number(values['ns-scan-ms']),
-  identity: values.identity as 'pidfd-cache' | 'report-pidfd' | 'proc',
-  queueAllows: Number(values['queue-allows']),
-  allowLines,
-  linkCheck: values['link-check'] !== 'off',
-  readBatch: values.read === 'batch',
-  metrics: values.metrics !== 'off',
-  ...(values['hold-max'] !== undefined
-    ? {
-        hold: {
-          max: Number(values['hold-max']),
-          perSubject: Number(values['hold-per-subject']),
-          filesystemMs: Number(values['hold-filesystem-ms']) + HOLD_GRACE_MS,
-          commandsMs: Number(values['hold-commands-ms']) + HOLD_GRACE_MS,
-        },
-        onAsk: (a: HeldAsk) => onAsk(a),
-      }
-    : {}),
-  ...(values['standby-of'] !== undefined
-    ? {
-        onTakeover: () => {
-          process.title = 'leash-watcher';
-          send({ takeover: { pid: process.pid } });
-        },
-        standbyOf: {
-          pid: Number(values['standby-of']),
-          groupFd: Number(values['group-fd']),
-          tableFd: Number(values['table-fd']),
-        },
-      }
-    : {}),
-});
+const core = standbyGuard(() =>
+  createWatcherCore({
+    native,
+    log,
+    warn,
+    ...(values['spin-us'] !== undefined ? { spinUs: Number(values['spin-us']) } : {}),
+    nice: Number(values.nice),
+    watchdogMs: Number(values['watchdog-ms']),
+    rescanMs: Number(values['rescan-ms']),
+    foreignLogMs: Number(values['foreign-log-ms']),
+    nsScanMs: Number(values['ns-scan-ms']),
+    identity: values.identity as 'pidfd-cache' | 'report-pidfd' | 'proc',
+    queueAllows: Number(values['queue-allows']),
+    allowLines,
+    linkCheck: values['link-check'] !== 'off',
+    readBatch: values.read === 'batch',
+    metrics: values.metrics !== 'off',
+    ...(values['hold-max'] !== undefined
+      ? {
+          hold: {
+            max: Number(values['hold-max']),
+            perSubject: Number(values['hold-per-subject']),
+            filesystemMs: Number(values['hold-filesystem-ms']) + HOLD_GRACE_MS,
+            commandsMs: Number(values['hold-commands-ms']) + HOLD_GRACE_MS,
+          },
+          onAsk: (a: HeldAsk) => onAsk(a),
+        }
+      : {}),
+    ...(values['standby-of'] !== undefined
+      ? {
+          onTakeover: () => {
+            process.title = 'leash-watcher';
+            send({ takeover: { pid: process.pid } });
+          },
+          standbyOf: {
+            pid: Number(values['standby-of']),
+            groupFd: Number(values['group-fd']),
+            tableFd: Number(values['table-fd']),
+          },
+        }
+      : {}),
+  }),
+);
 
 // The channel to the service: fd 3 from the spawning service, or a connection to the adoption socket.
 let chan: net.Socket | null = null;
