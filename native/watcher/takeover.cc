@@ -102,13 +102,15 @@ bool Watcher::WaitForActive() {
       int32_t now = 0;
       if (inflight_.Claim(ownerPid_, static_cast<int32_t>(getpid()), &now)) return true;
       ownerPid_ = now;
-      activePidfd_ = now > 0 ? static_cast<int>(syscall(SYS_pidfd_open, now, 0)) : -1;
-      if (activePidfd_ < 0 && errno != ESRCH) {
+      if (now <= 0) continue;  // no owner named: claim it
+      activePidfd_ = static_cast<int>(syscall(SYS_pidfd_open, now, 0));
+      if (activePidfd_ < 0) {
+        if (errno == ESRCH) continue;  // that one is gone already: claim from it
         loopErrno_ = errno;
         return false;
       }
       followed_.fetch_add(1, std::memory_order_relaxed);
-      continue;  // ESRCH: that one is gone already, claim from it
+      continue;
     }
     pollfd p[2] = {{activePidfd_, POLLIN, 0}, {stopFd_, POLLIN, 0}};
     int r = poll(p, 2, 1000);

@@ -58,6 +58,9 @@ export interface WatcherAsk extends HeldAsk {
   /** The asking process's command line (/proc/PID/cmdline), for the approver. */
   cmdline: string[];
 }
+/** A standby's exit status when the active it was spawned for had exited before it could take the group (EX_TEMPFAIL). */
+export const EXIT_ACTIVE_GONE = 75;
+
 /** A standby that took over the group says so unasked (the supervisor promotes it: takeover.ts). */
 export type WatcherEvent = { ask: WatcherAsk } | { takeover: { pid: number } };
 

@@ -4,8 +4,8 @@
 // active is spawned from the current map (respawn) — and the death count that makes the supervisor give up. One
 // process's spawn and channel are watcher-proc.ts.
 import { LeashError } from '../../errors.js';
-import type { WatcherStatus } from './protocol.js';
 import { adoptWatcher, releaseOn } from './adopt.js';
+import { EXIT_ACTIVE_GONE, type WatcherStatus } from './protocol.js';
 import { endProc, spawnProc, type Channels, type Proc, type SpawnSpec } from './watcher-proc.js';
 
 export interface SuccessionHooks {
@@ -159,8 +159,9 @@ function standbyExited(st: Succession, p: Proc): void {
   if (st.closing || st.fatal) return;
   if (!p.status) {
     // It never held the group (e.g. pidfd_getfd refused by a system-call filter). One spawned for an active that
-    // has died since is not a failure of standbys. Twice in a row and standbys are off; the active is untouched.
-    if (p.of && p.of !== st.act) return startStandby(st);
+    // has died since (it exits EXIT_ACTIVE_GONE when it finds that out first) is not a failure of standbys. Twice in
+    // a row and standbys are off; the active is untouched.
+    if ((p.of && p.of !== st.act) || p.c.exitCode === EXIT_ACTIVE_GONE) return startStandby(st);
     st.standbyFailures++;
     if (st.standbyFailures >= 2) {
       st.standbyOff = true;

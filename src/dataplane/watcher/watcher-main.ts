@@ -12,7 +12,7 @@ import { nativeCommon, nativeWatcher } from '../../native.js';
 import { approvalOf } from '../../engine/approval.js';
 import type { HeldAsk } from './addon.js';
 import { buildOf } from './adopt.js';
-import { lineReader, type FromWatcher, type ToWatcher, type WatcherEvent } from './protocol.js';
+import { EXIT_ACTIVE_GONE, lineReader, type FromWatcher, type ToWatcher, type WatcherEvent } from './protocol.js';
 import { createWatcherCore } from './watcher.js';
 
 const { values } = parseArgs({
@@ -94,7 +94,7 @@ function standbyGuard<T>(make: () => T): T {
   } catch (e) {
     if (values['standby-of'] === undefined || (e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
     warn({ msg: 'the active watcher exited before this standby took its group', active: Number(values['standby-of']) });
-    process.exit(0);
+    process.exit(EXIT_ACTIVE_GONE);
   }
 }
 
