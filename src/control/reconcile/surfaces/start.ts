@@ -53,7 +53,7 @@ export async function startSurfaces(into: Driven[], o: SurfacesStart): Promise<v
         onRespawn: (i) =>
           logger.warn(
             { pid: i.pid, deaths: i.deaths, takeover: i.takeover },
-            i.takeover ? 'watcher died: its standby took over the group' : 'watcher respawned from the current map',
+            i.takeover ? 'watcher died: a standby took over the group' : 'watcher respawned from the current map',
           ),
         onAdopt: (i) => logger.info({ pid: i.pid }, 'watcher adopted: the group held through the service restart'),
         onStandbyUnavailable: (why) => logger.warn({}, `${why}: a watcher death reopens the respawn window`),
