@@ -14,7 +14,8 @@ import { ADOPT_SOCKET_NAME } from '../../dataplane/watcher/adopt.js';
 const MARKER = 'restart';
 /** A marker older than this is stale (a restart that never happened): the stop releases. */
 const MARKER_MAX_MS = 120_000;
-const UNIT = 'leash.service';
+/** The unit when this process's own cannot be read (not under systemd's cgroups). */
+const DEFAULT_UNIT = 'leash.service';
 const RESTART_JOBS = new Set(['restart', 'try-restart', 'reload-or-restart', 'try-reload-or-restart']);
 
 /** The service's runtime directory (/run/leash; a test's own through LEASH_TOOLS_SOCKET). */
@@ -46,8 +47,27 @@ function markerFresh(env: NodeJS.ProcessEnv): boolean {
   return !!st && Date.now() - st.mtimeMs < MARKER_MAX_MS;
 }
 
+/**
+ * The systemd unit this process runs in, from its cgroup (`0::/system.slice/leash.service`; a unit copied or renamed
+ * by the operator keeps its own name here): the service and its ExecStopPost both run in the unit's cgroup.
+ */
+export function ownUnit(cgroup: () => string = () => fs.readFileSync('/proc/self/cgroup', 'utf8')): string {
+  let text = '';
+  try {
+    text = cgroup();
+  } catch {
+    return DEFAULT_UNIT;
+  }
+  for (const line of text.split('\n')) {
+    const parts = line.slice(line.indexOf('::') + 2).split('/');
+    // The innermost .service component: a service's own sub-cgroups (Delegate=) lie below it.
+    for (let i = parts.length - 1; i >= 0; i--) if (parts[i]!.endsWith('.service')) return parts[i]!;
+  }
+  return DEFAULT_UNIT;
+}
+
 /** Whether systemd is running a restart job for the unit (`systemctl list-jobs`: JOB UNIT TYPE STATE). */
-function systemdRestartJob(env: NodeJS.ProcessEnv): boolean {
+function systemdRestartJob(env: NodeJS.ProcessEnv, unit: string): boolean {
   if (!env.INVOCATION_ID) return false;
   const r = spawnSync(env.LEASH_SYSTEMCTL ?? 'systemctl', ['list-jobs', '--no-legend', '--plain', '--no-pager'], {
     encoding: 'utf8',
@@ -56,12 +76,15 @@ function systemdRestartJob(env: NodeJS.ProcessEnv): boolean {
   if (r.status !== 0 || typeof r.stdout !== 'string') return false;
   return r.stdout.split('\n').some((l) => {
     const f = l.trim().split(/\s+/);
-    return f[1] === UNIT && RESTART_JOBS.has(f[2] ?? '');
+    return f[1] === unit && RESTART_JOBS.has(f[2] ?? '');
   });
 }
 
 /** Why this stop is a restart ('marker' or 'systemd-job'), or null for a deliberate stop. */
-export function restartPending(env: NodeJS.ProcessEnv = process.env): 'marker' | 'systemd-job' | null {
+export function restartPending(
+  env: NodeJS.ProcessEnv = process.env,
+  unit: string = ownUnit(),
+): 'marker' | 'systemd-job' | null {
   if (markerFresh(env)) return 'marker';
-  return systemdRestartJob(env) ? 'systemd-job' : null;
+  return systemdRestartJob(env, unit) ? 'systemd-job' : null;
 }
